@@ -1,0 +1,500 @@
+//===- CleaveOps.cpp - Verifiers, shape inference, folders ------*- C++ -*-===//
+//
+// Result-type inference doubles as the verifier of most ops: a bad operand
+// shape is reported once, by the code that computes the result shape.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cleave/CleaveOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace mlir::cleave;
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+static Type elementTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+/// Normalises a possibly negative dimension; failure when out of range.
+static FailureOr<int64_t> normaliseDim(std::optional<Location> loc,
+                                       int64_t dim, int64_t rank,
+                                       StringRef what) {
+  int64_t d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank)
+    return emitOptionalError(loc, what, " ", dim,
+                             " is out of range for rank ", rank);
+  return d;
+}
+
+FailureOr<SmallVector<int64_t>>
+mlir::cleave::broadcastShapes(std::optional<Location> loc,
+                              ArrayRef<ArrayRef<int64_t>> shapes) {
+  SmallVector<int64_t> result(shapes.front());
+  for (ArrayRef<int64_t> shape : shapes.drop_front()) {
+    if (shape.size() != result.size())
+      return emitOptionalError(loc, "operands must have the same rank, got ",
+                               result.size(), " and ", shape.size());
+    for (auto [r, s] : llvm::zip(result, shape)) {
+      if (r == s || s == 1)
+        continue;
+      if (r != 1)
+        return emitOptionalError(loc, "operand shapes do not broadcast: "
+                                      "dimension sizes ",
+                                 r, " and ", s);
+      r = s;
+    }
+  }
+  return result;
+}
+
+/// Infers the broadcast result of operands that share one element type.
+static LogicalResult inferBroadcast(std::optional<Location> loc,
+                                    ValueRange operands, Type resultElement,
+                                    SmallVectorImpl<Type> &inferred) {
+  SmallVector<ArrayRef<int64_t>> shapes;
+  for (Value v : operands)
+    shapes.push_back(shapeOf(v));
+  FailureOr<SmallVector<int64_t>> shape = broadcastShapes(loc, shapes);
+  if (failed(shape))
+    return failure();
+  inferred.push_back(RankedTensorType::get(*shape, resultElement));
+  return success();
+}
+
+static LogicalResult sameElementTypes(std::optional<Location> loc,
+                                      ValueRange operands) {
+  Type first = elementTypeOf(operands.front());
+  for (Value v : operands.drop_front())
+    if (elementTypeOf(v) != first)
+      return emitOptionalError(loc, "operands must have one element type, got ",
+                               first, " and ", elementTypeOf(v));
+  return success();
+}
+
+#define CLEAVE_INFER_BINARY(OP)                                                \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
+                                     Adaptor adaptor,                          \
+                                     SmallVectorImpl<Type> &inferred) {        \
+    ValueRange operands = adaptor.getOperands();                               \
+    if (failed(sameElementTypes(loc, operands)))                               \
+      return failure();                                                        \
+    return inferBroadcast(loc, operands, elementTypeOf(operands[0]), inferred); \
+  }
+CLEAVE_INFER_BINARY(AddOp)
+CLEAVE_INFER_BINARY(SubOp)
+CLEAVE_INFER_BINARY(MulOp)
+CLEAVE_INFER_BINARY(DivOp)
+CLEAVE_INFER_BINARY(PowOp)
+CLEAVE_INFER_BINARY(MaxOp)
+CLEAVE_INFER_BINARY(MinOp)
+CLEAVE_INFER_BINARY(AndOp)
+CLEAVE_INFER_BINARY(OrOp)
+CLEAVE_INFER_BINARY(XorOp)
+#undef CLEAVE_INFER_BINARY
+
+LogicalResult CmpOp::inferReturnTypes(MLIRContext *ctx,
+                                      std::optional<Location> loc,
+                                      Adaptor adaptor,
+                                      SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = {adaptor.getLhs(), adaptor.getRhs()};
+  if (failed(sameElementTypes(loc, operands)))
+    return failure();
+  return inferBroadcast(loc, operands, IntegerType::get(ctx, 1), inferred);
+}
+
+LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ValueRange values = {adaptor.getOnTrue(), adaptor.getOnFalse()};
+  if (failed(sameElementTypes(loc, values)))
+    return failure();
+  return inferBroadcast(loc, adaptor.getOperands(),
+                        elementTypeOf(adaptor.getOnTrue()), inferred);
+}
+
+//===----------------------------------------------------------------------===//
+// ConstantOp, CastOp
+//===----------------------------------------------------------------------===//
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult CastOp::verify() {
+  if (shapeOf(getInput()) != shapeOf(getResult()))
+    return emitOpError("changes the shape from ")
+           << getInput().getType() << " to " << getType();
+  return success();
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp, ReduceOp, softmax, norms
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ArrayRef<int64_t> a = shapeOf(adaptor.getLhs());
+  ArrayRef<int64_t> b = shapeOf(adaptor.getRhs());
+  if (failed(sameElementTypes(loc, adaptor.getOperands())))
+    return failure();
+  if (a.size() < 2 || a.size() != b.size())
+    return emitOptionalError(loc, "operands must have one rank >= 2, got ",
+                             a.size(), " and ", b.size());
+  size_t r = a.size();
+  int64_t m = adaptor.getTransposeLhs() ? a[r - 1] : a[r - 2];
+  int64_t ka = adaptor.getTransposeLhs() ? a[r - 2] : a[r - 1];
+  int64_t kb = adaptor.getTransposeRhs() ? b[r - 1] : b[r - 2];
+  int64_t n = adaptor.getTransposeRhs() ? b[r - 2] : b[r - 1];
+  if (ka != kb)
+    return emitOptionalError(loc, "contracting dimensions differ: ", ka,
+                             " and ", kb);
+  FailureOr<SmallVector<int64_t>> batch =
+      broadcastShapes(loc, {a.drop_back(2), b.drop_back(2)});
+  if (failed(batch))
+    return failure();
+  batch->append({m, n});
+  inferred.push_back(
+      RankedTensorType::get(*batch, elementTypeOf(adaptor.getLhs())));
+  return success();
+}
+
+LogicalResult ReduceOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ArrayRef<int64_t> shape = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> dims = adaptor.getDims();
+  for (auto [i, d] : llvm::enumerate(dims)) {
+    if (d < 0 || d >= static_cast<int64_t>(shape.size()))
+      return emitOptionalError(loc, "reduced dimension ", d,
+                               " is out of range for rank ", shape.size());
+    if (i > 0 && dims[i - 1] >= d)
+      return emitOptionalError(loc, "reduced dimensions must be sorted and "
+                                    "unique");
+  }
+  Type element = elementTypeOf(adaptor.getInput());
+  if (adaptor.getKind() == ReduceKind::mean && !isa<FloatType>(element))
+    return emitOptionalError(loc, "mean needs a float element type");
+  SmallVector<int64_t> result;
+  for (auto [i, size] : llvm::enumerate(shape)) {
+    if (!llvm::is_contained(dims, static_cast<int64_t>(i)))
+      result.push_back(size);
+    else if (adaptor.getKeepDims())
+      result.push_back(1);
+  }
+  inferred.push_back(RankedTensorType::get(result, element));
+  return success();
+}
+
+static LogicalResult verifyAxis(Operation *op, int64_t axis, Value input) {
+  int64_t rank = shapeOf(input).size();
+  if (axis < 0 || axis >= rank)
+    return op->emitOpError("axis ") << axis << " is out of range for rank "
+                                    << rank;
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  return verifyAxis(*this, getAxis(), getInput());
+}
+LogicalResult LogSoftmaxOp::verify() {
+  return verifyAxis(*this, getAxis(), getInput());
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  auto type = cast<RankedTensorType>(adaptor.getInput().getType());
+  int64_t rank = type.getRank();
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, "axis ", axis, " is out of range for rank ",
+                             rank);
+  ArrayRef<int64_t> normalised = type.getShape().drop_front(axis);
+  for (Value v : {adaptor.getScale(), adaptor.getBias()}) {
+    if (v && (shapeOf(v) != normalised ||
+              elementTypeOf(v) != type.getElementType()))
+      return emitOptionalError(loc, "scale and bias must have type ",
+                               RankedTensorType::get(normalised,
+                                                     type.getElementType()),
+                               ", got ", v.getType());
+  }
+  SmallVector<int64_t> statShape(type.getShape());
+  for (int64_t i = axis; i < rank; ++i)
+    statShape[i] = 1;
+  auto stat = RankedTensorType::get(statShape, type.getElementType());
+  inferred.append({type, stat, stat});
+  return success();
+}
+
+LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  auto type = cast<RankedTensorType>(adaptor.getInput().getType());
+  if (type.getRank() < 2)
+    return emitOptionalError(loc, "input must have rank >= 2 [N, C, ...]");
+  auto channel = RankedTensorType::get({type.getDimSize(1)},
+                                       type.getElementType());
+  for (Value v : {adaptor.getScale(), adaptor.getBias(), adaptor.getMean(),
+                  adaptor.getVariance()})
+    if (v.getType() != channel)
+      return emitOptionalError(loc, "statistics must have type ", channel,
+                               ", got ", v.getType());
+  inferred.push_back(type);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getType());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("changes the element type");
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("changes the element count from ")
+           << in.getNumElements() << " to " << out.getNumElements();
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  if (auto producer = getInput().getDefiningOp<ReshapeOp>()) {
+    setOperand(producer.getInput());
+    return getResult();
+  }
+  if (auto dense = dyn_cast_if_present<DenseElementsAttr>(adaptor.getInput()))
+    return dense.reshape(cast<ShapedType>(getType()));
+  return {};
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  auto type = cast<RankedTensorType>(adaptor.getInput().getType());
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  if (static_cast<int64_t>(perm.size()) != type.getRank())
+    return emitOptionalError(loc, "permutation has ", perm.size(),
+                             " entries for rank ", type.getRank());
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= type.getRank() || seen[p])
+      return emitOptionalError(loc, "invalid permutation");
+    seen[p] = true;
+    shape.push_back(type.getDimSize(p));
+  }
+  inferred.push_back(RankedTensorType::get(shape, type.getElementType()));
+  return success();
+}
+
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  for (auto [i, p] : llvm::enumerate(getPermutation()))
+    if (static_cast<int64_t>(i) != p)
+      return {};
+  return getInput();
+}
+
+LogicalResult BroadcastOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  if (elementTypeOf(getInput()) != elementTypeOf(getResult()))
+    return emitOpError("changes the element type");
+  if (in.size() != out.size())
+    return emitOpError("operand rank ")
+           << in.size() << " differs from result rank " << out.size();
+  for (auto [i, o] : llvm::zip(in, out))
+    if (i != o && i != 1)
+      return emitOpError("cannot broadcast dimension of size ")
+             << i << " to " << o;
+  return success();
+}
+
+OpFoldResult BroadcastOp::fold(FoldAdaptor adaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  if (auto dense = dyn_cast_if_present<DenseElementsAttr>(adaptor.getInput()))
+    if (dense.isSplat())
+      return DenseElementsAttr::get(cast<ShapedType>(getType()),
+                                    dense.getSplatValue<Attribute>());
+  return {};
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return emitOptionalError(loc, "needs at least one operand");
+  if (failed(sameElementTypes(loc, inputs)))
+    return failure();
+  SmallVector<int64_t> shape(shapeOf(inputs[0]));
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(shape.size()))
+    return emitOptionalError(loc, "axis ", axis, " is out of range for rank ",
+                             shape.size());
+  for (Value v : inputs.drop_front()) {
+    ArrayRef<int64_t> s = shapeOf(v);
+    if (s.size() != shape.size())
+      return emitOptionalError(loc, "operands must have one rank");
+    for (size_t d = 0; d < s.size(); ++d)
+      if (static_cast<int64_t>(d) != axis && s[d] != shape[d])
+        return emitOptionalError(loc, "operands differ in dimension ", d,
+                                 " which is not the concatenation axis");
+    shape[axis] += s[axis];
+  }
+  inferred.push_back(RankedTensorType::get(shape, elementTypeOf(inputs[0])));
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  if (elementTypeOf(getInput()) != elementTypeOf(getResult()))
+    return emitOpError("changes the element type");
+  if (in.size() != out.size() || getStarts().size() != in.size() ||
+      getSteps().size() != in.size())
+    return emitOpError("needs one start and one step per dimension and a "
+                       "result of the operand's rank");
+  for (size_t d = 0; d < in.size(); ++d) {
+    int64_t start = getStarts()[d], step = getSteps()[d];
+    if (step == 0)
+      return emitOpError("step of dimension ") << d << " is zero";
+    if (out[d] == 0)
+      continue;
+    int64_t last = start + (out[d] - 1) * step;
+    if (start < 0 || start >= in[d] || last < 0 || last >= in[d])
+      return emitOpError("reads out of bounds in dimension ")
+             << d << ": indices " << start << " to " << last << " of size "
+             << in[d];
+  }
+  return success();
+}
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ArrayRef<int64_t> data = shapeOf(adaptor.getData());
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(data.size()))
+    return emitOptionalError(loc, "axis ", axis, " is out of range for rank ",
+                             data.size());
+  SmallVector<int64_t> shape(data.take_front(axis));
+  llvm::append_range(shape, shapeOf(adaptor.getIndices()));
+  llvm::append_range(shape, data.drop_front(axis + 1));
+  inferred.push_back(
+      RankedTensorType::get(shape, elementTypeOf(adaptor.getData())));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+/// Output extent of a window sweep; ceil rounds as ONNX's ceil_mode does.
+static int64_t windowOutput(int64_t size, int64_t padBegin, int64_t padEnd,
+                            int64_t kernel, int64_t stride, int64_t dilation,
+                            bool ceil) {
+  int64_t span = size + padBegin + padEnd - dilation * (kernel - 1) - 1;
+  if (span < 0)
+    return 0;
+  int64_t out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
+  // A window must start inside the input or the begin padding.
+  if (ceil && (out - 1) * stride >= size + padBegin)
+    --out;
+  return out;
+}
+
+static LogicalResult checkWindowAttrs(std::optional<Location> loc,
+                                      ArrayRef<int64_t> strides,
+                                      ArrayRef<int64_t> pads,
+                                      ArrayRef<int64_t> dilations) {
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4)
+    return emitOptionalError(loc, "needs 2 strides, 2 dilations and 4 pads");
+  for (int64_t v : llvm::concat<const int64_t>(strides, dilations))
+    if (v < 1)
+      return emitOptionalError(loc, "strides and dilations must be >= 1");
+  for (int64_t p : pads)
+    if (p < 0)
+      return emitOptionalError(loc, "pads must be >= 0");
+  return success();
+}
+
+LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &inferred) {
+  ArrayRef<int64_t> x = shapeOf(adaptor.getInput());
+  ArrayRef<int64_t> w = shapeOf(adaptor.getFilter());
+  if (x.size() != 4 || w.size() != 4)
+    return emitOptionalError(loc, "input and filter must have rank 4");
+  if (failed(checkWindowAttrs(loc, adaptor.getStrides(), adaptor.getPads(),
+                              adaptor.getDilations())))
+    return failure();
+  int64_t groups = adaptor.getGroups();
+  if (groups < 1 || x[1] % groups || w[0] % groups || x[1] / groups != w[1])
+    return emitOptionalError(loc, "channels do not match: input has ", x[1],
+                             ", filter expects ", w[1], " x ", groups,
+                             " groups");
+  if (Value bias = adaptor.getBias())
+    if (shapeOf(bias) != ArrayRef<int64_t>{w[0]})
+      return emitOptionalError(loc, "bias must have shape [", w[0], "]");
+  ArrayRef<int64_t> s = adaptor.getStrides(), p = adaptor.getPads(),
+                    d = adaptor.getDilations();
+  int64_t oh = windowOutput(x[2], p[0], p[2], w[2], s[0], d[0], false);
+  int64_t ow = windowOutput(x[3], p[1], p[3], w[3], s[1], d[1], false);
+  inferred.push_back(RankedTensorType::get(
+      {x[0], w[0], oh, ow}, elementTypeOf(adaptor.getInput())));
+  return success();
+}
+
+template <typename PoolOp> static LogicalResult verifyPool(PoolOp op) {
+  ArrayRef<int64_t> x = shapeOf(op.getInput()), y = shapeOf(op.getResult());
+  if (x.size() != 4 || y.size() != 4)
+    return op.emitOpError("input and result must have rank 4");
+  if (failed(checkWindowAttrs(op.getLoc(), op.getStrides(), op.getPads(),
+                              op.getDilations())))
+    return failure();
+  ArrayRef<int64_t> k = op.getKernel(), s = op.getStrides(), p = op.getPads(),
+                    d = op.getDilations();
+  if (k.size() != 2 || k[0] < 1 || k[1] < 1)
+    return op.emitOpError("needs a 2-D kernel of sizes >= 1");
+  if (y[0] != x[0] || y[1] != x[1])
+    return op.emitOpError("changes batch or channel dimensions");
+  for (int i = 0; i < 2; ++i) {
+    int64_t lo = windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i],
+                              false);
+    int64_t hi = windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i],
+                              true);
+    if (y[2 + i] != lo && y[2 + i] != hi)
+      return op.emitOpError("spatial dimension ")
+             << i << " of the result is " << y[2 + i] << ", expected " << lo
+             << (lo != hi ? " or " + std::to_string(hi) : std::string());
+  }
+  return success();
+}
+
+LogicalResult MaxPool2DOp::verify() { return verifyPool(*this); }
+LogicalResult AvgPool2DOp::verify() { return verifyPool(*this); }
+
+#define GET_OP_CLASSES
+#include "Cleave/CleaveOps.cpp.inc"

@@ -1,0 +1,25 @@
+//===- CleaveOps.h - Ops of the cleave dialect ------------------*- C++ -*-===//
+
+#ifndef CLEAVE_DIALECT_CLEAVEOPS_H
+#define CLEAVE_DIALECT_CLEAVEOPS_H
+
+#include "Cleave/CleaveDialect.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#define GET_OP_CLASSES
+#include "Cleave/CleaveOps.h.inc"
+
+namespace mlir::cleave {
+/// The shape two or more same-rank operands broadcast to (each dimension equal
+/// or 1), or failure with a diagnostic at \p loc when they do not.
+FailureOr<SmallVector<int64_t>>
+broadcastShapes(std::optional<Location> loc, ArrayRef<ArrayRef<int64_t>> shapes);
+} // namespace mlir::cleave
+
+#endif // CLEAVE_DIALECT_CLEAVEOPS_H

@@ -1,0 +1,465 @@
+//===- CleaveOps.td - Ops of the cleave dialect ------------*- tablegen -*-===//
+//
+// Every op: value semantics on static-shape ranked tensors, a verifier (most
+// through result-type inference, which rejects bad operands with a message),
+// an assembly format and an example.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_OPS_TD
+#define CLEAVE_OPS_TD
+
+include "Cleave/CleaveDialect.td"
+include "mlir/IR/BuiltinTypes.td"
+include "mlir/IR/CommonTypeConstraints.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Cleave_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I1, I32, I64]>;
+def Cleave_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
+def Cleave_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
+def Cleave_SignedTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
+def Cleave_BoolTensor : StaticShapeTensorOf<[I1]>;
+def Cleave_IndexTensor : StaticShapeTensorOf<[I32, I64]>;
+
+class Cleave_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Cleave_Dialect, mnemonic, !listconcat([Pure], traits)>;
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+def Cleave_ConstantOp : Cleave_Op<"constant",
+    [ConstantLike, AllTypesMatch<["value", "result"]>]> {
+  let summary = "A tensor constant";
+  let description = [{
+    A dense tensor literal. Parameters never become constants (they are
+    function arguments); constants hold shapes, indices, masks and small
+    literals of the model.
+
+    ```mlir
+    %0 = cleave.constant dense<[1.0, 2.0]> : tensor<2xf32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+  let builders = [OpBuilder<(ins "::mlir::ElementsAttr":$value), [{
+    build($_builder, $_state, value.getType(), value);
+  }]>];
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Cleave_BroadcastingOp<string mnemonic, list<Trait> traits = []>
+    : Cleave_Op<mnemonic, !listconcat([InferTypeOpAdaptor], traits)> {
+  let assemblyFormat = [{
+    operands attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+class Cleave_BinaryOp<string mnemonic, string body, Type operandType = Cleave_NumericTensor>
+    : Cleave_BroadcastingOp<mnemonic> {
+  let summary = "Elementwise " # body;
+  let description = [{
+    Elementwise }] # body # [{ of two tensors of one element type. The operands
+    have the same rank; each dimension is equal to the result's or 1
+    (broadcast).
+
+    ```mlir
+    %0 = cleave.}] # mnemonic # [{ %a, %b : (tensor<4x8xf32>, tensor<1x8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins operandType:$lhs, operandType:$rhs);
+  let results = (outs operandType:$result);
+}
+
+def Cleave_AddOp : Cleave_BinaryOp<"add", "addition">;
+def Cleave_SubOp : Cleave_BinaryOp<"sub", "subtraction">;
+def Cleave_MulOp : Cleave_BinaryOp<"mul", "multiplication">;
+def Cleave_DivOp : Cleave_BinaryOp<"div", "division (integers truncate toward zero)">;
+def Cleave_PowOp : Cleave_BinaryOp<"pow", "power lhs ^ rhs">;
+def Cleave_MaxOp : Cleave_BinaryOp<"max", "maximum">;
+def Cleave_MinOp : Cleave_BinaryOp<"min", "minimum">;
+def Cleave_AndOp : Cleave_BinaryOp<"and", "logical and", Cleave_BoolTensor>;
+def Cleave_OrOp : Cleave_BinaryOp<"or", "logical or", Cleave_BoolTensor>;
+def Cleave_XorOp : Cleave_BinaryOp<"xor", "logical exclusive or", Cleave_BoolTensor>;
+
+def Cleave_CmpOp : Cleave_Op<"cmp", [InferTypeOpAdaptor]> {
+  let summary = "Elementwise comparison";
+  let description = [{
+    Compares two tensors of one element type with broadcasting (as in the
+    binary ops) and yields an i1 tensor.
+
+    ```mlir
+    %0 = cleave.cmp lt, %a, %b : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xi1>
+    ```
+  }];
+  let arguments = (ins Cleave_CmpPredicateAttr:$predicate, Cleave_Tensor:$lhs,
+                   Cleave_Tensor:$rhs);
+  let results = (outs Cleave_BoolTensor:$result);
+  let assemblyFormat = [{
+    $predicate `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Cleave_SelectOp : Cleave_BroadcastingOp<"select"> {
+  let summary = "Elementwise choice between two tensors";
+  let description = [{
+    `cond ? on_true : on_false` per element, all three broadcasting to the
+    result as in the binary ops.
+
+    ```mlir
+    %0 = cleave.select %c, %a, %b : (tensor<4x4xi1>, tensor<4x4xf32>, tensor<1x1xf32>) -> tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_BoolTensor:$cond, Cleave_Tensor:$on_true,
+                   Cleave_Tensor:$on_false);
+  let results = (outs Cleave_Tensor:$result);
+}
+
+class Cleave_UnaryOp<string mnemonic, string body, Type type = Cleave_FloatTensor,
+                     dag extraArgs = (ins)>
+    : Cleave_Op<mnemonic, [SameOperandsAndResultType]> {
+  let summary = "Elementwise " # body;
+  let description = [{
+    Elementwise }] # body # [{.
+
+    ```mlir
+    %0 = cleave.}] # mnemonic # [{ %x : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = !con((ins type:$input), extraArgs);
+  let results = (outs type:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Cleave_NegOp : Cleave_UnaryOp<"neg", "negation", Cleave_SignedTensor>;
+def Cleave_AbsOp : Cleave_UnaryOp<"abs", "absolute value", Cleave_SignedTensor>;
+def Cleave_ExpOp : Cleave_UnaryOp<"exp", "exponential">;
+def Cleave_LogOp : Cleave_UnaryOp<"log", "natural logarithm">;
+def Cleave_SqrtOp : Cleave_UnaryOp<"sqrt", "square root">;
+def Cleave_RsqrtOp : Cleave_UnaryOp<"rsqrt", "reciprocal square root">;
+def Cleave_ReciprocalOp : Cleave_UnaryOp<"reciprocal", "reciprocal 1/x">;
+def Cleave_TanhOp : Cleave_UnaryOp<"tanh", "hyperbolic tangent">;
+def Cleave_SigmoidOp : Cleave_UnaryOp<"sigmoid", "logistic sigmoid 1/(1+exp(-x))">;
+def Cleave_ReluOp : Cleave_UnaryOp<"relu", "rectified linear unit max(x, 0)">;
+def Cleave_ErfOp : Cleave_UnaryOp<"erf", "error function">;
+def Cleave_SinOp : Cleave_UnaryOp<"sin", "sine">;
+def Cleave_CosOp : Cleave_UnaryOp<"cos", "cosine">;
+def Cleave_NotOp : Cleave_UnaryOp<"not", "logical negation", Cleave_BoolTensor>;
+def Cleave_GeluOp : Cleave_UnaryOp<"gelu",
+    "Gaussian error linear unit x*Phi(x); with `approximate`, the tanh form. "
+    "Kept as one op because its fused form and its derivative matter",
+    Cleave_FloatTensor, (ins UnitAttr:$approximate)>;
+def Cleave_LeakyReluOp : Cleave_UnaryOp<"leaky_relu",
+    "leaky ReLU: x if x >= 0 else alpha * x",
+    Cleave_FloatTensor, (ins F32Attr:$alpha)>;
+
+def Cleave_CastOp : Cleave_Op<"cast"> {
+  let summary = "Element type conversion";
+  let description = [{
+    Converts every element to the result's element type. Float to integer
+    truncates toward zero; any type to i1 is `x != 0`.
+
+    ```mlir
+    %0 = cleave.cast %x : tensor<4xi64> -> tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Contractions, reductions, normalisations
+//===----------------------------------------------------------------------===//
+
+def Cleave_MatmulOp : Cleave_Op<"matmul", [InferTypeOpAdaptor]> {
+  let summary = "Batched matrix product";
+  let description = [{
+    `lhs [..., m, k] x rhs [..., k, n] -> [..., m, n]`. Both operands have
+    the same rank (>= 2); batch dimensions broadcast. `transpose_lhs` and
+    `transpose_rhs` read the last two dimensions of an operand swapped, so no
+    transpose is materialised for `x W^T`. Kept as one op: it is where the
+    time goes and where a split factor becomes a partial sum.
+
+    ```mlir
+    %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<8x16x64xf32>, tensor<1x256x64xf32>) -> tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$lhs, Cleave_FloatTensor:$rhs,
+                   UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Cleave_ReduceOp : Cleave_Op<"reduce", [InferTypeOpAdaptor]> {
+  let summary = "Reduction over dimensions";
+  let description = [{
+    Reduces `dims` (sorted, unique) with `sum`, `mean`, `max`, `min` or
+    `prod`. With `keep_dims` the reduced dimensions stay as 1, else they are
+    dropped.
+
+    ```mlir
+    %0 = cleave.reduce sum %x dims = [1] : (tensor<4x8xf32>) -> tensor<4xf32>
+    %1 = cleave.reduce max %x dims = [0, 1] {keep_dims} : (tensor<4x8xf32>) -> tensor<1x1xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_ReduceKindAttr:$kind, Cleave_NumericTensor:$input,
+                   DenseI64ArrayAttr:$dims, UnitAttr:$keep_dims);
+  let results = (outs Cleave_NumericTensor:$result);
+  let assemblyFormat = [{
+    $kind $input `dims` `=` $dims attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+class Cleave_SoftmaxLikeOp<string mnemonic, string body>
+    : Cleave_Op<mnemonic, [SameOperandsAndResultType]> {
+  let summary = body # " along one dimension";
+  let description = [{
+    Numerically stable }] # body # [{ along dimension `axis`. Kept fused: its
+    sharding needs the axis whole, and its gradient is cheaper than that of
+    the decomposition.
+
+    ```mlir
+    %0 = cleave.}] # mnemonic # [{ %x axis = 1 : tensor<4x10xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` `=` $axis attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Cleave_SoftmaxOp : Cleave_SoftmaxLikeOp<"softmax", "softmax">;
+def Cleave_LogSoftmaxOp : Cleave_SoftmaxLikeOp<"log_softmax", "log-softmax">;
+
+def Cleave_LayerNormOp : Cleave_Op<"layer_norm",
+    [InferTypeOpAdaptor, AttrSizedOperandSegments]> {
+  let summary = "Layer normalisation over trailing dimensions";
+  let description = [{
+    Normalises `input` over dimensions `[axis, rank)`:
+    `result = (x - mean) * inv_std_dev * scale + bias` with the biased
+    variance and `inv_std_dev = 1 / sqrt(var + epsilon)`. `scale` and `bias`
+    are optional and have the shape of the normalised dimensions. `mean` and
+    `inv_std_dev` are also results (shape of `input` with the normalised
+    dimensions set to 1) because the gradient reuses them.
+
+    ```mlir
+    %y, %m, %r = cleave.layer_norm %x scale %g bias %b axis = 1 eps = 1.0e-05 : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input,
+                   Optional<Cleave_FloatTensor>:$scale,
+                   Optional<Cleave_FloatTensor>:$bias, I64Attr:$axis,
+                   F32Attr:$epsilon);
+  let results = (outs Cleave_FloatTensor:$result, Cleave_FloatTensor:$mean,
+                 Cleave_FloatTensor:$inv_std_dev);
+  let assemblyFormat = [{
+    $input (`scale` $scale^)? (`bias` $bias^)? `axis` `=` $axis `eps` `=`
+    $epsilon attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Cleave_BatchNormOp : Cleave_Op<"batch_norm", [InferTypeOpAdaptor]> {
+  let summary = "Batch normalisation with given statistics";
+  let description = [{
+    Inference-form batch normalisation over channel dimension 1 of
+    `input [N, C, ...]`: `(x - mean[c]) / sqrt(variance[c] + epsilon) *
+    scale[c] + bias[c]`. Training mode computes the statistics with
+    reductions and feeds them here.
+
+    ```mlir
+    %0 = cleave.batch_norm %x, %g, %b, %m, %v eps = 1.0e-05 : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<2x3x4x4xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input, Cleave_FloatTensor:$scale,
+                   Cleave_FloatTensor:$bias, Cleave_FloatTensor:$mean,
+                   Cleave_FloatTensor:$variance, F32Attr:$epsilon);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    operands `eps` `=` $epsilon attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Cleave_ReshapeOp : Cleave_Op<"reshape"> {
+  let summary = "Reinterprets the shape";
+  let description = [{
+    Same elements in row-major order, another static shape. Free at run time
+    (the result aliases the operand's buffer).
+
+    ```mlir
+    %0 = cleave.reshape %x : tensor<8x16x256xf32> -> tensor<8x16x4x64xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Cleave_TransposeOp : Cleave_Op<"transpose", [InferTypeOpAdaptor]> {
+  let summary = "Permutes dimensions";
+  let description = [{
+    Result dimension `i` is operand dimension `permutation[i]`.
+
+    ```mlir
+    %0 = cleave.transpose %x perm = [0, 2, 1, 3] : (tensor<8x16x4x64xf32>) -> tensor<8x4x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $input `perm` `=` $permutation attr-dict `:` functional-type(operands, results)
+  }];
+  let hasFolder = 1;
+}
+
+def Cleave_BroadcastOp : Cleave_Op<"broadcast"> {
+  let summary = "Expands size-1 dimensions";
+  let description = [{
+    The operand has the result's rank; each of its dimensions equals the
+    result's or is 1 and is repeated.
+
+    ```mlir
+    %0 = cleave.broadcast %x : tensor<1x8xf32> -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Cleave_ConcatOp : Cleave_Op<"concat", [InferTypeOpAdaptor]> {
+  let summary = "Concatenation along one dimension";
+  let description = [{
+    Joins operands of one element type and rank, equal in every dimension but
+    `axis`.
+
+    ```mlir
+    %0 = cleave.concat %a, %b axis = 1 : (tensor<2x3xf32>, tensor<2x5xf32>) -> tensor<2x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Cleave_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $inputs `axis` `=` $axis attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Cleave_SliceOp : Cleave_Op<"slice"> {
+  let summary = "Strided slice with static bounds";
+  let description = [{
+    Result element `i` along dimension `d` is operand element
+    `starts[d] + i * steps[d]`; the result type gives the counts. Steps are
+    non-zero and may be negative; every index read is in range.
+
+    ```mlir
+    %0 = cleave.slice %x starts = [0, 2] steps = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$starts,
+                   DenseI64ArrayAttr:$steps);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $input `starts` `=` $starts `steps` `=` $steps attr-dict `:` type($input)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_GatherOp : Cleave_Op<"gather", [InferTypeOpAdaptor]> {
+  let summary = "Gathers slices along one dimension (embedding lookup)";
+  let description = [{
+    `result[p..., i..., q...] = data[p..., indices[i...], q...]` where `p`
+    spans the dimensions before `axis`. Negative indices count from the end;
+    an out-of-range index is a run-time error. Kept as one op: with `data`
+    split along `axis` it is the vocab-parallel embedding.
+
+    ```mlir
+    %0 = cleave.gather %table, %ids axis = 0 : (tensor<1000x64xf32>, tensor<8x16xi64>) -> tensor<8x16x64xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$data, Cleave_IndexTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices `axis` `=` $axis attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+def Cleave_Conv2DOp : Cleave_Op<"conv2d", [InferTypeOpAdaptor]> {
+  let summary = "2-D convolution, NCHW";
+  let description = [{
+    `input [N, C, H, W]`, `filter [F, C/groups, KH, KW]`, optional
+    `bias [F]` -> `[N, F, OH, OW]` with `OH = (H + pad_top + pad_bottom -
+    dilation_h * (KH - 1) - 1) / stride_h + 1` (likewise OW). `pads` are
+    (top, left, bottom, right). 1-D convolutions import with H = 1.
+
+    ```mlir
+    %0 = cleave.conv2d %x, %w strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x3x8x8xf32>, tensor<16x3x3x3xf32>) -> tensor<2x16x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input, Cleave_FloatTensor:$filter,
+                   Optional<Cleave_FloatTensor>:$bias,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, I64Attr:$groups);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $filter (`bias` $bias^)? `strides` `=` $strides `pads` `=` $pads
+    `dilations` `=` $dilations `groups` `=` $groups attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+class Cleave_Pool2DOp<string mnemonic, string body, dag extraArgs = (ins)>
+    : Cleave_Op<mnemonic> {
+  let summary = body # " pooling, NCHW";
+  let description = [{
+    }] # body # [{ pooling over windows of `kernel` with `strides`,
+    `dilations` and `pads` (top, left, bottom, right). The result type gives
+    the output size, so floor and ceil modes are both expressed; the verifier
+    accepts either. Window positions outside the input are ignored by max;
+    for average, `count_include_pad` counts those inside the padding.
+
+    ```mlir
+    %0 = cleave.}] # mnemonic # [{ %x kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : tensor<2x3x8x8xf32> -> tensor<2x3x4x4xf32>
+    ```
+  }];
+  let arguments = !con((ins Cleave_FloatTensor:$input,
+                   DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations),
+                   extraArgs);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `kernel` `=` $kernel `strides` `=` $strides `pads` `=` $pads
+    `dilations` `=` $dilations attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_MaxPool2DOp : Cleave_Pool2DOp<"max_pool2d", "Max">;
+def Cleave_AvgPool2DOp : Cleave_Pool2DOp<"avg_pool2d", "Average",
+    (ins UnitAttr:$count_include_pad)>;
+
+#endif // CLEAVE_OPS_TD

@@ -1,0 +1,92 @@
+//===- OnnxImporter.h - ONNX model to cleave IR -----------------*- C++ -*-===//
+
+#ifndef CLEAVE_IMPORT_ONNXIMPORTER_H
+#define CLEAVE_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace onnx {
+class ModelProto;
+} // namespace onnx
+
+namespace mlir::cleave {
+
+/// A user's fixing of a graph input: its dims and, optionally, its element
+/// type (`--input NAME=8x128xi64`).
+struct InputSpec {
+  std::vector<int64_t> shape;
+  Type elementType; // null: keep the model's
+};
+
+/// Parses "8x128" or "8x128xi64" (also f32, i32, bool) into \p spec. Returns
+/// an error message, empty on success.
+std::string parseInputSpec(MLIRContext *context, const std::string &text,
+                           InputSpec &spec);
+
+struct OnnxImportOptions {
+  /// Fixed dims (and dtypes) of graph inputs, by name.
+  std::map<std::string, InputSpec> inputs;
+  /// Values of graph inputs, used only where the model needs a compile-time
+  /// constant (a Reshape's shape, a Range's bounds): the program is
+  /// specialised to them. The inputs stay function arguments.
+  std::map<std::string, DenseElementsAttr> knownInputs;
+};
+
+/// Raw element data of one tensor of the model (an initializer).
+struct TensorData {
+  Type elementType;
+  std::vector<int64_t> shape;
+  std::string bytes; // little-endian, row-major
+};
+
+/// A parsed ONNX model and the directory its external data is relative to.
+class OnnxModel {
+public:
+  /// Loads \p path. On failure returns null and sets \p error to a message
+  /// naming the file and the cause.
+  static std::unique_ptr<OnnxModel> load(const std::string &path,
+                                         std::string &error);
+  ~OnnxModel();
+  const onnx::ModelProto &proto() const { return *proto_; }
+  const std::string &path() const { return path_; }
+  /// Names of the graph inputs that are not initializers, in order.
+  std::vector<std::string> graphInputNames() const;
+  /// Reads initializer \p name (inline or external data).
+  FailureOr<TensorData> readInitializer(MLIRContext *context,
+                                        const std::string &name,
+                                        std::string &error) const;
+
+private:
+  OnnxModel();
+  std::unique_ptr<onnx::ModelProto> proto_;
+  std::string path_;
+};
+
+/// Reads a serialized ONNX TensorProto file (the test suite's .pb files);
+/// \p name receives the tensor's name.
+FailureOr<TensorData> readOnnxTensorFile(MLIRContext *context,
+                                         const std::string &path,
+                                         std::string &name,
+                                         std::string &error);
+
+/// Whether the importer has a handler for default-domain \p op at \p opset.
+bool isOnnxOpSupported(const std::string &op, int64_t opset);
+
+/// Imports \p model into a module holding `func.func @main`. Graph inputs
+/// become arguments tagged `cleave.input`, float initializers arguments
+/// tagged `cleave.parameter` (after the inputs), integer initializers
+/// constants; graph outputs are results tagged `cleave.output`. Errors are
+/// emitted as diagnostics naming the node, its op and the opset.
+OwningOpRef<ModuleOp> importOnnx(MLIRContext *context, const OnnxModel &model,
+                                 const OnnxImportOptions &options);
+
+} // namespace mlir::cleave
+
+#endif // CLEAVE_IMPORT_ONNXIMPORTER_H

@@ -1,0 +1,53 @@
+//===- Passes.td - Lowering passes -------------------------*- tablegen -*-===//
+//
+// Passes from the cleave dialect towards a plan of kernel calls.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_LOWERING_PASSES_TD
+#define CLEAVE_LOWERING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def PlanBuffersPass : Pass<"cleave-plan-buffers", "func::FuncOp"> {
+  let summary = "Assigns every tensor a static offset in one scratch arena";
+  let description = [{
+    Static buffer planning. Every op result that needs storage gets a byte
+    offset in a per-function arena; values whose lifetimes do not overlap
+    share bytes. The program is a straight line, so a value's lifetime is the
+    interval from its definition to its last use (function results live to
+    the end). Offsets come from a best-fit choice among free gaps, largest
+    value first (the classic greedy-by-size heuristic), aligned to 64 bytes.
+
+    Views need no storage of their own: `cleave.reshape` aliases its operand
+    (which then stays alive as long as the view), and constants and function
+    arguments live outside the arena. The pass records offsets as
+    `cleave.offsets` (one per result; -1 for a view, which has no storage of its own) and the arena size as
+    `cleave.arena_bytes` on the function; plan emission reads both.
+
+    Before:
+    ```mlir
+    func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = cleave.exp %x : tensor<4xf32>
+      %1 = cleave.tanh %0 : tensor<4xf32>
+      %2 = cleave.exp %1 : tensor<4xf32>
+      return %2 : tensor<4xf32>
+    }
+    ```
+    After (`%0` is dead once `%1` exists, so `%2` reuses its bytes):
+    ```mlir
+    func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {cleave.arena_bytes = 128 : i64} {
+      %0 = cleave.exp %x {cleave.offsets = array<i64: 0>} : tensor<4xf32>
+      %1 = cleave.tanh %0 {cleave.offsets = array<i64: 64>} : tensor<4xf32>
+      %2 = cleave.exp %1 {cleave.offsets = array<i64: 0>} : tensor<4xf32>
+      return %2 : tensor<4xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"64",
+           "Byte alignment of every buffer">,
+  ];
+}
+
+#endif // CLEAVE_LOWERING_PASSES_TD

@@ -1,0 +1,260 @@
+//===- Elementwise.cpp - ONNX elementwise ops -------------------*- C++ -*-===//
+//
+// Arithmetic, comparisons, logic, unary math, Clip, Where, Cast. ONNX's
+// multidirectional broadcasting becomes explicit rank alignment plus the
+// cleave ops' size-1 broadcasting.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NodeContext.h"
+
+using namespace mlir;
+using namespace mlir::cleave;
+using namespace mlir::cleave::onnx_import;
+
+namespace {
+
+/// Checks that \p a and \p b share an element type.
+LogicalResult sameElement(NodeContext &ctx, Value a, Value b) {
+  Type ta = NodeContext::typeOf(a).getElementType();
+  Type tb = NodeContext::typeOf(b).getElementType();
+  if (ta != tb)
+    return ctx.error() << "operands have different element types " << ta
+                       << " and " << tb;
+  return success();
+}
+
+template <typename OpTy> LogicalResult binary(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b) || failed(sameElement(ctx, *a, *b)))
+    return failure();
+  SmallVector<Value> v = ctx.alignRanks({*a, *b});
+  if (failed(broadcastShapes(ctx.b.getLoc(),
+                             {NodeContext::typeOf(v[0]).getShape(),
+                              NodeContext::typeOf(v[1]).getShape()})))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<OpTy>(v[0], v[1]));
+  return success();
+}
+
+/// Max, Min, Sum: variadic, folded pairwise.
+template <typename OpTy> LogicalResult variadic(NodeContext &ctx) {
+  FailureOr<Value> acc = ctx.input(0);
+  if (failed(acc))
+    return failure();
+  for (unsigned i = 1; i < ctx.numInputs(); ++i) {
+    FailureOr<Value> next = ctx.input(i);
+    if (failed(next) || failed(sameElement(ctx, *acc, *next)))
+      return failure();
+    SmallVector<Value> v = ctx.alignRanks({*acc, *next});
+    if (failed(broadcastShapes(ctx.b.getLoc(),
+                               {NodeContext::typeOf(v[0]).getShape(),
+                                NodeContext::typeOf(v[1]).getShape()})))
+      return failure();
+    acc = ctx.b.createOrFold<OpTy>(v[0], v[1]);
+  }
+  ctx.setOutput(0, *acc);
+  return success();
+}
+
+template <CmpPredicate P> LogicalResult compare(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b) || failed(sameElement(ctx, *a, *b)))
+    return failure();
+  SmallVector<Value> v = ctx.alignRanks({*a, *b});
+  if (failed(broadcastShapes(ctx.b.getLoc(),
+                             {NodeContext::typeOf(v[0]).getShape(),
+                              NodeContext::typeOf(v[1]).getShape()})))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<CmpOp>(P, v[0], v[1]));
+  return success();
+}
+
+/// Unary ops defined on floats only check their operand's type, so a model
+/// applying Exp to integers gets a message instead of a verifier failure.
+template <typename OpTy, bool FloatOnly = true>
+LogicalResult unary(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  Type element = NodeContext::typeOf(*x).getElementType();
+  if (FloatOnly && !isa<FloatType>(element))
+    return ctx.error() << "needs a float input, got " << element;
+  ctx.setOutput(0, ctx.b.createOrFold<OpTy>(*x));
+  return success();
+}
+
+LogicalResult power(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b))
+    return failure();
+  // The result has the base's type; the exponent is converted to it.
+  Type element = NodeContext::typeOf(*a).getElementType();
+  Value exponent = *b;
+  if (NodeContext::typeOf(exponent).getElementType() != element)
+    exponent = ctx.b.createOrFold<CastOp>(
+        NodeContext::typeOf(exponent).clone(element), exponent);
+  SmallVector<Value> v = ctx.alignRanks({*a, exponent});
+  if (failed(broadcastShapes(ctx.b.getLoc(),
+                             {NodeContext::typeOf(v[0]).getShape(),
+                              NodeContext::typeOf(v[1]).getShape()})))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<PowOp>(v[0], v[1]));
+  return success();
+}
+
+LogicalResult leakyRelu(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  ctx.setOutput(0, LeakyReluOp::create(ctx.b, *x,
+                                       ctx.b.getF32FloatAttr(
+                                           ctx.attrFloat("alpha", 0.01f))));
+  return success();
+}
+
+LogicalResult gelu(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  std::string approximate = ctx.attrString("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    return ctx.error() << "unknown approximate='" << approximate << "'";
+  auto op = GeluOp::create(ctx.b, *x);
+  if (approximate == "tanh")
+    op.setApproximate(true);
+  ctx.setOutput(0, op);
+  return success();
+}
+
+LogicalResult where(NodeContext &ctx) {
+  FailureOr<Value> c = ctx.input(0), t = ctx.input(1), f = ctx.input(2);
+  if (failed(c) || failed(t) || failed(f) || failed(sameElement(ctx, *t, *f)))
+    return failure();
+  if (!NodeContext::typeOf(*c).getElementType().isInteger(1))
+    return ctx.error() << "condition must be bool";
+  SmallVector<Value> v = ctx.alignRanks({*c, *t, *f});
+  if (failed(broadcastShapes(ctx.b.getLoc(),
+                             {NodeContext::typeOf(v[0]).getShape(),
+                              NodeContext::typeOf(v[1]).getShape(),
+                              NodeContext::typeOf(v[2]).getShape()})))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<SelectOp>(v[0], v[1], v[2]));
+  return success();
+}
+
+/// Clip with optional min/max given as inputs (opset >= 11) or attributes.
+LogicalResult clipWith(NodeContext &ctx, Value x, std::optional<Value> lo,
+                       std::optional<Value> hi) {
+  for (std::optional<Value> bound : {lo, hi}) {
+    if (!bound)
+      continue;
+    if (NodeContext::typeOf(*bound).getRank() > 0 &&
+        NodeContext::typeOf(*bound).getNumElements() != 1)
+      return ctx.error() << "min and max must be scalars";
+    if (failed(sameElement(ctx, x, *bound)))
+      return failure();
+  }
+  int64_t rank = NodeContext::rankOf(x);
+  SmallVector<int64_t> ones(rank, 1);
+  if (lo)
+    x = ctx.b.createOrFold<MaxOp>(x, ctx.reshape(*lo, ones));
+  if (hi)
+    x = ctx.b.createOrFold<MinOp>(x, ctx.reshape(*hi, ones));
+  ctx.setOutput(0, x);
+  return success();
+}
+
+LogicalResult clip11(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  std::optional<Value> lo, hi;
+  if (ctx.hasInput(1)) {
+    FailureOr<Value> v = ctx.input(1);
+    if (failed(v))
+      return failure();
+    lo = *v;
+  }
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> v = ctx.input(2);
+    if (failed(v))
+      return failure();
+    hi = *v;
+  }
+  return clipWith(ctx, *x, lo, hi);
+}
+
+LogicalResult clip6(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  Type element = NodeContext::typeOf(*x).getElementType();
+  return clipWith(
+      ctx, *x, ctx.splat(element, {}, ctx.attrFloat("min", -3.4028234e38f)),
+      ctx.splat(element, {}, ctx.attrFloat("max", 3.4028234e38f)));
+}
+
+LogicalResult castOp(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  int64_t to = ctx.attrInt("to", 0);
+  Type element = elementTypeFromOnnx(ctx.b.getContext(), to);
+  if (!element)
+    return ctx.error() << "cast to ONNX type " << to << " is not supported";
+  auto type = NodeContext::typeOf(*x).clone(element);
+  ctx.setOutput(0, ctx.b.createOrFold<CastOp>(type, *x));
+  return success();
+}
+
+LogicalResult identity(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  ctx.setOutput(0, *x);
+  return success();
+}
+
+} // namespace
+
+void onnx_import::registerElementwiseHandlers(HandlerTable &t) {
+  // Since-versions: the oldest version whose semantics these handlers
+  // implement (numpy broadcasting arrived at 7).
+  t.on("Add", 7, binary<AddOp>);
+  t.on("Sub", 7, binary<SubOp>);
+  t.on("Mul", 7, binary<MulOp>);
+  t.on("Div", 7, binary<DivOp>);
+  t.on("Pow", 7, power);
+  t.on("And", 7, binary<AndOp>);
+  t.on("Or", 7, binary<OrOp>);
+  t.on("Xor", 7, binary<XorOp>);
+  t.on("Max", 8, variadic<MaxOp>);
+  t.on("Min", 8, variadic<MinOp>);
+  t.on("Sum", 8, variadic<AddOp>);
+  t.on("Equal", 7, compare<CmpPredicate::eq>);
+  t.on("Less", 7, compare<CmpPredicate::lt>);
+  t.on("LessOrEqual", 12, compare<CmpPredicate::le>);
+  t.on("Greater", 7, compare<CmpPredicate::gt>);
+  t.on("GreaterOrEqual", 12, compare<CmpPredicate::ge>);
+  t.on("Where", 9, where);
+  t.on("Not", 1, unary<NotOp, false>);
+  t.on("Neg", 6, unary<NegOp, false>);
+  t.on("Abs", 6, unary<AbsOp, false>);
+  t.on("Exp", 6, unary<ExpOp>);
+  t.on("Log", 6, unary<LogOp>);
+  t.on("Sqrt", 6, unary<SqrtOp>);
+  t.on("Reciprocal", 6, unary<ReciprocalOp>);
+  t.on("Tanh", 6, unary<TanhOp>);
+  t.on("Sigmoid", 6, unary<SigmoidOp>);
+  t.on("Relu", 6, unary<ReluOp>);
+  t.on("Erf", 9, unary<ErfOp>);
+  t.on("Sin", 7, unary<SinOp>);
+  t.on("Cos", 7, unary<CosOp>);
+  t.on("LeakyRelu", 6, leakyRelu);
+  t.on("Gelu", 20, gelu);
+  t.on("Clip", 6, clip6);
+  t.on("Clip", 11, clip11);
+  t.on("Cast", 6, castOp);
+  t.on("Identity", 1, identity);
+}

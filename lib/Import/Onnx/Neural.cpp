@@ -1,0 +1,602 @@
+//===- Neural.cpp - ONNX contractions, reductions, norms, conv --*- C++ -*-===//
+
+#include "NodeContext.h"
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace mlir::cleave;
+using namespace mlir::cleave::onnx_import;
+
+namespace {
+
+LogicalResult requireFloat(NodeContext &ctx, Value v) {
+  Type t = NodeContext::typeOf(v).getElementType();
+  if (!isa<FloatType>(t))
+    return ctx.error() << "needs float operands, got " << t;
+  return success();
+}
+
+/// numpy.matmul: 1-D operands gain and then lose a dimension, batch dims
+/// broadcast after rank alignment.
+FailureOr<Value> numpyMatmul(NodeContext &ctx, Value a, Value b) {
+  if (failed(requireFloat(ctx, a)) || failed(requireFloat(ctx, b)))
+    return failure();
+  bool vecA = NodeContext::rankOf(a) == 1, vecB = NodeContext::rankOf(b) == 1;
+  if (NodeContext::rankOf(a) == 0 || NodeContext::rankOf(b) == 0)
+    return ctx.error() << "operands must have rank >= 1";
+  if (vecA)
+    a = ctx.reshape(a, {1, NodeContext::typeOf(a).getDimSize(0)});
+  if (vecB)
+    b = ctx.reshape(b, {NodeContext::typeOf(b).getDimSize(0), 1});
+  SmallVector<Value> v = ctx.alignRanks({a, b});
+  SmallVector<Type> inferred;
+  if (failed(MatmulOp::inferReturnTypes(
+          ctx.b.getContext(), ctx.b.getLoc(),
+          MatmulOp::Adaptor({v[0], v[1]}, ctx.b.getDictionaryAttr({}), {}),
+          inferred)))
+    return failure();
+  Value result = MatmulOp::create(ctx.b, v[0], v[1]);
+  SmallVector<int64_t> shape(NodeContext::typeOf(result).getShape());
+  if (vecB)
+    shape.pop_back();
+  if (vecA)
+    shape.erase(shape.end() - (vecB ? 1 : 2));
+  return ctx.reshape(result, shape);
+}
+
+LogicalResult matmul(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b))
+    return failure();
+  FailureOr<Value> r = numpyMatmul(ctx, *a, *b);
+  if (failed(r))
+    return failure();
+  ctx.setOutput(0, *r);
+  return success();
+}
+
+LogicalResult gemm(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b) || failed(requireFloat(ctx, *a)) ||
+      failed(requireFloat(ctx, *b)))
+    return failure();
+  if (NodeContext::rankOf(*a) != 2 || NodeContext::rankOf(*b) != 2)
+    return ctx.error() << "A and B must be matrices";
+  bool transA = ctx.attrInt("transA", 0) != 0;
+  bool transB = ctx.attrInt("transB", 0) != 0;
+  MatmulOp::Properties props;
+  if (transA)
+    props.transpose_lhs = ctx.b.getUnitAttr();
+  if (transB)
+    props.transpose_rhs = ctx.b.getUnitAttr();
+  SmallVector<Type> inferred;
+  if (failed(MatmulOp::inferReturnTypes(
+          ctx.b.getContext(), ctx.b.getLoc(),
+          MatmulOp::Adaptor({*a, *b}, ctx.b.getDictionaryAttr({}), props),
+          inferred)))
+    return failure();
+  Value op = MatmulOp::create(ctx.b, inferred[0], *a, *b, transA, transB);
+  Value y = op;
+  Type f32 = NodeContext::typeOf(y).getElementType();
+  float alpha = ctx.attrFloat("alpha", 1.0f), beta = ctx.attrFloat("beta", 1.0f);
+  if (alpha != 1.0f)
+    y = MulOp::create(ctx.b, y, ctx.splat(f32, {1, 1}, alpha));
+  if (ctx.hasInput(2) && beta != 0.0f) {
+    FailureOr<Value> c = ctx.input(2);
+    if (failed(c))
+      return failure();
+    Value cv = ctx.alignRank(*c, 2);
+    if (beta != 1.0f)
+      cv = ctx.b.createOrFold<MulOp>(cv, ctx.splat(f32, {1, 1}, beta));
+    if (failed(broadcastShapes(ctx.b.getLoc(),
+                               {NodeContext::typeOf(y).getShape(),
+                                NodeContext::typeOf(cv).getShape()})))
+      return failure();
+    y = AddOp::create(ctx.b, y, cv);
+  }
+  ctx.setOutput(0, y);
+  return success();
+}
+
+/// Einsum without repeated indices within an operand: one operand reduces
+/// and permutes; two contract through one batched matmul.
+LogicalResult einsum(NodeContext &ctx) {
+  std::string eq = ctx.attrString("equation", "");
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  if (eq.find("...") != std::string::npos)
+    return ctx.error() << "equation '" << eq
+                       << "' uses an ellipsis, which is not supported";
+  SmallVector<StringRef> lhsRhs;
+  StringRef(eq).split(lhsRhs, "->");
+  SmallVector<StringRef> terms;
+  lhsRhs[0].split(terms, ',');
+  if (terms.size() != ctx.numInputs() || terms.size() > 2)
+    return ctx.error() << "equation '" << eq << "' needs 1 or 2 operands "
+                       << "matching the inputs";
+  std::string out;
+  if (lhsRhs.size() == 2) {
+    out = lhsRhs[1].str();
+  } else {
+    // Implicit output: indices that appear once, in alphabetical order.
+    std::string all = lhsRhs[0].str();
+    for (char c = 'A'; c <= 'z'; ++c)
+      if (std::count(all.begin(), all.end(), c) == 1)
+        out.push_back(c);
+  }
+  SmallVector<Value> ops;
+  llvm::StringMap<int64_t> sizes;
+  for (auto [i, term] : llvm::enumerate(terms)) {
+    FailureOr<Value> v = ctx.input(i);
+    if (failed(v) || failed(requireFloat(ctx, *v)))
+      return failure();
+    if (static_cast<int64_t>(term.size()) != NodeContext::rankOf(*v))
+      return ctx.error() << "term '" << term << "' does not match rank "
+                         << NodeContext::rankOf(*v);
+    for (auto [d, c] : llvm::enumerate(term)) {
+      if (term.count(c) > 1)
+        return ctx.error() << "repeated index '" << c << "' in term '"
+                           << term << "' (diagonals) is not supported";
+      int64_t size = NodeContext::typeOf(*v).getDimSize(d);
+      auto [it, inserted] = sizes.insert({StringRef(&c, 1), size});
+      if (!inserted && it->second != size)
+        return ctx.error() << "index '" << c << "' has sizes " << it->second
+                           << " and " << size;
+    }
+    ops.push_back(*v);
+  }
+  auto sizeOf = [&](char c) { return sizes.lookup(StringRef(&c, 1)); };
+  auto permuteTo = [&](Value v, StringRef from, StringRef to) -> Value {
+    SmallVector<int64_t> perm;
+    for (char c : to)
+      perm.push_back(from.find(c));
+    return ctx.b.createOrFold<TransposeOp>(v, ctx.b.getDenseI64ArrayAttr(perm));
+  };
+  // Sums an operand over indices that no other term or the output has.
+  auto reduceLocal = [&](Value v, std::string &term, StringRef other) -> Value {
+    SmallVector<int64_t> dims;
+    std::string kept;
+    for (auto [d, c] : llvm::enumerate(term)) {
+      if (out.find(c) == std::string::npos &&
+          other.find(c) == StringRef::npos)
+        dims.push_back(d);
+      else
+        kept.push_back(c);
+    }
+    if (dims.empty())
+      return v;
+    term = kept;
+    return ReduceOp::create(ctx.b, ReduceKind::sum, v,
+                            ctx.b.getDenseI64ArrayAttr(dims), false)
+        .getResult();
+  };
+  for (char c : out)
+    if (!sizes.count(StringRef(&c, 1)))
+      return ctx.error() << "output index '" << c << "' is not an input index";
+
+  std::string t0 = terms[0].str();
+  Value a = reduceLocal(ops[0], t0, terms.size() > 1 ? terms[1] : "");
+  if (terms.size() == 1) {
+    ctx.setOutput(0, permuteTo(a, t0, out));
+    return success();
+  }
+  std::string t1 = terms[1].str();
+  Value b = reduceLocal(ops[1], t1, t0);
+  std::string batch, contracted, keptA, keptB;
+  for (char c : t0) {
+    bool inB = t1.find(c) != std::string::npos;
+    bool inOut = out.find(c) != std::string::npos;
+    (inB ? (inOut ? batch : contracted) : keptA).push_back(c);
+  }
+  for (char c : t1)
+    if (t0.find(c) == std::string::npos)
+      keptB.push_back(c);
+  auto product = [&](StringRef idx) {
+    int64_t p = 1;
+    for (char c : idx)
+      p *= sizeOf(c);
+    return p;
+  };
+  int64_t nb = product(batch), m = product(keptA), k = product(contracted),
+          n = product(keptB);
+  a = ctx.reshape(permuteTo(a, t0, batch + keptA + contracted), {nb, m, k});
+  b = ctx.reshape(permuteTo(b, t1, batch + contracted + keptB), {nb, k, n});
+  Value r = MatmulOp::create(ctx.b, a, b);
+  std::string rTerm = batch + keptA + keptB;
+  SmallVector<int64_t> rShape;
+  for (char c : rTerm)
+    rShape.push_back(sizeOf(c));
+  r = ctx.reshape(r, rShape);
+  ctx.setOutput(0, permuteTo(r, rTerm, out));
+  return success();
+}
+
+template <typename OpTy> LogicalResult softmax13(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  FailureOr<int64_t> axis =
+      ctx.normaliseAxis(ctx.attrInt("axis", -1), NodeContext::rankOf(*x));
+  if (failed(axis))
+    return failure();
+  ctx.setOutput(0, OpTy::create(ctx.b, *x, *axis));
+  return success();
+}
+
+/// Opsets < 13 coerce the input to 2-D at `axis` (default 1).
+template <typename OpTy> LogicalResult softmax1(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  int64_t rank = type.getRank();
+  int64_t axis = ctx.attrInt("axis", 1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis > rank)
+    return ctx.error() << "axis is out of range";
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i)
+    (i < axis ? outer : inner) *= type.getDimSize(i);
+  Value flat = ctx.reshape(*x, {outer, inner});
+  ctx.setOutput(0, ctx.reshape(OpTy::create(ctx.b, flat, 1), type.getShape()));
+  return success();
+}
+
+LogicalResult reduceWith(NodeContext &ctx, ReduceKind kind,
+                         std::optional<SmallVector<int64_t>> axes,
+                         bool noopWithEmpty) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  int64_t rank = NodeContext::rankOf(*x);
+  bool keep = ctx.attrInt("keepdims", 1) != 0;
+  SmallVector<int64_t> dims;
+  if (!axes || axes->empty()) {
+    if (noopWithEmpty) {
+      ctx.setOutput(0, *x);
+      return success();
+    }
+    for (int64_t i = 0; i < rank; ++i)
+      dims.push_back(i);
+  } else {
+    for (int64_t a : *axes) {
+      FailureOr<int64_t> d = ctx.normaliseAxis(a, rank);
+      if (failed(d))
+        return failure();
+      dims.push_back(*d);
+    }
+    llvm::sort(dims);
+    dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  }
+  if (kind == ReduceKind::mean && failed(requireFloat(ctx, *x)))
+    return failure();
+  auto op = ReduceOp::create(ctx.b, kind, *x, ctx.b.getDenseI64ArrayAttr(dims),
+                             keep);
+  ctx.setOutput(0, op);
+  return success();
+}
+
+template <ReduceKind K> LogicalResult reduceAttr(NodeContext &ctx) {
+  return reduceWith(ctx, K, ctx.attrInts("axes"), false);
+}
+
+template <ReduceKind K> LogicalResult reduceInput(NodeContext &ctx) {
+  std::optional<SmallVector<int64_t>> axes;
+  if (ctx.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> v = ctx.constantInts(1, "axes");
+    if (failed(v))
+      return failure();
+    axes = *v;
+  }
+  return reduceWith(ctx, K, axes, ctx.attrInt("noop_with_empty_axes", 0));
+}
+
+LogicalResult layerNorm(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0), scale = ctx.input(1);
+  if (failed(x) || failed(scale) || failed(requireFloat(ctx, *x)))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  FailureOr<int64_t> axis =
+      ctx.normaliseAxis(ctx.attrInt("axis", -1), type.getRank());
+  if (failed(axis))
+    return failure();
+  auto normType = RankedTensorType::get(type.getShape().drop_front(*axis),
+                                        type.getElementType());
+  // Scale and bias broadcast to the normalised shape.
+  auto fit = [&](Value v) -> FailureOr<Value> {
+    if (v.getType() == normType)
+      return v;
+    Value aligned = ctx.alignRank(v, normType.getRank());
+    if (NodeContext::rankOf(aligned) != normType.getRank() ||
+        failed(broadcastShapes(ctx.b.getLoc(),
+                               {NodeContext::typeOf(aligned).getShape(),
+                                normType.getShape()})))
+      return ctx.error() << "scale/bias of type " << v.getType()
+                         << " do not broadcast to " << normType;
+    return ctx.b.createOrFold<BroadcastOp>(normType, aligned);
+  };
+  FailureOr<Value> s = fit(*scale);
+  if (failed(s))
+    return failure();
+  Value bias;
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> bv = ctx.input(2);
+    if (failed(bv))
+      return failure();
+    FailureOr<Value> fitted = fit(*bv);
+    if (failed(fitted))
+      return failure();
+    bias = *fitted;
+  }
+  auto op = LayerNormOp::create(ctx.b, *x, *s, bias,
+                                ctx.b.getI64IntegerAttr(*axis),
+                                ctx.b.getF32FloatAttr(
+                                    ctx.attrFloat("epsilon", 1e-5f)));
+  ctx.setOutput(0, op.getResult());
+  ctx.setOutput(1, op.getMean());
+  ctx.setOutput(2, op.getInvStdDev());
+  return success();
+}
+
+LogicalResult batchNorm(NodeContext &ctx) {
+  SmallVector<Value> in;
+  for (unsigned i = 0; i < 5; ++i) {
+    FailureOr<Value> v = ctx.input(i);
+    if (failed(v) || failed(requireFloat(ctx, *v)))
+      return failure();
+    in.push_back(*v);
+  }
+  auto type = NodeContext::typeOf(in[0]);
+  float eps = ctx.attrFloat("epsilon", 1e-5f);
+  bool training = ctx.attrInt("training_mode", 0) != 0;
+  if (!training) {
+    SmallVector<Type> inferred;
+    if (failed(BatchNormOp::inferReturnTypes(
+            ctx.b.getContext(), ctx.b.getLoc(),
+            BatchNormOp::Adaptor(in, ctx.b.getDictionaryAttr({}),
+                                 BatchNormOp::Properties{
+                                     ctx.b.getF32FloatAttr(eps)}),
+            inferred)))
+      return failure();
+    ctx.setOutput(0, BatchNormOp::create(ctx.b, in[0], in[1], in[2], in[3],
+                                         in[4], ctx.b.getF32FloatAttr(eps)));
+    return success();
+  }
+  // Training mode: batch statistics (biased variance, as ONNX's reference),
+  // then the running statistics blended with `momentum`.
+  SmallVector<int64_t> dims;
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    if (i != 1)
+      dims.push_back(i);
+  Type f32 = type.getElementType();
+  int64_t channels = type.getDimSize(1);
+  auto dimsAttr = ctx.b.getDenseI64ArrayAttr(dims);
+  Value mean = ReduceOp::create(ctx.b, ReduceKind::mean, in[0], dimsAttr, true);
+  Value centered = SubOp::create(ctx.b, in[0], mean);
+  Value var = ReduceOp::create(ctx.b, ReduceKind::mean,
+                               MulOp::create(ctx.b, centered, centered),
+                               dimsAttr, true);
+  Value flatMean = ctx.reshape(mean, {channels});
+  Value flatVar = ctx.reshape(var, {channels});
+  ctx.setOutput(0, BatchNormOp::create(ctx.b, in[0], in[1], in[2], flatMean,
+                                       flatVar, ctx.b.getF32FloatAttr(eps)));
+  float momentum = ctx.attrFloat("momentum", 0.9f);
+  auto blend = [&](Value running, Value current) -> Value {
+    Value m = ctx.splat(f32, {1}, momentum);
+    Value rest = ctx.splat(f32, {1}, 1.0 - momentum);
+    return AddOp::create(ctx.b, MulOp::create(ctx.b, running, m),
+                         MulOp::create(ctx.b, current, rest));
+  };
+  if (ctx.hasOutput(1))
+    ctx.setOutput(1, blend(in[3], flatMean));
+  if (ctx.hasOutput(2))
+    ctx.setOutput(2, blend(in[4], flatVar));
+  return success();
+}
+
+/// Window attributes of Conv and the pools, normalised to 2-D (a 1-D op
+/// gets a leading spatial dim of 1) with auto_pad resolved.
+struct Window {
+  SmallVector<int64_t> kernel, strides, pads, dilations; // pads: t, l, b, r
+  bool ceil = false;
+};
+
+FailureOr<Window> windowOf(NodeContext &ctx, ArrayRef<int64_t> spatial,
+                           ArrayRef<int64_t> kernel) {
+  size_t n = spatial.size();
+  Window w;
+  auto get = [&](StringRef name, int64_t dflt, size_t count) {
+    SmallVector<int64_t> v = ctx.attrInts(name).value_or(
+        SmallVector<int64_t>(count, dflt));
+    return v;
+  };
+  SmallVector<int64_t> strides = get("strides", 1, n);
+  SmallVector<int64_t> dilations = get("dilations", 1, n);
+  SmallVector<int64_t> pads = get("pads", 0, 2 * n);
+  if (strides.size() != n || dilations.size() != n || pads.size() != 2 * n)
+    return ctx.error() << "strides, dilations or pads do not match " << n
+                       << " spatial dimensions";
+  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
+  w.ceil = ctx.attrInt("ceil_mode", 0) != 0;
+  if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t out = (spatial[i] + strides[i] - 1) / strides[i];
+      int64_t total = std::max<int64_t>(
+          (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 -
+              spatial[i],
+          0);
+      int64_t small = total / 2, big = total - small;
+      pads[i] = autoPad == "SAME_UPPER" ? small : big;
+      pads[n + i] = autoPad == "SAME_UPPER" ? big : small;
+    }
+  } else if (autoPad == "VALID") {
+    std::fill(pads.begin(), pads.end(), 0);
+  } else if (autoPad != "NOTSET") {
+    return ctx.error() << "unknown auto_pad '" << autoPad << "'";
+  }
+  if (n == 1) {
+    w.kernel = {1, kernel[0]};
+    w.strides = {1, strides[0]};
+    w.dilations = {1, dilations[0]};
+    w.pads = {0, pads[0], 0, pads[1]};
+  } else if (n == 2) {
+    w.kernel.assign(kernel.begin(), kernel.end());
+    w.strides = strides;
+    w.dilations = dilations;
+    w.pads = pads;
+  } else {
+    return ctx.error() << n << "-D windows are not supported (1-D and 2-D "
+                       << "are)";
+  }
+  return w;
+}
+
+/// Views a rank-3 [N, C, W] value as [N, C, 1, W].
+Value to4D(NodeContext &ctx, Value v) {
+  auto s = NodeContext::typeOf(v).getShape();
+  if (s.size() == 4)
+    return v;
+  return ctx.reshape(v, {s[0], s[1], 1, s[2]});
+}
+
+LogicalResult conv(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0), w = ctx.input(1);
+  if (failed(x) || failed(w) || failed(requireFloat(ctx, *x)))
+    return failure();
+  auto xs = NodeContext::typeOf(*x).getShape();
+  auto ws = NodeContext::typeOf(*w).getShape();
+  if (xs.size() < 3 || ws.size() != xs.size())
+    return ctx.error() << "input and weight must have one rank >= 3";
+  SmallVector<int64_t> kernel(ws.drop_front(2));
+  if (auto k = ctx.attrInts("kernel_shape"); k && *k != kernel)
+    return ctx.error() << "kernel_shape does not match the weight";
+  FailureOr<Window> win = windowOf(ctx, xs.drop_front(2), kernel);
+  if (failed(win))
+    return failure();
+  Value bias;
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> b = ctx.input(2);
+    if (failed(b))
+      return failure();
+    bias = *b;
+  }
+  SmallVector<Value> operands = {to4D(ctx, *x), to4D(ctx, *w)};
+  if (bias)
+    operands.push_back(bias);
+  int64_t groups = ctx.attrInt("group", 1);
+  Conv2DOp::Properties props;
+  props.strides = ctx.b.getDenseI64ArrayAttr(win->strides);
+  props.pads = ctx.b.getDenseI64ArrayAttr(win->pads);
+  props.dilations = ctx.b.getDenseI64ArrayAttr(win->dilations);
+  props.groups = ctx.b.getI64IntegerAttr(groups);
+  SmallVector<Type> inferred;
+  if (failed(Conv2DOp::inferReturnTypes(
+          ctx.b.getContext(), ctx.b.getLoc(),
+          Conv2DOp::Adaptor(operands, ctx.b.getDictionaryAttr({}), props),
+          inferred)))
+    return failure();
+  Value y = Conv2DOp::create(ctx.b, operands[0], operands[1], bias,
+                             props.strides, props.pads, props.dilations,
+                             props.groups);
+  if (xs.size() == 3) {
+    auto s = NodeContext::typeOf(y).getShape();
+    y = ctx.reshape(y, {s[0], s[1], s[3]});
+  }
+  ctx.setOutput(0, y);
+  return success();
+}
+
+/// Output extent of a pooling window sweep (see CleaveOps.cpp).
+int64_t poolOutput(int64_t size, int64_t pb, int64_t pe, int64_t k, int64_t s,
+                   int64_t d, bool ceil) {
+  int64_t span = size + pb + pe - d * (k - 1) - 1;
+  if (span < 0)
+    return 0;
+  int64_t out = (ceil ? (span + s - 1) / s : span / s) + 1;
+  if (ceil && (out - 1) * s >= size + pb)
+    --out;
+  return out;
+}
+
+template <bool IsMax> LogicalResult pool(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  if (IsMax && ctx.hasOutput(1))
+    return ctx.error() << "the Indices output of MaxPool is not supported";
+  auto xs = NodeContext::typeOf(*x).getShape();
+  if (xs.size() < 3)
+    return ctx.error() << "input must have rank >= 3";
+  auto kernel = ctx.attrInts("kernel_shape");
+  if (!kernel || kernel->size() != xs.size() - 2)
+    return ctx.error() << "kernel_shape must give one size per spatial dim";
+  FailureOr<Window> win = windowOf(ctx, xs.drop_front(2), *kernel);
+  if (failed(win))
+    return failure();
+  Value in = to4D(ctx, *x);
+  auto s4 = NodeContext::typeOf(in).getShape();
+  int64_t oh = poolOutput(s4[2], win->pads[0], win->pads[2], win->kernel[0],
+                          win->strides[0], win->dilations[0], win->ceil);
+  int64_t ow = poolOutput(s4[3], win->pads[1], win->pads[3], win->kernel[1],
+                          win->strides[1], win->dilations[1], win->ceil);
+  auto type = NodeContext::typeOf(in).clone({s4[0], s4[1], oh, ow});
+  auto k = ctx.b.getDenseI64ArrayAttr(win->kernel);
+  auto st = ctx.b.getDenseI64ArrayAttr(win->strides);
+  auto p = ctx.b.getDenseI64ArrayAttr(win->pads);
+  auto d = ctx.b.getDenseI64ArrayAttr(win->dilations);
+  Value y;
+  if constexpr (IsMax) {
+    y = MaxPool2DOp::create(ctx.b, type, in, k, st, p, d);
+  } else {
+    y = AvgPool2DOp::create(ctx.b, type, in, k, st, p, d,
+                            ctx.attrInt("count_include_pad", 0) != 0);
+  }
+  if (xs.size() == 3)
+    y = ctx.reshape(y, {s4[0], s4[1], ow});
+  ctx.setOutput(0, y);
+  return success();
+}
+
+template <ReduceKind K> LogicalResult globalPool(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  int64_t rank = NodeContext::rankOf(*x);
+  if (rank < 3)
+    return ctx.error() << "input must have rank >= 3";
+  SmallVector<int64_t> dims;
+  for (int64_t i = 2; i < rank; ++i)
+    dims.push_back(i);
+  ctx.setOutput(0, ReduceOp::create(ctx.b, K, *x,
+                                    ctx.b.getDenseI64ArrayAttr(dims), true));
+  return success();
+}
+
+} // namespace
+
+void onnx_import::registerNeuralHandlers(HandlerTable &t) {
+  t.on("MatMul", 1, matmul);
+  t.on("Gemm", 7, gemm);
+  t.on("Einsum", 12, einsum);
+  t.on("Softmax", 1, softmax1<SoftmaxOp>);
+  t.on("Softmax", 13, softmax13<SoftmaxOp>);
+  t.on("LogSoftmax", 1, softmax1<LogSoftmaxOp>);
+  t.on("LogSoftmax", 13, softmax13<LogSoftmaxOp>);
+  t.on("ReduceMean", 1, reduceAttr<ReduceKind::mean>);
+  t.on("ReduceMean", 18, reduceInput<ReduceKind::mean>);
+  t.on("ReduceMax", 1, reduceAttr<ReduceKind::max>);
+  t.on("ReduceMax", 18, reduceInput<ReduceKind::max>);
+  t.on("ReduceMin", 1, reduceAttr<ReduceKind::min>);
+  t.on("ReduceMin", 18, reduceInput<ReduceKind::min>);
+  t.on("ReduceProd", 1, reduceAttr<ReduceKind::prod>);
+  t.on("ReduceProd", 18, reduceInput<ReduceKind::prod>);
+  t.on("ReduceSum", 1, reduceAttr<ReduceKind::sum>);
+  t.on("ReduceSum", 13, reduceInput<ReduceKind::sum>);
+  t.on("LayerNormalization", 17, layerNorm);
+  t.on("BatchNormalization", 9, batchNorm);
+  t.on("Conv", 1, conv);
+  t.on("MaxPool", 8, pool<true>);
+  t.on("AveragePool", 7, pool<false>);
+  t.on("GlobalAveragePool", 1, globalPool<ReduceKind::mean>);
+  t.on("GlobalMaxPool", 1, globalPool<ReduceKind::max>);
+}

@@ -1,0 +1,113 @@
+//===- NodeContext.h - What an ONNX op handler sees -------------*- C++ -*-===//
+//
+// Handlers translate one ONNX node into cleave ops through this interface:
+// inputs as values (or compile-time constants), attributes with defaults,
+// outputs, and errors that always name the node, its op and the opset.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_LIB_IMPORT_ONNX_NODECONTEXT_H
+#define CLEAVE_LIB_IMPORT_ONNX_NODECONTEXT_H
+
+#include "Cleave/CleaveOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "onnx/onnx_pb.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace mlir::cleave::onnx_import {
+
+class GraphImporter;
+
+class NodeContext {
+public:
+  NodeContext(GraphImporter &graph, const onnx::NodeProto &node,
+              int64_t opset, ImplicitLocOpBuilder &builder)
+      : graph(graph), node(node), opset(opset), b(builder) {}
+
+  GraphImporter &graph;
+  const onnx::NodeProto &node;
+  /// The model's default-domain opset.
+  const int64_t opset;
+  ImplicitLocOpBuilder &b;
+
+  // --- Inputs --------------------------------------------------------------
+  unsigned numInputs() const { return node.input_size(); }
+  /// Whether optional input \p i is given (present with a non-empty name).
+  bool hasInput(unsigned i) const {
+    return static_cast<int>(i) < node.input_size() && !node.input(i).empty();
+  }
+  /// Input \p i; an error if it is absent.
+  FailureOr<Value> input(unsigned i);
+  /// The compile-time value of input \p i, if it has one.
+  std::optional<DenseElementsAttr> constantInput(unsigned i);
+  /// Input \p i as integers; an error naming \p what if it is not a
+  /// compile-time constant.
+  FailureOr<SmallVector<int64_t>> constantInts(unsigned i, StringRef what);
+  /// Input \p i as doubles (any numeric type); an error if not constant.
+  FailureOr<SmallVector<double>> constantDoubles(unsigned i, StringRef what);
+
+  // --- Attributes ----------------------------------------------------------
+  const onnx::AttributeProto *attr(StringRef name) const;
+  int64_t attrInt(StringRef name, int64_t dflt) const;
+  float attrFloat(StringRef name, float dflt) const;
+  std::string attrString(StringRef name, StringRef dflt) const;
+  std::optional<SmallVector<int64_t>> attrInts(StringRef name) const;
+
+  // --- Outputs -------------------------------------------------------------
+  unsigned numOutputs() const { return node.output_size(); }
+  bool hasOutput(unsigned i) const {
+    return static_cast<int>(i) < node.output_size() && !node.output(i).empty();
+  }
+  void setOutput(unsigned i, Value v);
+
+  // --- Errors --------------------------------------------------------------
+  /// An error diagnostic prefixed with the node's name, op and opset.
+  InFlightDiagnostic error();
+
+  // --- Building helpers ----------------------------------------------------
+  static RankedTensorType typeOf(Value v) {
+    return cast<RankedTensorType>(v.getType());
+  }
+  static int64_t rankOf(Value v) { return typeOf(v).getRank(); }
+  Value reshape(Value v, ArrayRef<int64_t> shape);
+  /// Prepends size-1 dims up to \p rank (numpy's rank alignment).
+  Value alignRank(Value v, int64_t rank);
+  /// Aligns the ranks of all \p values to the largest.
+  SmallVector<Value> alignRanks(ArrayRef<Value> values);
+  /// A splat constant of \p element type and the given shape.
+  Value splat(Type element, ArrayRef<int64_t> shape, double value);
+  /// Normalises a possibly negative axis for \p rank; error if out of range.
+  FailureOr<int64_t> normaliseAxis(int64_t axis, int64_t rank);
+};
+
+using Handler = LogicalResult (*)(NodeContext &);
+
+/// (op type) -> handlers by since-version. A model at opset v uses the
+/// newest handler whose since-version is <= v.
+class HandlerTable {
+public:
+  void on(StringRef op, int64_t sinceVersion, Handler handler) {
+    table[op].push_back({sinceVersion, handler});
+  }
+  /// The handler for \p op at \p opset and its since-version, or null.
+  std::pair<Handler, int64_t> lookup(StringRef op, int64_t opset) const;
+  bool knows(StringRef op) const { return table.count(op); }
+
+private:
+  llvm::StringMap<SmallVector<std::pair<int64_t, Handler>>> table;
+};
+
+void registerElementwiseHandlers(HandlerTable &table);
+void registerShapeHandlers(HandlerTable &table);
+void registerNeuralHandlers(HandlerTable &table);
+
+/// MLIR element type of an ONNX TensorProto data type, or null.
+Type elementTypeFromOnnx(MLIRContext *context, int32_t dataType);
+/// Decodes an ONNX tensor (inline data only) into an attribute.
+FailureOr<DenseElementsAttr> tensorToAttr(MLIRContext *context,
+                                          const onnx::TensorProto &tensor,
+                                          std::string &error);
+
+} // namespace mlir::cleave::onnx_import
+
+#endif // CLEAVE_LIB_IMPORT_ONNX_NODECONTEXT_H

@@ -1,0 +1,760 @@
+//===- OnnxImporter.cpp - ONNX model to cleave IR ---------------*- C++ -*-===//
+//
+// Loads the protobuf, decodes tensors, walks the graph in its (topological)
+// order and hands every node to the handler its (op, since-version) selects.
+// Handlers live in Elementwise.cpp, Shape.cpp and Neural.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cleave/Import/OnnxImporter.h"
+#include "NodeContext.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include <fstream>
+
+using namespace mlir;
+using namespace mlir::cleave;
+using namespace mlir::cleave::onnx_import;
+
+//===----------------------------------------------------------------------===//
+// Tensors
+//===----------------------------------------------------------------------===//
+
+Type onnx_import::elementTypeFromOnnx(MLIRContext *context, int32_t dataType) {
+  Builder b(context);
+  switch (dataType) {
+  case onnx::TensorProto::FLOAT:
+    return b.getF32Type();
+  case onnx::TensorProto::INT64:
+    return b.getI64Type();
+  case onnx::TensorProto::INT32:
+    return b.getI32Type();
+  case onnx::TensorProto::BOOL:
+    return b.getI1Type();
+  default:
+    return {};
+  }
+}
+
+static std::string onnxTypeName(int32_t dataType) {
+  if (onnx::TensorProto::DataType_IsValid(dataType))
+    return onnx::TensorProto::DataType_Name(
+        static_cast<onnx::TensorProto::DataType>(dataType));
+  return "type " + std::to_string(dataType);
+}
+
+/// Bytes of the typed (non-raw) fields of \p t, or an error.
+static FailureOr<std::string> typedFieldBytes(const onnx::TensorProto &t,
+                                              int64_t count,
+                                              std::string &error) {
+  std::string out;
+  auto check = [&](int64_t have) {
+    if (have == count)
+      return true;
+    error = "holds " + std::to_string(have) + " elements, its shape needs " +
+            std::to_string(count);
+    return false;
+  };
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    if (!check(t.float_data_size()))
+      return failure();
+    out.assign(reinterpret_cast<const char *>(t.float_data().data()),
+               count * 4);
+    return out;
+  case onnx::TensorProto::INT64:
+    if (!check(t.int64_data_size()))
+      return failure();
+    out.assign(reinterpret_cast<const char *>(t.int64_data().data()),
+               count * 8);
+    return out;
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::BOOL: {
+    if (!check(t.int32_data_size()))
+      return failure();
+    bool isBool = t.data_type() == onnx::TensorProto::BOOL;
+    for (int32_t v : t.int32_data()) {
+      if (isBool)
+        out.push_back(v ? 1 : 0);
+      else
+        out.append(reinterpret_cast<const char *>(&v), 4);
+    }
+    return out;
+  }
+  default:
+    error = "has unsupported element type " + onnxTypeName(t.data_type());
+    return failure();
+  }
+}
+
+/// Decodes \p t (inline, raw or external) into TensorData.
+static FailureOr<TensorData> decodeTensor(MLIRContext *context,
+                                          const onnx::TensorProto &t,
+                                          const std::string &baseDir,
+                                          std::string &error) {
+  TensorData data;
+  data.elementType = elementTypeFromOnnx(context, t.data_type());
+  if (!data.elementType) {
+    error = "has unsupported element type " + onnxTypeName(t.data_type());
+    return failure();
+  }
+  int64_t count = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0) {
+      error = "has a negative dimension";
+      return failure();
+    }
+    data.shape.push_back(d);
+    count *= d;
+  }
+  int64_t elementBytes = data.elementType.isInteger(1)
+                             ? 1
+                             : data.elementType.getIntOrFloatBitWidth() / 8;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto &kv : t.external_data()) {
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
+    }
+    if (location.empty()) {
+      error = "has external data without a location";
+      return failure();
+    }
+    SmallString<256> path(baseDir);
+    llvm::sys::path::append(path, location);
+    std::ifstream in(std::string(path), std::ios::binary);
+    if (!in) {
+      error = "has external data file '" + std::string(path) +
+              "' which cannot be opened";
+      return failure();
+    }
+    int64_t want = count * elementBytes;
+    if (length >= 0 && length != want) {
+      error = "has external data of length " + std::to_string(length) +
+              ", its shape needs " + std::to_string(want);
+      return failure();
+    }
+    data.bytes.resize(want);
+    in.seekg(offset);
+    in.read(data.bytes.data(), want);
+    if (in.gcount() != want) {
+      error = "has external data file '" + std::string(path) +
+              "' that is truncated";
+      return failure();
+    }
+    return data;
+  }
+  if (t.has_raw_data()) {
+    if (static_cast<int64_t>(t.raw_data().size()) != count * elementBytes) {
+      error = "holds " + std::to_string(t.raw_data().size()) +
+              " bytes of raw data, its shape needs " +
+              std::to_string(count * elementBytes);
+      return failure();
+    }
+    data.bytes = t.raw_data();
+    return data;
+  }
+  FailureOr<std::string> bytes = typedFieldBytes(t, count, error);
+  if (failed(bytes))
+    return failure();
+  data.bytes = std::move(*bytes);
+  return data;
+}
+
+static DenseElementsAttr toAttr(const TensorData &data) {
+  auto type = RankedTensorType::get(data.shape, data.elementType);
+  if (data.elementType.isInteger(1)) {
+    SmallVector<bool> values;
+    for (char c : data.bytes)
+      values.push_back(c != 0);
+    return DenseElementsAttr::get(type, values);
+  }
+  return DenseElementsAttr::getFromRawBuffer(
+      type, ArrayRef<char>(data.bytes.data(), data.bytes.size()));
+}
+
+FailureOr<DenseElementsAttr>
+onnx_import::tensorToAttr(MLIRContext *context, const onnx::TensorProto &tensor,
+                          std::string &error) {
+  FailureOr<TensorData> data = decodeTensor(context, tensor, "", error);
+  if (failed(data))
+    return failure();
+  return toAttr(*data);
+}
+
+//===----------------------------------------------------------------------===//
+// OnnxModel
+//===----------------------------------------------------------------------===//
+
+OnnxModel::OnnxModel() : proto_(std::make_unique<onnx::ModelProto>()) {}
+OnnxModel::~OnnxModel() = default;
+
+std::unique_ptr<OnnxModel> OnnxModel::load(const std::string &path,
+                                           std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot read '" + path + "': " + buffer.getError().message();
+    return nullptr;
+  }
+  std::unique_ptr<OnnxModel> model(new OnnxModel());
+  model->path_ = path;
+  const llvm::MemoryBuffer &buf = **buffer;
+  if (buf.getBufferSize() == 0 ||
+      !model->proto_->ParseFromArray(buf.getBufferStart(),
+                                     static_cast<int>(buf.getBufferSize()))) {
+    error = "'" + path + "' is not a valid ONNX model (malformed or truncated "
+            "protobuf)";
+    return nullptr;
+  }
+  if (!model->proto_->has_graph() || model->proto_->graph().node_size() == 0 &&
+                                         model->proto_->graph().output_size() == 0) {
+    error = "'" + path + "' is not a valid ONNX model (no graph)";
+    return nullptr;
+  }
+  return model;
+}
+
+std::vector<std::string> OnnxModel::graphInputNames() const {
+  llvm::StringSet<> initializers;
+  for (const auto &t : proto_->graph().initializer())
+    initializers.insert(t.name());
+  std::vector<std::string> names;
+  for (const auto &in : proto_->graph().input())
+    if (!initializers.contains(in.name()))
+      names.push_back(in.name());
+  return names;
+}
+
+FailureOr<TensorData> OnnxModel::readInitializer(MLIRContext *context,
+                                                 const std::string &name,
+                                                 std::string &error) const {
+  for (const onnx::TensorProto &t : proto_->graph().initializer()) {
+    if (t.name() != name)
+      continue;
+    std::string why;
+    FailureOr<TensorData> data = decodeTensor(
+        context, t, std::string(llvm::sys::path::parent_path(path_)), why);
+    if (failed(data))
+      error = "initializer '" + name + "' " + why;
+    return data;
+  }
+  error = "no initializer named '" + name + "'";
+  return failure();
+}
+
+std::string mlir::cleave::parseInputSpec(MLIRContext *context,
+                                         const std::string &text,
+                                         InputSpec &spec) {
+  SmallVector<StringRef> parts;
+  StringRef(text).split(parts, 'x');
+  spec = InputSpec();
+  Builder b(context);
+  for (auto [i, part] : llvm::enumerate(parts)) {
+    int64_t dim;
+    if (!part.getAsInteger(10, dim) && dim >= 0) {
+      spec.shape.push_back(dim);
+      continue;
+    }
+    if (i + 1 == parts.size() && i > 0) {
+      // "8x128xi64": the last part may be the element type.
+      Type t = llvm::StringSwitch<Type>(part)
+                   .Case("f32", b.getF32Type())
+                   .Case("i64", b.getI64Type())
+                   .Case("i32", b.getI32Type())
+                   .Case("bool", b.getI1Type())
+                   .Case("i1", b.getI1Type())
+                   .Default(Type());
+      if (t) {
+        spec.elementType = t;
+        continue;
+      }
+    }
+    return "bad dimension or type '" + part.str() + "' in '" + text +
+           "' (expected e.g. 8x128 or 8x128xi64)";
+  }
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// HandlerTable
+//===----------------------------------------------------------------------===//
+
+std::pair<Handler, int64_t> HandlerTable::lookup(StringRef op,
+                                                 int64_t opset) const {
+  auto it = table.find(op);
+  if (it == table.end())
+    return {nullptr, 0};
+  Handler best = nullptr;
+  int64_t bestVersion = 0;
+  for (auto [version, handler] : it->second)
+    if (version <= opset && version > bestVersion) {
+      best = handler;
+      bestVersion = version;
+    }
+  return {best, bestVersion};
+}
+
+static const HandlerTable &handlers() {
+  static const HandlerTable table = [] {
+    HandlerTable t;
+    registerElementwiseHandlers(t);
+    registerShapeHandlers(t);
+    registerNeuralHandlers(t);
+    return t;
+  }();
+  return table;
+}
+
+bool mlir::cleave::isOnnxOpSupported(const std::string &op, int64_t opset) {
+  return handlers().lookup(op, opset).first != nullptr;
+}
+
+FailureOr<TensorData> mlir::cleave::readOnnxTensorFile(MLIRContext *context,
+                                                       const std::string &path,
+                                                       std::string &name,
+                                                       std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot read '" + path + "': " + buffer.getError().message();
+    return failure();
+  }
+  onnx::TensorProto tensor;
+  if (!tensor.ParseFromArray((*buffer)->getBufferStart(),
+                             static_cast<int>((*buffer)->getBufferSize()))) {
+    error = "'" + path + "' is not a valid TensorProto";
+    return failure();
+  }
+  name = tensor.name();
+  std::string why;
+  FailureOr<TensorData> data = decodeTensor(
+      context, tensor, std::string(llvm::sys::path::parent_path(path)), why);
+  if (failed(data))
+    error = "'" + path + "' " + why;
+  return data;
+}
+
+//===----------------------------------------------------------------------===//
+// GraphImporter
+//===----------------------------------------------------------------------===//
+
+namespace mlir::cleave::onnx_import {
+class GraphImporter {
+public:
+  GraphImporter(MLIRContext *context, const OnnxModel &model,
+                const OnnxImportOptions &options)
+      : context(context), model(model), options(options) {}
+
+  OwningOpRef<ModuleOp> run();
+
+  MLIRContext *context;
+  const OnnxModel &model;
+  const OnnxImportOptions &options;
+  llvm::StringMap<Value> values;
+  llvm::StringMap<DenseElementsAttr> known;
+
+private:
+  LogicalResult importNode(const onnx::NodeProto &node, int64_t opset,
+                           OpBuilder &builder);
+  Location fileLoc() {
+    return FileLineColLoc::get(context, model.path(), 0, 0);
+  }
+};
+} // namespace mlir::cleave::onnx_import
+
+/// The declared type of a graph input/output, with the user's overrides.
+static FailureOr<RankedTensorType>
+valueInfoType(MLIRContext *context, const onnx::ValueInfoProto &info,
+              const InputSpec *spec, Location loc, StringRef role) {
+  if (!info.type().has_tensor_type())
+    return emitError(loc) << role << " '" << info.name()
+                          << "' is not a tensor (sequences, maps and "
+                             "optionals are not supported)";
+  const auto &tt = info.type().tensor_type();
+  Type element = spec && spec->elementType
+                     ? spec->elementType
+                     : elementTypeFromOnnx(context, tt.elem_type());
+  if (!element)
+    return emitError(loc) << role << " '" << info.name()
+                          << "' has unsupported element type "
+                          << onnxTypeName(tt.elem_type());
+  if (spec && !spec->shape.empty()) {
+    if (tt.has_shape() && tt.shape().dim_size() !=
+                              static_cast<int>(spec->shape.size()))
+      return emitError(loc) << "--input " << info.name() << " gives "
+                            << spec->shape.size() << " dims, the model has "
+                            << tt.shape().dim_size();
+    return RankedTensorType::get(spec->shape, element);
+  }
+  if (!tt.has_shape())
+    return emitError(loc) << role << " '" << info.name()
+                          << "' has no shape; give --input " << info.name()
+                          << "=DIMS";
+  SmallVector<int64_t> shape;
+  for (const auto &dim : tt.shape().dim()) {
+    if (dim.has_dim_value() && dim.dim_value() >= 0) {
+      shape.push_back(dim.dim_value());
+      continue;
+    }
+    return emitError(loc) << role << " '" << info.name()
+                          << "' has an undetermined dimension"
+                          << (dim.has_dim_param()
+                                  ? " '" + dim.dim_param() + "'"
+                                  : std::string())
+                          << "; fix it with --input " << info.name()
+                          << "=DIMS";
+  }
+  return RankedTensorType::get(shape, element);
+}
+
+LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
+                                        int64_t opset, OpBuilder &builder) {
+  std::string label = node.name().empty()
+                          ? (node.output_size() ? node.output(0) : node.op_type())
+                          : node.name();
+  Location loc = NameLoc::get(StringAttr::get(context, label), fileLoc());
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    return emitError(loc) << "node '" << label << "': unsupported op '"
+                          << node.domain() << "." << node.op_type()
+                          << "' (domain '" << node.domain()
+                          << "' is not supported)";
+  auto [handler, since] = handlers().lookup(node.op_type(), opset);
+  if (!handler) {
+    if (handlers().knows(node.op_type()))
+      return emitError(loc) << "node '" << label << "': op '"
+                            << node.op_type() << "' at opset " << opset
+                            << " is not supported (this version of the op "
+                               "predates the ones Cleave implements)";
+    return emitError(loc) << "node '" << label << "': unsupported op '"
+                          << node.op_type() << "' (opset " << opset << ")";
+  }
+  for (const std::string &in : node.input())
+    if (!in.empty() && !values.count(in) && !known.count(in))
+      return emitError(loc) << "node '" << label << "' (" << node.op_type()
+                            << ", opset " << opset << "): input '" << in
+                            << "' is not defined before its use";
+  ImplicitLocOpBuilder b(loc, builder);
+  NodeContext ctx(*this, node, opset, b);
+  if (failed(handler(ctx)))
+    return failure();
+  for (const std::string &out : node.output())
+    if (!out.empty() && !values.count(out))
+      return emitError(loc) << "node '" << label << "' (" << node.op_type()
+                            << ", opset " << opset << "): output '" << out
+                            << "' was not produced";
+  return success();
+}
+
+OwningOpRef<ModuleOp> GraphImporter::run() {
+  const onnx::ModelProto &proto = model.proto();
+  const onnx::GraphProto &graph = proto.graph();
+  Location loc = fileLoc();
+  int64_t opset = -1;
+  for (const auto &imp : proto.opset_import())
+    if (imp.domain().empty() || imp.domain() == "ai.onnx")
+      opset = imp.version();
+  if (opset < 0) {
+    emitError(loc) << "the model imports no default-domain opset";
+    return nullptr;
+  }
+
+  OpBuilder builder(context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  module->getOperation()->setAttr("cleave.onnx_opset",
+                                  builder.getI64IntegerAttr(opset));
+
+  llvm::StringSet<> initializerNames;
+  for (const auto &t : graph.initializer())
+    initializerNames.insert(t.name());
+  for (const auto &[name, spec] : options.inputs) {
+    bool found = false;
+    for (const auto &in : graph.input())
+      found |= in.name() == name && !initializerNames.contains(name);
+    if (!found) {
+      emitError(loc) << "--input names '" << name
+                     << "', which is not a graph input of the model";
+      return nullptr;
+    }
+  }
+
+  // Arguments: graph inputs, then float initializers (parameters).
+  SmallVector<Type> argTypes;
+  SmallVector<std::pair<StringRef, std::string>> argNames; // (attr, name)
+  for (const auto &in : graph.input()) {
+    if (initializerNames.contains(in.name()))
+      continue;
+    auto it = options.inputs.find(in.name());
+    FailureOr<RankedTensorType> type = valueInfoType(
+        context, in, it == options.inputs.end() ? nullptr : &it->second, loc,
+        "graph input");
+    if (failed(type))
+      return nullptr;
+    argTypes.push_back(*type);
+    argNames.push_back({kInputAttr, in.name()});
+  }
+  std::string baseDir(llvm::sys::path::parent_path(model.path()));
+  for (const auto &t : graph.initializer()) {
+    Type element = elementTypeFromOnnx(context, t.data_type());
+    SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
+    if (element && element.isF32() && !shape.empty()) {
+      argTypes.push_back(RankedTensorType::get(shape, element));
+      argNames.push_back({kParameterAttr, t.name()});
+      continue;
+    }
+    // Integer, boolean and scalar initializers are constants of the model
+    // (shapes, indices, literals), not trainable weights.
+    std::string error;
+    FailureOr<TensorData> data = decodeTensor(context, t, baseDir, error);
+    if (failed(data)) {
+      emitError(loc) << "initializer '" << t.name() << "' " << error;
+      return nullptr;
+    }
+    known[t.name()] = toAttr(*data);
+  }
+
+  auto func = func::FuncOp::create(loc, "main",
+                                   builder.getFunctionType(argTypes, {}));
+  module->push_back(func);
+  Block *entry = func.addEntryBlock();
+  for (auto [i, arg] : llvm::enumerate(argNames)) {
+    func.setArgAttr(i, arg.first, builder.getStringAttr(arg.second));
+    values[arg.second] = entry->getArgument(i);
+    auto k = options.knownInputs.find(arg.second);
+    if (k != options.knownInputs.end()) {
+      if (k->second.getType() != argTypes[i]) {
+        emitError(loc) << "the value given for input '" << arg.second
+                       << "' has type " << k->second.getType()
+                       << ", the model needs " << argTypes[i];
+        return nullptr;
+      }
+      known[arg.second] = k->second;
+    }
+  }
+
+  builder.setInsertionPointToEnd(entry);
+  for (const onnx::NodeProto &node : graph.node())
+    if (failed(importNode(node, opset, builder)))
+      return nullptr;
+
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  for (const auto &out : graph.output()) {
+    Value v = values.lookup(out.name());
+    if (!v) {
+      auto k = known.find(out.name());
+      if (k == known.end()) {
+        emitError(loc) << "graph output '" << out.name()
+                       << "' is not produced by any node";
+        return nullptr;
+      }
+      v = ConstantOp::create(builder, loc, k->second);
+    }
+    auto type = cast<RankedTensorType>(v.getType());
+    const auto &tt = out.type().tensor_type();
+    if (out.type().has_tensor_type() && tt.elem_type() != 0) {
+      Type declared = elementTypeFromOnnx(context, tt.elem_type());
+      if (declared != type.getElementType()) {
+        emitError(loc) << "graph output '" << out.name() << "' is declared "
+                       << onnxTypeName(tt.elem_type()) << " but computes "
+                       << type.getElementType();
+        return nullptr;
+      }
+      if (tt.has_shape() && tt.shape().dim_size() != type.getRank()) {
+        emitError(loc) << "graph output '" << out.name() << "' is declared "
+                       << "with rank " << tt.shape().dim_size()
+                       << " but computes " << type;
+        return nullptr;
+      }
+      for (auto [i, dim] : llvm::enumerate(tt.shape().dim()))
+        if (tt.has_shape() && dim.has_dim_value() &&
+            dim.dim_value() != type.getDimSize(i)) {
+          emitError(loc) << "graph output '" << out.name()
+                         << "' is declared with dimension " << i << " = "
+                         << dim.dim_value() << " but computes " << type;
+          return nullptr;
+        }
+    }
+    results.push_back(v);
+    resultTypes.push_back(v.getType());
+  }
+  func::ReturnOp::create(builder, loc, results);
+  func.setType(builder.getFunctionType(argTypes, resultTypes));
+  for (auto [i, out] : llvm::enumerate(graph.output()))
+    func.setResultAttr(i, kOutputAttr, builder.getStringAttr(out.name()));
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+OwningOpRef<ModuleOp> mlir::cleave::importOnnx(MLIRContext *context,
+                                               const OnnxModel &model,
+                                               const OnnxImportOptions &options) {
+  context->loadDialect<CleaveDialect, func::FuncDialect>();
+  GraphImporter importer(context, model, options);
+  return importer.run();
+}
+
+//===----------------------------------------------------------------------===//
+// NodeContext
+//===----------------------------------------------------------------------===//
+
+InFlightDiagnostic NodeContext::error() {
+  std::string label = node.name().empty()
+                          ? (node.output_size() ? node.output(0) : "")
+                          : node.name();
+  return emitError(b.getLoc())
+         << "node '" << label << "' (" << node.op_type() << ", opset "
+         << opset << "): ";
+}
+
+FailureOr<Value> NodeContext::input(unsigned i) {
+  if (!hasInput(i))
+    return error() << "input " << i << " is required";
+  const std::string &name = node.input(i);
+  if (Value v = graph.values.lookup(name))
+    return v;
+  auto k = graph.known.find(name);
+  if (k == graph.known.end())
+    return error() << "input '" << name << "' is undefined";
+  Value v = ConstantOp::create(b, k->second);
+  graph.values[name] = v;
+  return v;
+}
+
+std::optional<DenseElementsAttr> NodeContext::constantInput(unsigned i) {
+  if (!hasInput(i))
+    return std::nullopt;
+  const std::string &name = node.input(i);
+  auto k = graph.known.find(name);
+  if (k != graph.known.end())
+    return k->second;
+  if (Value v = graph.values.lookup(name)) {
+    DenseElementsAttr attr;
+    if (matchPattern(v, m_Constant(&attr)))
+      return attr;
+  }
+  return std::nullopt;
+}
+
+FailureOr<SmallVector<int64_t>> NodeContext::constantInts(unsigned i,
+                                                          StringRef what) {
+  std::optional<DenseElementsAttr> attr = constantInput(i);
+  if (!attr)
+    return error() << "input '" << what
+                   << "' must be a compile-time constant (specialise the "
+                      "model's inputs or fix its shapes with --input)";
+  if (!attr->getElementType().isInteger())
+    return error() << "input '" << what << "' must hold integers";
+  SmallVector<int64_t> out;
+  for (const APInt &v : attr->getValues<APInt>())
+    out.push_back(attr->getElementType().isInteger(1) ? v.getZExtValue()
+                                                      : v.getSExtValue());
+  return out;
+}
+
+FailureOr<SmallVector<double>> NodeContext::constantDoubles(unsigned i,
+                                                            StringRef what) {
+  std::optional<DenseElementsAttr> attr = constantInput(i);
+  if (!attr)
+    return error() << "input '" << what
+                   << "' must be a compile-time constant";
+  SmallVector<double> out;
+  if (isa<FloatType>(attr->getElementType())) {
+    for (const APFloat &v : attr->getValues<APFloat>())
+      out.push_back(v.convertToDouble());
+  } else {
+    for (const APInt &v : attr->getValues<APInt>())
+      out.push_back(static_cast<double>(v.getSExtValue()));
+  }
+  return out;
+}
+
+const onnx::AttributeProto *NodeContext::attr(StringRef name) const {
+  for (const auto &a : node.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t NodeContext::attrInt(StringRef name, int64_t dflt) const {
+  const onnx::AttributeProto *a = attr(name);
+  return a ? a->i() : dflt;
+}
+
+float NodeContext::attrFloat(StringRef name, float dflt) const {
+  const onnx::AttributeProto *a = attr(name);
+  return a ? a->f() : dflt;
+}
+
+std::string NodeContext::attrString(StringRef name, StringRef dflt) const {
+  const onnx::AttributeProto *a = attr(name);
+  return a ? a->s() : dflt.str();
+}
+
+std::optional<SmallVector<int64_t>>
+NodeContext::attrInts(StringRef name) const {
+  const onnx::AttributeProto *a = attr(name);
+  if (!a)
+    return std::nullopt;
+  return SmallVector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+void NodeContext::setOutput(unsigned i, Value v) {
+  if (hasOutput(i))
+    graph.values[node.output(i)] = v;
+}
+
+Value NodeContext::reshape(Value v, ArrayRef<int64_t> shape) {
+  auto type = RankedTensorType::get(shape, typeOf(v).getElementType());
+  if (type == v.getType())
+    return v;
+  return b.createOrFold<ReshapeOp>(type, v);
+}
+
+Value NodeContext::alignRank(Value v, int64_t rank) {
+  int64_t have = rankOf(v);
+  if (have >= rank)
+    return v;
+  SmallVector<int64_t> shape(rank - have, 1);
+  llvm::append_range(shape, typeOf(v).getShape());
+  return reshape(v, shape);
+}
+
+SmallVector<Value> NodeContext::alignRanks(ArrayRef<Value> vs) {
+  int64_t rank = 0;
+  for (Value v : vs)
+    rank = std::max(rank, rankOf(v));
+  SmallVector<Value> out;
+  for (Value v : vs)
+    out.push_back(alignRank(v, rank));
+  return out;
+}
+
+Value NodeContext::splat(Type element, ArrayRef<int64_t> shape, double value) {
+  auto type = RankedTensorType::get(shape, element);
+  Attribute scalar;
+  if (isa<FloatType>(element))
+    scalar = b.getFloatAttr(element, value);
+  else
+    scalar = b.getIntegerAttr(element, static_cast<int64_t>(value));
+  return ConstantOp::create(b, DenseElementsAttr::get(type, scalar));
+}
+
+FailureOr<int64_t> NodeContext::normaliseAxis(int64_t axis, int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank)
+    return error() << "axis " << axis << " is out of range for rank " << rank;
+  return a;
+}

@@ -1,0 +1,617 @@
+//===- Shape.cpp - ONNX shape and data-movement ops -------------*- C++ -*-===//
+//
+// Reshape-like ops, slicing, gathering, and the shape arithmetic that is
+// folded away once shapes are static (Shape, ConstantOfShape, Range,
+// Constant). Every shape operand must be a compile-time constant.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NodeContext.h"
+
+using namespace mlir;
+using namespace mlir::cleave;
+using namespace mlir::cleave::onnx_import;
+
+namespace {
+
+LogicalResult reshapeTo(NodeContext &ctx, Value x, ArrayRef<int64_t> shape) {
+  int64_t count = NodeContext::typeOf(x).getNumElements();
+  int64_t known = 1;
+  for (int64_t d : shape)
+    known *= d;
+  if (known != count)
+    return ctx.error() << "cannot reshape " << x.getType() << " to ["
+                       << llvm::make_range(shape.begin(), shape.end())
+                       << "]: element counts differ";
+  ctx.setOutput(0, ctx.reshape(x, shape));
+  return success();
+}
+
+LogicalResult reshape(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  FailureOr<SmallVector<int64_t>> shape = ctx.constantInts(1, "shape");
+  if (failed(x) || failed(shape))
+    return failure();
+  ArrayRef<int64_t> in = NodeContext::typeOf(*x).getShape();
+  bool allowZero = ctx.attrInt("allowzero", 0);
+  SmallVector<int64_t> out(*shape);
+  int64_t inferred = -1, product = 1;
+  for (auto [i, d] : llvm::enumerate(out)) {
+    if (d == 0 && !allowZero) {
+      if (i >= in.size())
+        return ctx.error() << "shape entry " << i << " is 0 but the input "
+                           << "has no dimension " << i;
+      d = in[i];
+    }
+    if (d == -1) {
+      if (inferred >= 0)
+        return ctx.error() << "shape has more than one -1";
+      inferred = i;
+      continue;
+    }
+    if (d < 0)
+      return ctx.error() << "shape entry " << d << " is invalid";
+    product *= d;
+  }
+  int64_t count = NodeContext::typeOf(*x).getNumElements();
+  if (inferred >= 0) {
+    if (product == 0 || count % product)
+      return ctx.error() << "cannot infer the -1 of shape for "
+                         << x->getType();
+    out[inferred] = count / product;
+  }
+  return reshapeTo(ctx, *x, out);
+}
+
+LogicalResult flatten(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  ArrayRef<int64_t> in = NodeContext::typeOf(*x).getShape();
+  int64_t rank = in.size();
+  int64_t axis = ctx.attrInt("axis", 1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis > rank)
+    return ctx.error() << "axis " << ctx.attrInt("axis", 1)
+                       << " is out of range for rank " << rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i)
+    (i < axis ? outer : inner) *= in[i];
+  return reshapeTo(ctx, *x, {outer, inner});
+}
+
+/// Axes from input 1 (opset >= 13) or the `axes` attribute.
+FailureOr<std::optional<SmallVector<int64_t>>> axesOf(NodeContext &ctx,
+                                                      bool fromInput) {
+  if (fromInput) {
+    if (!ctx.hasInput(1))
+      return std::optional<SmallVector<int64_t>>();
+    FailureOr<SmallVector<int64_t>> axes = ctx.constantInts(1, "axes");
+    if (failed(axes))
+      return failure();
+    return std::optional<SmallVector<int64_t>>(*axes);
+  }
+  return ctx.attrInts("axes");
+}
+
+LogicalResult squeezeImpl(NodeContext &ctx, bool fromInput) {
+  FailureOr<Value> x = ctx.input(0);
+  auto axes = axesOf(ctx, fromInput);
+  if (failed(x) || failed(axes))
+    return failure();
+  ArrayRef<int64_t> in = NodeContext::typeOf(*x).getShape();
+  SmallVector<bool> drop(in.size(), false);
+  if (*axes) {
+    for (int64_t a : **axes) {
+      FailureOr<int64_t> axis = ctx.normaliseAxis(a, in.size());
+      if (failed(axis))
+        return failure();
+      if (in[*axis] != 1)
+        return ctx.error() << "cannot squeeze dimension " << *axis
+                           << " of size " << in[*axis];
+      drop[*axis] = true;
+    }
+  } else {
+    for (size_t i = 0; i < in.size(); ++i)
+      drop[i] = in[i] == 1;
+  }
+  SmallVector<int64_t> out;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!drop[i])
+      out.push_back(in[i]);
+  return reshapeTo(ctx, *x, out);
+}
+LogicalResult squeeze13(NodeContext &ctx) { return squeezeImpl(ctx, true); }
+LogicalResult squeeze1(NodeContext &ctx) { return squeezeImpl(ctx, false); }
+
+LogicalResult unsqueezeImpl(NodeContext &ctx, bool fromInput) {
+  FailureOr<Value> x = ctx.input(0);
+  auto axes = axesOf(ctx, fromInput);
+  if (failed(x) || failed(axes))
+    return failure();
+  if (!*axes)
+    return ctx.error() << "axes are required";
+  ArrayRef<int64_t> in = NodeContext::typeOf(*x).getShape();
+  int64_t rank = in.size() + (*axes)->size();
+  SmallVector<bool> inserted(rank, false);
+  for (int64_t a : **axes) {
+    FailureOr<int64_t> axis = ctx.normaliseAxis(a, rank);
+    if (failed(axis))
+      return failure();
+    if (inserted[*axis])
+      return ctx.error() << "axis " << a << " appears twice";
+    inserted[*axis] = true;
+  }
+  SmallVector<int64_t> out;
+  size_t next = 0;
+  for (int64_t i = 0; i < rank; ++i)
+    out.push_back(inserted[i] ? 1 : in[next++]);
+  return reshapeTo(ctx, *x, out);
+}
+LogicalResult unsqueeze13(NodeContext &ctx) { return unsqueezeImpl(ctx, true); }
+LogicalResult unsqueeze1(NodeContext &ctx) { return unsqueezeImpl(ctx, false); }
+
+LogicalResult transpose(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  int64_t rank = NodeContext::rankOf(*x);
+  SmallVector<int64_t> perm;
+  if (auto p = ctx.attrInts("perm"))
+    perm = *p;
+  else
+    for (int64_t i = rank - 1; i >= 0; --i)
+      perm.push_back(i);
+  SmallVector<Type> inferred;
+  if (failed(TransposeOp::inferReturnTypes(
+          ctx.b.getContext(), ctx.b.getLoc(),
+          TransposeOp::Adaptor({*x}, ctx.b.getDictionaryAttr({}),
+                               TransposeOp::Properties{
+                                   ctx.b.getDenseI64ArrayAttr(perm)}),
+          inferred)))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<TransposeOp>(
+                       *x, ctx.b.getDenseI64ArrayAttr(perm)));
+  return success();
+}
+
+LogicalResult concat(NodeContext &ctx) {
+  SmallVector<Value> inputs;
+  for (unsigned i = 0; i < ctx.numInputs(); ++i) {
+    FailureOr<Value> v = ctx.input(i);
+    if (failed(v))
+      return failure();
+    inputs.push_back(*v);
+  }
+  if (inputs.empty())
+    return ctx.error() << "needs at least one input";
+  FailureOr<int64_t> axis =
+      ctx.normaliseAxis(ctx.attrInt("axis", 0), NodeContext::rankOf(inputs[0]));
+  if (failed(axis))
+    return failure();
+  SmallVector<Type> inferred;
+  if (failed(ConcatOp::inferReturnTypes(
+          ctx.b.getContext(), ctx.b.getLoc(),
+          ConcatOp::Adaptor(inputs, ctx.b.getDictionaryAttr({}),
+                            ConcatOp::Properties{ctx.b.getI64IntegerAttr(*axis)}),
+          inferred)))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<ConcatOp>(inputs, *axis));
+  return success();
+}
+
+/// A slice of \p x along \p axis: [start, start + size).
+Value sliceAxis(NodeContext &ctx, Value x, int64_t axis, int64_t start,
+                int64_t size) {
+  auto type = NodeContext::typeOf(x);
+  SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
+  SmallVector<int64_t> shape(type.getShape());
+  starts[axis] = start;
+  shape[axis] = size;
+  if (size == 0)
+    starts[axis] = 0;
+  return ctx.b.createOrFold<SliceOp>(type.clone(shape), x,
+                                     ctx.b.getDenseI64ArrayAttr(starts),
+                                     ctx.b.getDenseI64ArrayAttr(steps));
+}
+
+LogicalResult splitInto(NodeContext &ctx, Value x, int64_t axis,
+                        ArrayRef<int64_t> sizes) {
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0)
+      return ctx.error() << "split sizes must be >= 0";
+    total += s;
+  }
+  if (total != NodeContext::typeOf(x).getDimSize(axis))
+    return ctx.error() << "split sizes sum to " << total << ", dimension "
+                       << axis << " has size "
+                       << NodeContext::typeOf(x).getDimSize(axis);
+  int64_t start = 0;
+  for (auto [i, s] : llvm::enumerate(sizes)) {
+    ctx.setOutput(i, sliceAxis(ctx, x, axis, start, s));
+    start += s;
+  }
+  return success();
+}
+
+/// Even split into the node's output count, the last chunk smaller when the
+/// size does not divide (opset 18's num_outputs rule).
+SmallVector<int64_t> evenSplit(int64_t size, int64_t parts) {
+  int64_t chunk = (size + parts - 1) / parts;
+  SmallVector<int64_t> sizes;
+  for (int64_t i = 0; i < parts; ++i) {
+    int64_t s = std::min(chunk, size - i * chunk);
+    sizes.push_back(std::max<int64_t>(s, 0));
+  }
+  return sizes;
+}
+
+LogicalResult splitImpl(NodeContext &ctx, bool fromInput) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  FailureOr<int64_t> axis =
+      ctx.normaliseAxis(ctx.attrInt("axis", 0), NodeContext::rankOf(*x));
+  if (failed(axis))
+    return failure();
+  int64_t size = NodeContext::typeOf(*x).getDimSize(*axis);
+  if (fromInput && ctx.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> sizes = ctx.constantInts(1, "split");
+    if (failed(sizes))
+      return failure();
+    return splitInto(ctx, *x, *axis, *sizes);
+  }
+  if (!fromInput)
+    if (auto sizes = ctx.attrInts("split"))
+      return splitInto(ctx, *x, *axis, *sizes);
+  int64_t parts = ctx.attrInt("num_outputs", ctx.numOutputs());
+  if (parts != ctx.numOutputs())
+    return ctx.error() << "num_outputs " << parts << " differs from the "
+                       << ctx.numOutputs() << " outputs";
+  if (ctx.opset < 18 && size % parts)
+    return ctx.error() << "dimension of size " << size
+                       << " does not split evenly into " << parts;
+  return splitInto(ctx, *x, *axis, evenSplit(size, parts));
+}
+LogicalResult split13(NodeContext &ctx) { return splitImpl(ctx, true); }
+LogicalResult split2(NodeContext &ctx) { return splitImpl(ctx, false); }
+
+LogicalResult sliceFrom(NodeContext &ctx, Value x, ArrayRef<int64_t> starts,
+                        ArrayRef<int64_t> ends,
+                        std::optional<SmallVector<int64_t>> axes,
+                        std::optional<SmallVector<int64_t>> steps) {
+  auto type = NodeContext::typeOf(x);
+  int64_t rank = type.getRank();
+  if (starts.size() != ends.size() || (axes && axes->size() != starts.size()) ||
+      (steps && steps->size() != starts.size()))
+    return ctx.error() << "starts, ends, axes and steps differ in length";
+  SmallVector<int64_t> outStarts(rank, 0), outSteps(rank, 1);
+  SmallVector<int64_t> shape(type.getShape());
+  SmallVector<bool> seen(rank, false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    FailureOr<int64_t> axis =
+        ctx.normaliseAxis(axes ? (*axes)[i] : static_cast<int64_t>(i), rank);
+    if (failed(axis))
+      return failure();
+    if (seen[*axis])
+      return ctx.error() << "axis " << *axis << " is sliced twice";
+    seen[*axis] = true;
+    int64_t dim = shape[*axis];
+    int64_t step = steps ? (*steps)[i] : 1;
+    if (step == 0)
+      return ctx.error() << "step is 0";
+    int64_t start = starts[i], end = ends[i];
+    // ONNX clamping: starts/ends are clamped to [0, dim] for positive steps
+    // and [-1, dim - 1] for negative ones, after adding dim to negatives.
+    if (start < 0)
+      start += dim;
+    if (end < 0)
+      end += dim;
+    if (step > 0) {
+      start = std::clamp<int64_t>(start, 0, dim);
+      end = std::clamp<int64_t>(end, 0, dim);
+    } else {
+      start = std::clamp<int64_t>(start, -1, dim - 1);
+      end = std::clamp<int64_t>(end, -1, dim - 1);
+    }
+    int64_t count =
+        step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
+    count = std::max<int64_t>(count, 0);
+    outStarts[*axis] = count ? start : 0;
+    outSteps[*axis] = step;
+    shape[*axis] = count;
+  }
+  ctx.setOutput(0, ctx.b.createOrFold<SliceOp>(
+                       type.clone(shape), x,
+                       ctx.b.getDenseI64ArrayAttr(outStarts),
+                       ctx.b.getDenseI64ArrayAttr(outSteps)));
+  return success();
+}
+
+LogicalResult slice10(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  FailureOr<SmallVector<int64_t>> starts = ctx.constantInts(1, "starts");
+  FailureOr<SmallVector<int64_t>> ends = ctx.constantInts(2, "ends");
+  if (failed(x) || failed(starts) || failed(ends))
+    return failure();
+  std::optional<SmallVector<int64_t>> axes, steps;
+  if (ctx.hasInput(3)) {
+    FailureOr<SmallVector<int64_t>> v = ctx.constantInts(3, "axes");
+    if (failed(v))
+      return failure();
+    axes = *v;
+  }
+  if (ctx.hasInput(4)) {
+    FailureOr<SmallVector<int64_t>> v = ctx.constantInts(4, "steps");
+    if (failed(v))
+      return failure();
+    steps = *v;
+  }
+  return sliceFrom(ctx, *x, *starts, *ends, axes, steps);
+}
+
+LogicalResult slice1(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  auto starts = ctx.attrInts("starts"), ends = ctx.attrInts("ends");
+  if (failed(x))
+    return failure();
+  if (!starts || !ends)
+    return ctx.error() << "starts and ends are required";
+  return sliceFrom(ctx, *x, *starts, *ends, ctx.attrInts("axes"),
+                   std::nullopt);
+}
+
+LogicalResult gather(NodeContext &ctx) {
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
+  if (failed(data) || failed(indices))
+    return failure();
+  FailureOr<int64_t> axis =
+      ctx.normaliseAxis(ctx.attrInt("axis", 0), NodeContext::rankOf(*data));
+  if (failed(axis))
+    return failure();
+  Type indexType = NodeContext::typeOf(*indices).getElementType();
+  if (!indexType.isInteger(32) && !indexType.isInteger(64))
+    return ctx.error() << "indices must be int32 or int64, got " << indexType;
+  // Constant indices are checked here, so the error names the node.
+  if (auto idx = ctx.constantInput(1)) {
+    int64_t size = NodeContext::typeOf(*data).getDimSize(*axis);
+    for (const APInt &v : idx->getValues<APInt>()) {
+      int64_t i = v.getSExtValue();
+      if (i < -size || i >= size)
+        return ctx.error() << "index " << i << " is out of range for a "
+                           << "dimension of size " << size;
+    }
+  }
+  ctx.setOutput(0, ctx.b.createOrFold<GatherOp>(*data, *indices, *axis));
+  return success();
+}
+
+LogicalResult expand(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  FailureOr<SmallVector<int64_t>> shape = ctx.constantInts(1, "shape");
+  if (failed(x) || failed(shape))
+    return failure();
+  // Bidirectional: the result is the broadcast of both shapes.
+  int64_t rank = std::max<int64_t>(shape->size(), NodeContext::rankOf(*x));
+  Value aligned = ctx.alignRank(*x, rank);
+  SmallVector<int64_t> target(rank - shape->size(), 1);
+  llvm::append_range(target, *shape);
+  FailureOr<SmallVector<int64_t>> out = broadcastShapes(
+      ctx.b.getLoc(), {NodeContext::typeOf(aligned).getShape(), target});
+  if (failed(out))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<BroadcastOp>(
+                       NodeContext::typeOf(aligned).clone(*out), aligned));
+  return success();
+}
+
+LogicalResult shape(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  ArrayRef<int64_t> dims = NodeContext::typeOf(*x).getShape();
+  int64_t rank = dims.size();
+  auto clampAxis = [&](int64_t a) {
+    if (a < 0)
+      a += rank;
+    return std::clamp<int64_t>(a, 0, rank);
+  };
+  int64_t start = clampAxis(ctx.attrInt("start", 0));
+  int64_t end = clampAxis(ctx.attrInt("end", rank));
+  SmallVector<int64_t> out;
+  for (int64_t i = start; i < end; ++i)
+    out.push_back(dims[i]);
+  auto type = RankedTensorType::get({static_cast<int64_t>(out.size())},
+                                    ctx.b.getI64Type());
+  ctx.setOutput(0, ConstantOp::create(
+                       ctx.b, DenseElementsAttr::get(type, ArrayRef(out))));
+  return success();
+}
+
+LogicalResult constantOfShape(NodeContext &ctx) {
+  FailureOr<SmallVector<int64_t>> shape = ctx.constantInts(0, "input");
+  if (failed(shape))
+    return failure();
+  for (int64_t d : *shape)
+    if (d < 0)
+      return ctx.error() << "shape has a negative dimension " << d;
+  DenseElementsAttr fill;
+  if (const onnx::AttributeProto *a = ctx.attr("value")) {
+    std::string error;
+    FailureOr<DenseElementsAttr> v =
+        tensorToAttr(ctx.b.getContext(), a->t(), error);
+    if (failed(v))
+      return ctx.error() << "value " << error;
+    if (v->getNumElements() != 1)
+      return ctx.error() << "value must hold one element";
+    fill = *v;
+  } else {
+    fill = DenseElementsAttr::get(RankedTensorType::get({1}, ctx.b.getF32Type()),
+                                  0.0f);
+  }
+  auto type = RankedTensorType::get(*shape, fill.getElementType());
+  ctx.setOutput(0, ConstantOp::create(
+                       ctx.b, DenseElementsAttr::get(
+                                  type, fill.getValues<Attribute>()[0])));
+  return success();
+}
+
+LogicalResult range(NodeContext &ctx) {
+  FailureOr<SmallVector<double>> start = ctx.constantDoubles(0, "start");
+  FailureOr<SmallVector<double>> limit = ctx.constantDoubles(1, "limit");
+  FailureOr<SmallVector<double>> delta = ctx.constantDoubles(2, "delta");
+  if (failed(start) || failed(limit) || failed(delta))
+    return failure();
+  if (start->size() != 1 || limit->size() != 1 || delta->size() != 1)
+    return ctx.error() << "start, limit and delta must be scalars";
+  double s = (*start)[0], l = (*limit)[0], d = (*delta)[0];
+  if (d == 0)
+    return ctx.error() << "delta is 0";
+  int64_t count = std::max<int64_t>(
+      static_cast<int64_t>(std::ceil((l - s) / d)), 0);
+  Type element = ctx.constantInput(0)->getElementType();
+  auto type = RankedTensorType::get({count}, element);
+  DenseElementsAttr attr;
+  if (element.isF32()) {
+    SmallVector<float> v;
+    for (int64_t i = 0; i < count; ++i)
+      v.push_back(static_cast<float>(s + i * d));
+    attr = DenseElementsAttr::get(type, ArrayRef(v));
+  } else {
+    SmallVector<APInt> v;
+    unsigned width = element.getIntOrFloatBitWidth();
+    for (int64_t i = 0; i < count; ++i)
+      v.push_back(APInt(width, static_cast<int64_t>(s) +
+                                   i * static_cast<int64_t>(d),
+                        /*isSigned=*/true));
+    attr = DenseElementsAttr::get(type, v);
+  }
+  ctx.setOutput(0, ConstantOp::create(ctx.b, attr));
+  return success();
+}
+
+LogicalResult constant(NodeContext &ctx) {
+  MLIRContext *mctx = ctx.b.getContext();
+  DenseElementsAttr attr;
+  if (const onnx::AttributeProto *a = ctx.attr("value")) {
+    std::string error;
+    FailureOr<DenseElementsAttr> v = tensorToAttr(mctx, a->t(), error);
+    if (failed(v))
+      return ctx.error() << "value " << error;
+    attr = *v;
+  } else if (const onnx::AttributeProto *a = ctx.attr("value_float")) {
+    attr = DenseElementsAttr::get(RankedTensorType::get({}, ctx.b.getF32Type()),
+                                  a->f());
+  } else if (const onnx::AttributeProto *a = ctx.attr("value_floats")) {
+    SmallVector<float> v(a->floats().begin(), a->floats().end());
+    attr = DenseElementsAttr::get(
+        RankedTensorType::get({static_cast<int64_t>(v.size())},
+                              ctx.b.getF32Type()),
+        ArrayRef(v));
+  } else if (const onnx::AttributeProto *a = ctx.attr("value_int")) {
+    attr = DenseElementsAttr::get(RankedTensorType::get({}, ctx.b.getI64Type()),
+                                  static_cast<int64_t>(a->i()));
+  } else if (const onnx::AttributeProto *a = ctx.attr("value_ints")) {
+    SmallVector<int64_t> v(a->ints().begin(), a->ints().end());
+    attr = DenseElementsAttr::get(
+        RankedTensorType::get({static_cast<int64_t>(v.size())},
+                              ctx.b.getI64Type()),
+        ArrayRef(v));
+  } else {
+    return ctx.error() << "has no supported value attribute (sparse and "
+                          "string constants are not supported)";
+  }
+  ctx.setOutput(0, ConstantOp::create(ctx.b, attr));
+  return success();
+}
+
+LogicalResult dropout(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  bool training = false;
+  if (ctx.hasInput(2)) {
+    FailureOr<SmallVector<int64_t>> mode = ctx.constantInts(2, "training_mode");
+    if (failed(mode))
+      return failure();
+    training = !mode->empty() && (*mode)[0];
+  }
+  double ratio = ctx.attrFloat("ratio", 0.5f);
+  if (ctx.hasInput(1)) {
+    FailureOr<SmallVector<double>> r = ctx.constantDoubles(1, "ratio");
+    if (failed(r))
+      return failure();
+    ratio = r->empty() ? 0.5 : (*r)[0];
+  }
+  if (training && ratio != 0)
+    return ctx.error() << "dropout in training mode (ratio " << ratio
+                       << ") draws random masks, which forward execution "
+                          "does not support";
+  ctx.setOutput(0, *x);
+  if (ctx.hasOutput(1))
+    ctx.setOutput(1, ctx.splat(ctx.b.getI1Type(),
+                               NodeContext::typeOf(*x).getShape(), 1));
+  return success();
+}
+
+LogicalResult trilu(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  int64_t k = 0;
+  if (ctx.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> v = ctx.constantInts(1, "k");
+    if (failed(v))
+      return failure();
+    if (v->size() != 1)
+      return ctx.error() << "k must be a scalar";
+    k = (*v)[0];
+  }
+  auto type = NodeContext::typeOf(*x);
+  if (type.getRank() < 2)
+    return ctx.error() << "input must have rank >= 2";
+  bool upper = ctx.attrInt("upper", 1);
+  int64_t rows = type.getDimSize(type.getRank() - 2);
+  int64_t cols = type.getDimSize(type.getRank() - 1);
+  SmallVector<bool> mask;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      mask.push_back(upper ? j - i >= k : j - i <= k);
+  SmallVector<int64_t> maskShape(type.getRank() - 2, 1);
+  maskShape.append({rows, cols});
+  Value maskValue = ConstantOp::create(
+      ctx.b, DenseElementsAttr::get(
+                 RankedTensorType::get(maskShape, ctx.b.getI1Type()),
+                 ArrayRef(mask)));
+  Value zero = ctx.splat(type.getElementType(),
+                         SmallVector<int64_t>(type.getRank(), 1), 0);
+  ctx.setOutput(0, ctx.b.createOrFold<SelectOp>(maskValue, *x, zero));
+  return success();
+}
+
+} // namespace
+
+void onnx_import::registerShapeHandlers(HandlerTable &t) {
+  t.on("Reshape", 5, reshape);
+  t.on("Flatten", 1, flatten);
+  t.on("Squeeze", 1, squeeze1);
+  t.on("Squeeze", 13, squeeze13);
+  t.on("Unsqueeze", 1, unsqueeze1);
+  t.on("Unsqueeze", 13, unsqueeze13);
+  t.on("Transpose", 1, transpose);
+  t.on("Concat", 4, concat);
+  t.on("Split", 2, split2);
+  t.on("Split", 13, split13);
+  t.on("Slice", 1, slice1);
+  t.on("Slice", 10, slice10);
+  t.on("Gather", 1, gather);
+  t.on("Expand", 8, expand);
+  t.on("Shape", 1, shape);
+  t.on("ConstantOfShape", 9, constantOfShape);
+  t.on("Range", 11, range);
+  t.on("Constant", 1, constant);
+  t.on("Dropout", 7, dropout);
+  t.on("Trilu", 14, trilu);
+}

@@ -1,0 +1,143 @@
+//===- PlanBuffers.cpp - Static arena planning ------------------*- C++ -*-===//
+//
+// Greedy-by-size offset assignment over live intervals of a straight-line
+// function. See the pass description in Passes.td for the contract.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cleave/CleaveOps.h"
+#include "cleave/Lowering/Passes.h"
+#include "cleave/Lowering/PlanBuffers.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace mlir::cleave {
+#define GEN_PASS_DEF_PLANBUFFERSPASS
+#include "cleave/Lowering/Passes.h.inc"
+} // namespace mlir::cleave
+
+using namespace mlir;
+using namespace mlir::cleave;
+
+int64_t mlir::cleave::storageBytes(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  unsigned bits = tensor.getElementTypeBitWidth();
+  int64_t bytes = bits == 1 ? 1 : bits / 8;
+  return tensor.getNumElements() * bytes;
+}
+
+bool mlir::cleave::isView(Operation *op) { return isa<ReshapeOp>(op); }
+
+namespace {
+struct Interval {
+  Value value;
+  int64_t bytes;
+  int64_t begin, end; // op indices, inclusive
+  int64_t offset = -1;
+};
+
+struct PlanBuffersPass
+    : public mlir::cleave::impl::PlanBuffersPassBase<PlanBuffersPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (!func.getBody().hasOneBlock()) {
+      func.emitOpError("buffer planning needs a single-block function");
+      return signalPassFailure();
+    }
+    if (alignment <= 0 || (alignment & (alignment - 1))) {
+      func.emitOpError("alignment must be a power of two");
+      return signalPassFailure();
+    }
+    Block &block = func.getBody().front();
+
+    // Views share the storage of their root value.
+    llvm::DenseMap<Value, Value> root;
+    auto rootOf = [&](Value v) {
+      auto it = root.find(v);
+      return it == root.end() ? v : it->second;
+    };
+    llvm::DenseMap<Value, unsigned> intervalOf;
+    std::vector<Interval> intervals;
+    int64_t index = 0;
+    int64_t endIndex = std::distance(block.begin(), block.end());
+    for (Operation &op : block) {
+      for (Value operand : op.getOperands()) {
+        auto it = intervalOf.find(rootOf(operand));
+        if (it != intervalOf.end())
+          intervals[it->second].end =
+              std::max(intervals[it->second].end, index);
+      }
+      if (op.hasTrait<OpTrait::IsTerminator>()) {
+        for (Value operand : op.getOperands()) {
+          auto it = intervalOf.find(rootOf(operand));
+          if (it != intervalOf.end())
+            intervals[it->second].end = endIndex;
+        }
+      } else if (isView(&op)) {
+        root[op.getResult(0)] = rootOf(op.getOperand(0));
+      } else if (!op.hasTrait<OpTrait::ConstantLike>()) {
+        for (Value result : op.getResults()) {
+          intervalOf[result] = intervals.size();
+          intervals.push_back({result, storageBytes(result.getType()), index,
+                               index});
+        }
+      }
+      ++index;
+    }
+
+    // Largest first; ties in program order keep the result deterministic.
+    std::vector<unsigned> order(intervals.size());
+    for (unsigned i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+      return intervals[a].bytes > intervals[b].bytes;
+    });
+    std::vector<unsigned> placed;
+    int64_t arena = 0;
+    auto alignUp = [&](int64_t v) {
+      return (v + alignment - 1) / alignment * alignment;
+    };
+    for (unsigned i : order) {
+      Interval &cur = intervals[i];
+      // Occupied byte ranges of placed intervals overlapping in time.
+      std::vector<std::pair<int64_t, int64_t>> busy;
+      for (unsigned j : placed) {
+        const Interval &other = intervals[j];
+        if (other.begin <= cur.end && cur.begin <= other.end)
+          busy.push_back({other.offset, other.offset + alignUp(other.bytes)});
+      }
+      std::sort(busy.begin(), busy.end());
+      // Best fit: the smallest gap that holds the value, else the top.
+      int64_t need = alignUp(cur.bytes), best = -1, bestGap = INT64_MAX;
+      int64_t cursor = 0;
+      for (auto [lo, hi] : busy) {
+        if (lo - cursor >= need && lo - cursor < bestGap) {
+          best = cursor;
+          bestGap = lo - cursor;
+        }
+        cursor = std::max(cursor, hi);
+      }
+      cur.offset = best >= 0 ? best : cursor;
+      arena = std::max(arena, cur.offset + need);
+      placed.push_back(i);
+    }
+
+    OpBuilder builder(func.getContext());
+    for (Operation &op : block) {
+      if (op.getNumResults() == 0 || op.hasTrait<OpTrait::ConstantLike>())
+        continue;
+      SmallVector<int64_t> offsets;
+      for (Value result : op.getResults()) {
+        auto it = intervalOf.find(result);
+        offsets.push_back(it == intervalOf.end()
+                              ? -1
+                              : intervals[it->second].offset);
+      }
+      op.setAttr(kOffsetsAttr, builder.getDenseI64ArrayAttr(offsets));
+    }
+    func->setAttr(kArenaBytesAttr, builder.getI64IntegerAttr(arena));
+  }
+};
+} // namespace

@@ -1,0 +1,614 @@
+//===- elementwise.cpp - Elementwise, comparison and logical kernels ------===//
+//
+// Same-shape operands take a flat loop the compiler can vectorise; broadcast
+// operands go through StridedLoop, whose coalesced inner dim usually has unit
+// or zero strides, which get their own loops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernel.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace cleave::rt {
+namespace {
+
+struct ElementwisePlan {
+  /// Every operand has the result's shape.
+  bool contiguous = true;
+  int64_t numElements = 0;
+  StridedLoop loop;
+};
+
+ElementwisePlan makePlan(const TensorType &result,
+                         const std::vector<const TensorType *> &operands) {
+  ElementwisePlan plan;
+  plan.numElements = result.numElements();
+  std::vector<std::vector<int64_t>> strides;
+  for (const TensorType *op : operands) {
+    plan.contiguous &= op->shape == result.shape;
+    strides.push_back(broadcastStrides(op->shape, result.shape));
+  }
+  if (!plan.contiguous)
+    plan.loop = StridedLoop::build(result.shape, strides);
+  return plan;
+}
+
+template <typename Out, typename A, typename F>
+void unaryLoop(int64_t n, const A *a, Out *out, F f) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = f(a[i]);
+}
+
+template <typename Out, typename A, typename B, typename F>
+void binaryLoop(const ElementwisePlan &plan, const A *a, const B *b, Out *out,
+                F f) {
+  if (plan.contiguous) {
+    int64_t n = plan.numElements;
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f(a[i], b[i]);
+    return;
+  }
+  const StridedLoop &loop = plan.loop;
+  int64_t inner = loop.innerSize();
+  int64_t sa = loop.innerStride(0), sb = loop.innerStride(1);
+  loop.forEachRow([&](int64_t o, const int64_t *off) {
+    const A *pa = a + off[0];
+    const B *pb = b + off[1];
+    Out *po = out + o;
+    if (sa == 1 && sb == 1) {
+      for (int64_t i = 0; i < inner; ++i)
+        po[i] = f(pa[i], pb[i]);
+    } else if (sa == 1 && sb == 0) {
+      B vb = *pb;
+      for (int64_t i = 0; i < inner; ++i)
+        po[i] = f(pa[i], vb);
+    } else if (sa == 0 && sb == 1) {
+      A va = *pa;
+      for (int64_t i = 0; i < inner; ++i)
+        po[i] = f(va, pb[i]);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        po[i] = f(pa[i * sa], pb[i * sb]);
+    }
+  });
+}
+
+template <typename T>
+void selectLoop(const ElementwisePlan &plan, const uint8_t *c, const T *a,
+                const T *b, T *out) {
+  if (plan.contiguous) {
+    int64_t n = plan.numElements;
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = c[i] ? a[i] : b[i];
+    return;
+  }
+  const StridedLoop &loop = plan.loop;
+  int64_t inner = loop.innerSize();
+  int64_t sc = loop.innerStride(0), sa = loop.innerStride(1),
+          sb = loop.innerStride(2);
+  loop.forEachRow([&](int64_t o, const int64_t *off) {
+    const uint8_t *pc = c + off[0];
+    const T *pa = a + off[1];
+    const T *pb = b + off[2];
+    T *po = out + o;
+    for (int64_t i = 0; i < inner; ++i)
+      po[i] = pc[i * sc] ? pa[i * sa] : pb[i * sb];
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Arithmetic
+//===----------------------------------------------------------------------===//
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
+
+/// Integer arithmetic wraps (through the unsigned type) instead of being UB.
+template <typename T> T wrapAdd(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+}
+template <typename T> T wrapSub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+}
+template <typename T> T wrapMul(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+
+/// Integer power by squaring. A negative exponent gives the truncated value
+/// of 1 / base^-exp: 0 except for bases 1 and -1 (and 0, whose reciprocal
+/// does not exist; it also gives 0 rather than trapping).
+template <typename T> T intPow(T base, T exp) {
+  if (exp < 0) {
+    if (base == 1)
+      return 1;
+    if (base == -1)
+      return (exp % 2 == 0) ? 1 : -1;
+    return 0;
+  }
+  T result = 1;
+  while (exp > 0) {
+    if (exp & 1)
+      result = wrapMul(result, base);
+    base = wrapMul(base, base);
+    exp >>= 1;
+  }
+  return result;
+}
+
+template <typename T> T maxOf(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    // NaN propagates, as in torch.maximum.
+    if (std::isnan(a))
+      return a;
+    if (std::isnan(b))
+      return b;
+  }
+  return a < b ? b : a;
+}
+template <typename T> T minOf(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a))
+      return a;
+    if (std::isnan(b))
+      return b;
+  }
+  return b < a ? b : a;
+}
+
+template <typename T>
+KernelFn makeBinary(BinaryOp op, std::shared_ptr<ElementwisePlan> plan) {
+  auto run = [plan](auto f) -> KernelFn {
+    return [plan, f](const KernelArgs &args) {
+      binaryLoop(*plan, static_cast<const T *>(args.operands[0]),
+                 static_cast<const T *>(args.operands[1]),
+                 static_cast<T *>(args.results[0]), f);
+      return Status::ok();
+    };
+  };
+  constexpr bool isFloat = std::is_floating_point_v<T>;
+  switch (op) {
+  case BinaryOp::Add:
+    if constexpr (isFloat)
+      return run([](T a, T b) { return a + b; });
+    else
+      return run([](T a, T b) { return wrapAdd(a, b); });
+  case BinaryOp::Sub:
+    if constexpr (isFloat)
+      return run([](T a, T b) { return a - b; });
+    else
+      return run([](T a, T b) { return wrapSub(a, b); });
+  case BinaryOp::Mul:
+    if constexpr (isFloat)
+      return run([](T a, T b) { return a * b; });
+    else
+      return run([](T a, T b) { return wrapMul(a, b); });
+  case BinaryOp::Div:
+    if constexpr (isFloat) {
+      return run([](T a, T b) { return a / b; });
+    } else {
+      // Division by zero (checked in prepareBinary) and MIN / -1 trap on
+      // x86; the latter wraps like negation.
+      return run(
+          [](T a, T b) { return b == -1 ? wrapSub(T(0), a) : T(a / b); });
+    }
+  case BinaryOp::Pow:
+    if constexpr (isFloat)
+      return run([](T a, T b) { return std::pow(a, b); });
+    else
+      return run([](T a, T b) { return intPow(a, b); });
+  case BinaryOp::Max:
+    return run([](T a, T b) { return maxOf(a, b); });
+  case BinaryOp::Min:
+    return run([](T a, T b) { return minOf(a, b); });
+  }
+  return nullptr;
+}
+
+Status prepareBinary(const KernelInfo &info, KernelFn *fn, BinaryOp op) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &b = info.operand(1),
+                   &r = info.result(0);
+  if (a.dtype != r.dtype || b.dtype != r.dtype)
+    return Status::error("operands " + a.str() + ", " + b.str() +
+                         " and result " + r.str() + " must share a dtype");
+  if (Status s = checkBroadcastable(a, r, "operand 0"); !s)
+    return s;
+  if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
+    return s;
+  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&a, &b}));
+  switch (r.dtype) {
+  case DType::F32:
+    *fn = makeBinary<float>(op, plan);
+    return Status::ok();
+  case DType::I32:
+    *fn = makeBinary<int32_t>(op, plan);
+    break;
+  case DType::I64:
+    *fn = makeBinary<int64_t>(op, plan);
+    break;
+  default:
+    return Status::error(std::string("unsupported dtype ") +
+                         dtypeName(r.dtype) + " (expects f32, i32 or i64)");
+  }
+  if (op == BinaryOp::Div) {
+    // Wrap the integer division with a zero-divisor check over operand 1.
+    int64_t divisorCount = b.numElements();
+    size_t elemSize = dtypeSize(b.dtype);
+    KernelFn divide = std::move(*fn);
+    *fn = [divide, divisorCount, elemSize](const KernelArgs &args) {
+      const void *divisor = args.operands[1];
+      for (int64_t i = 0; i < divisorCount; ++i) {
+        int64_t v = elemSize == 4 ? static_cast<const int32_t *>(divisor)[i]
+                                  : static_cast<const int64_t *>(divisor)[i];
+        if (v == 0)
+          return Status::error("integer division by zero (divisor element " +
+                               std::to_string(i) + ")");
+      }
+      return divide(args);
+    };
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Comparisons and logic
+//===----------------------------------------------------------------------===//
+
+enum class CmpOp { Eq, Ne, Lt, Le, Gt, Ge };
+
+/// The value compared: bools by truth, so that a stray non-canonical byte
+/// still compares as true.
+template <typename T, bool IsBool> auto compareKey(T x) {
+  if constexpr (IsBool)
+    return x != 0;
+  else
+    return x;
+}
+
+template <typename T, bool IsBool = false>
+KernelFn makeCompare(CmpOp op, std::shared_ptr<ElementwisePlan> plan) {
+  auto k = [](T x) { return compareKey<T, IsBool>(x); };
+  auto run = [plan](auto f) -> KernelFn {
+    return [plan, f](const KernelArgs &args) {
+      binaryLoop(*plan, static_cast<const T *>(args.operands[0]),
+                 static_cast<const T *>(args.operands[1]),
+                 static_cast<uint8_t *>(args.results[0]), f);
+      return Status::ok();
+    };
+  };
+  switch (op) {
+  case CmpOp::Eq:
+    return run([k](T a, T b) -> uint8_t { return k(a) == k(b); });
+  case CmpOp::Ne:
+    return run([k](T a, T b) -> uint8_t { return k(a) != k(b); });
+  case CmpOp::Lt:
+    return run([k](T a, T b) -> uint8_t { return k(a) < k(b); });
+  case CmpOp::Le:
+    return run([k](T a, T b) -> uint8_t { return k(a) <= k(b); });
+  case CmpOp::Gt:
+    return run([k](T a, T b) -> uint8_t { return k(a) > k(b); });
+  case CmpOp::Ge:
+    return run([k](T a, T b) -> uint8_t { return k(a) >= k(b); });
+  }
+  return nullptr;
+}
+
+Status prepareCompare(const KernelInfo &info, KernelFn *fn, CmpOp op) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &b = info.operand(1),
+                   &r = info.result(0);
+  if (a.dtype != b.dtype)
+    return Status::error("operands " + a.str() + " and " + b.str() +
+                         " must share a dtype");
+  if (r.dtype != DType::Bool)
+    return Status::error("result " + r.str() + " must be bool");
+  if (Status s = checkBroadcastable(a, r, "operand 0"); !s)
+    return s;
+  if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
+    return s;
+  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&a, &b}));
+  switch (a.dtype) {
+  case DType::F32:
+    *fn = makeCompare<float>(op, plan);
+    break;
+  case DType::I32:
+    *fn = makeCompare<int32_t>(op, plan);
+    break;
+  case DType::I64:
+    *fn = makeCompare<int64_t>(op, plan);
+    break;
+  case DType::Bool:
+    *fn = makeCompare<uint8_t, /*IsBool=*/true>(op, plan);
+    break;
+  }
+  return Status::ok();
+}
+
+enum class LogicOp { And, Or, Xor };
+
+Status prepareLogic(const KernelInfo &info, KernelFn *fn, LogicOp op) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &b = info.operand(1),
+                   &r = info.result(0);
+  if (a.dtype != DType::Bool || b.dtype != DType::Bool ||
+      r.dtype != DType::Bool)
+    return Status::error("operands " + a.str() + ", " + b.str() +
+                         " and result " + r.str() + " must be bool");
+  if (Status s = checkBroadcastable(a, r, "operand 0"); !s)
+    return s;
+  if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
+    return s;
+  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&a, &b}));
+  auto run = [plan](auto f) -> KernelFn {
+    return [plan, f](const KernelArgs &args) {
+      binaryLoop(*plan, static_cast<const uint8_t *>(args.operands[0]),
+                 static_cast<const uint8_t *>(args.operands[1]),
+                 static_cast<uint8_t *>(args.results[0]), f);
+      return Status::ok();
+    };
+  };
+  switch (op) {
+  case LogicOp::And:
+    *fn = run(
+        [](uint8_t a, uint8_t b) -> uint8_t { return (a != 0) & (b != 0); });
+    break;
+  case LogicOp::Or:
+    *fn = run(
+        [](uint8_t a, uint8_t b) -> uint8_t { return (a != 0) | (b != 0); });
+    break;
+  case LogicOp::Xor:
+    *fn = run(
+        [](uint8_t a, uint8_t b) -> uint8_t { return (a != 0) ^ (b != 0); });
+    break;
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Unary
+//===----------------------------------------------------------------------===//
+
+Status checkUnary(const KernelInfo &info, bool allowInts) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (a.dtype != r.dtype || a.shape != r.shape)
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must have the same type");
+  bool ok = a.dtype == DType::F32 ||
+            (allowInts && (a.dtype == DType::I32 || a.dtype == DType::I64));
+  if (!ok)
+    return Status::error(
+        std::string("unsupported dtype ") + dtypeName(a.dtype) +
+        (allowInts ? " (expects f32, i32 or i64)" : " (expects f32)"));
+  return Status::ok();
+}
+
+template <typename T, typename F> KernelFn makeUnary(int64_t n, F f) {
+  return [n, f](const KernelArgs &args) {
+    unaryLoop(n, static_cast<const T *>(args.operands[0]),
+              static_cast<T *>(args.results[0]), f);
+    return Status::ok();
+  };
+}
+
+/// A float-only unary kernel computing \p f.
+template <typename F>
+Status prepareFloatUnary(const KernelInfo &info, KernelFn *fn, F f) {
+  if (Status s = checkUnary(info, /*allowInts=*/false); !s)
+    return s;
+  *fn = makeUnary<float>(info.result(0).numElements(), f);
+  return Status::ok();
+}
+
+/// A unary kernel on f32, i32 and i64; \p f is a generic lambda.
+template <typename F>
+Status prepareNumericUnary(const KernelInfo &info, KernelFn *fn, F f) {
+  if (Status s = checkUnary(info, /*allowInts=*/true); !s)
+    return s;
+  int64_t n = info.result(0).numElements();
+  switch (info.result(0).dtype) {
+  case DType::F32:
+    *fn = makeUnary<float>(n, [f](float x) { return f(x); });
+    break;
+  case DType::I32:
+    *fn = makeUnary<int32_t>(n, [f](int32_t x) { return f(x); });
+    break;
+  default:
+    *fn = makeUnary<int64_t>(n, [f](int64_t x) { return f(x); });
+    break;
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+#define BINARY(NAME, OP)                                                       \
+  Status prepare_##NAME(const KernelInfo &info, KernelFn *fn) {                \
+    return prepareBinary(info, fn, BinaryOp::OP);                              \
+  }
+BINARY(add, Add)
+BINARY(sub, Sub)
+BINARY(mul, Mul)
+BINARY(div, Div)
+BINARY(pow, Pow)
+BINARY(max, Max)
+BINARY(min, Min)
+#undef BINARY
+
+#define COMPARE(NAME, OP)                                                      \
+  Status prepare_##NAME(const KernelInfo &info, KernelFn *fn) {                \
+    return prepareCompare(info, fn, CmpOp::OP);                                \
+  }
+COMPARE(cmp_eq, Eq)
+COMPARE(cmp_ne, Ne)
+COMPARE(cmp_lt, Lt)
+COMPARE(cmp_le, Le)
+COMPARE(cmp_gt, Gt)
+COMPARE(cmp_ge, Ge)
+#undef COMPARE
+
+Status prepare_and(const KernelInfo &info, KernelFn *fn) {
+  return prepareLogic(info, fn, LogicOp::And);
+}
+Status prepare_or(const KernelInfo &info, KernelFn *fn) {
+  return prepareLogic(info, fn, LogicOp::Or);
+}
+Status prepare_xor(const KernelInfo &info, KernelFn *fn) {
+  return prepareLogic(info, fn, LogicOp::Xor);
+}
+
+Status prepare_not(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (a.dtype != DType::Bool || r.dtype != DType::Bool || a.shape != r.shape)
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must be the same bool type");
+  *fn = makeUnary<uint8_t>(r.numElements(),
+                           [](uint8_t x) -> uint8_t { return x == 0; });
+  return Status::ok();
+}
+
+Status prepare_select(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(3, 3, 1); !s)
+    return s;
+  const TensorType &c = info.operand(0), &a = info.operand(1),
+                   &b = info.operand(2), &r = info.result(0);
+  if (c.dtype != DType::Bool)
+    return Status::error("condition " + c.str() + " must be bool");
+  if (a.dtype != r.dtype || b.dtype != r.dtype)
+    return Status::error("operands " + a.str() + ", " + b.str() +
+                         " and result " + r.str() + " must share a dtype");
+  if (Status s = checkBroadcastable(c, r, "condition"); !s)
+    return s;
+  if (Status s = checkBroadcastable(a, r, "operand 1"); !s)
+    return s;
+  if (Status s = checkBroadcastable(b, r, "operand 2"); !s)
+    return s;
+  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&c, &a, &b}));
+  // Selection only moves bits, so the element size is all that matters.
+  auto make = [plan](auto tag) -> KernelFn {
+    using T = decltype(tag);
+    return [plan](const KernelArgs &args) {
+      selectLoop(*plan, static_cast<const uint8_t *>(args.operands[0]),
+                 static_cast<const T *>(args.operands[1]),
+                 static_cast<const T *>(args.operands[2]),
+                 static_cast<T *>(args.results[0]));
+      return Status::ok();
+    };
+  };
+  switch (dtypeSize(r.dtype)) {
+  case 1:
+    *fn = make(uint8_t());
+    break;
+  case 4:
+    *fn = make(uint32_t());
+    break;
+  default:
+    *fn = make(uint64_t());
+    break;
+  }
+  return Status::ok();
+}
+
+Status prepare_neg(const KernelInfo &info, KernelFn *fn) {
+  return prepareNumericUnary(info, fn, [](auto x) -> decltype(x) {
+    if constexpr (std::is_integral_v<decltype(x)>)
+      return wrapSub(decltype(x)(0), x);
+    else
+      return -x;
+  });
+}
+
+Status prepare_abs(const KernelInfo &info, KernelFn *fn) {
+  return prepareNumericUnary(info, fn, [](auto x) -> decltype(x) {
+    if constexpr (std::is_integral_v<decltype(x)>)
+      return x < 0 ? wrapSub(decltype(x)(0), x) : x;
+    else
+      return std::fabs(x);
+  });
+}
+
+Status prepare_exp(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::exp(x); });
+}
+Status prepare_log(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::log(x); });
+}
+Status prepare_sqrt(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::sqrt(x); });
+}
+Status prepare_rsqrt(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn,
+                           [](float x) { return 1.0f / std::sqrt(x); });
+}
+Status prepare_reciprocal(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return 1.0f / x; });
+}
+Status prepare_tanh(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::tanh(x); });
+}
+Status prepare_sigmoid(const KernelInfo &info, KernelFn *fn) {
+  // exp of a non-positive argument only, so large |x| cannot overflow.
+  return prepareFloatUnary(info, fn, [](float x) {
+    if (x >= 0)
+      return 1.0f / (1.0f + std::exp(-x));
+    float e = std::exp(x);
+    return e / (1.0f + e);
+  });
+}
+Status prepare_relu(const KernelInfo &info, KernelFn *fn) {
+  // NaN stays NaN (x > 0 is false, but x itself is returned for NaN).
+  return prepareFloatUnary(info, fn,
+                           [](float x) { return x < 0.0f ? 0.0f : x; });
+}
+Status prepare_erf(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::erf(x); });
+}
+Status prepare_sin(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::sin(x); });
+}
+Status prepare_cos(const KernelInfo &info, KernelFn *fn) {
+  return prepareFloatUnary(info, fn, [](float x) { return std::cos(x); });
+}
+
+Status prepare_gelu(const KernelInfo &info, KernelFn *fn) {
+  int64_t approximate = 0;
+  if (Status s = info.intScalar("approximate", &approximate, 0); !s)
+    return s;
+  if (approximate == 0)
+    return prepareFloatUnary(info, fn, [](float x) {
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    });
+  if (approximate == 1)
+    return prepareFloatUnary(info, fn, [](float x) {
+      constexpr float kSqrt2OverPi = 0.79788456080286536f;
+      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.0f + std::tanh(inner));
+    });
+  return Status::error("attribute 'approximate' must be 0 or 1, got " +
+                       std::to_string(approximate));
+}
+
+Status prepare_leaky_relu(const KernelInfo &info, KernelFn *fn) {
+  double alpha = 0;
+  if (Status s = info.floatScalar("alpha", &alpha); !s)
+    return s;
+  float a = static_cast<float>(alpha);
+  return prepareFloatUnary(info, fn,
+                           [a](float x) { return x < 0.0f ? a * x : x; });
+}
+
+} // namespace cleave::rt

@@ -1,0 +1,174 @@
+//===- kernel.h - Private interface between executor and kernels -*- C++
+//-*-===//
+//
+// Every kernel in kernels.def has a "prepare" function: it checks the
+// instruction's operand/result types and attributes once, at load time, and
+// returns the function that runs it. Run-time functions only see raw pointers,
+// so everything that could make them read or write out of bounds must be
+// rejected by prepare.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_CPU_KERNEL_H
+#define CLEAVE_RUNTIME_CPU_KERNEL_H
+
+#include "cleave/runtime/executor.h"
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cleave::rt {
+
+/// Element counts above which loops are split across OpenMP threads; below it
+/// the fork/join overhead dominates.
+constexpr int64_t kParallelThreshold = 32 * 1024;
+
+/// Static type of a value.
+struct TensorType {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+
+  int64_t numElements() const;
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  std::string str() const;
+};
+
+struct Attr {
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
+};
+
+/// What prepare functions see of an instruction.
+struct KernelInfo {
+  std::string kernel;
+  /// Absent optional operands (id -1) are std::nullopt.
+  std::vector<std::optional<TensorType>> operands;
+  std::vector<std::optional<TensorType>> results;
+  std::map<std::string, Attr> attrs;
+
+  /// Checks operand and result counts: between \p minOperands and
+  /// \p maxOperands operands, those at positions >= minOperands optional
+  /// (absent or -1); likewise for results.
+  Status checkArity(size_t minOperands, size_t maxOperands, size_t maxResults,
+                    std::optional<size_t> minResults = std::nullopt) const;
+  /// The type of a present operand/result (checked by checkArity).
+  const TensorType &operand(size_t i) const { return *operands[i]; }
+  const TensorType &result(size_t i) const { return *results[i]; }
+  bool hasOperand(size_t i) const {
+    return i < operands.size() && operands[i].has_value();
+  }
+  bool hasResult(size_t i) const {
+    return i < results.size() && results[i].has_value();
+  }
+
+  /// Exactly \p count ints of attribute \p name; if absent and \p defaults is
+  /// non-null, *defaults.
+  Status ints(const std::string &name, size_t count, std::vector<int64_t> *out,
+              const std::vector<int64_t> *defaults = nullptr) const;
+  /// ints[0] of \p name, or \p defaultValue when the attribute is absent.
+  Status intScalar(const std::string &name, int64_t *out,
+                   std::optional<int64_t> defaultValue = std::nullopt) const;
+  Status floatScalar(const std::string &name, double *out,
+                     std::optional<double> defaultValue = std::nullopt) const;
+};
+
+/// Pointer slots always present in KernelArgs.
+constexpr size_t kMinArgSlots = 8;
+
+/// Buffers for one execution of an instruction, in operand/result order.
+/// Absent operands and results are null, including those the instruction
+/// leaves out (at least kMinArgSlots slots exist).
+struct KernelArgs {
+  const void *const *operands;
+  void *const *results;
+};
+
+using KernelFn = std::function<Status(const KernelArgs &)>;
+using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
+
+#define CLEAVE_KERNEL(NAME)                                                    \
+  Status prepare_##NAME(const KernelInfo &, KernelFn *);
+#include "cleave/runtime/kernels.def"
+
+//===----------------------------------------------------------------------===//
+// Shared helpers
+//===----------------------------------------------------------------------===//
+
+/// Row-major strides (in elements) of \p shape.
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape);
+
+/// Product of shape[begin, end).
+int64_t product(const std::vector<int64_t> &shape, size_t begin, size_t end);
+
+/// Checks that \p operand broadcasts to \p result ("same rank, each dim equal
+/// or 1"); \p what names the operand in the error.
+Status checkBroadcastable(const TensorType &operand, const TensorType &result,
+                          const std::string &what);
+
+/// A strided walk over a result of some shape, reading up to 3 operands with
+/// arbitrary (possibly 0 or negative) element strides. Dims are coalesced so
+/// that the inner loop is as long as possible.
+struct StridedLoop {
+  static constexpr int kMaxOperands = 3;
+  int numOperands = 0;
+  /// Coalesced dims, outermost first; at least one dim (possibly of size 1).
+  std::vector<int64_t> dims;
+  /// Per operand, element strides per coalesced dim.
+  std::vector<int64_t> strides[kMaxOperands];
+  /// Element offsets added to every operand index.
+  int64_t baseOffset[kMaxOperands] = {0, 0, 0};
+
+  /// \p operandStrides[k] has one stride per dim of \p resultShape.
+  static StridedLoop
+  build(const std::vector<int64_t> &resultShape,
+        const std::vector<std::vector<int64_t>> &operandStrides);
+
+  int64_t innerSize() const { return dims.back(); }
+  int64_t outerSize() const;
+  int64_t innerStride(int k) const { return strides[k].back(); }
+
+  /// Calls fn(row, outOffset, operandOffsets) for each row of the inner dim,
+  /// in parallel when the total size is large. Offsets are element indices.
+  template <typename Fn> void forEachRow(Fn fn) const {
+    int64_t outer = outerSize();
+    int64_t inner = innerSize();
+    if (inner == 0)
+      return;
+    int64_t rank = static_cast<int64_t>(dims.size());
+    int n = numOperands;
+#pragma omp parallel for schedule(                                             \
+    static) if (outer * inner > kParallelThreshold && outer > 1)
+    for (int64_t row = 0; row < outer; ++row) {
+      int64_t offsets[kMaxOperands];
+      for (int k = 0; k < n; ++k)
+        offsets[k] = baseOffset[k];
+      int64_t rest = row;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        int64_t i = rest % dims[d];
+        rest /= dims[d];
+        for (int k = 0; k < n; ++k)
+          offsets[k] += i * strides[k][d];
+      }
+      fn(row * inner, static_cast<const int64_t *>(offsets));
+    }
+  }
+};
+
+/// Strides of \p operand broadcast to \p resultShape: 0 along dims of size 1
+/// that the result does not share.
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &operand,
+                                      const std::vector<int64_t> &resultShape);
+
+/// Copies elements of \p elemSize bytes: out (contiguous, loop's result
+/// shape) from in through loop operand 0.
+void stridedCopy(const StridedLoop &loop, size_t elemSize, const void *in,
+                 void *out);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_CPU_KERNEL_H

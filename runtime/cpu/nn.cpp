@@ -1,0 +1,491 @@
+//===- nn.cpp - Normalisation, convolution and pooling kernels ------------===//
+
+#include "kernel.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace cleave::rt {
+namespace {
+
+Status checkF32(const TensorType &t, const std::string &what) {
+  if (t.dtype != DType::F32)
+    return Status::error(what + " " + t.str() + " must be f32");
+  return Status::ok();
+}
+
+/// 2-D window geometry shared by conv2d and the pools.
+struct Window {
+  int64_t kh = 1, kw = 1;
+  int64_t strideH = 1, strideW = 1;
+  int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
+  int64_t dilationH = 1, dilationW = 1;
+};
+
+Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w) {
+  const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0, 0, 0};
+  std::vector<int64_t> strides, pads, dilations;
+  if (Status s =
+          info.ints("strides", 2, &strides, stridesRequired ? nullptr : &ones);
+      !s)
+    return s;
+  if (Status s = info.ints("pads", 4, &pads, &zeros); !s)
+    return s;
+  if (Status s = info.ints("dilations", 2, &dilations, &ones); !s)
+    return s;
+  if (strides[0] < 1 || strides[1] < 1 || dilations[0] < 1 || dilations[1] < 1)
+    return Status::error("strides and dilations must be positive");
+  for (int64_t p : pads)
+    if (p < 0)
+      return Status::error("pads must be non-negative");
+  w->strideH = strides[0];
+  w->strideW = strides[1];
+  w->padTop = pads[0];
+  w->padLeft = pads[1];
+  w->padBottom = pads[2];
+  w->padRight = pads[3];
+  w->dilationH = dilations[0];
+  w->dilationW = dilations[1];
+  return Status::ok();
+}
+
+/// Output extent of a window sliding over \p size (floor mode).
+int64_t slidingExtent(int64_t size, int64_t padBegin, int64_t padEnd,
+                      int64_t kernel, int64_t stride, int64_t dilation) {
+  int64_t span = size + padBegin + padEnd - dilation * (kernel - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+//===----------------------------------------------------------------------===//
+// conv2d
+//===----------------------------------------------------------------------===//
+
+struct ConvPlan {
+  Window win;
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t f = 0, oh = 0, ow = 0, groups = 1;
+  bool hasBias = false;
+  /// 1x1, unit stride, no padding: the input plane is already the im2col
+  /// matrix.
+  bool pointwise = false;
+};
+
+/// Lays out the receptive fields of one group of one image as a
+/// [cg * kh * kw, oh * ow] matrix.
+void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col) {
+  const Window &win = p.win;
+  int64_t rows = cg * win.kh * win.kw;
+  int64_t plane = p.oh * p.ow;
+#pragma omp parallel for schedule(                                             \
+    static) if (rows > 1 && rows * plane > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t ci = r / (win.kh * win.kw);
+    int64_t ki = (r / win.kw) % win.kh;
+    int64_t kj = r % win.kw;
+    const float *src = x + ci * p.h * p.w;
+    float *dst = col + r * plane;
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      int64_t iy = oy * win.strideH - win.padTop + ki * win.dilationH;
+      float *row = dst + oy * p.ow;
+      if (iy < 0 || iy >= p.h) {
+        std::fill(row, row + p.ow, 0.0f);
+        continue;
+      }
+      const float *srcRow = src + iy * p.w;
+      int64_t ix0 = kj * win.dilationW - win.padLeft;
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t ix = ix0 + ox * win.strideW;
+        row[ox] = (ix >= 0 && ix < p.w) ? srcRow[ix] : 0.0f;
+      }
+    }
+  }
+}
+
+void runConv(const ConvPlan &p, const float *x, const float *weight,
+             const float *bias, float *y) {
+  int64_t cg = p.c / p.groups, fg = p.f / p.groups;
+  int64_t kdim = cg * p.win.kh * p.win.kw;
+  int64_t plane = p.oh * p.ow;
+  if (plane == 0 || p.n == 0 || p.f == 0)
+    return;
+  std::vector<float> col;
+  if (!p.pointwise)
+    col.resize(static_cast<size_t>(kdim * plane));
+  for (int64_t img = 0; img < p.n; ++img) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const float *xg = x + (img * p.c + g * cg) * p.h * p.w;
+      float *yg = y + (img * p.f + g * fg) * plane;
+      if (kdim == 0) {
+        std::fill(yg, yg + fg * plane, 0.0f);
+        continue;
+      }
+      const float *matrix = xg;
+      if (!p.pointwise) {
+        im2col(p, xg, cg, col.data());
+        matrix = col.data();
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                  static_cast<int>(fg), static_cast<int>(plane),
+                  static_cast<int>(kdim), 1.0f, weight + g * fg * kdim,
+                  static_cast<int>(kdim), matrix, static_cast<int>(plane), 0.0f,
+                  yg, static_cast<int>(plane));
+    }
+  }
+  if (!bias)
+    return;
+  int64_t planes = p.n * p.f;
+#pragma omp parallel for schedule(static) if (planes * plane >                 \
+                                              kParallelThreshold)
+  for (int64_t i = 0; i < planes; ++i) {
+    float b = bias[i % p.f];
+    float *dst = y + i * plane;
+    for (int64_t j = 0; j < plane; ++j)
+      dst[j] += b;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Pools
+//===----------------------------------------------------------------------===//
+
+struct PoolPlan {
+  Window win;
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+  bool countIncludePad = false;
+};
+
+void runMaxPool(const PoolPlan &p, const float *x, float *y) {
+  const Window &win = p.win;
+#pragma omp parallel for schedule(                                             \
+    static) if (p.planes > 1 &&                                                \
+                p.planes * p.oh * p.ow * win.kh * win.kw > kParallelThreshold)
+  for (int64_t pl = 0; pl < p.planes; ++pl) {
+    const float *src = x + pl * p.h * p.w;
+    float *dst = y + pl * p.oh * p.ow;
+    for (int64_t oy = 0; oy < p.oh; ++oy)
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < win.kh; ++i) {
+          int64_t iy = oy * win.strideH - win.padTop + i * win.dilationH;
+          if (iy < 0 || iy >= p.h)
+            continue;
+          for (int64_t j = 0; j < win.kw; ++j) {
+            int64_t ix = ox * win.strideW - win.padLeft + j * win.dilationW;
+            if (ix < 0 || ix >= p.w)
+              continue;
+            float v = src[iy * p.w + ix];
+            // NaN propagates, as in the reference frameworks.
+            if (v > m || std::isnan(v))
+              m = v;
+          }
+        }
+        dst[oy * p.ow + ox] = m;
+      }
+  }
+}
+
+/// Number of window taps along one dim that fall inside [lo, hi).
+int64_t tapsInside(int64_t start, int64_t kernel, int64_t dilation, int64_t lo,
+                   int64_t hi) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < kernel; ++i) {
+    int64_t pos = start + i * dilation;
+    count += pos >= lo && pos < hi;
+  }
+  return count;
+}
+
+void runAvgPool(const PoolPlan &p, const float *x, float *y) {
+  const Window &win = p.win;
+  // The divisor only depends on the output position, not the plane.
+  std::vector<int64_t> rowTaps(p.oh), colTaps(p.ow);
+  for (int64_t oy = 0; oy < p.oh; ++oy) {
+    int64_t start = oy * win.strideH - win.padTop;
+    rowTaps[oy] = p.countIncludePad
+                      ? tapsInside(start, win.kh, win.dilationH, -win.padTop,
+                                   p.h + win.padBottom)
+                      : tapsInside(start, win.kh, win.dilationH, 0, p.h);
+  }
+  for (int64_t ox = 0; ox < p.ow; ++ox) {
+    int64_t start = ox * win.strideW - win.padLeft;
+    colTaps[ox] = p.countIncludePad
+                      ? tapsInside(start, win.kw, win.dilationW, -win.padLeft,
+                                   p.w + win.padRight)
+                      : tapsInside(start, win.kw, win.dilationW, 0, p.w);
+  }
+#pragma omp parallel for schedule(                                             \
+    static) if (p.planes > 1 &&                                                \
+                p.planes * p.oh * p.ow * win.kh * win.kw > kParallelThreshold)
+  for (int64_t pl = 0; pl < p.planes; ++pl) {
+    const float *src = x + pl * p.h * p.w;
+    float *dst = y + pl * p.oh * p.ow;
+    for (int64_t oy = 0; oy < p.oh; ++oy)
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < win.kh; ++i) {
+          int64_t iy = oy * win.strideH - win.padTop + i * win.dilationH;
+          if (iy < 0 || iy >= p.h)
+            continue;
+          for (int64_t j = 0; j < win.kw; ++j) {
+            int64_t ix = ox * win.strideW - win.padLeft + j * win.dilationW;
+            if (ix >= 0 && ix < p.w)
+              sum += src[iy * p.w + ix];
+          }
+        }
+        int64_t divisor = rowTaps[oy] * colTaps[ox];
+        // A window with no counted taps (only possible with ceil-mode output
+        // sizes) yields 0 rather than 0/0.
+        dst[oy * p.ow + ox] =
+            divisor ? sum / static_cast<float>(divisor) : 0.0f;
+      }
+  }
+}
+
+Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &x = info.operand(0), &r = info.result(0);
+  if (Status s = checkF32(x, "operand"); !s)
+    return s;
+  if (Status s = checkF32(r, "result"); !s)
+    return s;
+  if (x.rank() != 4 || r.rank() != 4 || x.shape[0] != r.shape[0] ||
+      x.shape[1] != r.shape[1])
+    return Status::error("operand " + x.str() + " and result " + r.str() +
+                         " must be [N,C,H,W] and [N,C,OH,OW]");
+  PoolPlan p;
+  std::vector<int64_t> kernel;
+  if (Status s = info.ints("kernel", 2, &kernel); !s)
+    return s;
+  if (kernel[0] < 1 || kernel[1] < 1)
+    return Status::error("attribute 'kernel' must be positive");
+  if (Status s = readWindow(info, /*stridesRequired=*/true, &p.win); !s)
+    return s;
+  p.win.kh = kernel[0];
+  p.win.kw = kernel[1];
+  int64_t countIncludePad = 0;
+  if (!isMax)
+    if (Status s = info.intScalar("count_include_pad", &countIncludePad, 0); !s)
+      return s;
+  p.countIncludePad = countIncludePad != 0;
+  p.planes = x.shape[0] * x.shape[1];
+  p.h = x.shape[2];
+  p.w = x.shape[3];
+  p.oh = r.shape[2];
+  p.ow = r.shape[3];
+  *fn = [p, isMax](const KernelArgs &args) {
+    const auto *x = static_cast<const float *>(args.operands[0]);
+    auto *y = static_cast<float *>(args.results[0]);
+    if (isMax)
+      runMaxPool(p, x, y);
+    else
+      runAvgPool(p, x, y);
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+} // namespace
+
+Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 3, 3, 1); !s)
+    return s;
+  const TensorType &x = info.operand(0), &y = info.result(0);
+  if (Status s = checkF32(x, "operand"); !s)
+    return s;
+  if (y.dtype != DType::F32 || y.shape != x.shape)
+    return Status::error("result " + y.str() + " must have the type of " +
+                         x.str());
+  int64_t axis = 0;
+  double epsilon = 0;
+  if (Status s = info.intScalar("axis", &axis); !s)
+    return s;
+  if (Status s = info.floatScalar("epsilon", &epsilon); !s)
+    return s;
+  if (axis < 0 || axis >= x.rank())
+    return Status::error("attribute 'axis' " + std::to_string(axis) +
+                         " out of range for " + x.str());
+  std::vector<int64_t> normShape(x.shape.begin() + axis, x.shape.end());
+  for (size_t k = 1; k < 3; ++k) {
+    if (!info.hasOperand(k))
+      continue;
+    const TensorType &t = info.operand(k);
+    if (t.dtype != DType::F32 || t.shape != normShape)
+      return Status::error(std::string(k == 1 ? "scale " : "bias ") + t.str() +
+                           " must be f32 of x.shape[axis:]");
+  }
+  int64_t outer = product(x.shape, 0, axis);
+  int64_t inner = product(x.shape, axis, x.shape.size());
+  for (size_t k = 1; k < 3; ++k) {
+    if (!info.hasResult(k))
+      continue;
+    const TensorType &t = info.result(k);
+    if (t.dtype != DType::F32 || t.numElements() != outer)
+      return Status::error(std::string(k == 1 ? "mean " : "inv_std_dev ") +
+                           t.str() + " must be f32 with " +
+                           std::to_string(outer) + " elements");
+  }
+  float eps = static_cast<float>(epsilon);
+  *fn = [outer, inner, eps](const KernelArgs &args) {
+    const auto *x = static_cast<const float *>(args.operands[0]);
+    const auto *scale = static_cast<const float *>(args.operands[1]);
+    const auto *bias = static_cast<const float *>(args.operands[2]);
+    auto *y = static_cast<float *>(args.results[0]);
+    auto *meanOut = static_cast<float *>(args.results[1]);
+    auto *invStdOut = static_cast<float *>(args.results[2]);
+#pragma omp parallel for schedule(                                             \
+    static) if (outer > 1 && outer * inner > kParallelThreshold)
+    for (int64_t o = 0; o < outer; ++o) {
+      const float *row = x + o * inner;
+      float *out = y + o * inner;
+      // Double accumulation; the statistics themselves are rounded to f32
+      // before use, as they are also outputs.
+      double sum = 0;
+      for (int64_t i = 0; i < inner; ++i)
+        sum += row[i];
+      float mean = inner ? static_cast<float>(sum / inner) : 0.0f;
+      double sq = 0;
+      for (int64_t i = 0; i < inner; ++i) {
+        double d = static_cast<double>(row[i]) - mean;
+        sq += d * d;
+      }
+      float var = inner ? static_cast<float>(sq / inner) : 0.0f;
+      float invStd = 1.0f / std::sqrt(var + eps);
+      for (int64_t i = 0; i < inner; ++i) {
+        float v = (row[i] - mean) * invStd;
+        if (scale)
+          v *= scale[i];
+        if (bias)
+          v += bias[i];
+        out[i] = v;
+      }
+      if (meanOut)
+        meanOut[o] = mean;
+      if (invStdOut)
+        invStdOut[o] = invStd;
+    }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(5, 5, 1); !s)
+    return s;
+  const TensorType &x = info.operand(0), &y = info.result(0);
+  if (Status s = checkF32(x, "operand"); !s)
+    return s;
+  if (x.rank() < 2)
+    return Status::error("operand " + x.str() + " must be [N, C, ...]");
+  if (y.dtype != DType::F32 || y.shape != x.shape)
+    return Status::error("result " + y.str() + " must have the type of " +
+                         x.str());
+  int64_t channels = x.shape[1];
+  static const char *const names[] = {"", "scale", "bias", "mean", "var"};
+  for (size_t k = 1; k < 5; ++k) {
+    const TensorType &t = info.operand(k);
+    if (t.dtype != DType::F32 || t.shape != std::vector<int64_t>{channels})
+      return Status::error(std::string(names[k]) + " " + t.str() +
+                           " must be f32[" + std::to_string(channels) + "]");
+  }
+  double epsilon = 0;
+  if (Status s = info.floatScalar("epsilon", &epsilon); !s)
+    return s;
+  int64_t n = x.shape[0];
+  int64_t plane = product(x.shape, 2, x.shape.size());
+  float eps = static_cast<float>(epsilon);
+  *fn = [n, channels, plane, eps](const KernelArgs &args) {
+    const auto *x = static_cast<const float *>(args.operands[0]);
+    const auto *scale = static_cast<const float *>(args.operands[1]);
+    const auto *bias = static_cast<const float *>(args.operands[2]);
+    const auto *mean = static_cast<const float *>(args.operands[3]);
+    const auto *var = static_cast<const float *>(args.operands[4]);
+    auto *y = static_cast<float *>(args.results[0]);
+    int64_t planes = n * channels;
+#pragma omp parallel for schedule(                                             \
+    static) if (planes > 1 && planes * plane > kParallelThreshold)
+    for (int64_t i = 0; i < planes; ++i) {
+      int64_t c = i % channels;
+      float invStd = 1.0f / std::sqrt(var[c] + eps);
+      float m = mean[c], s = scale[c], b = bias[c];
+      const float *src = x + i * plane;
+      float *dst = y + i * plane;
+      for (int64_t j = 0; j < plane; ++j)
+        dst[j] = (src[j] - m) * invStd * s + b;
+    }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(2, 3, 1); !s)
+    return s;
+  const TensorType &x = info.operand(0), &w = info.operand(1),
+                   &r = info.result(0);
+  if (x.dtype != DType::F32 || w.dtype != DType::F32 || r.dtype != DType::F32)
+    return Status::error("operands " + x.str() + ", " + w.str() +
+                         " and result " + r.str() + " must be f32");
+  if (x.rank() != 4 || w.rank() != 4 || r.rank() != 4)
+    return Status::error("operands " + x.str() + ", " + w.str() +
+                         " and result " + r.str() + " must be 4-D");
+  ConvPlan p;
+  if (Status s = readWindow(info, /*stridesRequired=*/false, &p.win); !s)
+    return s;
+  if (Status s = info.intScalar("groups", &p.groups, 1); !s)
+    return s;
+  p.n = x.shape[0];
+  p.c = x.shape[1];
+  p.h = x.shape[2];
+  p.w = x.shape[3];
+  p.f = w.shape[0];
+  p.win.kh = w.shape[2];
+  p.win.kw = w.shape[3];
+  if (p.groups < 1 || p.c % p.groups != 0 || p.f % p.groups != 0 ||
+      w.shape[1] * p.groups != p.c)
+    return Status::error("groups " + std::to_string(p.groups) +
+                         " does not divide input " + x.str() + " and weight " +
+                         w.str());
+  p.oh = slidingExtent(p.h, p.win.padTop, p.win.padBottom, p.win.kh,
+                       p.win.strideH, p.win.dilationH);
+  p.ow = slidingExtent(p.w, p.win.padLeft, p.win.padRight, p.win.kw,
+                       p.win.strideW, p.win.dilationW);
+  if (r.shape != std::vector<int64_t>{p.n, p.f, p.oh, p.ow})
+    return Status::error("result " + r.str() + " is not [" +
+                         std::to_string(p.n) + "," + std::to_string(p.f) + "," +
+                         std::to_string(p.oh) + "," + std::to_string(p.ow) +
+                         "] for input " + x.str() + " and weight " + w.str());
+  if (info.hasOperand(2)) {
+    const TensorType &b = info.operand(2);
+    if (b.dtype != DType::F32 || b.shape != std::vector<int64_t>{p.f})
+      return Status::error("bias " + b.str() + " must be f32[" +
+                           std::to_string(p.f) + "]");
+    p.hasBias = true;
+  }
+  int64_t kdim = (p.c / p.groups) * p.win.kh * p.win.kw;
+  if (kdim > INT32_MAX || p.oh * p.ow > INT32_MAX || p.f > INT32_MAX)
+    return Status::error("convolution exceeds the BLAS int range");
+  p.pointwise = p.win.kh == 1 && p.win.kw == 1 && p.win.strideH == 1 &&
+                p.win.strideW == 1 && p.win.padTop == 0 && p.win.padLeft == 0 &&
+                p.win.padBottom == 0 && p.win.padRight == 0;
+  *fn = [p](const KernelArgs &args) {
+    runConv(p, static_cast<const float *>(args.operands[0]),
+            static_cast<const float *>(args.operands[1]),
+            p.hasBias ? static_cast<const float *>(args.operands[2]) : nullptr,
+            static_cast<float *>(args.results[0]));
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_max_pool2d(const KernelInfo &info, KernelFn *fn) {
+  return preparePool(info, fn, /*isMax=*/true);
+}
+Status prepare_avg_pool2d(const KernelInfo &info, KernelFn *fn) {
+  return preparePool(info, fn, /*isMax=*/false);
+}
+
+} // namespace cleave::rt

@@ -1,0 +1,400 @@
+//===- reduce.cpp - Reductions, softmax and log_softmax -------------------===//
+//
+// A reduction is described by groups of operand dims, adjacent dims with the
+// same kept/reduced status merged. Two loop shapes cover every axes set with
+// unit-stride inner loops:
+// - innermost group kept ("lanes"): each output block accumulates a vector of
+//   contiguous outputs while walking the reduced dims;
+// - innermost group reduced: each output reduces contiguous runs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace cleave::rt {
+namespace {
+
+enum class ReduceKind { Sum, Mean, Max, Min, Prod };
+
+struct ReducePlan {
+  /// Kept dims outside the lanes (outermost first) and their input strides.
+  std::vector<int64_t> keptDims, keptStrides;
+  /// Reduced dims walked by the odometer and their input strides.
+  std::vector<int64_t> redDims, redStrides;
+  /// Innermost group: kept lanes (lanes > 0) or a contiguous reduced run.
+  int64_t lanes = 0;
+  int64_t innerRun = 1;
+  int64_t numOutputs = 0;
+  /// Number of elements reduced into each output.
+  int64_t reduceCount = 1;
+};
+
+/// Accumulation rules per kind and element type. Floats accumulate sums and
+/// products in double; integers in uint64_t so that overflow wraps.
+template <typename T, ReduceKind K> struct Reducer {
+  static constexpr bool kIsFloat = std::is_floating_point_v<T>;
+  static constexpr bool kIsExtremum =
+      K == ReduceKind::Max || K == ReduceKind::Min;
+  using Acc =
+      std::conditional_t<kIsExtremum, T,
+                         std::conditional_t<kIsFloat, double, uint64_t>>;
+
+  static Acc init() {
+    if constexpr (K == ReduceKind::Max)
+      return kIsFloat ? -std::numeric_limits<T>::infinity()
+                      : std::numeric_limits<T>::lowest();
+    else if constexpr (K == ReduceKind::Min)
+      return kIsFloat ? std::numeric_limits<T>::infinity()
+                      : std::numeric_limits<T>::max();
+    else if constexpr (K == ReduceKind::Prod)
+      return Acc(1);
+    else
+      return Acc(0);
+  }
+  static Acc combine(Acc acc, T x) {
+    if constexpr (K == ReduceKind::Max) {
+      if constexpr (kIsFloat)
+        if (std::isnan(x))
+          return x;
+      return x > acc ? x : acc;
+    } else if constexpr (K == ReduceKind::Min) {
+      if constexpr (kIsFloat)
+        if (std::isnan(x))
+          return x;
+      return x < acc ? x : acc;
+    } else if constexpr (K == ReduceKind::Prod) {
+      return acc * static_cast<Acc>(x);
+    } else {
+      return acc + static_cast<Acc>(x);
+    }
+  }
+  static T finish(Acc acc, int64_t count) {
+    if constexpr (K == ReduceKind::Mean)
+      return static_cast<T>(acc / static_cast<double>(count));
+    else if constexpr (!kIsFloat && !kIsExtremum)
+      return static_cast<T>(static_cast<int64_t>(acc));
+    else
+      return static_cast<T>(acc);
+  }
+};
+
+/// Visits the offsets of the reduced odometer dims in row-major order.
+template <typename Fn>
+void walkReduced(const ReducePlan &p, int64_t base, Fn fn) {
+  size_t rank = p.redDims.size();
+  if (rank == 0) {
+    fn(base);
+    return;
+  }
+  for (int64_t d : p.redDims)
+    if (d == 0)
+      return;
+  int64_t idx[16] = {0};
+  std::vector<int64_t> bigIdx;
+  int64_t *index = idx;
+  if (rank > 16) {
+    bigIdx.assign(rank, 0);
+    index = bigIdx.data();
+  }
+  int64_t offset = base;
+  while (true) {
+    fn(offset);
+    size_t d = rank;
+    while (d > 0) {
+      --d;
+      ++index[d];
+      offset += p.redStrides[d];
+      if (index[d] < p.redDims[d])
+        break;
+      offset -= index[d] * p.redStrides[d];
+      index[d] = 0;
+      if (d == 0)
+        return;
+    }
+  }
+}
+
+int64_t keptBase(const ReducePlan &p, int64_t block) {
+  int64_t base = 0;
+  for (int64_t d = static_cast<int64_t>(p.keptDims.size()) - 1; d >= 0; --d) {
+    base += (block % p.keptDims[d]) * p.keptStrides[d];
+    block /= p.keptDims[d];
+  }
+  return base;
+}
+
+template <typename T, ReduceKind K>
+void runReduce(const ReducePlan &p, const T *in, T *out) {
+  using R = Reducer<T, K>;
+  using Acc = typename R::Acc;
+  bool parallel = p.numOutputs * p.reduceCount > kParallelThreshold;
+  if (p.lanes > 0) {
+    constexpr int64_t kChunk = 256;
+    int64_t chunks = (p.lanes + kChunk - 1) / kChunk;
+    int64_t blocks = p.numOutputs / p.lanes;
+#pragma omp parallel for schedule(static) if (parallel && blocks * chunks > 1)
+    for (int64_t t = 0; t < blocks * chunks; ++t) {
+      int64_t block = t / chunks;
+      int64_t first = (t % chunks) * kChunk;
+      int64_t width = std::min(kChunk, p.lanes - first);
+      Acc acc[kChunk];
+      for (int64_t l = 0; l < width; ++l)
+        acc[l] = R::init();
+      walkReduced(p, keptBase(p, block) + first, [&](int64_t offset) {
+        const T *src = in + offset;
+        for (int64_t l = 0; l < width; ++l)
+          acc[l] = R::combine(acc[l], src[l]);
+      });
+      T *dst = out + block * p.lanes + first;
+      for (int64_t l = 0; l < width; ++l)
+        dst[l] = R::finish(acc[l], p.reduceCount);
+    }
+    return;
+  }
+  int64_t run = p.innerRun;
+#pragma omp parallel for schedule(static) if (parallel && p.numOutputs > 1)
+  for (int64_t o = 0; o < p.numOutputs; ++o) {
+    Acc acc = R::init();
+    walkReduced(p, keptBase(p, o), [&](int64_t offset) {
+      const T *src = in + offset;
+      for (int64_t i = 0; i < run; ++i)
+        acc = R::combine(acc, src[i]);
+    });
+    out[o] = R::finish(acc, p.reduceCount);
+  }
+}
+
+template <typename T>
+KernelFn makeReduce(ReduceKind kind, std::shared_ptr<ReducePlan> plan) {
+  auto make = [plan](auto fnPtr) -> KernelFn {
+    return [plan, fnPtr](const KernelArgs &args) {
+      fnPtr(*plan, static_cast<const T *>(args.operands[0]),
+            static_cast<T *>(args.results[0]));
+      return Status::ok();
+    };
+  };
+  switch (kind) {
+  case ReduceKind::Sum:
+    return make(&runReduce<T, ReduceKind::Sum>);
+  case ReduceKind::Mean:
+    if constexpr (std::is_floating_point_v<T>)
+      return make(&runReduce<T, ReduceKind::Mean>);
+    return nullptr;
+  case ReduceKind::Max:
+    return make(&runReduce<T, ReduceKind::Max>);
+  case ReduceKind::Min:
+    return make(&runReduce<T, ReduceKind::Min>);
+  case ReduceKind::Prod:
+    return make(&runReduce<T, ReduceKind::Prod>);
+  }
+  return nullptr;
+}
+
+Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (a.dtype != r.dtype)
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must share a dtype");
+  bool floatOnly = kind == ReduceKind::Mean;
+  if (a.dtype != DType::F32 &&
+      (floatOnly || (a.dtype != DType::I32 && a.dtype != DType::I64)))
+    return Status::error(
+        std::string("unsupported dtype ") + dtypeName(a.dtype) +
+        (floatOnly ? " (expects f32)" : " (expects f32, i32 or i64)"));
+  auto it = info.attrs.find("axes");
+  if (it == info.attrs.end())
+    return Status::error("missing attribute 'axes'");
+  const std::vector<int64_t> &axes = it->second.ints;
+  std::vector<bool> reduced(a.shape.size(), false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < 0 || axes[i] >= a.rank() || (i && axes[i] <= axes[i - 1]))
+      return Status::error("attribute 'axes' must be sorted, unique dims of " +
+                           a.str());
+    reduced[axes[i]] = true;
+  }
+
+  auto plan = std::make_shared<ReducePlan>();
+  int64_t kept = 1;
+  for (size_t d = 0; d < a.shape.size(); ++d)
+    if (reduced[d])
+      plan->reduceCount *= a.shape[d];
+    else
+      kept *= a.shape[d];
+  if (r.numElements() != kept)
+    return Status::error("result " + r.str() + " does not have the " +
+                         std::to_string(kept) + " elements of " + a.str() +
+                         " reduced over 'axes'");
+  plan->numOutputs = kept;
+
+  // Merge adjacent dims of the same status; unit dims are dropped.
+  struct Group {
+    bool reduced;
+    int64_t size, stride;
+  };
+  std::vector<Group> groups;
+  std::vector<int64_t> strides = contiguousStrides(a.shape);
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    if (a.shape[d] == 1)
+      continue;
+    if (!groups.empty() && groups.back().reduced == reduced[d]) {
+      groups.back().size *= a.shape[d];
+      groups.back().stride = strides[d];
+    } else {
+      groups.push_back({reduced[d], a.shape[d], strides[d]});
+    }
+  }
+  if (!groups.empty() && !groups.back().reduced) {
+    plan->lanes = groups.back().size;
+    groups.pop_back();
+  } else if (!groups.empty()) {
+    plan->innerRun = groups.back().size;
+    groups.pop_back();
+  }
+  for (const Group &g : groups) {
+    (g.reduced ? plan->redDims : plan->keptDims).push_back(g.size);
+    (g.reduced ? plan->redStrides : plan->keptStrides).push_back(g.stride);
+  }
+
+  switch (a.dtype) {
+  case DType::F32:
+    *fn = makeReduce<float>(kind, plan);
+    break;
+  case DType::I32:
+    *fn = makeReduce<int32_t>(kind, plan);
+    break;
+  default:
+    *fn = makeReduce<int64_t>(kind, plan);
+    break;
+  }
+  return Status::ok();
+}
+
+void softmaxRows(const float *x, float *y, int64_t outer, int64_t extent,
+                 bool logSoftmax) {
+#pragma omp parallel for schedule(                                             \
+    static) if (outer > 1 && outer * extent > kParallelThreshold)
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *row = x + o * extent;
+    float *out = y + o * extent;
+    float maxValue = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < extent; ++i)
+      maxValue = std::max(maxValue, row[i]);
+    // A fully masked row (all -inf) must not compute -inf - -inf; with a
+    // zero shift it becomes 0/0, NaN like the reference frameworks.
+    if (std::isinf(maxValue))
+      maxValue = maxValue > 0 ? maxValue : 0.0f;
+    double sum = 0;
+    for (int64_t i = 0; i < extent; ++i) {
+      float e = std::exp(row[i] - maxValue);
+      if (!logSoftmax)
+        out[i] = e;
+      sum += e;
+    }
+    if (logSoftmax) {
+      float shift = maxValue + static_cast<float>(std::log(sum));
+      for (int64_t i = 0; i < extent; ++i)
+        out[i] = row[i] - shift;
+    } else {
+      float scale = static_cast<float>(1.0 / sum);
+      for (int64_t i = 0; i < extent; ++i)
+        out[i] *= scale;
+    }
+  }
+}
+
+/// Softmax along a non-innermost axis: the inner dim is processed as lanes.
+void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
+                    int64_t inner, bool logSoftmax) {
+#pragma omp parallel for schedule(                                             \
+    static) if (outer > 1 && outer * extent * inner > kParallelThreshold)
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *in = x + o * extent * inner;
+    float *out = y + o * extent * inner;
+    std::vector<float> maxValue(inner, -std::numeric_limits<float>::infinity());
+    std::vector<double> sum(inner, 0.0);
+    for (int64_t a = 0; a < extent; ++a)
+      for (int64_t j = 0; j < inner; ++j)
+        maxValue[j] = std::max(maxValue[j], in[a * inner + j]);
+    for (int64_t j = 0; j < inner; ++j)
+      if (std::isinf(maxValue[j]))
+        maxValue[j] = maxValue[j] > 0 ? maxValue[j] : 0.0f;
+    for (int64_t a = 0; a < extent; ++a)
+      for (int64_t j = 0; j < inner; ++j) {
+        float e = std::exp(in[a * inner + j] - maxValue[j]);
+        if (!logSoftmax)
+          out[a * inner + j] = e;
+        sum[j] += e;
+      }
+    for (int64_t j = 0; j < inner; ++j)
+      sum[j] = logSoftmax ? maxValue[j] + std::log(sum[j]) : 1.0 / sum[j];
+    for (int64_t a = 0; a < extent; ++a)
+      for (int64_t j = 0; j < inner; ++j) {
+        if (logSoftmax)
+          out[a * inner + j] = in[a * inner + j] - static_cast<float>(sum[j]);
+        else
+          out[a * inner + j] *= static_cast<float>(sum[j]);
+      }
+  }
+}
+
+Status prepareSoftmax(const KernelInfo &info, KernelFn *fn, bool logSoftmax) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (a.dtype != DType::F32 || r.dtype != DType::F32 || a.shape != r.shape)
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must be the same f32 type");
+  int64_t axis = 0;
+  if (Status s = info.intScalar("axis", &axis); !s)
+    return s;
+  if (axis < 0 || axis >= a.rank())
+    return Status::error("attribute 'axis' " + std::to_string(axis) +
+                         " out of range for " + a.str());
+  int64_t outer = product(a.shape, 0, axis);
+  int64_t extent = a.shape[axis];
+  int64_t inner = product(a.shape, axis + 1, a.shape.size());
+  *fn = [=](const KernelArgs &args) {
+    const auto *x = static_cast<const float *>(args.operands[0]);
+    auto *y = static_cast<float *>(args.results[0]);
+    if (outer * extent * inner == 0)
+      return Status::ok();
+    if (inner == 1)
+      softmaxRows(x, y, outer, extent, logSoftmax);
+    else
+      softmaxStrided(x, y, outer, extent, inner, logSoftmax);
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+} // namespace
+
+Status prepare_reduce_sum(const KernelInfo &info, KernelFn *fn) {
+  return prepareReduce(info, fn, ReduceKind::Sum);
+}
+Status prepare_reduce_mean(const KernelInfo &info, KernelFn *fn) {
+  return prepareReduce(info, fn, ReduceKind::Mean);
+}
+Status prepare_reduce_max(const KernelInfo &info, KernelFn *fn) {
+  return prepareReduce(info, fn, ReduceKind::Max);
+}
+Status prepare_reduce_min(const KernelInfo &info, KernelFn *fn) {
+  return prepareReduce(info, fn, ReduceKind::Min);
+}
+Status prepare_reduce_prod(const KernelInfo &info, KernelFn *fn) {
+  return prepareReduce(info, fn, ReduceKind::Prod);
+}
+Status prepare_softmax(const KernelInfo &info, KernelFn *fn) {
+  return prepareSoftmax(info, fn, /*logSoftmax=*/false);
+}
+Status prepare_log_softmax(const KernelInfo &info, KernelFn *fn) {
+  return prepareSoftmax(info, fn, /*logSoftmax=*/true);
+}
+
+} // namespace cleave::rt

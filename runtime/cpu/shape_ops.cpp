@@ -1,0 +1,372 @@
+//===- shape_ops.cpp - Data movement kernels and casts --------------------===//
+//
+// transpose, broadcast and slice are strided copies through StridedLoop, which
+// only depends on element size, so one instantiation per size serves every
+// dtype.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace cleave::rt {
+namespace {
+
+Status checkSameDType(const TensorType &a, const TensorType &r) {
+  if (a.dtype != r.dtype)
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must share a dtype");
+  return Status::ok();
+}
+
+KernelFn makeStridedCopy(StridedLoop loop, size_t elemSize) {
+  return [loop = std::move(loop), elemSize](const KernelArgs &args) {
+    stridedCopy(loop, elemSize, args.operands[0], args.results[0]);
+    return Status::ok();
+  };
+}
+
+/// Float to integer: truncation toward zero, saturating, NaN to 0 (the C++
+/// conversion is undefined for values out of range).
+template <typename To> To floatToInt(float x) {
+  if (std::isnan(x))
+    return 0;
+  constexpr double lo = static_cast<double>(std::numeric_limits<To>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<To>::max());
+  double d = std::trunc(static_cast<double>(x));
+  if (d <= lo)
+    return std::numeric_limits<To>::min();
+  if (d >= hi)
+    return std::numeric_limits<To>::max();
+  return static_cast<To>(d);
+}
+
+template <typename From, typename To> To convert(From x) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return x != 0;
+  } else if constexpr (std::is_floating_point_v<From> &&
+                       std::is_integral_v<To>) {
+    return floatToInt<To>(x);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+template <typename From, typename To>
+void castLoop(int64_t n, const void *in, void *out) {
+  // Bools are stored as bytes; read and write them as uint8_t so that a
+  // non-canonical input byte cannot produce an invalid bool.
+  using InT = std::conditional_t<std::is_same_v<From, bool>, uint8_t, From>;
+  using OutT = std::conditional_t<std::is_same_v<To, bool>, uint8_t, To>;
+  const InT *src = static_cast<const InT *>(in);
+  OutT *dst = static_cast<OutT *>(out);
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<From, bool>)
+      dst[i] = static_cast<OutT>(convert<uint8_t, To>(src[i] != 0));
+    else
+      dst[i] = static_cast<OutT>(convert<From, To>(src[i]));
+  }
+}
+
+template <typename From> KernelFn makeCast(DType to, int64_t n) {
+  void (*loop)(int64_t, const void *, void *) = nullptr;
+  switch (to) {
+  case DType::F32:
+    loop = &castLoop<From, float>;
+    break;
+  case DType::I32:
+    loop = &castLoop<From, int32_t>;
+    break;
+  case DType::I64:
+    loop = &castLoop<From, int64_t>;
+    break;
+  case DType::Bool:
+    loop = &castLoop<From, bool>;
+    break;
+  }
+  return [loop, n](const KernelArgs &args) {
+    loop(n, args.operands[0], args.results[0]);
+    return Status::ok();
+  };
+}
+
+template <typename Index>
+Status checkIndices(const Index *indices, int64_t count, int64_t extent,
+                    int64_t axis) {
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t v = static_cast<int64_t>(indices[j]);
+    if (v < -extent || v >= extent)
+      return Status::error("index " + std::to_string(v) + " (indices element " +
+                           std::to_string(j) + ") is out of range for axis " +
+                           std::to_string(axis) + " of size " +
+                           std::to_string(extent));
+  }
+  return Status::ok();
+}
+
+template <typename Index>
+void gatherCopy(const uint8_t *data, const Index *indices, uint8_t *out,
+                int64_t outer, int64_t count, int64_t extent, size_t rowBytes) {
+  int64_t total = outer * count;
+  bool parallel = total > 1 && total * static_cast<int64_t>(rowBytes) >
+                                   4 * kParallelThreshold;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t t = 0; t < total; ++t) {
+    int64_t o = t / count, j = t % count;
+    int64_t v = static_cast<int64_t>(indices[j]);
+    if (v < 0)
+      v += extent;
+    std::memcpy(out + t * rowBytes, data + (o * extent + v) * rowBytes,
+                rowBytes);
+  }
+}
+
+} // namespace
+
+Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (a.shape != r.shape)
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must have the same shape");
+  int64_t n = r.numElements();
+  switch (a.dtype) {
+  case DType::F32:
+    *fn = makeCast<float>(r.dtype, n);
+    break;
+  case DType::I32:
+    *fn = makeCast<int32_t>(r.dtype, n);
+    break;
+  case DType::I64:
+    *fn = makeCast<int64_t>(r.dtype, n);
+    break;
+  case DType::Bool:
+    *fn = makeCast<bool>(r.dtype, n);
+    break;
+  }
+  return Status::ok();
+}
+
+Status prepare_copy(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  // Element count rather than shape: copying out of a reshaped alias is the
+  // point of this kernel.
+  if (a.dtype != r.dtype || a.numElements() != r.numElements())
+    return Status::error("operand " + a.str() + " and result " + r.str() +
+                         " must have the same dtype and element count");
+  size_t bytes = static_cast<size_t>(r.numElements()) * dtypeSize(r.dtype);
+  *fn = [bytes](const KernelArgs &args) {
+    if (bytes && args.operands[0] != args.results[0])
+      std::memmove(args.results[0], args.operands[0], bytes);
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (Status s = checkSameDType(a, r); !s)
+    return s;
+  std::vector<int64_t> perm;
+  if (Status s = info.ints("perm", a.shape.size(), &perm); !s)
+    return s;
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= a.rank() || seen[p])
+      return Status::error("attribute 'perm' is not a permutation of " +
+                           std::to_string(a.rank()) + " dims");
+    seen[p] = true;
+  }
+  if (r.rank() != a.rank())
+    return Status::error("result " + r.str() + " does not have the rank of " +
+                         a.str());
+  std::vector<int64_t> inStrides = contiguousStrides(a.shape);
+  std::vector<int64_t> strides(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (r.shape[i] != a.shape[perm[i]])
+      return Status::error("result " + r.str() + " is not operand " + a.str() +
+                           " permuted by 'perm'");
+    strides[i] = inStrides[perm[i]];
+  }
+  *fn = makeStridedCopy(StridedLoop::build(r.shape, {strides}),
+                        dtypeSize(r.dtype));
+  return Status::ok();
+}
+
+Status prepare_broadcast(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (Status s = checkSameDType(a, r); !s)
+    return s;
+  if (Status s = checkBroadcastable(a, r, "operand"); !s)
+    return s;
+  *fn = makeStridedCopy(
+      StridedLoop::build(r.shape, {broadcastStrides(a.shape, r.shape)}),
+      dtypeSize(r.dtype));
+  return Status::ok();
+}
+
+Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (Status s = checkSameDType(a, r); !s)
+    return s;
+  if (r.rank() != a.rank())
+    return Status::error("result " + r.str() + " does not have the rank of " +
+                         a.str());
+  size_t rank = a.shape.size();
+  std::vector<int64_t> starts, steps, unitSteps(rank, 1);
+  if (Status s = info.ints("starts", rank, &starts); !s)
+    return s;
+  if (Status s = info.ints("steps", rank, &steps, &unitSteps); !s)
+    return s;
+  std::vector<int64_t> inStrides = contiguousStrides(a.shape);
+  std::vector<int64_t> strides(rank);
+  int64_t base = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    if (steps[d] == 0)
+      return Status::error("attribute 'steps' has a zero step in dim " +
+                           std::to_string(d));
+    strides[d] = steps[d] * inStrides[d];
+    base += starts[d] * inStrides[d];
+    if (r.shape[d] == 0)
+      continue;
+    // Both ends of the walk along d must land inside the operand.
+    int64_t first = starts[d];
+    int64_t last = starts[d] + (r.shape[d] - 1) * steps[d];
+    if (first < 0 || first >= a.shape[d] || last < 0 || last >= a.shape[d])
+      return Status::error("slice of dim " + std::to_string(d) + " (start " +
+                           std::to_string(first) + ", step " +
+                           std::to_string(steps[d]) + ", " +
+                           std::to_string(r.shape[d]) +
+                           " elements) leaves the operand " + a.str());
+  }
+  StridedLoop loop = StridedLoop::build(r.shape, {strides});
+  loop.baseOffset[0] = r.numElements() == 0 ? 0 : base;
+  *fn = makeStridedCopy(std::move(loop), dtypeSize(r.dtype));
+  return Status::ok();
+}
+
+Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
+  // Any number of operands, at least one.
+  if (Status s =
+          info.checkArity(1, std::max<size_t>(1, info.operands.size()), 1);
+      !s)
+    return s;
+  const TensorType &r = info.result(0);
+  int64_t axis = 0;
+  if (Status s = info.intScalar("axis", &axis); !s)
+    return s;
+  if (axis < 0 || axis >= r.rank())
+    return Status::error("attribute 'axis' " + std::to_string(axis) +
+                         " out of range for result " + r.str());
+  int64_t axisTotal = 0;
+  std::vector<int64_t> extents;
+  for (size_t k = 0; k < info.operands.size(); ++k) {
+    if (!info.operands[k])
+      return Status::error("operand " + std::to_string(k) + " is absent");
+    const TensorType &a = *info.operands[k];
+    bool ok = a.dtype == r.dtype && a.rank() == r.rank();
+    for (int64_t d = 0; ok && d < r.rank(); ++d)
+      ok = d == axis || a.shape[d] == r.shape[d];
+    if (!ok)
+      return Status::error("operand " + std::to_string(k) + " " + a.str() +
+                           " does not match result " + r.str() +
+                           " outside axis " + std::to_string(axis));
+    extents.push_back(a.shape[axis]);
+    axisTotal += a.shape[axis];
+  }
+  if (axisTotal != r.shape[axis])
+    return Status::error("operands' sizes along axis " + std::to_string(axis) +
+                         " sum to " + std::to_string(axisTotal) + ", result " +
+                         r.str() + " has " + std::to_string(r.shape[axis]));
+  int64_t outer = product(r.shape, 0, axis);
+  size_t innerBytes =
+      static_cast<size_t>(product(r.shape, axis + 1, r.shape.size())) *
+      dtypeSize(r.dtype);
+  *fn = [extents, outer, innerBytes, axisTotal](const KernelArgs &args) {
+    auto *out = static_cast<uint8_t *>(args.results[0]);
+    size_t outRow = axisTotal * innerBytes;
+    size_t offset = 0;
+    for (size_t k = 0; k < extents.size(); ++k) {
+      size_t chunk = extents[k] * innerBytes;
+      const auto *in = static_cast<const uint8_t *>(args.operands[k]);
+      if (chunk == 0)
+        continue;
+      bool parallel = outer > 1 && outer * static_cast<int64_t>(chunk) >
+                                       4 * kParallelThreshold;
+#pragma omp parallel for schedule(static) if (parallel)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(out + o * outRow + offset, in + o * chunk, chunk);
+      offset += chunk;
+    }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  const TensorType &data = info.operand(0), &idx = info.operand(1),
+                   &r = info.result(0);
+  if (Status s = checkSameDType(data, r); !s)
+    return s;
+  if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
+    return Status::error("indices " + idx.str() + " must be i32 or i64");
+  int64_t axis = 0;
+  if (Status s = info.intScalar("axis", &axis); !s)
+    return s;
+  if (axis < 0 || axis >= data.rank())
+    return Status::error("attribute 'axis' " + std::to_string(axis) +
+                         " out of range for data " + data.str());
+  std::vector<int64_t> expected(data.shape.begin(), data.shape.begin() + axis);
+  expected.insert(expected.end(), idx.shape.begin(), idx.shape.end());
+  expected.insert(expected.end(), data.shape.begin() + axis + 1,
+                  data.shape.end());
+  if (r.shape != expected)
+    return Status::error("result " + r.str() + " does not have the shape of " +
+                         "data " + data.str() + " gathered along axis " +
+                         std::to_string(axis) + " by " + idx.str());
+  int64_t outer = product(data.shape, 0, axis);
+  int64_t extent = data.shape[axis];
+  int64_t count = idx.numElements();
+  size_t rowBytes =
+      static_cast<size_t>(product(data.shape, axis + 1, data.shape.size())) *
+      dtypeSize(data.dtype);
+  bool wide = idx.dtype == DType::I64;
+  *fn = [=](const KernelArgs &args) {
+    const auto *data = static_cast<const uint8_t *>(args.operands[0]);
+    auto *out = static_cast<uint8_t *>(args.results[0]);
+    // Indices are checked up front, so a bad one leaves the result untouched
+    // rather than half-written.
+    if (wide) {
+      const auto *indices = static_cast<const int64_t *>(args.operands[1]);
+      if (Status s = checkIndices(indices, count, extent, axis); !s)
+        return s;
+      if (outer * count > 0 && rowBytes > 0)
+        gatherCopy(data, indices, out, outer, count, extent, rowBytes);
+    } else {
+      const auto *indices = static_cast<const int32_t *>(args.operands[1]);
+      if (Status s = checkIndices(indices, count, extent, axis); !s)
+        return s;
+      if (outer * count > 0 && rowBytes > 0)
+        gatherCopy(data, indices, out, outer, count, extent, rowBytes);
+    }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+} // namespace cleave::rt

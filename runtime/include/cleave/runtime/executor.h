@@ -1,0 +1,104 @@
+//===- executor.h - Executes a plan Program on the CPU ----------*- C++ -*-===//
+//
+// The runtime's public API. No MLIR or LLVM header may be included from
+// runtime/: the plan (plan.proto) is the only contract with the compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_EXECUTOR_H
+#define CLEAVE_RUNTIME_EXECUTOR_H
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cleave::plan {
+class Program;
+} // namespace cleave::plan
+
+namespace cleave::rt {
+
+/// Element types the CPU backend executes; mirrors plan::DType.
+enum class DType { F32, I64, I32, Bool };
+
+/// Bytes per element of \p dtype.
+size_t dtypeSize(DType dtype);
+/// "f32", "i64", "i32", "bool".
+const char *dtypeName(DType dtype);
+
+/// A dense, row-major, contiguous host tensor that owns its bytes.
+struct HostTensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  int64_t numElements() const;
+  /// Allocates zeroed storage for \p shape.
+  static HostTensor zeros(DType dtype, std::vector<int64_t> shape);
+  template <typename T> T *data() { return reinterpret_cast<T *>(bytes.data()); }
+  template <typename T> const T *data() const {
+    return reinterpret_cast<const T *>(bytes.data());
+  }
+};
+
+/// Success, or an error message meant for the user.
+class Status {
+public:
+  static Status ok() { return Status(); }
+  static Status error(std::string message) {
+    Status s;
+    s.message_ = std::move(message);
+    s.failed_ = true;
+    return s;
+  }
+  bool isOk() const { return !failed_; }
+  explicit operator bool() const { return !failed_; }
+  const std::string &message() const { return message_; }
+
+private:
+  bool failed_ = false;
+  std::string message_;
+};
+
+/// A loaded program: kernels bound, arena allocated, ready to run repeatedly.
+class Executor {
+public:
+  /// Validates \p program (kernel names, value ids, types, arena bounds,
+  /// constant sizes) and binds its kernels. On failure returns an error naming
+  /// the offending instruction or value.
+  static Status create(const plan::Program &program,
+                       std::unique_ptr<Executor> *result);
+  ~Executor();
+
+  /// Runs the program. \p inputs must match the program's inputs in order,
+  /// dtype and shape (a mismatch is an error naming the input). Fills
+  /// \p outputs in the program's output order.
+  Status run(const std::vector<HostTensor> &inputs,
+             std::vector<HostTensor> *outputs);
+
+  const std::vector<std::string> &inputNames() const;
+  const std::vector<std::string> &outputNames() const;
+  /// Declared dtype and shape of input \p i.
+  DType inputDType(size_t i) const;
+  const std::vector<int64_t> &inputShape(size_t i) const;
+
+  struct Impl;
+
+private:
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Reads a NumPy .npy file (format 1.0-3.0, little-endian, C order) of dtype
+/// <f4, <i8, <i4 or |b1 (also |u1 read as bool). Errors name the file and the
+/// cause (missing, truncated, unsupported dtype, Fortran order).
+Status readNpy(const std::string &path, HostTensor *result);
+/// Writes \p tensor as .npy atomically (temporary file, then rename).
+Status writeNpy(const std::string &path, const HostTensor &tensor);
+/// Maps characters outside [A-Za-z0-9._-] to '_' (file names of tensors).
+std::string sanitizeFileName(const std::string &name);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_EXECUTOR_H

@@ -1,0 +1,189 @@
+// RUN: cleave-opt %s --split-input-file --verify-diagnostics
+
+func.func @broadcast_mismatch(%a: tensor<4x8xf32>, %b: tensor<3x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{operand shapes do not broadcast: dimension sizes 4 and 3}}
+  %0 = cleave.add %a, %b : (tensor<4x8xf32>, tensor<3x8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @rank_mismatch(%a: tensor<4x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{operands must have the same rank, got 2 and 1}}
+  %0 = cleave.mul %a, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @element_mismatch(%a: tensor<4xf32>, %b: tensor<4xi64>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{operands must have one element type}}
+  %0 = cleave.cmp eq, %a, %b : (tensor<4xf32>, tensor<4xi64>) -> tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<4x8xf32>, %b: tensor<7x2xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{contracting dimensions differ: 8 and 7}}
+  %0 = cleave.matmul %a, %b : (tensor<4x8xf32>, tensor<7x2xf32>) -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<2x4x8xf32>, %b: tensor<8x2xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{operands must have one rank >= 2, got 3 and 2}}
+  %0 = cleave.matmul %a, %b : (tensor<2x4x8xf32>, tensor<8x2xf32>) -> tensor<2x4x2xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_dims(%a: tensor<4x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{reduced dimension 2 is out of range for rank 2}}
+  %0 = cleave.reduce sum %a dims = [2] : (tensor<4x8xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_unsorted(%a: tensor<4x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{reduced dimensions must be sorted and unique}}
+  %0 = cleave.reduce max %a dims = [1, 0] : (tensor<4x8xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @reduce_mean_int(%a: tensor<4xi64>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{mean needs a float element type}}
+  %0 = cleave.reduce mean %a dims = [0] : (tensor<4xi64>) -> tensor<i64>
+  return
+}
+
+// -----
+
+func.func @softmax_axis(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{axis 2 is out of range for rank 2}}
+  %0 = cleave.softmax %a axis = 2 : tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_scale(%a: tensor<4x8xf32>, %g: tensor<1x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{scale and bias must have type 'tensor<8xf32>', got 'tensor<1x8xf32>'}}
+  %0:3 = cleave.layer_norm %a scale %g axis = 1 eps = 1.0e-05 : (tensor<4x8xf32>, tensor<1x8xf32>) -> (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+  return
+}
+
+// -----
+
+func.func @batch_norm_stats(%x: tensor<2x3x4xf32>, %s: tensor<4xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{statistics must have type 'tensor<3xf32>'}}
+  %0 = cleave.batch_norm %x, %s, %s, %s, %s eps = 1.0e-05 : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{changes the element count from 32 to 30}}
+  %0 = cleave.reshape %a : tensor<4x8xf32> -> tensor<5x6xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_perm(%a: tensor<4x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{invalid permutation}}
+  %0 = cleave.transpose %a perm = [0, 0] : (tensor<4x8xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_dim(%a: tensor<2x8xf32>) {
+  // expected-error @+1 {{cannot broadcast dimension of size 2 to 4}}
+  %0 = cleave.broadcast %a : tensor<2x8xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @concat_dims(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{operands differ in dimension 0 which is not the concatenation axis}}
+  %0 = cleave.concat %a, %b axis = 1 : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @slice_bounds(%a: tensor<4x8xf32>) {
+  // expected-error @+1 {{reads out of bounds in dimension 1: indices 6 to 10 of size 8}}
+  %0 = cleave.slice %a starts = [0, 6] steps = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @slice_step(%a: tensor<4xf32>) {
+  // expected-error @+1 {{step of dimension 0 is zero}}
+  %0 = cleave.slice %a starts = [0] steps = [0] : tensor<4xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @gather_axis(%t: tensor<10x4xf32>, %i: tensor<3xi64>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{axis 2 is out of range for rank 2}}
+  %0 = cleave.gather %t, %i axis = 2 : (tensor<10x4xf32>, tensor<3xi64>) -> tensor<10x4xf32>
+  return
+}
+
+// -----
+
+func.func @conv_channels(%x: tensor<1x4x8x8xf32>, %w: tensor<8x3x3x3xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{channels do not match: input has 4, filter expects 3 x 1 groups}}
+  %0 = cleave.conv2d %x, %w strides = [1, 1] pads = [0, 0, 0, 0] dilations = [1, 1] groups = 1 : (tensor<1x4x8x8xf32>, tensor<8x3x3x3xf32>) -> tensor<1x8x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @pool_output(%x: tensor<1x1x8x8xf32>) {
+  // expected-error @+1 {{spatial dimension 0 of the result is 5, expected 4}}
+  %0 = cleave.max_pool2d %x kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : tensor<1x1x8x8xf32> -> tensor<1x1x5x4xf32>
+  return
+}
+
+// -----
+
+func.func @cast_shape(%x: tensor<4xf32>) {
+  // expected-error @+1 {{changes the shape}}
+  %0 = cleave.cast %x : tensor<4xf32> -> tensor<2xi64>
+  return
+}
+
+// -----
+
+func.func @float_only(%x: tensor<4xi64>) {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or 16-bit float or bfloat16 type values}}
+  %0 = cleave.exp %x : tensor<4xi64>
+  return
+}

@@ -1,0 +1,236 @@
+//===- executor_test.cpp - Loading, validation and running of programs ----===//
+
+#include "test_util.h"
+
+using namespace cleave::rt;
+using namespace cleave::rt::test;
+
+namespace {
+
+bool contains(const std::string &haystack, const std::string &needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+/// x:[2,3] input, c:[1,3] and w:[3,2] constants.
+/// t = add(x, c); y = matmul(t, w); outputs: y, x (INPUT), c (CONSTANT),
+/// row 1 of x (an INPUT view), t viewed as [3,2] (an ARENA view).
+struct SampleProgram {
+  ProgramBuilder b;
+  int x, c, w, t, y, xRow, tView;
+  SampleProgram() {
+    x = b.input("x", DType::F32, {2, 3});
+    c = b.constant(f32({1, 3}, {10, 20, 30}));
+    w = b.constant(f32({3, 2}, {1, 0, 0, 1, 1, 1}));
+    t = b.arena(DType::F32, {2, 3});
+    y = b.arena(DType::F32, {2, 2});
+    xRow = b.addValue(DType::F32, {3}, plan::Value::INPUT, 12, 0);
+    tView = b.addValue(DType::F32, {3, 2}, plan::Value::ARENA,
+                       b.program.values(t).offset(), 0);
+    b.instruction("add", {x, c}, {t}, {}, "model.py:3");
+    b.instruction("matmul", {t, w}, {y}, {}, "model.py:4");
+    b.output(y, "y");
+    b.output(x, "x_again");
+    b.output(c, "c");
+    b.output(xRow, "x_row1");
+    b.output(tView, "t_view");
+  }
+};
+
+TEST(Executor, RunsAndCopiesOutputsFromEveryStorage) {
+  SampleProgram s;
+  std::unique_ptr<Executor> exec;
+  Status st = Executor::create(s.b.program, &exec);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(exec->inputNames(), std::vector<std::string>{"x"});
+  EXPECT_EQ(exec->outputNames(), (std::vector<std::string>{
+                                     "y", "x_again", "c", "x_row1", "t_view"}));
+  EXPECT_EQ(exec->inputDType(0), DType::F32);
+  EXPECT_EQ(exec->inputShape(0), (Shape{2, 3}));
+
+  HostTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    std::vector<HostTensor> out;
+    st = exec->run({x}, &out);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    ASSERT_EQ(out.size(), 5u);
+    // t = [[11,22,33],[14,25,36]]; y = t @ w, w columns (1,0,1), (0,1,1).
+    EXPECT_EQ(values<float>(out[0]), (std::vector<float>{44, 55, 50, 61}));
+    EXPECT_EQ(out[0].shape, (Shape{2, 2}));
+    EXPECT_EQ(values<float>(out[1]), values<float>(x));
+    EXPECT_EQ(values<float>(out[2]), (std::vector<float>{10, 20, 30}));
+    EXPECT_EQ(values<float>(out[3]), (std::vector<float>{4, 5, 6}));
+    EXPECT_EQ(out[4].shape, (Shape{3, 2}));
+    EXPECT_EQ(values<float>(out[4]),
+              (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  }
+}
+
+TEST(Executor, InputMismatchesNameTheInput) {
+  SampleProgram s;
+  std::unique_ptr<Executor> exec;
+  ASSERT_TRUE(Executor::create(s.b.program, &exec).isOk());
+  std::vector<HostTensor> out;
+  Status st = exec->run({}, &out);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_TRUE(contains(st.message(), "expected 1 inputs")) << st.message();
+  st = exec->run({f32({3, 2}, {1, 2, 3, 4, 5, 6})}, &out);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_TRUE(contains(st.message(), "'x'")) << st.message();
+  EXPECT_TRUE(contains(st.message(), "f32[2,3]")) << st.message();
+  st = exec->run({i32({2, 3}, {1, 2, 3, 4, 5, 6})}, &out);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_TRUE(contains(st.message(), "i32[2,3]")) << st.message();
+  HostTensor bad = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  bad.bytes.pop_back();
+  st = exec->run({bad}, &out);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_TRUE(contains(st.message(), "bytes")) << st.message();
+}
+
+TEST(ExecutorValidation, UnknownKernel) {
+  SampleProgram s;
+  s.b.program.mutable_instructions(1)->set_kernel("frobnicate");
+  std::string e = createError(s.b.program);
+  EXPECT_TRUE(contains(e, "unknown kernel 'frobnicate'")) << e;
+  EXPECT_TRUE(contains(e, "instruction 1")) << e;
+  EXPECT_TRUE(contains(e, "model.py:4")) << e;
+}
+
+TEST(ExecutorValidation, ArenaOffsetOutOfBounds) {
+  SampleProgram s;
+  s.b.program.mutable_values(s.y)->set_offset(s.b.program.arena_bytes() - 8);
+  std::string e = createError(s.b.program);
+  EXPECT_TRUE(contains(e, "value " + std::to_string(s.y))) << e;
+  EXPECT_TRUE(contains(e, "arena_bytes")) << e;
+  SampleProgram neg;
+  neg.b.program.mutable_values(neg.y)->set_offset(-64);
+  EXPECT_FALSE(createError(neg.b.program).empty());
+  SampleProgram misaligned;
+  misaligned.b.program.mutable_values(misaligned.y)->set_offset(2);
+  EXPECT_FALSE(createError(misaligned.b.program).empty());
+}
+
+TEST(ExecutorValidation, InputViewOutOfBounds) {
+  SampleProgram s;
+  s.b.program.mutable_values(s.xRow)->set_offset(16);
+  std::string e = createError(s.b.program);
+  EXPECT_TRUE(contains(e, "exceed input 0")) << e;
+}
+
+TEST(ExecutorValidation, WrongConstantSize) {
+  SampleProgram s;
+  s.b.program.mutable_constants(1)->append("\0\0\0\0", 4);
+  std::string e = createError(s.b.program);
+  EXPECT_TRUE(contains(e, "constant 1")) << e;
+  SampleProgram shortConst;
+  shortConst.b.program.mutable_constants(0)->resize(8);
+  e = createError(shortConst.b.program);
+  EXPECT_TRUE(contains(e, "constant 0")) << e;
+  SampleProgram badIndex;
+  badIndex.b.program.mutable_values(badIndex.c)->set_index(7);
+  e = createError(badIndex.b.program);
+  EXPECT_TRUE(contains(e, "constant index 7")) << e;
+}
+
+TEST(ExecutorValidation, ValueIdsAndOperandCounts) {
+  SampleProgram s;
+  s.b.program.mutable_instructions(0)->set_operands(1, 99);
+  std::string e = createError(s.b.program);
+  EXPECT_TRUE(contains(e, "instruction 0 ('add' at model.py:3)")) << e;
+  EXPECT_TRUE(contains(e, "99")) << e;
+
+  SampleProgram count;
+  count.b.program.mutable_instructions(0)->add_operands(count.x);
+  e = createError(count.b.program);
+  EXPECT_TRUE(contains(e, "expects 2 operands, got 3")) << e;
+
+  SampleProgram out;
+  out.b.program.set_outputs(0, -3);
+  EXPECT_TRUE(contains(createError(out.b.program), "output 0")) << e;
+
+  SampleProgram resultInInput;
+  resultInInput.b.program.mutable_instructions(0)->set_results(0,
+                                                               resultInInput.x);
+  EXPECT_TRUE(
+      contains(createError(resultInInput.b.program), "not in the arena"));
+}
+
+TEST(ExecutorValidation, TypesAndAttributes) {
+  SampleProgram s;
+  s.b.program.mutable_values(s.y)->mutable_type()->set_shape(1, 3);
+  std::string e = createError(s.b.program);
+  EXPECT_TRUE(contains(e, "'matmul'")) << e;
+
+  SampleProgram dtype;
+  dtype.b.program.mutable_values(dtype.c)->mutable_type()->set_dtype(plan::I32);
+  EXPECT_TRUE(contains(createError(dtype.b.program), "'add'"));
+
+  SampleProgram unspecified;
+  unspecified.b.program.mutable_values(unspecified.t)
+      ->mutable_type()
+      ->set_dtype(plan::DTYPE_UNSPECIFIED);
+  EXPECT_TRUE(contains(createError(unspecified.b.program), "dtype"));
+
+  HostTensor x = randomF32({2, 3}, 1);
+  plan::Program noAttr =
+      singleKernelProgram("softmax", {x}, {{DType::F32, {2, 3}}});
+  EXPECT_TRUE(contains(createError(noAttr), "missing attribute 'axis'"));
+  plan::Program badPerm = singleKernelProgram(
+      "transpose", {x}, {{DType::F32, {3, 2}}}, {{"perm", {{0, 0}, {}}}});
+  EXPECT_TRUE(contains(createError(badPerm), "permutation"));
+}
+
+/// Random corruptions of a valid program must be rejected or run cleanly,
+/// never crash.
+TEST(ExecutorValidation, CorruptedPlansNeverCrash) {
+  std::mt19937 gen(1234);
+  int loaded = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    SampleProgram s;
+    plan::Program &p = s.b.program;
+    int mutations = 1 + gen() % 3;
+    for (int m = 0; m < mutations; ++m) {
+      int v = gen() % p.values_size();
+      switch (gen() % 7) {
+      case 0:
+        p.mutable_values(v)->set_offset(static_cast<int>(gen() % 80) - 8);
+        break;
+      case 1:
+        p.mutable_values(v)->mutable_type()->set_shape(
+            0, static_cast<int>(gen() % 5) - 1);
+        break;
+      case 2:
+        p.mutable_values(v)->set_index(static_cast<int>(gen() % 4) - 1);
+        break;
+      case 3:
+        p.mutable_values(v)->set_storage(
+            static_cast<plan::Value::Storage>(gen() % 4));
+        break;
+      case 4:
+        p.mutable_instructions(gen() % 2)->set_operands(
+            gen() % 2, static_cast<int>(gen() % 9) - 1);
+        break;
+      case 5:
+        p.set_arena_bytes(static_cast<int>(gen() % 128));
+        break;
+      case 6:
+        p.mutable_values(v)->mutable_type()->set_dtype(
+            static_cast<plan::DType>(gen() % 6));
+        break;
+      }
+    }
+    std::unique_ptr<Executor> exec;
+    if (!Executor::create(p, &exec))
+      continue;
+    ++loaded;
+    std::vector<HostTensor> inputs;
+    for (size_t i = 0; i < exec->inputNames().size(); ++i)
+      inputs.push_back(
+          HostTensor::zeros(exec->inputDType(i), exec->inputShape(i)));
+    std::vector<HostTensor> out;
+    (void)exec->run(inputs, &out);
+  }
+  EXPECT_GT(loaded, 0);
+}
+
+} // namespace

@@ -1,0 +1,253 @@
+//===- nn_test.cpp - Normalisation, convolution and pooling kernels -------===//
+
+#include "test_util.h"
+
+#include <algorithm>
+#include <limits>
+
+using namespace cleave::rt;
+using namespace cleave::rt::test;
+
+namespace {
+
+TEST(LayerNorm, ThreeOutputs) {
+  Shape s = {2, 3, 4};
+  HostTensor x = randomF32(s, 101);
+  HostTensor scale = randomF32({3, 4}, 102), bias = randomF32({3, 4}, 103);
+  double eps = 1e-5;
+  std::vector<HostTensor> out = runKernel(
+      "layer_norm", {x, scale, bias},
+      {{DType::F32, s}, {DType::F32, {2, 1, 1}}, {DType::F32, {2, 1, 1}}},
+      {{"axis", {{1}, {}}}, {"epsilon", {{}, {eps}}}});
+  ASSERT_EQ(out.size(), 3u);
+  std::vector<float> xv = values<float>(x), sv = values<float>(scale),
+                     bv = values<float>(bias);
+  std::vector<double> y, means, invStds;
+  for (int o = 0; o < 2; ++o) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < 12; ++i)
+      mean += xv[o * 12 + i];
+    mean /= 12;
+    for (int i = 0; i < 12; ++i)
+      var += (xv[o * 12 + i] - mean) * (xv[o * 12 + i] - mean);
+    var /= 12; // biased
+    double invStd = 1 / std::sqrt(var + eps);
+    for (int i = 0; i < 12; ++i)
+      y.push_back((xv[o * 12 + i] - mean) * invStd * sv[i] + bv[i]);
+    means.push_back(mean);
+    invStds.push_back(invStd);
+  }
+  expectNear(values<float>(out[0]), y, 1e-5, "y");
+  expectNear(values<float>(out[1]), means, 1e-6, "mean");
+  expectNear(values<float>(out[2]), invStds, 1e-5, "inv_std_dev");
+}
+
+TEST(LayerNorm, AbsentScaleBiasAndStatistics) {
+  HostTensor x = f32({2, 2}, {1, 3, -1, -1});
+  // Operands 1 and 2 are -1; mean/inv_std results are -1 (not needed).
+  ProgramBuilder b;
+  int in = b.input("x", DType::F32, {2, 2});
+  int y = b.arena(DType::F32, {2, 2});
+  b.instruction("layer_norm", {in, -1, -1}, {y, -1, -1},
+                {{"axis", {{1}, {}}}, {"epsilon", {{}, {0.0}}}});
+  b.output(y, "y");
+  std::unique_ptr<Executor> exec;
+  Status s = Executor::create(b.program, &exec);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  std::vector<HostTensor> out;
+  ASSERT_TRUE(exec->run({x}, &out).isOk());
+  // Row 0: mean 2, var 1 -> [-1, 1]; row 1: var 0, eps 0 -> 0 * inf = NaN.
+  std::vector<float> v = values<float>(out[0]);
+  EXPECT_FLOAT_EQ(v[0], -1);
+  EXPECT_FLOAT_EQ(v[1], 1);
+  EXPECT_TRUE(std::isnan(v[2]));
+}
+
+TEST(BatchNorm, Inference) {
+  Shape s = {2, 3, 2, 2};
+  HostTensor x = randomF32(s, 111);
+  HostTensor scale = randomF32({3}, 112), bias = randomF32({3}, 113),
+             mean = randomF32({3}, 114), var = randomF32({3}, 115, 0.5f, 2.0f);
+  HostTensor r = run1("batch_norm", {x, scale, bias, mean, var}, DType::F32, s,
+                      {{"epsilon", {{}, {1e-3}}}});
+  std::vector<float> xv = values<float>(x), sv = values<float>(scale),
+                     bv = values<float>(bias), mv = values<float>(mean),
+                     vv = values<float>(var);
+  std::vector<double> expected;
+  for (int64_t i = 0; i < numel(s); ++i) {
+    int64_t c = unravel(i, s)[1];
+    expected.push_back((xv[i] - mv[c]) / std::sqrt(vv[c] + 1e-3) * sv[c] +
+                       bv[c]);
+  }
+  expectNear(values<float>(r), expected, 1e-5, "batch_norm");
+}
+
+struct ConvCase {
+  int64_t n, c, h, w, f, kh, kw;
+  std::vector<int64_t> strides, pads, dilations;
+  int64_t groups;
+  bool bias;
+};
+
+void checkConv(const ConvCase &k) {
+  int64_t oh = (k.h + k.pads[0] + k.pads[2] - k.dilations[0] * (k.kh - 1) - 1) /
+                   k.strides[0] +
+               1;
+  int64_t ow = (k.w + k.pads[1] + k.pads[3] - k.dilations[1] * (k.kw - 1) - 1) /
+                   k.strides[1] +
+               1;
+  int64_t cg = k.c / k.groups, fg = k.f / k.groups;
+  HostTensor x = randomF32({k.n, k.c, k.h, k.w}, 121);
+  HostTensor w = randomF32({k.f, cg, k.kh, k.kw}, 122);
+  HostTensor b = randomF32({k.f}, 123);
+  std::vector<std::optional<HostTensor>> operands = {x, w};
+  if (k.bias)
+    operands.push_back(b);
+  Shape rs = {k.n, k.f, oh, ow};
+  HostTensor r = run1("conv2d", operands, DType::F32, rs,
+                      {{"strides", {k.strides, {}}},
+                       {"pads", {k.pads, {}}},
+                       {"dilations", {k.dilations, {}}},
+                       {"groups", {{k.groups}, {}}}});
+  std::vector<float> xv = values<float>(x), wv = values<float>(w),
+                     bv = values<float>(b);
+  std::vector<double> expected(numel(rs));
+  for (int64_t i = 0; i < numel(rs); ++i) {
+    auto idx = unravel(i, rs);
+    int64_t n = idx[0], f = idx[1], y = idx[2], xo = idx[3];
+    int64_t g = f / fg;
+    double sum = k.bias ? bv[f] : 0;
+    for (int64_t ci = 0; ci < cg; ++ci)
+      for (int64_t a = 0; a < k.kh; ++a)
+        for (int64_t bb = 0; bb < k.kw; ++bb) {
+          int64_t iy = y * k.strides[0] - k.pads[0] + a * k.dilations[0];
+          int64_t ix = xo * k.strides[1] - k.pads[1] + bb * k.dilations[1];
+          if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w)
+            continue;
+          sum +=
+              double(
+                  xv[ravel({n, g * cg + ci, iy, ix}, {k.n, k.c, k.h, k.w})]) *
+              wv[ravel({f, ci, a, bb}, {k.f, cg, k.kh, k.kw})];
+        }
+    expected[i] = sum;
+  }
+  expectNear(values<float>(r), expected, 1e-4, "conv2d");
+}
+
+TEST(Conv2d, GroupsPaddingDilationStride) {
+  checkConv({2, 4, 7, 6, 6, 3, 2, {2, 1}, {1, 0, 2, 1}, {1, 2}, 2, true});
+}
+TEST(Conv2d, Plain3x3) {
+  checkConv({1, 3, 8, 8, 5, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true});
+}
+TEST(Conv2d, PointwiseNoBias) {
+  checkConv({2, 6, 5, 4, 4, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, false});
+}
+TEST(Conv2d, Depthwise) {
+  checkConv({2, 4, 6, 6, 8, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, 4, true});
+}
+TEST(Conv2d, WrongResultShapeIsALoadError) {
+  HostTensor x = randomF32({1, 1, 4, 4}, 1), w = randomF32({1, 1, 3, 3}, 2);
+  plan::Program p =
+      singleKernelProgram("conv2d", {x, w}, {{DType::F32, {1, 1, 3, 3}}});
+  EXPECT_NE(createError(p).find("conv2d"), std::string::npos);
+}
+
+struct PoolCase {
+  Shape x;
+  int64_t oh, ow;
+  std::vector<int64_t> kernel, strides, pads, dilations;
+};
+
+std::vector<double> referencePool(const HostTensor &x, const PoolCase &c,
+                                  bool isMax, bool countIncludePad) {
+  std::vector<float> xv = values<float>(x);
+  int64_t h = c.x[2], w = c.x[3];
+  std::vector<double> out;
+  for (int64_t p = 0; p < c.x[0] * c.x[1]; ++p)
+    for (int64_t oy = 0; oy < c.oh; ++oy)
+      for (int64_t ox = 0; ox < c.ow; ++ox) {
+        double m = -INFINITY, sum = 0;
+        int64_t inside = 0, padded = 0;
+        for (int64_t i = 0; i < c.kernel[0]; ++i)
+          for (int64_t j = 0; j < c.kernel[1]; ++j) {
+            int64_t iy = oy * c.strides[0] - c.pads[0] + i * c.dilations[0];
+            int64_t ix = ox * c.strides[1] - c.pads[1] + j * c.dilations[1];
+            bool inPadded = iy >= -c.pads[0] && iy < h + c.pads[2] &&
+                            ix >= -c.pads[1] && ix < w + c.pads[3];
+            padded += inPadded;
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+              continue;
+            double v = xv[(p * h + iy) * w + ix];
+            m = std::max(m, v);
+            sum += v;
+            ++inside;
+          }
+        if (isMax)
+          out.push_back(m);
+        else
+          out.push_back(sum / (countIncludePad ? padded : inside));
+      }
+  return out;
+}
+
+const std::vector<PoolCase> kPoolCases = {
+    // 3x3 stride 2 pad 1.
+    {{2, 3, 7, 7}, 4, 4, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}},
+    // Asymmetric pads, dilation.
+    {{1, 2, 8, 9}, 4, 4, {2, 3}, {2, 2}, {0, 1, 1, 0}, {2, 1}},
+    // Ceil-mode-like result: last window hangs past the padded input.
+    {{1, 1, 6, 6}, 3, 3, {3, 3}, {2, 2}, {0, 0, 0, 0}, {1, 1}},
+    // Padding where windows contain padded and out-of-input positions.
+    {{1, 2, 5, 5}, 4, 4, {3, 3}, {2, 2}, {2, 2, 2, 2}, {1, 1}},
+};
+
+Attrs poolAttrs(const PoolCase &c) {
+  return {{"kernel", {c.kernel, {}}},
+          {"strides", {c.strides, {}}},
+          {"pads", {c.pads, {}}},
+          {"dilations", {c.dilations, {}}}};
+}
+
+TEST(Pool, MaxWithPadding) {
+  for (const PoolCase &c : kPoolCases) {
+    HostTensor x = randomF32(c.x, 131);
+    HostTensor r = run1("max_pool2d", {x}, DType::F32,
+                        {c.x[0], c.x[1], c.oh, c.ow}, poolAttrs(c));
+    expectNear(values<float>(r), referencePool(x, c, true, false), 0,
+               "max_pool2d");
+  }
+}
+
+TEST(Pool, AvgCountIncludePad) {
+  for (const PoolCase &c : kPoolCases)
+    for (bool include : {false, true}) {
+      HostTensor x = randomF32(c.x, 141);
+      Attrs attrs = poolAttrs(c);
+      attrs["count_include_pad"] = {{include}, {}};
+      HostTensor r = run1("avg_pool2d", {x}, DType::F32,
+                          {c.x[0], c.x[1], c.oh, c.ow}, attrs);
+      expectNear(values<float>(r), referencePool(x, c, false, include), 1e-5,
+                 include ? "avg_pool2d include" : "avg_pool2d exclude");
+    }
+}
+
+TEST(Pool, AvgDivisorExactValues) {
+  // 2x2 input of ones, 3x3 window, stride 1, pad 1 all round: every window
+  // sees the 4 inputs' subset plus padding.
+  HostTensor x = f32({1, 1, 2, 2}, {1, 1, 1, 1});
+  Attrs attrs = {{"kernel", {{3, 3}, {}}},
+                 {"strides", {{1, 1}, {}}},
+                 {"pads", {{1, 1, 1, 1}, {}}},
+                 {"count_include_pad", {{1}, {}}}};
+  // Each window covers all 4 ones and 5 padded positions.
+  EXPECT_EQ(
+      values<float>(run1("avg_pool2d", {x}, DType::F32, {1, 1, 2, 2}, attrs)),
+      std::vector<float>(4, 4.0f / 9.0f));
+  attrs["count_include_pad"] = {{0}, {}};
+  EXPECT_EQ(
+      values<float>(run1("avg_pool2d", {x}, DType::F32, {1, 1, 2, 2}, attrs)),
+      std::vector<float>(4, 1.0f));
+}
+
+} // namespace
