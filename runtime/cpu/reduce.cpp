@@ -297,9 +297,11 @@ void softmaxRows(const float *x, float *y, int64_t outer, int64_t extent,
       sum += e;
     }
     if (logSoftmax) {
-      float shift = maxValue + static_cast<float>(std::log(sum));
+      // (x - max) - log(sum), not x - (max + log(sum)): with large logits
+      // the sum of max and log(sum) would round away the log's digits.
+      float logSum = static_cast<float>(std::log(sum));
       for (int64_t i = 0; i < extent; ++i)
-        out[i] = row[i] - shift;
+        out[i] = (row[i] - maxValue) - logSum;
     } else {
       float scale = static_cast<float>(1.0 / sum);
       for (int64_t i = 0; i < extent; ++i)
@@ -332,11 +334,12 @@ void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
         sum[j] += e;
       }
     for (int64_t j = 0; j < inner; ++j)
-      sum[j] = logSoftmax ? maxValue[j] + std::log(sum[j]) : 1.0 / sum[j];
+      sum[j] = logSoftmax ? std::log(sum[j]) : 1.0 / sum[j];
     for (int64_t a = 0; a < extent; ++a)
       for (int64_t j = 0; j < inner; ++j) {
         if (logSoftmax)
-          out[a * inner + j] = in[a * inner + j] - static_cast<float>(sum[j]);
+          out[a * inner + j] = (in[a * inner + j] - maxValue[j]) -
+                               static_cast<float>(sum[j]);
         else
           out[a * inner + j] *= static_cast<float>(sum[j]);
       }

@@ -106,6 +106,29 @@ std::string compare(const rt::HostTensor &got, const rt::HostTensor &want) {
 
 enum class Outcome { Passed, Failed, Unsupported, Skipped };
 
+/// Tests expected to fail, each with the reason. A listed test that passes
+/// is reported (XPASS) and fails the run, so the list cannot go stale.
+const char *const kWindowReference =
+    "the suite's reference is not the window its graph computes: e.g. "
+    "hann[1] of 10 is 0.0954860 there, 0.5 - 0.5 cos(2 pi / 10) = 0.0954915 "
+    "exactly, which is what Cleave computes";
+
+const std::map<std::string, std::string> &expectedFailures() {
+  static const std::map<std::string, std::string> list = {
+      {"test_maxpool_with_argmax_2d_precomputed_pads",
+       "MaxPool's Indices output (int64) is not implemented"},
+      {"test_maxpool_with_argmax_2d_precomputed_strides",
+       "MaxPool's Indices output (int64) is not implemented"},
+      {"test_blackmanwindow_expanded", kWindowReference},
+      {"test_blackmanwindow_symmetric_expanded", kWindowReference},
+      {"test_hammingwindow_expanded", kWindowReference},
+      {"test_hammingwindow_symmetric_expanded", kWindowReference},
+      {"test_hannwindow_expanded", kWindowReference},
+      {"test_hannwindow_symmetric_expanded", kWindowReference},
+  };
+  return list;
+}
+
 struct Result {
   Outcome outcome;
   std::string detail; // failure message, or the unsupported op/dtype
@@ -235,13 +258,27 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::sort(dirs.begin(), dirs.end());
-  int passed = 0, failed = 0, skipped = 0;
+  int passed = 0, failed = 0, skipped = 0, xfailed = 0;
   std::map<std::string, int> unsupported;
   for (const std::string &dir : dirs) {
     std::string name(llvm::sys::path::filename(dir));
     if (!filter.empty() && name.find(filter) == std::string::npos)
       continue;
     Result r = runTest(dir);
+    auto expected = expectedFailures().find(name);
+    if (expected != expectedFailures().end()) {
+      if (r.outcome == Outcome::Failed) {
+        ++xfailed;
+        llvm::outs() << "XFAIL " << name << ": " << expected->second << "\n";
+        continue;
+      }
+      if (r.outcome == Outcome::Passed) {
+        ++failed;
+        llvm::outs() << "XPASS " << name
+                     << ": passes; remove it from expectedFailures()\n";
+        continue;
+      }
+    }
     switch (r.outcome) {
     case Outcome::Passed:
       ++passed;
@@ -267,7 +304,7 @@ int main(int argc, char **argv) {
   }
   llvm::outs() << "not run: " << unsupportedTotal << " tests in "
                << unsupported.size() << " groups; skipped: " << skipped
-               << "\n";
+               << "; expected failures: " << xfailed << "\n";
   llvm::outs() << passed << " passed, " << failed << " failed\n";
   return failed ? 1 : 0;
 }

@@ -518,6 +518,63 @@ int64_t poolOutput(int64_t size, int64_t pb, int64_t pe, int64_t k, int64_t s,
   return out;
 }
 
+/// One 2-D pooling op over a rank-4 value.
+template <bool IsMax>
+Value pool2d(NodeContext &ctx, Value in, ArrayRef<int64_t> kernel,
+             ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+             ArrayRef<int64_t> dilations, bool ceil) {
+  auto s4 = NodeContext::typeOf(in).getShape();
+  int64_t oh = poolOutput(s4[2], pads[0], pads[2], kernel[0], strides[0],
+                          dilations[0], ceil);
+  int64_t ow = poolOutput(s4[3], pads[1], pads[3], kernel[1], strides[1],
+                          dilations[1], ceil);
+  auto type = NodeContext::typeOf(in).clone({s4[0], s4[1], oh, ow});
+  auto k = ctx.b.getDenseI64ArrayAttr(kernel);
+  auto st = ctx.b.getDenseI64ArrayAttr(strides);
+  auto p = ctx.b.getDenseI64ArrayAttr(pads);
+  auto d = ctx.b.getDenseI64ArrayAttr(dilations);
+  if constexpr (IsMax)
+    return MaxPool2DOp::create(ctx.b, type, in, k, st, p, d);
+  return AvgPool2DOp::create(ctx.b, type, in, k, st, p, d,
+                             ctx.attrInt("count_include_pad", 0) != 0);
+}
+
+/// 3-D pooling as two 2-D pools: over (H, W) with D folded into channels,
+/// then over D with H*W as the last dim. Exact for max, and for average
+/// because a box window's element count is the product of its per-dimension
+/// counts (padding and ceil-mode clipping included).
+template <bool IsMax> LogicalResult pool3d(NodeContext &ctx, Value x) {
+  auto xs = NodeContext::typeOf(x).getShape();
+  auto kernel = *ctx.attrInts("kernel_shape");
+  auto get = [&](StringRef name, int64_t dflt, size_t count) {
+    return ctx.attrInts(name).value_or(SmallVector<int64_t>(count, dflt));
+  };
+  SmallVector<int64_t> strides = get("strides", 1, 3);
+  SmallVector<int64_t> dilations = get("dilations", 1, 3);
+  SmallVector<int64_t> pads = get("pads", 0, 6);
+  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
+  if (autoPad != "NOTSET" && autoPad != "VALID")
+    return ctx.error() << "auto_pad '" << autoPad
+                       << "' is not supported for 3-D pooling";
+  if (autoPad == "VALID")
+    std::fill(pads.begin(), pads.end(), 0);
+  if (strides.size() != 3 || dilations.size() != 3 || pads.size() != 6)
+    return ctx.error() << "strides, dilations or pads do not match 3 "
+                          "spatial dimensions";
+  bool ceil = ctx.attrInt("ceil_mode", 0) != 0;
+  Value hw = ctx.reshape(x, {xs[0], xs[1] * xs[2], xs[3], xs[4]});
+  hw = pool2d<IsMax>(ctx, hw, {kernel[1], kernel[2]}, {strides[1], strides[2]},
+                     {pads[1], pads[2], pads[4], pads[5]},
+                     {dilations[1], dilations[2]}, ceil);
+  auto hs = NodeContext::typeOf(hw).getShape();
+  Value d = ctx.reshape(hw, {xs[0], xs[1], xs[2], hs[2] * hs[3]});
+  d = pool2d<IsMax>(ctx, d, {kernel[0], 1}, {strides[0], 1},
+                    {pads[0], 0, pads[3], 0}, {dilations[0], 1}, ceil);
+  auto ds = NodeContext::typeOf(d).getShape();
+  ctx.setOutput(0, ctx.reshape(d, {xs[0], xs[1], ds[2], hs[2], hs[3]}));
+  return success();
+}
+
 template <bool IsMax> LogicalResult pool(NodeContext &ctx) {
   FailureOr<Value> x = ctx.input(0);
   if (failed(x) || failed(requireFloat(ctx, *x)))
@@ -530,29 +587,18 @@ template <bool IsMax> LogicalResult pool(NodeContext &ctx) {
   auto kernel = ctx.attrInts("kernel_shape");
   if (!kernel || kernel->size() != xs.size() - 2)
     return ctx.error() << "kernel_shape must give one size per spatial dim";
+  if (xs.size() == 5)
+    return pool3d<IsMax>(ctx, *x);
   FailureOr<Window> win = windowOf(ctx, xs.drop_front(2), *kernel);
   if (failed(win))
     return failure();
   Value in = to4D(ctx, *x);
-  auto s4 = NodeContext::typeOf(in).getShape();
-  int64_t oh = poolOutput(s4[2], win->pads[0], win->pads[2], win->kernel[0],
-                          win->strides[0], win->dilations[0], win->ceil);
-  int64_t ow = poolOutput(s4[3], win->pads[1], win->pads[3], win->kernel[1],
-                          win->strides[1], win->dilations[1], win->ceil);
-  auto type = NodeContext::typeOf(in).clone({s4[0], s4[1], oh, ow});
-  auto k = ctx.b.getDenseI64ArrayAttr(win->kernel);
-  auto st = ctx.b.getDenseI64ArrayAttr(win->strides);
-  auto p = ctx.b.getDenseI64ArrayAttr(win->pads);
-  auto d = ctx.b.getDenseI64ArrayAttr(win->dilations);
-  Value y;
-  if constexpr (IsMax) {
-    y = MaxPool2DOp::create(ctx.b, type, in, k, st, p, d);
-  } else {
-    y = AvgPool2DOp::create(ctx.b, type, in, k, st, p, d,
-                            ctx.attrInt("count_include_pad", 0) != 0);
+  Value y = pool2d<IsMax>(ctx, in, win->kernel, win->strides, win->pads,
+                          win->dilations, win->ceil);
+  if (xs.size() == 3) {
+    auto s = NodeContext::typeOf(y).getShape();
+    y = ctx.reshape(y, {s[0], s[1], s[3]});
   }
-  if (xs.size() == 3)
-    y = ctx.reshape(y, {s4[0], s4[1], ow});
   ctx.setOutput(0, y);
   return success();
 }

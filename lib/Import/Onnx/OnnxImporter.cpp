@@ -8,6 +8,7 @@
 
 #include "cleave/Import/OnnxImporter.h"
 #include "NodeContext.h"
+#include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -447,8 +448,40 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                             << "' is not defined before its use";
   ImplicitLocOpBuilder b(loc, builder);
   NodeContext ctx(*this, node, opset, b);
-  if (failed(handler(ctx)))
+  Block *block = builder.getInsertionBlock();
+  Operation *before = block->empty() ? nullptr : &block->back();
+  // Errors raised inside the handler (op verifiers, shape inference) are
+  // re-issued with the node, op and opset, so every message names them.
+  std::string prefix = "node '" + label + "' (" + node.op_type() +
+                       ", opset " + std::to_string(opset) + "): ";
+  SmallVector<std::string> captured;
+  LogicalResult result = success();
+  {
+    ScopedDiagnosticHandler capture(context, [&](Diagnostic &diag) {
+      if (diag.getSeverity() != DiagnosticSeverity::Error)
+        return failure();
+      std::string text = diag.str();
+      captured.push_back(StringRef(text).starts_with("node '") ? text
+                                                               : prefix + text);
+      return success();
+    });
+    result = handler(ctx);
+  }
+  for (const std::string &text : captured)
+    emitError(loc) << text;
+  if (failed(result) || !captured.empty())
     return failure();
+  // Fold what the node computed from constants, so later nodes that need
+  // compile-time values (shapes, bounds) find them.
+  DenseMap<Value, Value> replaced;
+  foldConstantOps(before ? std::next(before->getIterator()) : block->begin(),
+                  block->end(), replaced);
+  for (const std::string &out : node.output()) {
+    auto it = values.find(out);
+    if (it != values.end())
+      if (Value v = replaced.lookup(it->second))
+        it->second = v;
+  }
   for (const std::string &out : node.output())
     if (!out.empty() && !values.count(out))
       return emitError(loc) << "node '" << label << "' (" << node.op_type()
@@ -534,8 +567,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     auto k = options.knownInputs.find(arg.second);
     if (k != options.knownInputs.end()) {
       if (k->second.getType() != argTypes[i]) {
-        emitError(loc) << "the value given for input '" << arg.second
-                       << "' has type " << k->second.getType()
+        emitError(loc) << "input '" << arg.second << "': the value given "
+                       << "holds " << k->second.getType()
                        << ", the model needs " << argTypes[i];
         return nullptr;
       }
@@ -623,14 +656,26 @@ FailureOr<Value> NodeContext::input(unsigned i) {
   if (!hasInput(i))
     return error() << "input " << i << " is required";
   const std::string &name = node.input(i);
-  if (Value v = graph.values.lookup(name))
-    return v;
   auto k = graph.known.find(name);
+  Value v = graph.values.lookup(name);
+  // Integer inputs with known values (shape and index operands) are
+  // specialised everywhere, so arithmetic on them folds; float inputs only
+  // where a compile-time constant is required (constantInput).
+  if (v && isa<BlockArgument>(v) && k != graph.known.end() &&
+      k->second.getElementType().isInteger()) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(v.getParentBlock());
+    Value c = ConstantOp::create(b, k->second);
+    graph.values[name] = c;
+    return c;
+  }
+  if (v)
+    return v;
   if (k == graph.known.end())
     return error() << "input '" << name << "' is undefined";
-  Value v = ConstantOp::create(b, k->second);
-  graph.values[name] = v;
-  return v;
+  Value c = ConstantOp::create(b, k->second);
+  graph.values[name] = c;
+  return c;
 }
 
 std::optional<DenseElementsAttr> NodeContext::constantInput(unsigned i) {

@@ -1,0 +1,28 @@
+//===- ConstantEvaluator.h - Folds ops with the runtime's kernels -*- C++ -*-===//
+
+#ifndef CLEAVE_LOWERING_CONSTANTEVALUATOR_H
+#define CLEAVE_LOWERING_CONSTANTEVALUATOR_H
+
+#include "mlir/IR/Block.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+namespace mlir::cleave {
+
+/// Evaluates \p op, all of whose operands are constants, by lowering it to a
+/// one-instruction plan and running it on the CPU runtime. The runtime's
+/// kernels are the only implementation of each op's semantics, so folding
+/// and execution cannot disagree. Fails (without a diagnostic) for ops with
+/// non-constant operands, no kernel, or more than \p maxElements results.
+FailureOr<SmallVector<DenseElementsAttr>>
+evaluateWithRuntime(Operation *op, int64_t maxElements = 1 << 16);
+
+/// Replaces every op in [begin, end) whose operands are constants with
+/// constants, in order, so chains fold. \p replaced maps each folded result
+/// to its constant.
+void foldConstantOps(Block::iterator begin, Block::iterator end,
+                     DenseMap<Value, Value> &replaced,
+                     int64_t maxElements = 1 << 16);
+
+} // namespace mlir::cleave
+
+#endif // CLEAVE_LOWERING_CONSTANTEVALUATOR_H

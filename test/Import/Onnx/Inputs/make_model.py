@@ -1,0 +1,113 @@
+"""Builds small ONNX models for the importer's lit tests.
+
+Usage: /usr/bin/python3 make_model.py CASE OUT.onnx
+Each case is a function below; the test names the case it needs.
+"""
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def vi(name, t, shape):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def mlp():
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "fc.weight")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "fc.bias")
+    return model(
+        [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h"], transB=1, name="fc"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        [vi("x", F, ["batch", 4])], [vi("y", F, ["batch", 3])], [w, b])
+
+
+def shape_arith():
+    # x [2, 3, 8] -> reshape to [2, 3, 2, 4] computed from Shape, as exporters do.
+    c = lambda name, v: helper.make_node(
+        "Constant", [], [name], value=numpy_helper.from_array(np.array(v, np.int64)))
+    return model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         c("i0", 0), c("i1", 1), c("heads", [2]), c("ax", [0]),
+         helper.make_node("Gather", ["s", "i0"], ["b"]),
+         helper.make_node("Gather", ["s", "i1"], ["t"]),
+         helper.make_node("Unsqueeze", ["b", "ax"], ["b1"]),
+         helper.make_node("Unsqueeze", ["t", "ax"], ["t1"]),
+         helper.make_node("Div", ["heads", "heads"], ["one"]),
+         c("four", [4]),
+         helper.make_node("Mul", ["one", "four"], ["d"]),
+         helper.make_node("Concat", ["b1", "t1", "heads", "d"], ["shape"], axis=0),
+         helper.make_node("Reshape", ["x", "shape"], ["y"], name="split_heads")],
+        [vi("x", F, [2, 3, 8])], [vi("y", F, [2, 3, 2, 4])])
+
+
+def unsupported_op():
+    return model([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")],
+                 [vi("x", F, [4]), vi("k", I64, [1])], [vi("v", F, [2]), vi("i", I64, [2])])
+
+
+def custom_domain():
+    m = model([helper.make_node("FusedGemm", ["x"], ["y"], domain="com.microsoft", name="fused")],
+              [vi("x", F, [4])], [vi("y", F, [4])])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return m
+
+
+def old_opset():
+    return model([helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln")],
+                 [vi("x", F, [2, 4]), vi("s", F, [4])], [vi("y", F, [2, 4])], opset=12)
+
+
+def output_type_mismatch():
+    return model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                 [vi("x", F, [4])], [vi("y", I64, [4])])
+
+
+def undefined_input():
+    return model([helper.make_node("Add", ["x", "nowhere"], ["y"], name="add")],
+                 [vi("x", F, [4])], [vi("y", F, [4])])
+
+
+def broadcast_error():
+    return model([helper.make_node("Add", ["x", "z"], ["y"], name="add")],
+                 [vi("x", F, [4, 3]), vi("z", F, [2])], [vi("y", F, [4, 3])])
+
+
+def dynamic_reshape():
+    return model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+                 [vi("x", F, [4, 3]), vi("shape", I64, [2])], [vi("y", F, [3, 4])])
+
+
+def external_data():
+    # The weight lives in a side file next to the model.
+    m = mlp()
+    for t in m.graph.initializer:
+        if t.name == "fc.weight":
+            data = numpy_helper.to_array(t).tobytes()
+            t.ClearField("raw_data")
+            t.ClearField("float_data")
+            t.data_location = TensorProto.EXTERNAL
+            t.external_data.add(key="location", value="weights.bin")
+            with open(sys.argv[2] + ".dir/weights.bin", "wb") as f:
+                f.write(data)
+    return m
+
+
+if __name__ == "__main__":
+    case, out = sys.argv[1], sys.argv[2]
+    if case == "external_data":
+        import os
+        os.makedirs(out + ".dir", exist_ok=True)
+        onnx.save(globals()[case](), out + ".dir/model.onnx")
+    else:
+        onnx.save(globals()[case](), out)
