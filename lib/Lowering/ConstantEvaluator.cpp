@@ -31,8 +31,18 @@ static bool supportedType(Type type) {
          e.isSignlessInteger(1);
 }
 
-static DenseElementsAttr toAttr(RankedTensorType type,
-                                const rt::HostTensor &t) {
+rt::DType mlir::cleave::runtimeDType(Type element) {
+  if (element.isSignlessInteger(64))
+    return rt::DType::I64;
+  if (element.isSignlessInteger(32))
+    return rt::DType::I32;
+  if (element.isSignlessInteger(1))
+    return rt::DType::Bool;
+  return rt::DType::F32;
+}
+
+DenseElementsAttr mlir::cleave::hostTensorToAttr(RankedTensorType type,
+                                                 const rt::HostTensor &t) {
   if (type.getElementType().isInteger(1)) {
     SmallVector<bool> v;
     for (uint8_t c : t.bytes)
@@ -95,7 +105,7 @@ mlir::cleave::evaluateWithRuntime(Operation *op, int64_t maxElements) {
     return failure();
   SmallVector<DenseElementsAttr> results;
   for (auto [type, t] : llvm::zip(op->getResultTypes(), outputs))
-    results.push_back(toAttr(cast<RankedTensorType>(type), t));
+    results.push_back(hostTensorToAttr(cast<RankedTensorType>(type), t));
   return results;
 }
 

@@ -12,6 +12,7 @@
 
 #include "Cleave/CleaveDialect.h"
 #include "cleave/Import/OnnxImporter.h"
+#include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"
@@ -33,34 +34,12 @@ namespace rt = ::cleave::rt;
 
 namespace {
 
-rt::DType toRuntime(Type element) {
-  if (element.isSignlessInteger(64))
-    return rt::DType::I64;
-  if (element.isSignlessInteger(32))
-    return rt::DType::I32;
-  if (element.isSignlessInteger(1))
-    return rt::DType::Bool;
-  return rt::DType::F32;
-}
-
 rt::HostTensor toHost(const TensorData &data) {
   rt::HostTensor t;
-  t.dtype = toRuntime(data.elementType);
+  t.dtype = runtimeDType(data.elementType);
   t.shape = data.shape;
   t.bytes.assign(data.bytes.begin(), data.bytes.end());
   return t;
-}
-
-DenseElementsAttr toAttr(const TensorData &data) {
-  auto type = RankedTensorType::get(data.shape, data.elementType);
-  if (data.elementType.isInteger(1)) {
-    SmallVector<bool> v;
-    for (char c : data.bytes)
-      v.push_back(c != 0);
-    return DenseElementsAttr::get(type, v);
-  }
-  return DenseElementsAttr::getFromRawBuffer(
-      type, ArrayRef<char>(data.bytes.data(), data.bytes.size()));
 }
 
 /// Compares \p got with \p want; returns a description of the first
@@ -192,7 +171,7 @@ Result runTest(const std::string &dir) {
         &context, dataDir + "/input_" + std::to_string(i) + ".pb", name, error);
     if (failed(data))
       return {Outcome::Failed, error};
-    options.knownInputs[inputNames[i]] = toAttr(*data);
+    options.knownInputs[inputNames[i]] = tensorDataToAttr(*data);
     options.inputs[inputNames[i]].shape = data->shape;
     inputs[inputNames[i]] = std::move(*data);
   }

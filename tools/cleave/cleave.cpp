@@ -8,6 +8,7 @@
 
 #include "Cleave/CleaveDialect.h"
 #include "cleave/Import/OnnxImporter.h"
+#include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"
@@ -70,42 +71,14 @@ struct DiagnosticPrinter {
   ScopedDiagnosticHandler handler;
 };
 
-static rt::DType toRuntime(Type element) {
-  if (element.isSignlessInteger(64))
-    return rt::DType::I64;
-  if (element.isSignlessInteger(32))
-    return rt::DType::I32;
-  if (element.isSignlessInteger(1))
-    return rt::DType::Bool;
-  return rt::DType::F32;
-}
-
-static Type fromRuntime(MLIRContext &ctx, rt::DType dtype) {
-  Builder b(&ctx);
-  switch (dtype) {
-  case rt::DType::F32:
-    return b.getF32Type();
-  case rt::DType::I64:
-    return b.getI64Type();
-  case rt::DType::I32:
-    return b.getI32Type();
-  case rt::DType::Bool:
-    return b.getI1Type();
-  }
-  return {};
-}
-
 static DenseElementsAttr toAttr(MLIRContext &ctx, const rt::HostTensor &t) {
-  auto type = RankedTensorType::get(t.shape, fromRuntime(ctx, t.dtype));
-  if (t.dtype == rt::DType::Bool) {
-    SmallVector<bool> v;
-    for (uint8_t c : t.bytes)
-      v.push_back(c != 0);
-    return DenseElementsAttr::get(type, v);
-  }
-  return DenseElementsAttr::getFromRawBuffer(
-      type, ArrayRef<char>(reinterpret_cast<const char *>(t.bytes.data()),
-                           t.bytes.size()));
+  Builder b(&ctx);
+  Type element = t.dtype == rt::DType::I64    ? b.getI64Type()
+                 : t.dtype == rt::DType::I32  ? b.getI32Type()
+                 : t.dtype == rt::DType::Bool ? b.getI1Type()
+                                              : Type(b.getF32Type());
+  return mlir::cleave::hostTensorToAttr(
+      RankedTensorType::get(t.shape, element), t);
 }
 
 namespace {
@@ -201,7 +174,7 @@ static int runForward(MLIRContext &ctx) {
     if (auto name = main.getArgAttrOfType<StringAttr>(i,
                                                       mlir::cleave::kInputAttr)) {
       rt::HostTensor &t = inputValues[name.str()];
-      if (t.dtype != toRuntime(type.getElementType()) ||
+      if (t.dtype != mlir::cleave::runtimeDType(type.getElementType()) ||
           t.shape != std::vector<int64_t>(type.getShape().begin(),
                                           type.getShape().end())) {
         std::string want;
@@ -222,7 +195,7 @@ static int runForward(MLIRContext &ctx) {
     if (failed(data))
       return fail(error);
     rt::HostTensor t;
-    t.dtype = toRuntime(data->elementType);
+    t.dtype = mlir::cleave::runtimeDType(data->elementType);
     t.shape = data->shape;
     t.bytes.assign(data->bytes.begin(), data->bytes.end());
     args.push_back(std::move(t));

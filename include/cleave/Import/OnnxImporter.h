@@ -46,6 +46,9 @@ struct TensorData {
   std::string bytes; // little-endian, row-major
 };
 
+/// \p data as a constant attribute.
+DenseElementsAttr tensorDataToAttr(const TensorData &data);
+
 /// A parsed ONNX model and the directory its external data is relative to.
 class OnnxModel {
 public:

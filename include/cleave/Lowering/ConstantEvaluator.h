@@ -4,7 +4,9 @@
 #define CLEAVE_LOWERING_CONSTANTEVALUATOR_H
 
 #include "mlir/IR/Block.h"
+#include "cleave/runtime/executor.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
 
 namespace mlir::cleave {
 
@@ -22,6 +24,13 @@ evaluateWithRuntime(Operation *op, int64_t maxElements = 1 << 16);
 void foldConstantOps(Block::iterator begin, Block::iterator end,
                      DenseMap<Value, Value> &replaced,
                      int64_t maxElements = 1 << 16);
+
+/// The runtime's dtype for \p element (f32, i64, i32, i1); f32 otherwise.
+::cleave::rt::DType runtimeDType(Type element);
+
+/// \p t's elements as a constant of \p type (which must match its size).
+DenseElementsAttr hostTensorToAttr(RankedTensorType type,
+                                   const ::cleave::rt::HostTensor &t);
 
 } // namespace mlir::cleave
 

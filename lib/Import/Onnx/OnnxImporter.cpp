@@ -175,7 +175,7 @@ static FailureOr<TensorData> decodeTensor(MLIRContext *context,
   return data;
 }
 
-static DenseElementsAttr toAttr(const TensorData &data) {
+DenseElementsAttr mlir::cleave::tensorDataToAttr(const TensorData &data) {
   auto type = RankedTensorType::get(data.shape, data.elementType);
   if (data.elementType.isInteger(1)) {
     SmallVector<bool> values;
@@ -193,7 +193,7 @@ onnx_import::tensorToAttr(MLIRContext *context, const onnx::TensorProto &tensor,
   FailureOr<TensorData> data = decodeTensor(context, tensor, "", error);
   if (failed(data))
     return failure();
-  return toAttr(*data);
+  return tensorDataToAttr(*data);
 }
 
 //===----------------------------------------------------------------------===//
@@ -554,7 +554,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       emitError(loc) << "initializer '" << t.name() << "' " << error;
       return nullptr;
     }
-    known[t.name()] = toAttr(*data);
+    known[t.name()] = tensorDataToAttr(*data);
   }
 
   auto func = func::FuncOp::create(loc, "main",
