@@ -3,8 +3,8 @@
 #ifndef CLEAVE_DIALECT_CLEAVEDIALECT_H
 #define CLEAVE_DIALECT_CLEAVEDIALECT_H
 
-#include "mlir/IR/Dialect.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dialect.h"
 
 #include "Cleave/CleaveDialect.h.inc"
 #include "Cleave/CleaveEnums.h.inc"

@@ -22,13 +22,12 @@ static Type elementTypeOf(Value v) {
 }
 
 /// Normalises a possibly negative dimension; failure when out of range.
-static FailureOr<int64_t> normaliseDim(std::optional<Location> loc,
-                                       int64_t dim, int64_t rank,
-                                       StringRef what) {
+static FailureOr<int64_t> normaliseDim(std::optional<Location> loc, int64_t dim,
+                                       int64_t rank, StringRef what) {
   int64_t d = dim < 0 ? dim + rank : dim;
   if (d < 0 || d >= rank)
-    return emitOptionalError(loc, what, " ", dim,
-                             " is out of range for rank ", rank);
+    return emitOptionalError(loc, what, " ", dim, " is out of range for rank ",
+                             rank);
   return d;
 }
 
@@ -44,8 +43,9 @@ mlir::cleave::broadcastShapes(std::optional<Location> loc,
       if (r == s || s == 1)
         continue;
       if (r != 1)
-        return emitOptionalError(loc, "operand shapes do not broadcast: "
-                                      "dimension sizes ",
+        return emitOptionalError(loc,
+                                 "operand shapes do not broadcast: "
+                                 "dimension sizes ",
                                  r, " and ", s);
       r = s;
     }
@@ -78,13 +78,14 @@ static LogicalResult sameElementTypes(std::optional<Location> loc,
 }
 
 #define CLEAVE_INFER_BINARY(OP)                                                \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &inferred) {        \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &inferred) {                                       \
     ValueRange operands = adaptor.getOperands();                               \
     if (failed(sameElementTypes(loc, operands)))                               \
       return failure();                                                        \
-    return inferBroadcast(loc, operands, elementTypeOf(operands[0]), inferred); \
+    return inferBroadcast(loc, operands, elementTypeOf(operands[0]),           \
+                          inferred);                                           \
   }
 CLEAVE_INFER_BINARY(AddOp)
 CLEAVE_INFER_BINARY(SubOp)
@@ -202,8 +203,8 @@ LogicalResult ReduceOp::inferReturnTypes(MLIRContext *,
 static LogicalResult verifyAxis(Operation *op, int64_t axis, Value input) {
   int64_t rank = shapeOf(input).size();
   if (axis < 0 || axis >= rank)
-    return op->emitOpError("axis ") << axis << " is out of range for rank "
-                                    << rank;
+    return op->emitOpError("axis ")
+           << axis << " is out of range for rank " << rank;
   return success();
 }
 
@@ -226,12 +227,12 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                              rank);
   ArrayRef<int64_t> normalised = type.getShape().drop_front(axis);
   for (Value v : {adaptor.getScale(), adaptor.getBias()}) {
-    if (v && (shapeOf(v) != normalised ||
-              elementTypeOf(v) != type.getElementType()))
-      return emitOptionalError(loc, "scale and bias must have type ",
-                               RankedTensorType::get(normalised,
-                                                     type.getElementType()),
-                               ", got ", v.getType());
+    if (v &&
+        (shapeOf(v) != normalised || elementTypeOf(v) != type.getElementType()))
+      return emitOptionalError(
+          loc, "scale and bias must have type ",
+          RankedTensorType::get(normalised, type.getElementType()), ", got ",
+          v.getType());
   }
   SmallVector<int64_t> statShape(type.getShape());
   for (int64_t i = axis; i < rank; ++i)
@@ -248,8 +249,8 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
   auto type = cast<RankedTensorType>(adaptor.getInput().getType());
   if (type.getRank() < 2)
     return emitOptionalError(loc, "input must have rank >= 2 [N, C, ...]");
-  auto channel = RankedTensorType::get({type.getDimSize(1)},
-                                       type.getElementType());
+  auto channel =
+      RankedTensorType::get({type.getDimSize(1)}, type.getElementType());
   for (Value v : {adaptor.getScale(), adaptor.getBias(), adaptor.getMean(),
                   adaptor.getVariance()})
     if (v.getType() != channel)
@@ -462,8 +463,8 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
                     d = adaptor.getDilations();
   int64_t oh = windowOutput(x[2], p[0], p[2], w[2], s[0], d[0], false);
   int64_t ow = windowOutput(x[3], p[1], p[3], w[3], s[1], d[1], false);
-  inferred.push_back(RankedTensorType::get(
-      {x[0], w[0], oh, ow}, elementTypeOf(adaptor.getInput())));
+  inferred.push_back(RankedTensorType::get({x[0], w[0], oh, ow},
+                                           elementTypeOf(adaptor.getInput())));
   return success();
 }
 
@@ -481,10 +482,9 @@ template <typename PoolOp> static LogicalResult verifyPool(PoolOp op) {
   if (y[0] != x[0] || y[1] != x[1])
     return op.emitOpError("changes batch or channel dimensions");
   for (int i = 0; i < 2; ++i) {
-    int64_t lo = windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i],
-                              false);
-    int64_t hi = windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i],
-                              true);
+    int64_t lo =
+        windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i], false);
+    int64_t hi = windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i], true);
     if (y[2 + i] != lo && y[2 + i] != hi)
       return op.emitOpError("spatial dimension ")
              << i << " of the result is " << y[2 + i] << ", expected " << lo

@@ -19,7 +19,8 @@ namespace mlir::cleave {
 /// The shape two or more same-rank operands broadcast to (each dimension equal
 /// or 1), or failure with a diagnostic at \p loc when they do not.
 FailureOr<SmallVector<int64_t>>
-broadcastShapes(std::optional<Location> loc, ArrayRef<ArrayRef<int64_t>> shapes);
+broadcastShapes(std::optional<Location> loc,
+                ArrayRef<ArrayRef<int64_t>> shapes);
 } // namespace mlir::cleave
 
 #endif // CLEAVE_DIALECT_CLEAVEOPS_H

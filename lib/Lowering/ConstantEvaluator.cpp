@@ -12,11 +12,11 @@
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Lowering/Passes.h"
 #include "cleave/runtime/executor.h"
-#include "plan/plan.pb.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Pass/PassManager.h"
+#include "plan/plan.pb.h"
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -80,8 +80,8 @@ mlir::cleave::evaluateWithRuntime(Operation *op, int64_t maxElements) {
   OpBuilder b(ctx);
   OwningOpRef<ModuleOp> module = ModuleOp::create(op->getLoc());
   b.setInsertionPointToEnd(module->getBody());
-  auto func = func::FuncOp::create(
-      b, op->getLoc(), "fold", b.getFunctionType({}, op->getResultTypes()));
+  auto func = func::FuncOp::create(b, op->getLoc(), "fold",
+                                   b.getFunctionType({}, op->getResultTypes()));
   b.setInsertionPointToEnd(func.addEntryBlock());
   IRMapping mapping;
   for (auto [v, attr] : llvm::zip(op->getOperands(), operands))

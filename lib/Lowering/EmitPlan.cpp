@@ -83,12 +83,18 @@ struct InstructionBuilder {
 
 const char *cmpKernel(CmpPredicate p) {
   switch (p) {
-  case CmpPredicate::eq: return "cmp_eq";
-  case CmpPredicate::ne: return "cmp_ne";
-  case CmpPredicate::lt: return "cmp_lt";
-  case CmpPredicate::le: return "cmp_le";
-  case CmpPredicate::gt: return "cmp_gt";
-  case CmpPredicate::ge: return "cmp_ge";
+  case CmpPredicate::eq:
+    return "cmp_eq";
+  case CmpPredicate::ne:
+    return "cmp_ne";
+  case CmpPredicate::lt:
+    return "cmp_lt";
+  case CmpPredicate::le:
+    return "cmp_le";
+  case CmpPredicate::gt:
+    return "cmp_gt";
+  case CmpPredicate::ge:
+    return "cmp_ge";
   }
   llvm_unreachable("unknown predicate");
 }
@@ -230,15 +236,16 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
   };
 
   for (BlockArgument arg : func.getArguments()) {
-    FailureOr<int32_t> id = addValue(arg, pb::Value::INPUT, 0, arg.getArgNumber());
+    FailureOr<int32_t> id =
+        addValue(arg, pb::Value::INPUT, 0, arg.getArgNumber());
     if (failed(id))
       return failure();
     program.add_inputs(*id);
-    StringAttr name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                        kInputAttr);
+    StringAttr name =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInputAttr);
     if (!name)
-      name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                              kParameterAttr);
+      name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParameterAttr);
     program.add_input_names(name ? name.str()
                                  : "arg" + std::to_string(arg.getArgNumber()));
   }
@@ -299,7 +306,8 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
       for (Value v : op.getOperands())
         appendOperand(v);
     }
-    for (auto [result, offset] : llvm::zip(op.getResults(), offsets.asArrayRef())) {
+    for (auto [result, offset] :
+         llvm::zip(op.getResults(), offsets.asArrayRef())) {
       FailureOr<int32_t> id = addValue(result, pb::Value::ARENA, offset, 0);
       if (failed(id))
         return failure();

@@ -5,9 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cleave/Lowering/PlanBuffers.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Lowering/Passes.h"
-#include "cleave/Lowering/PlanBuffers.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 
@@ -80,8 +80,8 @@ struct PlanBuffersPass
       } else if (!op.hasTrait<OpTrait::ConstantLike>()) {
         for (Value result : op.getResults()) {
           intervalOf[result] = intervals.size();
-          intervals.push_back({result, storageBytes(result.getType()), index,
-                               index});
+          intervals.push_back(
+              {result, storageBytes(result.getType()), index, index});
         }
       }
       ++index;
@@ -131,9 +131,8 @@ struct PlanBuffersPass
       SmallVector<int64_t> offsets;
       for (Value result : op.getResults()) {
         auto it = intervalOf.find(result);
-        offsets.push_back(it == intervalOf.end()
-                              ? -1
-                              : intervals[it->second].offset);
+        offsets.push_back(
+            it == intervalOf.end() ? -1 : intervals[it->second].offset);
       }
       op.setAttr(kOffsetsAttr, builder.getDenseI64ArrayAttr(offsets));
     }

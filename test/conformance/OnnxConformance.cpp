@@ -16,11 +16,11 @@
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"
-#include "onnx/onnx_pb.h"
-#include "plan/plan.pb.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "onnx/onnx_pb.h"
+#include "plan/plan.pb.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -46,8 +46,8 @@ rt::HostTensor toHost(const TensorData &data) {
 /// mismatch, or an empty string.
 std::string compare(const rt::HostTensor &got, const rt::HostTensor &want) {
   if (got.dtype != want.dtype)
-    return std::string("dtype ") + rt::dtypeName(got.dtype) + " != " +
-           rt::dtypeName(want.dtype);
+    return std::string("dtype ") + rt::dtypeName(got.dtype) +
+           " != " + rt::dtypeName(want.dtype);
   if (got.shape != want.shape)
     return "shape differs";
   int64_t n = got.numElements();
@@ -71,7 +71,7 @@ std::string compare(const rt::HostTensor &got, const rt::HostTensor &want) {
       w = want.data<uint8_t>()[i] != 0;
       break;
     }
-    bool ok = std::isnan(w) ? std::isnan(g)
+    bool ok = std::isnan(w)   ? std::isnan(g)
               : std::isinf(w) ? g == w
                               : std::abs(g - w) <= 1e-5 + 1e-4 * std::abs(w);
     if (got.dtype != rt::DType::F32)
@@ -138,7 +138,8 @@ Result runTest(const std::string &dir) {
       opset = imp.version();
   for (const auto &node : graph.node()) {
     if (!node.domain().empty() && node.domain() != "ai.onnx")
-      return {Outcome::Unsupported, "op " + node.domain() + "." + node.op_type()};
+      return {Outcome::Unsupported,
+              "op " + node.domain() + "." + node.op_type()};
     if (!isOnnxOpSupported(node.op_type(), opset))
       return {Outcome::Unsupported, "op " + node.op_type()};
   }
@@ -222,8 +223,8 @@ Result runTest(const std::string &dir) {
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string root = argc > 1 ? argv[1]
-                              : "/usr/share/libonnx-testdata/data/node";
+  std::string root =
+      argc > 1 ? argv[1] : "/usr/share/libonnx-testdata/data/node";
   std::string filter = argc > 2 ? argv[2] : "";
   std::error_code ec;
   std::vector<std::string> dirs;

@@ -12,11 +12,11 @@
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"
-#include "plan/plan.pb.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
+#include "plan/plan.pb.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -62,7 +62,7 @@ struct DiagnosticPrinter {
           llvm::raw_ostream &os = llvm::errs();
           os << "cleave: "
              << (diag.getSeverity() == DiagnosticSeverity::Error ? "error: "
-                                                                  : "note: ")
+                                                                 : "note: ")
              << diag.str() << "\n";
           for (const Diagnostic &note : diag.getNotes())
             os << "cleave: note: " << note.str() << "\n";
@@ -77,8 +77,8 @@ static DenseElementsAttr toAttr(MLIRContext &ctx, const rt::HostTensor &t) {
                  : t.dtype == rt::DType::I32  ? b.getI32Type()
                  : t.dtype == rt::DType::Bool ? b.getI1Type()
                                               : Type(b.getF32Type());
-  return mlir::cleave::hostTensorToAttr(
-      RankedTensorType::get(t.shape, element), t);
+  return mlir::cleave::hostTensorToAttr(RankedTensorType::get(t.shape, element),
+                                        t);
 }
 
 namespace {
@@ -112,7 +112,8 @@ static int runImport(MLIRContext &ctx) {
   std::unique_ptr<OnnxModel> model = OnnxModel::load(modelPath, error);
   if (!model)
     return fail(error);
-  OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, *model, options);
+  OwningOpRef<ModuleOp> module =
+      mlir::cleave::importOnnx(&ctx, *model, options);
   if (!module)
     return 1;
   std::string errorMessage;
@@ -159,7 +160,8 @@ static int runForward(MLIRContext &ctx) {
     inputValues[name] = std::move(tensor);
   }
 
-  OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, *model, options);
+  OwningOpRef<ModuleOp> module =
+      mlir::cleave::importOnnx(&ctx, *model, options);
   if (!module)
     return 1;
   ::cleave::plan::Program program;
@@ -171,8 +173,8 @@ static int runForward(MLIRContext &ctx) {
   for (BlockArgument arg : main.getArguments()) {
     auto type = cast<RankedTensorType>(arg.getType());
     unsigned i = arg.getArgNumber();
-    if (auto name = main.getArgAttrOfType<StringAttr>(i,
-                                                      mlir::cleave::kInputAttr)) {
+    if (auto name =
+            main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kInputAttr)) {
       rt::HostTensor &t = inputValues[name.str()];
       if (t.dtype != mlir::cleave::runtimeDType(type.getElementType()) ||
           t.shape != std::vector<int64_t>(type.getShape().begin(),
@@ -188,8 +190,8 @@ static int runForward(MLIRContext &ctx) {
       args.push_back(std::move(t));
       continue;
     }
-    auto param = main.getArgAttrOfType<StringAttr>(
-        i, mlir::cleave::kParameterAttr);
+    auto param =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
     FailureOr<mlir::cleave::TensorData> data =
         model->readInitializer(&ctx, param.str(), error);
     if (failed(data))

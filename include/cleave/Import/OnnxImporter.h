@@ -76,8 +76,7 @@ private:
 /// \p name receives the tensor's name.
 FailureOr<TensorData> readOnnxTensorFile(MLIRContext *context,
                                          const std::string &path,
-                                         std::string &name,
-                                         std::string &error);
+                                         std::string &name, std::string &error);
 
 /// Whether the importer has a handler for default-domain \p op at \p opset.
 bool isOnnxOpSupported(const std::string &op, int64_t opset);

@@ -1,10 +1,11 @@
-//===- ConstantEvaluator.h - Folds ops with the runtime's kernels -*- C++ -*-===//
+//===- ConstantEvaluator.h - Folds ops with the runtime's kernels -*- C++
+//-*-===//
 
 #ifndef CLEAVE_LOWERING_CONSTANTEVALUATOR_H
 #define CLEAVE_LOWERING_CONSTANTEVALUATOR_H
 
-#include "mlir/IR/Block.h"
 #include "cleave/runtime/executor.h"
+#include "mlir/IR/Block.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 

@@ -107,9 +107,9 @@ LogicalResult leakyRelu(NodeContext &ctx) {
   FailureOr<Value> x = ctx.input(0);
   if (failed(x))
     return failure();
-  ctx.setOutput(0, LeakyReluOp::create(ctx.b, *x,
-                                       ctx.b.getF32FloatAttr(
-                                           ctx.attrFloat("alpha", 0.01f))));
+  ctx.setOutput(
+      0, LeakyReluOp::create(
+             ctx.b, *x, ctx.b.getF32FloatAttr(ctx.attrFloat("alpha", 0.01f))));
   return success();
 }
 
@@ -190,9 +190,9 @@ LogicalResult clip6(NodeContext &ctx) {
   if (failed(x))
     return failure();
   Type element = NodeContext::typeOf(*x).getElementType();
-  return clipWith(
-      ctx, *x, ctx.splat(element, {}, ctx.attrFloat("min", -3.4028234e38f)),
-      ctx.splat(element, {}, ctx.attrFloat("max", 3.4028234e38f)));
+  return clipWith(ctx, *x,
+                  ctx.splat(element, {}, ctx.attrFloat("min", -3.4028234e38f)),
+                  ctx.splat(element, {}, ctx.attrFloat("max", 3.4028234e38f)));
 }
 
 LogicalResult castOp(NodeContext &ctx) {

@@ -78,7 +78,8 @@ LogicalResult gemm(NodeContext &ctx) {
   Value op = MatmulOp::create(ctx.b, inferred[0], *a, *b, transA, transB);
   Value y = op;
   Type f32 = NodeContext::typeOf(y).getElementType();
-  float alpha = ctx.attrFloat("alpha", 1.0f), beta = ctx.attrFloat("beta", 1.0f);
+  float alpha = ctx.attrFloat("alpha", 1.0f),
+        beta = ctx.attrFloat("beta", 1.0f);
   if (alpha != 1.0f)
     y = MulOp::create(ctx.b, y, ctx.splat(f32, {1, 1}, alpha));
   if (ctx.hasInput(2) && beta != 0.0f) {
@@ -134,8 +135,8 @@ LogicalResult einsum(NodeContext &ctx) {
                          << NodeContext::rankOf(*v);
     for (auto [d, c] : llvm::enumerate(term)) {
       if (term.count(c) > 1)
-        return ctx.error() << "repeated index '" << c << "' in term '"
-                           << term << "' (diagonals) is not supported";
+        return ctx.error() << "repeated index '" << c << "' in term '" << term
+                           << "' (diagonals) is not supported";
       int64_t size = NodeContext::typeOf(*v).getDimSize(d);
       auto [it, inserted] = sizes.insert({StringRef(&c, 1), size});
       if (!inserted && it->second != size)
@@ -156,8 +157,7 @@ LogicalResult einsum(NodeContext &ctx) {
     SmallVector<int64_t> dims;
     std::string kept;
     for (auto [d, c] : llvm::enumerate(term)) {
-      if (out.find(c) == std::string::npos &&
-          other.find(c) == StringRef::npos)
+      if (out.find(c) == std::string::npos && other.find(c) == StringRef::npos)
         dims.push_back(d);
       else
         kept.push_back(c);
@@ -270,8 +270,8 @@ LogicalResult reduceWith(NodeContext &ctx, ReduceKind kind,
   }
   if (kind == ReduceKind::mean && failed(requireFloat(ctx, *x)))
     return failure();
-  auto op = ReduceOp::create(ctx.b, kind, *x, ctx.b.getDenseI64ArrayAttr(dims),
-                             keep);
+  auto op =
+      ReduceOp::create(ctx.b, kind, *x, ctx.b.getDenseI64ArrayAttr(dims), keep);
   ctx.setOutput(0, op);
   return success();
 }
@@ -308,9 +308,9 @@ LogicalResult layerNorm(NodeContext &ctx) {
       return v;
     Value aligned = ctx.alignRank(v, normType.getRank());
     if (NodeContext::rankOf(aligned) != normType.getRank() ||
-        failed(broadcastShapes(ctx.b.getLoc(),
-                               {NodeContext::typeOf(aligned).getShape(),
-                                normType.getShape()})))
+        failed(broadcastShapes(
+            ctx.b.getLoc(),
+            {NodeContext::typeOf(aligned).getShape(), normType.getShape()})))
       return ctx.error() << "scale/bias of type " << v.getType()
                          << " do not broadcast to " << normType;
     return ctx.b.createOrFold<BroadcastOp>(normType, aligned);
@@ -328,10 +328,9 @@ LogicalResult layerNorm(NodeContext &ctx) {
       return failure();
     bias = *fitted;
   }
-  auto op = LayerNormOp::create(ctx.b, *x, *s, bias,
-                                ctx.b.getI64IntegerAttr(*axis),
-                                ctx.b.getF32FloatAttr(
-                                    ctx.attrFloat("epsilon", 1e-5f)));
+  auto op = LayerNormOp::create(
+      ctx.b, *x, *s, bias, ctx.b.getI64IntegerAttr(*axis),
+      ctx.b.getF32FloatAttr(ctx.attrFloat("epsilon", 1e-5f)));
   ctx.setOutput(0, op.getResult());
   ctx.setOutput(1, op.getMean());
   ctx.setOutput(2, op.getInvStdDev());
@@ -353,9 +352,9 @@ LogicalResult batchNorm(NodeContext &ctx) {
     SmallVector<Type> inferred;
     if (failed(BatchNormOp::inferReturnTypes(
             ctx.b.getContext(), ctx.b.getLoc(),
-            BatchNormOp::Adaptor(in, ctx.b.getDictionaryAttr({}),
-                                 BatchNormOp::Properties{
-                                     ctx.b.getF32FloatAttr(eps)}),
+            BatchNormOp::Adaptor(
+                in, ctx.b.getDictionaryAttr({}),
+                BatchNormOp::Properties{ctx.b.getF32FloatAttr(eps)}),
             inferred)))
       return failure();
     ctx.setOutput(0, BatchNormOp::create(ctx.b, in[0], in[1], in[2], in[3],
@@ -406,8 +405,8 @@ FailureOr<Window> windowOf(NodeContext &ctx, ArrayRef<int64_t> spatial,
   size_t n = spatial.size();
   Window w;
   auto get = [&](StringRef name, int64_t dflt, size_t count) {
-    SmallVector<int64_t> v = ctx.attrInts(name).value_or(
-        SmallVector<int64_t>(count, dflt));
+    SmallVector<int64_t> v =
+        ctx.attrInts(name).value_or(SmallVector<int64_t>(count, dflt));
     return v;
   };
   SmallVector<int64_t> strides = get("strides", 1, n);
@@ -421,10 +420,10 @@ FailureOr<Window> windowOf(NodeContext &ctx, ArrayRef<int64_t> spatial,
   if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
     for (size_t i = 0; i < n; ++i) {
       int64_t out = (spatial[i] + strides[i] - 1) / strides[i];
-      int64_t total = std::max<int64_t>(
-          (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 -
-              spatial[i],
-          0);
+      int64_t total =
+          std::max<int64_t>((out - 1) * strides[i] +
+                                dilations[i] * (kernel[i] - 1) + 1 - spatial[i],
+                            0);
       int64_t small = total / 2, big = total - small;
       pads[i] = autoPad == "SAME_UPPER" ? small : big;
       pads[n + i] = autoPad == "SAME_UPPER" ? big : small;
@@ -495,9 +494,9 @@ LogicalResult conv(NodeContext &ctx) {
           Conv2DOp::Adaptor(operands, ctx.b.getDictionaryAttr({}), props),
           inferred)))
     return failure();
-  Value y = Conv2DOp::create(ctx.b, operands[0], operands[1], bias,
-                             props.strides, props.pads, props.dilations,
-                             props.groups);
+  Value y =
+      Conv2DOp::create(ctx.b, operands[0], operands[1], bias, props.strides,
+                       props.pads, props.dilations, props.groups);
   if (xs.size() == 3) {
     auto s = NodeContext::typeOf(y).getShape();
     y = ctx.reshape(y, {s[0], s[1], s[3]});

@@ -20,8 +20,8 @@ class GraphImporter;
 
 class NodeContext {
 public:
-  NodeContext(GraphImporter &graph, const onnx::NodeProto &node,
-              int64_t opset, ImplicitLocOpBuilder &builder)
+  NodeContext(GraphImporter &graph, const onnx::NodeProto &node, int64_t opset,
+              ImplicitLocOpBuilder &builder)
       : graph(graph), node(node), opset(opset), b(builder) {}
 
   GraphImporter &graph;

@@ -53,9 +53,8 @@ static std::string onnxTypeName(int32_t dataType) {
 }
 
 /// Bytes of the typed (non-raw) fields of \p t, or an error.
-static FailureOr<std::string> typedFieldBytes(const onnx::TensorProto &t,
-                                              int64_t count,
-                                              std::string &error) {
+static FailureOr<std::string>
+typedFieldBytes(const onnx::TensorProto &t, int64_t count, std::string &error) {
   std::string out;
   auto check = [&](int64_t have) {
     if (have == count)
@@ -216,12 +215,14 @@ std::unique_ptr<OnnxModel> OnnxModel::load(const std::string &path,
   if (buf.getBufferSize() == 0 ||
       !model->proto_->ParseFromArray(buf.getBufferStart(),
                                      static_cast<int>(buf.getBufferSize()))) {
-    error = "'" + path + "' is not a valid ONNX model (malformed or truncated "
+    error = "'" + path +
+            "' is not a valid ONNX model (malformed or truncated "
             "protobuf)";
     return nullptr;
   }
-  if (!model->proto_->has_graph() || model->proto_->graph().node_size() == 0 &&
-                                         model->proto_->graph().output_size() == 0) {
+  if (!model->proto_->has_graph() ||
+      model->proto_->graph().node_size() == 0 &&
+          model->proto_->graph().output_size() == 0) {
     error = "'" + path + "' is not a valid ONNX model (no graph)";
     return nullptr;
   }
@@ -392,11 +393,11 @@ valueInfoType(MLIRContext *context, const onnx::ValueInfoProto &info,
                           << "' has unsupported element type "
                           << onnxTypeName(tt.elem_type());
   if (spec && !spec->shape.empty()) {
-    if (tt.has_shape() && tt.shape().dim_size() !=
-                              static_cast<int>(spec->shape.size()))
-      return emitError(loc) << "--input " << info.name() << " gives "
-                            << spec->shape.size() << " dims, the model has "
-                            << tt.shape().dim_size();
+    if (tt.has_shape() &&
+        tt.shape().dim_size() != static_cast<int>(spec->shape.size()))
+      return emitError(loc)
+             << "--input " << info.name() << " gives " << spec->shape.size()
+             << " dims, the model has " << tt.shape().dim_size();
     return RankedTensorType::get(spec->shape, element);
   }
   if (!tt.has_shape())
@@ -411,20 +412,19 @@ valueInfoType(MLIRContext *context, const onnx::ValueInfoProto &info,
     }
     return emitError(loc) << role << " '" << info.name()
                           << "' has an undetermined dimension"
-                          << (dim.has_dim_param()
-                                  ? " '" + dim.dim_param() + "'"
-                                  : std::string())
-                          << "; fix it with --input " << info.name()
-                          << "=DIMS";
+                          << (dim.has_dim_param() ? " '" + dim.dim_param() + "'"
+                                                  : std::string())
+                          << "; fix it with --input " << info.name() << "=DIMS";
   }
   return RankedTensorType::get(shape, element);
 }
 
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                                         int64_t opset, OpBuilder &builder) {
-  std::string label = node.name().empty()
-                          ? (node.output_size() ? node.output(0) : node.op_type())
-                          : node.name();
+  std::string label =
+      node.name().empty()
+          ? (node.output_size() ? node.output(0) : node.op_type())
+          : node.name();
   Location loc = NameLoc::get(StringAttr::get(context, label), fileLoc());
   if (!node.domain().empty() && node.domain() != "ai.onnx")
     return emitError(loc) << "node '" << label << "': unsupported op '"
@@ -434,8 +434,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   auto [handler, since] = handlers().lookup(node.op_type(), opset);
   if (!handler) {
     if (handlers().knows(node.op_type()))
-      return emitError(loc) << "node '" << label << "': op '"
-                            << node.op_type() << "' at opset " << opset
+      return emitError(loc) << "node '" << label << "': op '" << node.op_type()
+                            << "' at opset " << opset
                             << " is not supported (this version of the op "
                                "predates the ones Cleave implements)";
     return emitError(loc) << "node '" << label << "': unsupported op '"
@@ -452,8 +452,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   Operation *before = block->empty() ? nullptr : &block->back();
   // Errors raised inside the handler (op verifiers, shape inference) are
   // re-issued with the node, op and opset, so every message names them.
-  std::string prefix = "node '" + label + "' (" + node.op_type() +
-                       ", opset " + std::to_string(opset) + "): ";
+  std::string prefix = "node '" + label + "' (" + node.op_type() + ", opset " +
+                       std::to_string(opset) + "): ";
   SmallVector<std::string> captured;
   LogicalResult result = success();
   {
@@ -484,9 +484,9 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   }
   for (const std::string &out : node.output())
     if (!out.empty() && !values.count(out))
-      return emitError(loc) << "node '" << label << "' (" << node.op_type()
-                            << ", opset " << opset << "): output '" << out
-                            << "' was not produced";
+      return emitError(loc)
+             << "node '" << label << "' (" << node.op_type() << ", opset "
+             << opset << "): output '" << out << "' was not produced";
   return success();
 }
 
@@ -557,8 +557,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     known[t.name()] = tensorDataToAttr(*data);
   }
 
-  auto func = func::FuncOp::create(loc, "main",
-                                   builder.getFunctionType(argTypes, {}));
+  auto func =
+      func::FuncOp::create(loc, "main", builder.getFunctionType(argTypes, {}));
   module->push_back(func);
   Block *entry = func.addEntryBlock();
   for (auto [i, arg] : llvm::enumerate(argNames)) {
@@ -631,9 +631,9 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   return module;
 }
 
-OwningOpRef<ModuleOp> mlir::cleave::importOnnx(MLIRContext *context,
-                                               const OnnxModel &model,
-                                               const OnnxImportOptions &options) {
+OwningOpRef<ModuleOp>
+mlir::cleave::importOnnx(MLIRContext *context, const OnnxModel &model,
+                         const OnnxImportOptions &options) {
   context->loadDialect<CleaveDialect, func::FuncDialect>();
   GraphImporter importer(context, model, options);
   return importer.run();
@@ -647,9 +647,8 @@ InFlightDiagnostic NodeContext::error() {
   std::string label = node.name().empty()
                           ? (node.output_size() ? node.output(0) : "")
                           : node.name();
-  return emitError(b.getLoc())
-         << "node '" << label << "' (" << node.op_type() << ", opset "
-         << opset << "): ";
+  return emitError(b.getLoc()) << "node '" << label << "' (" << node.op_type()
+                               << ", opset " << opset << "): ";
 }
 
 FailureOr<Value> NodeContext::input(unsigned i) {
@@ -713,8 +712,7 @@ FailureOr<SmallVector<double>> NodeContext::constantDoubles(unsigned i,
                                                             StringRef what) {
   std::optional<DenseElementsAttr> attr = constantInput(i);
   if (!attr)
-    return error() << "input '" << what
-                   << "' must be a compile-time constant";
+    return error() << "input '" << what << "' must be a compile-time constant";
   SmallVector<double> out;
   if (isa<FloatType>(attr->getElementType())) {
     for (const APFloat &v : attr->getValues<APFloat>())

@@ -56,8 +56,7 @@ LogicalResult reshape(NodeContext &ctx) {
   int64_t count = NodeContext::typeOf(*x).getNumElements();
   if (inferred >= 0) {
     if (product == 0 || count % product)
-      return ctx.error() << "cannot infer the -1 of shape for "
-                         << x->getType();
+      return ctx.error() << "cannot infer the -1 of shape for " << x->getType();
     out[inferred] = count / product;
   }
   return reshapeTo(ctx, *x, out);
@@ -166,13 +165,13 @@ LogicalResult transpose(NodeContext &ctx) {
   SmallVector<Type> inferred;
   if (failed(TransposeOp::inferReturnTypes(
           ctx.b.getContext(), ctx.b.getLoc(),
-          TransposeOp::Adaptor({*x}, ctx.b.getDictionaryAttr({}),
-                               TransposeOp::Properties{
-                                   ctx.b.getDenseI64ArrayAttr(perm)}),
+          TransposeOp::Adaptor(
+              {*x}, ctx.b.getDictionaryAttr({}),
+              TransposeOp::Properties{ctx.b.getDenseI64ArrayAttr(perm)}),
           inferred)))
     return failure();
-  ctx.setOutput(0, ctx.b.createOrFold<TransposeOp>(
-                       *x, ctx.b.getDenseI64ArrayAttr(perm)));
+  ctx.setOutput(
+      0, ctx.b.createOrFold<TransposeOp>(*x, ctx.b.getDenseI64ArrayAttr(perm)));
   return success();
 }
 
@@ -193,8 +192,9 @@ LogicalResult concat(NodeContext &ctx) {
   SmallVector<Type> inferred;
   if (failed(ConcatOp::inferReturnTypes(
           ctx.b.getContext(), ctx.b.getLoc(),
-          ConcatOp::Adaptor(inputs, ctx.b.getDictionaryAttr({}),
-                            ConcatOp::Properties{ctx.b.getI64IntegerAttr(*axis)}),
+          ConcatOp::Adaptor(
+              inputs, ctx.b.getDictionaryAttr({}),
+              ConcatOp::Properties{ctx.b.getI64IntegerAttr(*axis)}),
           inferred)))
     return failure();
   ctx.setOutput(0, ctx.b.createOrFold<ConcatOp>(inputs, *axis));
@@ -316,17 +316,17 @@ LogicalResult sliceFrom(NodeContext &ctx, Value x, ArrayRef<int64_t> starts,
       start = std::clamp<int64_t>(start, -1, dim - 1);
       end = std::clamp<int64_t>(end, -1, dim - 1);
     }
-    int64_t count =
-        step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
+    int64_t count = step > 0 ? (end - start + step - 1) / step
+                             : (start - end - step - 1) / -step;
     count = std::max<int64_t>(count, 0);
     outStarts[*axis] = count ? start : 0;
     outSteps[*axis] = step;
     shape[*axis] = count;
   }
-  ctx.setOutput(0, ctx.b.createOrFold<SliceOp>(
-                       type.clone(shape), x,
-                       ctx.b.getDenseI64ArrayAttr(outStarts),
-                       ctx.b.getDenseI64ArrayAttr(outSteps)));
+  ctx.setOutput(
+      0, ctx.b.createOrFold<SliceOp>(type.clone(shape), x,
+                                     ctx.b.getDenseI64ArrayAttr(outStarts),
+                                     ctx.b.getDenseI64ArrayAttr(outSteps)));
   return success();
 }
 
@@ -359,8 +359,7 @@ LogicalResult slice1(NodeContext &ctx) {
     return failure();
   if (!starts || !ends)
     return ctx.error() << "starts and ends are required";
-  return sliceFrom(ctx, *x, *starts, *ends, ctx.attrInts("axes"),
-                   std::nullopt);
+  return sliceFrom(ctx, *x, *starts, *ends, ctx.attrInts("axes"), std::nullopt);
 }
 
 LogicalResult gather(NodeContext &ctx) {
@@ -448,13 +447,13 @@ LogicalResult constantOfShape(NodeContext &ctx) {
       return ctx.error() << "value must hold one element";
     fill = *v;
   } else {
-    fill = DenseElementsAttr::get(RankedTensorType::get({1}, ctx.b.getF32Type()),
-                                  0.0f);
+    fill = DenseElementsAttr::get(
+        RankedTensorType::get({1}, ctx.b.getF32Type()), 0.0f);
   }
   auto type = RankedTensorType::get(*shape, fill.getElementType());
-  ctx.setOutput(0, ConstantOp::create(
-                       ctx.b, DenseElementsAttr::get(
-                                  type, fill.getValues<Attribute>()[0])));
+  ctx.setOutput(
+      0, ConstantOp::create(ctx.b, DenseElementsAttr::get(
+                                       type, fill.getValues<Attribute>()[0])));
   return success();
 }
 
@@ -469,8 +468,8 @@ LogicalResult range(NodeContext &ctx) {
   double s = (*start)[0], l = (*limit)[0], d = (*delta)[0];
   if (d == 0)
     return ctx.error() << "delta is 0";
-  int64_t count = std::max<int64_t>(
-      static_cast<int64_t>(std::ceil((l - s) / d)), 0);
+  int64_t count =
+      std::max<int64_t>(static_cast<int64_t>(std::ceil((l - s) / d)), 0);
   Type element = ctx.constantInput(0)->getElementType();
   auto type = RankedTensorType::get({count}, element);
   DenseElementsAttr attr;
@@ -483,8 +482,8 @@ LogicalResult range(NodeContext &ctx) {
     SmallVector<APInt> v;
     unsigned width = element.getIntOrFloatBitWidth();
     for (int64_t i = 0; i < count; ++i)
-      v.push_back(APInt(width, static_cast<int64_t>(s) +
-                                   i * static_cast<int64_t>(d),
+      v.push_back(APInt(width,
+                        static_cast<int64_t>(s) + i * static_cast<int64_t>(d),
                         /*isSigned=*/true));
     attr = DenseElementsAttr::get(type, v);
   }
@@ -551,8 +550,8 @@ LogicalResult dropout(NodeContext &ctx) {
                           "does not support";
   ctx.setOutput(0, *x);
   if (ctx.hasOutput(1))
-    ctx.setOutput(1, ctx.splat(ctx.b.getI1Type(),
-                               NodeContext::typeOf(*x).getShape(), 1));
+    ctx.setOutput(
+        1, ctx.splat(ctx.b.getI1Type(), NodeContext::typeOf(*x).getShape(), 1));
   return success();
 }
 
@@ -582,9 +581,9 @@ LogicalResult trilu(NodeContext &ctx) {
   SmallVector<int64_t> maskShape(type.getRank() - 2, 1);
   maskShape.append({rows, cols});
   Value maskValue = ConstantOp::create(
-      ctx.b, DenseElementsAttr::get(
-                 RankedTensorType::get(maskShape, ctx.b.getI1Type()),
-                 ArrayRef(mask)));
+      ctx.b,
+      DenseElementsAttr::get(
+          RankedTensorType::get(maskShape, ctx.b.getI1Type()), ArrayRef(mask)));
   Value zero = ctx.splat(type.getElementType(),
                          SmallVector<int64_t>(type.getRank(), 1), 0);
   ctx.setOutput(0, ctx.b.createOrFold<SelectOp>(maskValue, *x, zero));
