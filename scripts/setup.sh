@@ -11,10 +11,6 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   python3-numpy python3-onnx
 )
-# Heavier packages used by later stages (zoo generation, TorchScript front end).
-if [ "${CLEAVE_SETUP_FULL:-0}" = 1 ]; then
-  PKGS+=(python3-torch python3-torchvision libtorch-dev dataset-fashion-mnist)
-fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -14,60 +14,40 @@ using namespace mlir::cleave::onnx_import;
 
 namespace {
 
-/// Checks that \p a and \p b share an element type.
-LogicalResult sameElement(NodeContext &ctx, Value a, Value b) {
-  Type ta = NodeContext::typeOf(a).getElementType();
-  Type tb = NodeContext::typeOf(b).getElementType();
-  if (ta != tb)
-    return ctx.error() << "operands have different element types " << ta
-                       << " and " << tb;
+/// Sets output 0 to \p result, or fails.
+LogicalResult output(NodeContext &ctx, FailureOr<Value> result) {
+  if (failed(result))
+    return failure();
+  ctx.setOutput(0, *result);
   return success();
 }
 
 template <typename OpTy> LogicalResult binary(NodeContext &ctx) {
   FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
-  if (failed(a) || failed(b) || failed(sameElement(ctx, *a, *b)))
+  if (failed(a) || failed(b))
     return failure();
-  SmallVector<Value> v = ctx.alignRanks({*a, *b});
-  if (failed(broadcastShapes(ctx.b.getLoc(),
-                             {NodeContext::typeOf(v[0]).getShape(),
-                              NodeContext::typeOf(v[1]).getShape()})))
-    return failure();
-  ctx.setOutput(0, ctx.b.createOrFold<OpTy>(v[0], v[1]));
-  return success();
+  return output(ctx, ctx.createBroadcasting<OpTy>({*a, *b}));
 }
 
 /// Max, Min, Sum: variadic, folded pairwise.
 template <typename OpTy> LogicalResult variadic(NodeContext &ctx) {
   FailureOr<Value> acc = ctx.input(0);
-  if (failed(acc))
-    return failure();
-  for (unsigned i = 1; i < ctx.numInputs(); ++i) {
+  for (unsigned i = 1; i < ctx.numInputs() && succeeded(acc); ++i) {
     FailureOr<Value> next = ctx.input(i);
-    if (failed(next) || failed(sameElement(ctx, *acc, *next)))
+    if (failed(next))
       return failure();
-    SmallVector<Value> v = ctx.alignRanks({*acc, *next});
-    if (failed(broadcastShapes(ctx.b.getLoc(),
-                               {NodeContext::typeOf(v[0]).getShape(),
-                                NodeContext::typeOf(v[1]).getShape()})))
-      return failure();
-    acc = ctx.b.createOrFold<OpTy>(v[0], v[1]);
+    acc = ctx.createBroadcasting<OpTy>({*acc, *next});
   }
-  ctx.setOutput(0, *acc);
-  return success();
+  return output(ctx, acc);
 }
 
 template <CmpPredicate P> LogicalResult compare(NodeContext &ctx) {
   FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
-  if (failed(a) || failed(b) || failed(sameElement(ctx, *a, *b)))
+  if (failed(a) || failed(b))
     return failure();
-  SmallVector<Value> v = ctx.alignRanks({*a, *b});
-  if (failed(broadcastShapes(ctx.b.getLoc(),
-                             {NodeContext::typeOf(v[0]).getShape(),
-                              NodeContext::typeOf(v[1]).getShape()})))
-    return failure();
-  ctx.setOutput(0, ctx.b.createOrFold<CmpOp>(P, v[0], v[1]));
-  return success();
+  CmpOp::Properties props;
+  props.predicate = CmpPredicateAttr::get(ctx.b.getContext(), P);
+  return output(ctx, ctx.createBroadcasting<CmpOp>({*a, *b}, props));
 }
 
 /// Unary ops defined on floats only check their operand's type, so a model
@@ -94,13 +74,7 @@ LogicalResult power(NodeContext &ctx) {
   if (NodeContext::typeOf(exponent).getElementType() != element)
     exponent = ctx.b.createOrFold<CastOp>(
         NodeContext::typeOf(exponent).clone(element), exponent);
-  SmallVector<Value> v = ctx.alignRanks({*a, exponent});
-  if (failed(broadcastShapes(ctx.b.getLoc(),
-                             {NodeContext::typeOf(v[0]).getShape(),
-                              NodeContext::typeOf(v[1]).getShape()})))
-    return failure();
-  ctx.setOutput(0, ctx.b.createOrFold<PowOp>(v[0], v[1]));
-  return success();
+  return output(ctx, ctx.createBroadcasting<PowOp>({*a, exponent}));
 }
 
 LogicalResult leakyRelu(NodeContext &ctx) {
@@ -129,40 +103,27 @@ LogicalResult gelu(NodeContext &ctx) {
 
 LogicalResult where(NodeContext &ctx) {
   FailureOr<Value> c = ctx.input(0), t = ctx.input(1), f = ctx.input(2);
-  if (failed(c) || failed(t) || failed(f) || failed(sameElement(ctx, *t, *f)))
+  if (failed(c) || failed(t) || failed(f))
     return failure();
   if (!NodeContext::typeOf(*c).getElementType().isInteger(1))
     return ctx.error() << "condition must be bool";
-  SmallVector<Value> v = ctx.alignRanks({*c, *t, *f});
-  if (failed(broadcastShapes(ctx.b.getLoc(),
-                             {NodeContext::typeOf(v[0]).getShape(),
-                              NodeContext::typeOf(v[1]).getShape(),
-                              NodeContext::typeOf(v[2]).getShape()})))
-    return failure();
-  ctx.setOutput(0, ctx.b.createOrFold<SelectOp>(v[0], v[1], v[2]));
-  return success();
+  return output(ctx, ctx.createBroadcasting<SelectOp>({*c, *t, *f}));
 }
 
 /// Clip with optional min/max given as inputs (opset >= 11) or attributes.
 LogicalResult clipWith(NodeContext &ctx, Value x, std::optional<Value> lo,
                        std::optional<Value> hi) {
-  for (std::optional<Value> bound : {lo, hi}) {
-    if (!bound)
-      continue;
-    if (NodeContext::typeOf(*bound).getRank() > 0 &&
-        NodeContext::typeOf(*bound).getNumElements() != 1)
+  for (std::optional<Value> bound : {lo, hi})
+    if (bound && NodeContext::typeOf(*bound).getNumElements() != 1)
       return ctx.error() << "min and max must be scalars";
-    if (failed(sameElement(ctx, x, *bound)))
-      return failure();
-  }
-  int64_t rank = NodeContext::rankOf(x);
-  SmallVector<int64_t> ones(rank, 1);
+  // Bounds become rank-aligned size-1 tensors, never widening the result.
+  SmallVector<int64_t> ones(NodeContext::rankOf(x), 1);
+  FailureOr<Value> y = x;
   if (lo)
-    x = ctx.b.createOrFold<MaxOp>(x, ctx.reshape(*lo, ones));
-  if (hi)
-    x = ctx.b.createOrFold<MinOp>(x, ctx.reshape(*hi, ones));
-  ctx.setOutput(0, x);
-  return success();
+    y = ctx.createBroadcasting<MaxOp>({*y, ctx.reshape(*lo, ones)});
+  if (hi && succeeded(y))
+    y = ctx.createBroadcasting<MinOp>({*y, ctx.reshape(*hi, ones)});
+  return output(ctx, y);
 }
 
 LogicalResult clip11(NodeContext &ctx) {

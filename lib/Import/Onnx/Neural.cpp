@@ -28,20 +28,15 @@ FailureOr<Value> numpyMatmul(NodeContext &ctx, Value a, Value b) {
     a = ctx.reshape(a, {1, NodeContext::typeOf(a).getDimSize(0)});
   if (vecB)
     b = ctx.reshape(b, {NodeContext::typeOf(b).getDimSize(0), 1});
-  SmallVector<Value> v = ctx.alignRanks({a, b});
-  SmallVector<Type> inferred;
-  if (failed(MatmulOp::inferReturnTypes(
-          ctx.b.getContext(), ctx.b.getLoc(),
-          MatmulOp::Adaptor({v[0], v[1]}, ctx.b.getDictionaryAttr({}), {}),
-          inferred)))
+  FailureOr<Value> result = ctx.createBroadcasting<MatmulOp>({a, b});
+  if (failed(result))
     return failure();
-  Value result = MatmulOp::create(ctx.b, v[0], v[1]);
-  SmallVector<int64_t> shape(NodeContext::typeOf(result).getShape());
+  SmallVector<int64_t> shape(NodeContext::typeOf(*result).getShape());
   if (vecB)
     shape.pop_back();
   if (vecA)
     shape.erase(shape.end() - (vecB ? 1 : 2));
-  return ctx.reshape(result, shape);
+  return ctx.reshape(*result, shape);
 }
 
 LogicalResult matmul(NodeContext &ctx) {
@@ -62,40 +57,36 @@ LogicalResult gemm(NodeContext &ctx) {
     return failure();
   if (NodeContext::rankOf(*a) != 2 || NodeContext::rankOf(*b) != 2)
     return ctx.error() << "A and B must be matrices";
-  bool transA = ctx.attrInt("transA", 0) != 0;
-  bool transB = ctx.attrInt("transB", 0) != 0;
   MatmulOp::Properties props;
-  if (transA)
+  if (ctx.attrInt("transA", 0))
     props.transpose_lhs = ctx.b.getUnitAttr();
-  if (transB)
+  if (ctx.attrInt("transB", 0))
     props.transpose_rhs = ctx.b.getUnitAttr();
-  SmallVector<Type> inferred;
-  if (failed(MatmulOp::inferReturnTypes(
-          ctx.b.getContext(), ctx.b.getLoc(),
-          MatmulOp::Adaptor({*a, *b}, ctx.b.getDictionaryAttr({}), props),
-          inferred)))
+  FailureOr<Value> y = ctx.createBroadcasting<MatmulOp>({*a, *b}, props);
+  if (failed(y))
     return failure();
-  Value op = MatmulOp::create(ctx.b, inferred[0], *a, *b, transA, transB);
-  Value y = op;
-  Type f32 = NodeContext::typeOf(y).getElementType();
+  Type f32 = NodeContext::typeOf(*y).getElementType();
   float alpha = ctx.attrFloat("alpha", 1.0f),
         beta = ctx.attrFloat("beta", 1.0f);
   if (alpha != 1.0f)
-    y = MulOp::create(ctx.b, y, ctx.splat(f32, {1, 1}, alpha));
+    y = MulOp::create(ctx.b, *y, ctx.splat(f32, {1, 1}, alpha)).getResult();
   if (ctx.hasInput(2) && beta != 0.0f) {
     FailureOr<Value> c = ctx.input(2);
-    if (failed(c))
+    if (failed(c) || failed(requireFloat(ctx, *c)))
       return failure();
-    Value cv = ctx.alignRank(*c, 2);
-    if (beta != 1.0f)
-      cv = ctx.b.createOrFold<MulOp>(cv, ctx.splat(f32, {1, 1}, beta));
-    if (failed(broadcastShapes(ctx.b.getLoc(),
-                               {NodeContext::typeOf(y).getShape(),
-                                NodeContext::typeOf(cv).getShape()})))
+    Value cv = *c;
+    if (beta != 1.0f) {
+      FailureOr<Value> scaled =
+          ctx.createBroadcasting<MulOp>({cv, ctx.splat(f32, {}, beta)});
+      if (failed(scaled))
+        return failure();
+      cv = *scaled;
+    }
+    y = ctx.createBroadcasting<AddOp>({*y, cv});
+    if (failed(y))
       return failure();
-    y = AddOp::create(ctx.b, y, cv);
   }
-  ctx.setOutput(0, y);
+  ctx.setOutput(0, *y);
   return success();
 }
 
@@ -346,17 +337,16 @@ LogicalResult batchNorm(NodeContext &ctx) {
     in.push_back(*v);
   }
   auto type = NodeContext::typeOf(in[0]);
+  if (type.getRank() < 2)
+    return ctx.error() << "input must have rank >= 2 [N, C, ...]";
+  int64_t channels = type.getDimSize(1);
+  auto channelType = RankedTensorType::get({channels}, type.getElementType());
+  for (unsigned i = 1; i < 5; ++i)
+    if (in[i].getType() != channelType)
+      return ctx.error() << "input " << i << " must have type " << channelType
+                         << ", got " << in[i].getType();
   float eps = ctx.attrFloat("epsilon", 1e-5f);
-  bool training = ctx.attrInt("training_mode", 0) != 0;
-  if (!training) {
-    SmallVector<Type> inferred;
-    if (failed(BatchNormOp::inferReturnTypes(
-            ctx.b.getContext(), ctx.b.getLoc(),
-            BatchNormOp::Adaptor(
-                in, ctx.b.getDictionaryAttr({}),
-                BatchNormOp::Properties{ctx.b.getF32FloatAttr(eps)}),
-            inferred)))
-      return failure();
+  if (!ctx.attrInt("training_mode", 0)) {
     ctx.setOutput(0, BatchNormOp::create(ctx.b, in[0], in[1], in[2], in[3],
                                          in[4], ctx.b.getF32FloatAttr(eps)));
     return success();
@@ -368,7 +358,6 @@ LogicalResult batchNorm(NodeContext &ctx) {
     if (i != 1)
       dims.push_back(i);
   Type f32 = type.getElementType();
-  int64_t channels = type.getDimSize(1);
   auto dimsAttr = ctx.b.getDenseI64ArrayAttr(dims);
   Value mean = ReduceOp::create(ctx.b, ReduceKind::mean, in[0], dimsAttr, true);
   Value centered = SubOp::create(ctx.b, in[0], mean);
@@ -488,15 +477,10 @@ LogicalResult conv(NodeContext &ctx) {
   props.pads = ctx.b.getDenseI64ArrayAttr(win->pads);
   props.dilations = ctx.b.getDenseI64ArrayAttr(win->dilations);
   props.groups = ctx.b.getI64IntegerAttr(groups);
-  SmallVector<Type> inferred;
-  if (failed(Conv2DOp::inferReturnTypes(
-          ctx.b.getContext(), ctx.b.getLoc(),
-          Conv2DOp::Adaptor(operands, ctx.b.getDictionaryAttr({}), props),
-          inferred)))
+  FailureOr<Conv2DOp> conv = ctx.create<Conv2DOp>(operands, props);
+  if (failed(conv))
     return failure();
-  Value y =
-      Conv2DOp::create(ctx.b, operands[0], operands[1], bias, props.strides,
-                       props.pads, props.dilations, props.groups);
+  Value y = *conv;
   if (xs.size() == 3) {
     auto s = NodeContext::typeOf(y).getShape();
     y = ctx.reshape(y, {s[0], s[1], s[3]});

@@ -78,6 +78,36 @@ public:
   Value splat(Type element, ArrayRef<int64_t> shape, double value);
   /// Normalises a possibly negative axis for \p rank; error if out of range.
   FailureOr<int64_t> normaliseAxis(int64_t axis, int64_t rank);
+
+  /// Creates an op whose result types are inferred, reporting operands that
+  /// do not fit as a diagnostic. (The generated inferring builders abort the
+  /// process instead, which a bad model must never cause.)
+  template <typename OpTy>
+  FailureOr<OpTy> create(ValueRange operands,
+                         typename OpTy::Properties props = {}) {
+    SmallVector<Type> types;
+    if (failed(OpTy::inferReturnTypes(
+            b.getContext(), b.getLoc(),
+            typename OpTy::Adaptor(operands, b.getDictionaryAttr({}), props),
+            types)))
+      return failure();
+    OperationState state(b.getLoc(), OpTy::getOperationName());
+    state.addOperands(operands);
+    state.addTypes(types);
+    state.getOrAddProperties<typename OpTy::Properties>() = props;
+    return cast<OpTy>(b.create(state));
+  }
+
+  /// Aligns the ranks of \p operands (numpy broadcasting) and creates the
+  /// broadcasting op \p OpTy on them.
+  template <typename OpTy>
+  FailureOr<Value> createBroadcasting(ArrayRef<Value> operands,
+                                      typename OpTy::Properties props = {}) {
+    FailureOr<OpTy> op = create<OpTy>(alignRanks(operands), props);
+    if (failed(op))
+      return failure();
+    return op->getResult();
+  }
 };
 
 using Handler = LogicalResult (*)(NodeContext &);

@@ -220,9 +220,9 @@ std::unique_ptr<OnnxModel> OnnxModel::load(const std::string &path,
             "protobuf)";
     return nullptr;
   }
+  const onnx::GraphProto &graph = model->proto_->graph();
   if (!model->proto_->has_graph() ||
-      model->proto_->graph().node_size() == 0 &&
-          model->proto_->graph().output_size() == 0) {
+      (graph.node_size() == 0 && graph.output_size() == 0)) {
     error = "'" + path + "' is not a valid ONNX model (no graph)";
     return nullptr;
   }

@@ -162,16 +162,12 @@ LogicalResult transpose(NodeContext &ctx) {
   else
     for (int64_t i = rank - 1; i >= 0; --i)
       perm.push_back(i);
-  SmallVector<Type> inferred;
-  if (failed(TransposeOp::inferReturnTypes(
-          ctx.b.getContext(), ctx.b.getLoc(),
-          TransposeOp::Adaptor(
-              {*x}, ctx.b.getDictionaryAttr({}),
-              TransposeOp::Properties{ctx.b.getDenseI64ArrayAttr(perm)}),
-          inferred)))
+  TransposeOp::Properties props;
+  props.permutation = ctx.b.getDenseI64ArrayAttr(perm);
+  FailureOr<TransposeOp> op = ctx.create<TransposeOp>({*x}, props);
+  if (failed(op))
     return failure();
-  ctx.setOutput(
-      0, ctx.b.createOrFold<TransposeOp>(*x, ctx.b.getDenseI64ArrayAttr(perm)));
+  ctx.setOutput(0, *op);
   return success();
 }
 
@@ -189,15 +185,12 @@ LogicalResult concat(NodeContext &ctx) {
       ctx.normaliseAxis(ctx.attrInt("axis", 0), NodeContext::rankOf(inputs[0]));
   if (failed(axis))
     return failure();
-  SmallVector<Type> inferred;
-  if (failed(ConcatOp::inferReturnTypes(
-          ctx.b.getContext(), ctx.b.getLoc(),
-          ConcatOp::Adaptor(
-              inputs, ctx.b.getDictionaryAttr({}),
-              ConcatOp::Properties{ctx.b.getI64IntegerAttr(*axis)}),
-          inferred)))
+  ConcatOp::Properties props;
+  props.axis = ctx.b.getI64IntegerAttr(*axis);
+  FailureOr<ConcatOp> op = ctx.create<ConcatOp>(inputs, props);
+  if (failed(op))
     return failure();
-  ctx.setOutput(0, ctx.b.createOrFold<ConcatOp>(inputs, *axis));
+  ctx.setOutput(0, *op);
   return success();
 }
 

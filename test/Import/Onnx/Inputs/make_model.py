@@ -83,6 +83,20 @@ def broadcast_error():
                  [vi("x", F, [4, 3]), vi("z", F, [2])], [vi("y", F, [4, 3])])
 
 
+def batchnorm_bad_scale():
+    # Training mode builds the statistics itself; the scale still must be [C].
+    return model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                   ["y"], training_mode=1, name="bn")],
+                 [vi("x", F, [2, 3, 4]), vi("s", F, [4]), vi("b", F, [3]),
+                  vi("m", F, [3]), vi("v", F, [3])], [vi("y", F, [2, 3, 4])], opset=15)
+
+
+def gemm_bad_bias():
+    return model([helper.make_node("Gemm", ["a", "w", "c"], ["y"], beta=0.5, name="gemm")],
+                 [vi("a", F, [2, 4]), vi("w", F, [4, 3]), vi("c", F, [5])],
+                 [vi("y", F, [2, 3])])
+
+
 def dynamic_reshape():
     return model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
                  [vi("x", F, [4, 3]), vi("shape", I64, [2])], [vi("y", F, [3, 4])])
