@@ -10,6 +10,7 @@ PKGS=(
   libopenblas-dev libgtest-dev
   libopenmpi-dev openmpi-bin
   python3-numpy python3-onnx
+  python3-torch python3-torchvision libtorch-dev dataset-fashion-mnist
 )
 
 missing=()

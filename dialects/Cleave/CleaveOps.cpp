@@ -367,27 +367,38 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult SliceOp::verify() {
-  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
-  if (elementTypeOf(getInput()) != elementTypeOf(getResult()))
-    return emitOpError("changes the element type");
-  if (in.size() != out.size() || getStarts().size() != in.size() ||
-      getSteps().size() != in.size())
-    return emitOpError("needs one start and one step per dimension and a "
-                       "result of the operand's rank");
+/// Checks that reading `starts[d] + i * steps[d]` for every index `i` of
+/// \p window stays inside \p whole. \p verb says whether the op reads or
+/// writes those positions, for the message.
+static LogicalResult verifyStridedWindow(Operation *op, Value whole,
+                                         Value window, ArrayRef<int64_t> starts,
+                                         ArrayRef<int64_t> steps,
+                                         StringRef verb) {
+  ArrayRef<int64_t> in = shapeOf(whole), out = shapeOf(window);
+  if (elementTypeOf(whole) != elementTypeOf(window))
+    return op->emitOpError("changes the element type");
+  if (in.size() != out.size() || starts.size() != in.size() ||
+      steps.size() != in.size())
+    return op->emitOpError("needs one start and one step per dimension and a "
+                           "result of the operand's rank");
   for (size_t d = 0; d < in.size(); ++d) {
-    int64_t start = getStarts()[d], step = getSteps()[d];
+    int64_t start = starts[d], step = steps[d];
     if (step == 0)
-      return emitOpError("step of dimension ") << d << " is zero";
+      return op->emitOpError("step of dimension ") << d << " is zero";
     if (out[d] == 0)
       continue;
     int64_t last = start + (out[d] - 1) * step;
     if (start < 0 || start >= in[d] || last < 0 || last >= in[d])
-      return emitOpError("reads out of bounds in dimension ")
-             << d << ": indices " << start << " to " << last << " of size "
-             << in[d];
+      return op->emitOpError()
+             << verb << " out of bounds in dimension " << d << ": indices "
+             << start << " to " << last << " of size " << in[d];
   }
   return success();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifyStridedWindow(*this, getInput(), getResult(), getStarts(),
+                             getSteps(), "reads");
 }
 
 LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
@@ -468,10 +479,14 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-template <typename PoolOp> static LogicalResult verifyPool(PoolOp op) {
-  ArrayRef<int64_t> x = shapeOf(op.getInput()), y = shapeOf(op.getResult());
+/// Checks that pooling \p input with \p op's window gives the shape of
+/// \p output (the op's result, or the gradient of a pool's adjoint).
+template <typename Op>
+static LogicalResult verifyPoolWindow(Op op, Value input, Value output,
+                                      StringRef what) {
+  ArrayRef<int64_t> x = shapeOf(input), y = shapeOf(output);
   if (x.size() != 4 || y.size() != 4)
-    return op.emitOpError("input and result must have rank 4");
+    return op.emitOpError("input and ") << what << " must have rank 4";
   if (failed(checkWindowAttrs(op.getLoc(), op.getStrides(), op.getPads(),
                               op.getDilations())))
     return failure();
@@ -481,20 +496,105 @@ template <typename PoolOp> static LogicalResult verifyPool(PoolOp op) {
     return op.emitOpError("needs a 2-D kernel of sizes >= 1");
   if (y[0] != x[0] || y[1] != x[1])
     return op.emitOpError("changes batch or channel dimensions");
+  if (elementTypeOf(input) != elementTypeOf(output))
+    return op.emitOpError("changes the element type");
   for (int i = 0; i < 2; ++i) {
     int64_t lo =
         windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i], false);
     int64_t hi = windowOutput(x[2 + i], p[i], p[2 + i], k[i], s[i], d[i], true);
     if (y[2 + i] != lo && y[2 + i] != hi)
       return op.emitOpError("spatial dimension ")
-             << i << " of the result is " << y[2 + i] << ", expected " << lo
-             << (lo != hi ? " or " + std::to_string(hi) : std::string());
+             << i << " of the " << what << " is " << y[2 + i] << ", expected "
+             << lo << (lo != hi ? " or " + std::to_string(hi) : std::string());
   }
   return success();
 }
 
+template <typename PoolOp> static LogicalResult verifyPool(PoolOp op) {
+  return verifyPoolWindow(op, op.getInput(), op.getResult(), "result");
+}
+
 LogicalResult MaxPool2DOp::verify() { return verifyPool(*this); }
 LogicalResult AvgPool2DOp::verify() { return verifyPool(*this); }
+
+//===----------------------------------------------------------------------===//
+// Training ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult ScatterAddOp::verify() {
+  ArrayRef<int64_t> data = shapeOf(getResult());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(data.size()))
+    return emitOpError("axis ")
+           << axis << " is out of range for rank " << data.size();
+  SmallVector<int64_t> expected(data.take_front(axis));
+  llvm::append_range(expected, shapeOf(getIndices()));
+  llvm::append_range(expected, data.drop_front(axis + 1));
+  if (shapeOf(getUpdates()) != ArrayRef<int64_t>(expected))
+    return emitOpError("updates must have the gathered shape [")
+           << llvm::make_range(expected.begin(), expected.end()) << "]";
+  if (elementTypeOf(getUpdates()) != elementTypeOf(getResult()))
+    return emitOpError("changes the element type");
+  return success();
+}
+
+LogicalResult SliceScatterOp::verify() {
+  // The operand is what slice would read from the result.
+  return verifyStridedWindow(*this, getResult(), getInput(), getStarts(),
+                             getSteps(), "writes");
+}
+
+/// Checks that conv2d of \p input by \p filter with the op's attributes has
+/// the type of \p output.
+template <typename Op>
+static LogicalResult verifyConvAdjoint(Op op, Value input, Value filter,
+                                       Value output) {
+  ArrayRef<int64_t> x = shapeOf(input), w = shapeOf(filter),
+                    y = shapeOf(output);
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4)
+    return op.emitOpError("input, filter and gradient must have rank 4");
+  if (failed(checkWindowAttrs(op.getLoc(), op.getStrides(), op.getPads(),
+                              op.getDilations())))
+    return failure();
+  int64_t groups = op.getGroups();
+  if (groups < 1 || x[1] % groups || w[0] % groups || x[1] / groups != w[1])
+    return op.emitOpError("channels do not match: input has ")
+           << x[1] << ", filter expects " << w[1] << " x " << groups
+           << " groups";
+  ArrayRef<int64_t> s = op.getStrides(), p = op.getPads(),
+                    d = op.getDilations();
+  int64_t oh = windowOutput(x[2], p[0], p[2], w[2], s[0], d[0], false);
+  int64_t ow = windowOutput(x[3], p[1], p[3], w[3], s[1], d[1], false);
+  if (y[0] != x[0] || y[1] != w[0] || y[2] != oh || y[3] != ow)
+    return op.emitOpError("gradient shape does not match the convolution: "
+                          "expected [")
+           << x[0] << ", " << w[0] << ", " << oh << ", " << ow << "]";
+  return success();
+}
+
+LogicalResult Conv2DBackwardInputOp::verify() {
+  return verifyConvAdjoint(*this, getResult(), getFilter(), getGrad());
+}
+
+LogicalResult Conv2DBackwardFilterOp::verify() {
+  return verifyConvAdjoint(*this, getInput(), getResult(), getGrad());
+}
+
+LogicalResult MaxPool2DBackwardOp::verify() {
+  if (getInput().getType() != getResult().getType())
+    return emitOpError("result must have the input's type");
+  return verifyPoolWindow(*this, getInput(), getGrad(), "gradient");
+}
+
+LogicalResult AvgPool2DBackwardOp::verify() {
+  return verifyPoolWindow(*this, getResult(), getGrad(), "gradient");
+}
+
+LogicalResult RandomUniformOp::verify() {
+  if (!shapeOf(getStep()).empty())
+    return emitOpError("step must be a scalar (rank 0)");
+  return success();
+}
 
 #define GET_OP_CLASSES
 #include "Cleave/CleaveOps.cpp.inc"

@@ -462,4 +462,161 @@ def Cleave_MaxPool2DOp : Cleave_Pool2DOp<"max_pool2d", "Max">;
 def Cleave_AvgPool2DOp : Cleave_Pool2DOp<"avg_pool2d", "Average",
     (ins UnitAttr:$count_include_pad)>;
 
+//===----------------------------------------------------------------------===//
+// Training: adjoints of data movement, convolution and pooling; randomness
+//===----------------------------------------------------------------------===//
+
+def Cleave_ScatterAddOp : Cleave_Op<"scatter_add"> {
+  let summary = "Adjoint of gather: accumulates slices into zeros";
+  let description = [{
+    The result (the shape of the gathered `data`) starts as zeros; every
+    slice of `updates` (shaped like the gather's result) is added where
+    `gather` with the same `indices` and `axis` read it. Repeated indices
+    accumulate. The backward pass of an embedding lookup.
+
+    ```mlir
+    %0 = cleave.scatter_add %g, %ids axis = 0 : (tensor<8x16x64xf32>, tensor<8x16xi64>) -> tensor<1000x64xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$updates, Cleave_IndexTensor:$indices,
+                   I64Attr:$axis);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $updates `,` $indices `axis` `=` $axis attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_SliceScatterOp : Cleave_Op<"slice_scatter"> {
+  let summary = "Adjoint of slice: places a tensor into zeros";
+  let description = [{
+    The result is zeros except element `starts[d] + i * steps[d]` along each
+    dimension `d`, which is operand element `i`: `slice` of the result with
+    the same `starts` and `steps` gives the operand back.
+
+    ```mlir
+    %0 = cleave.slice_scatter %g starts = [0, 2] steps = [1, 2] : tensor<4x3xf32> -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$starts,
+                   DenseI64ArrayAttr:$steps);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $input `starts` `=` $starts `steps` `=` $steps attr-dict `:` type($input)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_Conv2DBackwardInputOp : Cleave_Op<"conv2d_backward_input"> {
+  let summary = "Gradient of conv2d with respect to its input";
+  let description = [{
+    The adjoint of `conv2d` in its input (a transposed convolution):
+    `grad [N, F, OH, OW]` and `filter [F, C/groups, KH, KW]` give the
+    gradient of the input, whose shape the result type states (strided
+    convolutions lose the input's remainder rows, so it cannot be inferred).
+
+    ```mlir
+    %0 = cleave.conv2d_backward_input %g, %w strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x16x8x8xf32>, tensor<16x3x3x3xf32>) -> tensor<2x3x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$grad, Cleave_FloatTensor:$filter,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, I64Attr:$groups);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $filter `strides` `=` $strides `pads` `=` $pads
+    `dilations` `=` $dilations `groups` `=` $groups attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_Conv2DBackwardFilterOp : Cleave_Op<"conv2d_backward_filter"> {
+  let summary = "Gradient of conv2d with respect to its filter";
+  let description = [{
+    The adjoint of `conv2d` in its filter: `input [N, C, H, W]` and
+    `grad [N, F, OH, OW]` give the filter's gradient `[F, C/groups, KH, KW]`.
+
+    ```mlir
+    %0 = cleave.conv2d_backward_filter %x, %g strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x3x8x8xf32>, tensor<2x16x8x8xf32>) -> tensor<16x3x3x3xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input, Cleave_FloatTensor:$grad,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, I64Attr:$groups);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad `strides` `=` $strides `pads` `=` $pads
+    `dilations` `=` $dilations `groups` `=` $groups attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_MaxPool2DBackwardOp : Cleave_Op<"max_pool2d_backward"> {
+  let summary = "Gradient of max_pool2d";
+  let description = [{
+    Routes each window's gradient to the first position (row-major within
+    the window) holding the window's maximum of `input`, as PyTorch does.
+
+    ```mlir
+    %0 = cleave.max_pool2d_backward %x, %g kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : (tensor<2x3x8x8xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input, Cleave_FloatTensor:$grad,
+                   DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$strides,
+                   DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad `kernel` `=` $kernel `strides` `=` $strides `pads` `=`
+    $pads `dilations` `=` $dilations attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_AvgPool2DBackwardOp : Cleave_Op<"avg_pool2d_backward"> {
+  let summary = "Gradient of avg_pool2d";
+  let description = [{
+    Spreads each window's gradient evenly (with `avg_pool2d`'s divisor) over
+    the window's positions inside the input, whose shape is the result type.
+
+    ```mlir
+    %0 = cleave.avg_pool2d_backward %g kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : tensor<2x3x4x4xf32> -> tensor<2x3x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$grad, DenseI64ArrayAttr:$kernel,
+                   DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                   DenseI64ArrayAttr:$dilations, UnitAttr:$count_include_pad);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `kernel` `=` $kernel `strides` `=` $strides `pads` `=` $pads
+    `dilations` `=` $dilations attr-dict `:` type($grad) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_RandomUniformOp : Cleave_Op<"random_uniform"> {
+  let summary = "Counter-based uniform random numbers in [0, 1)";
+  let description = [{
+    Philox-4x32-10 numbers that are a pure function of `seed`, `stream` (one
+    per random site of the model), the training `step` (an i64 scalar) and
+    the element's row-major index. A run is reproducible, every step draws
+    fresh numbers, and a shard of the tensor can draw exactly its slice.
+    Dropout masks are drawn with it.
+
+    ```mlir
+    %0 = cleave.random_uniform %step seed = 42 stream = 0 : tensor<i64> -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins StaticShapeTensorOf<[I64]>:$step, I64Attr:$seed,
+                   I64Attr:$stream);
+  let results = (outs StaticShapeTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $step `seed` `=` $seed `stream` `=` $stream attr-dict `:` type($step) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // CLEAVE_OPS_TD

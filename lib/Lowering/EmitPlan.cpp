@@ -8,6 +8,7 @@
 
 #include "cleave/Lowering/EmitPlan.h"
 #include "Cleave/CleaveOps.h"
+#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Lowering/PlanBuffers.h"
 #include "plan/plan.pb.h"
 #include "llvm/ADT/StringSet.h"
@@ -196,7 +197,94 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
         }
         return "max_pool2d";
       })
+      .Case<ScatterAddOp>([&](ScatterAddOp g) {
+        b.ints("axis", {static_cast<int64_t>(g.getAxis())});
+        return "scatter_add";
+      })
+      .Case<SliceScatterOp>([&](SliceScatterOp s) {
+        b.ints("starts", s.getStarts());
+        b.ints("steps", s.getSteps());
+        return "slice_scatter";
+      })
+      .Case<Conv2DBackwardInputOp, Conv2DBackwardFilterOp>(
+          [&](auto c) -> std::string {
+            b.ints("strides", c.getStrides());
+            b.ints("pads", c.getPads());
+            b.ints("dilations", c.getDilations());
+            b.ints("groups", {static_cast<int64_t>(c.getGroups())});
+            return isa<Conv2DBackwardInputOp>(op) ? "conv2d_backward_input"
+                                                  : "conv2d_backward_filter";
+          })
+      .Case<MaxPool2DBackwardOp, AvgPool2DBackwardOp>(
+          [&](auto p) -> std::string {
+            b.ints("kernel", p.getKernel());
+            b.ints("strides", p.getStrides());
+            b.ints("pads", p.getPads());
+            b.ints("dilations", p.getDilations());
+            if (auto avg = dyn_cast<AvgPool2DBackwardOp>(op)) {
+              b.ints("count_include_pad", {avg.getCountIncludePad() ? 1 : 0});
+              return "avg_pool2d_backward";
+            }
+            return "max_pool2d_backward";
+          })
+      .Case<RandomUniformOp>([&](RandomUniformOp r) {
+        b.ints("seed", {static_cast<int64_t>(r.getSeed())});
+        b.ints("stream", {static_cast<int64_t>(r.getStream())});
+        return "random_uniform";
+      })
+      .Case<ConstantOp>([&](ConstantOp c) -> std::string {
+        // A large splat (isStoredConstant is false): filled at run time.
+        auto dense = cast<DenseElementsAttr>(c.getValue());
+        Type element = dense.getElementType();
+        if (isa<FloatType>(element))
+          b.floats("value", {dense.getSplatValue<APFloat>().convertToDouble()});
+        else if (element.isSignlessInteger(1))
+          b.ints("value", {dense.getSplatValue<bool>() ? 1 : 0});
+        else
+          b.ints("value", {dense.getSplatValue<APInt>().getSExtValue()});
+        return "fill";
+      })
       .Default([](Operation *) { return std::string(); });
+}
+
+/// The driver-facing role of an argument or result, from its attributes.
+pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
+  pb::Binding b;
+  auto str = [&](StringRef name) {
+    auto a = attrs ? attrs.getAs<StringAttr>(name) : StringAttr();
+    return a ? a.str() : std::string();
+  };
+  if (!attrs) {
+    b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
+  } else if (attrs.get(kLossAttr)) {
+    b.set_role(pb::Binding::LOSS);
+    b.set_name("loss");
+  } else if (attrs.get(kStepAttr)) {
+    b.set_role(pb::Binding::STEP);
+    b.set_name("step");
+  } else if (auto state = attrs.getAs<ArrayAttr>(kOptimizerStateAttr)) {
+    b.set_role(pb::Binding::OPTIMIZER_STATE);
+    if (state.size() == 2) {
+      b.set_name(cast<StringAttr>(state[0]).str());
+      b.set_slot(cast<StringAttr>(state[1]).str());
+    }
+  } else if (attrs.get(kGradientAttr)) {
+    b.set_role(pb::Binding::GRADIENT);
+    b.set_name(str(kGradientAttr));
+  } else if (attrs.get(kParameterAttr)) {
+    b.set_role(pb::Binding::PARAMETER);
+    b.set_name(str(kParameterAttr));
+  } else if (attrs.get(kBufferAttr)) {
+    b.set_role(pb::Binding::BUFFER);
+    b.set_name(str(kBufferAttr));
+  } else if (attrs.get(kInputAttr)) {
+    b.set_role(pb::Binding::INPUT);
+    b.set_name(str(kInputAttr));
+  } else {
+    b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
+    b.set_name(str(kOutputAttr));
+  }
+  return b;
 }
 
 std::string locationString(Location loc) {
@@ -241,26 +329,34 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
     if (failed(id))
       return failure();
     program.add_inputs(*id);
-    StringAttr name =
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInputAttr);
-    if (!name)
-      name =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParameterAttr);
-    program.add_input_names(name ? name.str()
-                                 : "arg" + std::to_string(arg.getArgNumber()));
+    pb::Binding binding =
+        bindingOf(func.getArgAttrDict(arg.getArgNumber()), false);
+    std::string name = binding.name();
+    if (binding.role() == pb::Binding::OPTIMIZER_STATE)
+      name += "." + binding.slot();
+    program.add_input_names(
+        name.empty() ? "arg" + std::to_string(arg.getArgNumber()) : name);
+    *program.add_input_bindings() = std::move(binding);
   }
 
   for (Operation &op : func.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
         program.add_outputs(ids.lookup(v));
-        StringAttr name = func.getResultAttrOfType<StringAttr>(i, kOutputAttr);
-        program.add_output_names(name ? name.str()
-                                      : "result" + std::to_string(i));
+        pb::Binding binding = bindingOf(func.getResultAttrDict(i), true);
+        std::string name = binding.name();
+        if (binding.role() == pb::Binding::OPTIMIZER_STATE)
+          name += "." + binding.slot();
+        else if (binding.role() == pb::Binding::GRADIENT)
+          name += ".grad";
+        program.add_output_names(name.empty() ? "result" + std::to_string(i)
+                                              : name);
+        *program.add_output_bindings() = std::move(binding);
       }
       continue;
     }
-    if (auto constant = dyn_cast<ConstantOp>(op)) {
+    if (auto constant = dyn_cast<ConstantOp>(op);
+        constant && isStoredConstant(constant)) {
       FailureOr<std::string> bytes = constantBytes(constant.getValue());
       if (failed(bytes))
         return constant.emitOpError("has a constant the plan cannot store");

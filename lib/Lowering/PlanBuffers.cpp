@@ -28,6 +28,15 @@ int64_t mlir::cleave::storageBytes(Type type) {
 
 bool mlir::cleave::isView(Operation *op) { return isa<ReshapeOp>(op); }
 
+bool mlir::cleave::isStoredConstant(Operation *op) {
+  auto constant = dyn_cast<ConstantOp>(op);
+  if (!constant)
+    return op->hasTrait<OpTrait::ConstantLike>();
+  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+  return !(dense && dense.isSplat() &&
+           dense.getNumElements() > kMaxStoredSplatElements);
+}
+
 namespace {
 struct Interval {
   Value value;
@@ -77,7 +86,7 @@ struct PlanBuffersPass
         }
       } else if (isView(&op)) {
         root[op.getResult(0)] = rootOf(op.getOperand(0));
-      } else if (!op.hasTrait<OpTrait::ConstantLike>()) {
+      } else if (!isStoredConstant(&op)) {
         for (Value result : op.getResults()) {
           intervalOf[result] = intervals.size();
           intervals.push_back(
@@ -126,7 +135,7 @@ struct PlanBuffersPass
 
     OpBuilder builder(func.getContext());
     for (Operation &op : block) {
-      if (op.getNumResults() == 0 || op.hasTrait<OpTrait::ConstantLike>())
+      if (op.getNumResults() == 0 || isStoredConstant(&op))
         continue;
       SmallVector<int64_t> offsets;
       for (Value result : op.getResults()) {

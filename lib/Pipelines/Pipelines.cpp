@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Pipelines/Pipelines.h"
+#include "cleave/Autodiff/Passes.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Lowering/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -20,21 +21,73 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createPlanBuffersPass());
 }
 
+void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
+                                      const TrainOptions &options) {
+  OpPassManager &fpm = pm.nest<func::FuncOp>();
+  fpm.addPass(createAppendLossPass({options.loss}));
+  fpm.addPass(createAutodiffPass());
+  OptimizerPassOptions opt;
+  opt.optimizer = options.optimizer;
+  opt.lr = options.lr;
+  opt.momentum = options.momentum;
+  opt.weightDecay = options.weightDecay;
+  opt.beta1 = options.beta1;
+  opt.beta2 = options.beta2;
+  opt.eps = options.eps;
+  fpm.addPass(createOptimizerPass(opt));
+  buildForwardPipeline(pm);
+}
+
+namespace {
+struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
+  Option<std::string> loss{*this, "loss", llvm::cl::init("auto")};
+  Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("sgd")};
+  Option<double> lr{*this, "lr", llvm::cl::init(0.01)};
+  Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
+  Option<double> weightDecay{*this, "weight-decay", llvm::cl::init(0.0)};
+  Option<double> beta1{*this, "beta1", llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::init(1e-8)};
+};
+} // namespace
+
 void mlir::cleave::registerPipelines() {
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "cleave-train-pipeline",
+      "Builds and lowers the train step (loss, gradients, optimizer update)",
+      [](OpPassManager &pm, const TrainPipelineOptions &o) {
+        TrainOptions t{o.loss,        o.optimizer, o.lr,    o.momentum,
+                       o.weightDecay, o.beta1,     o.beta2, o.eps};
+        buildTrainPipeline(pm, t);
+      });
   PassPipelineRegistration<>(
       "cleave-forward-pipeline",
       "Lowers imported cleave IR to planned straight-line functions",
       buildForwardPipeline);
 }
 
-LogicalResult mlir::cleave::compileForward(ModuleOp module,
-                                           ::cleave::plan::Program &program) {
-  PassManager pm(module.getContext());
-  buildForwardPipeline(pm);
+/// Runs \p pm on \p module and emits the plan of its @main.
+static LogicalResult runAndEmit(ModuleOp module, PassManager &pm,
+                                ::cleave::plan::Program &program) {
   if (failed(pm.run(module)))
     return failure();
   auto main = module.lookupSymbol<func::FuncOp>("main");
   if (!main)
     return module.emitError("the module has no @main function");
   return emitPlan(main, program);
+}
+
+LogicalResult mlir::cleave::compileTrainStep(ModuleOp module,
+                                             const TrainOptions &options,
+                                             ::cleave::plan::Program &program) {
+  PassManager pm(module.getContext());
+  buildTrainPipeline(pm, options);
+  return runAndEmit(module, pm, program);
+}
+
+LogicalResult mlir::cleave::compileForward(ModuleOp module,
+                                           ::cleave::plan::Program &program) {
+  PassManager pm(module.getContext());
+  buildForwardPipeline(pm);
+  return runAndEmit(module, pm, program);
 }

@@ -1,6 +1,6 @@
 //===- nn.cpp - Normalisation, convolution and pooling kernels ------------===//
 
-#include "kernel.h"
+#include "nn_common.h"
 
 #include <cblas.h>
 
@@ -9,21 +9,13 @@
 #include <limits>
 
 namespace cleave::rt {
-namespace {
+namespace nn {
 
 Status checkF32(const TensorType &t, const std::string &what) {
   if (t.dtype != DType::F32)
     return Status::error(what + " " + t.str() + " must be f32");
   return Status::ok();
 }
-
-/// 2-D window geometry shared by conv2d and the pools.
-struct Window {
-  int64_t kh = 1, kw = 1;
-  int64_t strideH = 1, strideW = 1;
-  int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
-  int64_t dilationH = 1, dilationW = 1;
-};
 
 Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w) {
   const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0, 0, 0};
@@ -41,6 +33,11 @@ Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w) {
   for (int64_t p : pads)
     if (p < 0)
       return Status::error("pads must be non-negative");
+  for (const std::vector<int64_t> *v : {&strides, &pads, &dilations})
+    for (int64_t x : *v)
+      if (x > kMaxGeometry)
+        return Status::error("strides, pads and dilations must be at most " +
+                             std::to_string(kMaxGeometry));
   w->strideH = strides[0];
   w->strideW = strides[1];
   w->padTop = pads[0];
@@ -52,29 +49,92 @@ Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w) {
   return Status::ok();
 }
 
-/// Output extent of a window sliding over \p size (floor mode).
 int64_t slidingExtent(int64_t size, int64_t padBegin, int64_t padEnd,
                       int64_t kernel, int64_t stride, int64_t dilation) {
   int64_t span = size + padBegin + padEnd - dilation * (kernel - 1) - 1;
   return span < 0 ? 0 : span / stride + 1;
 }
 
-//===----------------------------------------------------------------------===//
-// conv2d
-//===----------------------------------------------------------------------===//
+void validOutputRange(int64_t offset, int64_t stride, int64_t size, int64_t out,
+                      int64_t *lo, int64_t *hi) {
+  // o * stride + offset >= 0  <=>  o >= ceil(-offset / stride).
+  int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  // o * stride + offset <= size - 1  <=>  o <= floor((size - 1 - offset) /
+  // stride), empty when the numerator is negative.
+  int64_t num = size - 1 - offset;
+  int64_t last = num < 0 ? -1 : num / stride;
+  *lo = std::min(first, out);
+  *hi = std::max(*lo, std::min(last + 1, out));
+}
 
-struct ConvPlan {
-  Window win;
-  int64_t n = 0, c = 0, h = 0, w = 0;
-  int64_t f = 0, oh = 0, ow = 0, groups = 1;
-  bool hasBias = false;
-  /// 1x1, unit stride, no padding: the input plane is already the im2col
-  /// matrix.
-  bool pointwise = false;
-};
+int64_t tapsInside(int64_t start, int64_t kernel, int64_t dilation, int64_t lo,
+                   int64_t hi) {
+  // Taps i with start + i * dilation in [lo, hi).
+  int64_t first, last;
+  validOutputRange(start - lo, dilation, hi - lo, kernel, &first, &last);
+  return last - first;
+}
 
-/// Lays out the receptive fields of one group of one image as a
-/// [cg * kh * kw, oh * ow] matrix.
+/// Whether a tensor dim is small enough for the index arithmetic.
+static Status checkExtents(const TensorType &t, const std::string &what) {
+  for (int64_t d : t.shape)
+    if (d > kMaxGeometry)
+      return Status::error(what + " " + t.str() + " has a dim above " +
+                           std::to_string(kMaxGeometry));
+  return Status::ok();
+}
+
+Status readConvPlan(const KernelInfo &info, const TensorType &x,
+                    const TensorType &w, const TensorType &y,
+                    const ConvRoles &roles, ConvPlan *p) {
+  std::string names = std::string(roles.x) + " " + x.str() + ", " + roles.w +
+                      " " + w.str() + " and " + roles.y + " " + y.str();
+  if (x.dtype != DType::F32 || w.dtype != DType::F32 || y.dtype != DType::F32)
+    return Status::error(names + " must be f32");
+  if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4)
+    return Status::error(names + " must be 4-D");
+  for (const auto &[t, what] :
+       {std::pair{&x, roles.x}, std::pair{&w, roles.w}, std::pair{&y, roles.y}})
+    if (Status s = checkExtents(*t, what); !s)
+      return s;
+  if (Status s = readWindow(info, /*stridesRequired=*/false, &p->win); !s)
+    return s;
+  if (Status s = info.intScalar("groups", &p->groups, 1); !s)
+    return s;
+  p->n = x.shape[0];
+  p->c = x.shape[1];
+  p->h = x.shape[2];
+  p->w = x.shape[3];
+  p->f = w.shape[0];
+  p->win.kh = w.shape[2];
+  p->win.kw = w.shape[3];
+  if (p->groups < 1 || p->c % p->groups != 0 || p->f % p->groups != 0 ||
+      w.shape[1] != p->c / p->groups)
+    return Status::error("groups " + std::to_string(p->groups) +
+                         " does not divide " + roles.x + " " + x.str() +
+                         " and " + roles.w + " " + w.str());
+  p->oh = slidingExtent(p->h, p->win.padTop, p->win.padBottom, p->win.kh,
+                        p->win.strideH, p->win.dilationH);
+  p->ow = slidingExtent(p->w, p->win.padLeft, p->win.padRight, p->win.kw,
+                        p->win.strideW, p->win.dilationW);
+  if (y.shape != std::vector<int64_t>{p->n, p->f, p->oh, p->ow})
+    return Status::error(std::string(roles.y) + " " + y.str() + " is not [" +
+                         std::to_string(p->n) + "," + std::to_string(p->f) +
+                         "," + std::to_string(p->oh) + "," +
+                         std::to_string(p->ow) + "] for " + roles.x + " " +
+                         x.str() + " and " + roles.w + " " + w.str());
+  int64_t kdim = 0, plane = 0;
+  if (__builtin_mul_overflow(w.shape[1] * p->win.kh, p->win.kw, &kdim) ||
+      __builtin_mul_overflow(p->oh, p->ow, &plane) || kdim > INT32_MAX ||
+      plane > INT32_MAX)
+    return Status::error("convolution exceeds the BLAS int range");
+  p->pointwise = p->win.kh == 1 && p->win.kw == 1 && p->win.strideH == 1 &&
+                 p->win.strideW == 1 && p->win.padTop == 0 &&
+                 p->win.padLeft == 0 && p->win.padBottom == 0 &&
+                 p->win.padRight == 0;
+  return Status::ok();
+}
+
 void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col) {
   const Window &win = p.win;
   int64_t rows = cg * win.kh * win.kw;
@@ -103,6 +163,72 @@ void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col) {
     }
   }
 }
+
+Status readPoolPlan(const KernelInfo &info, const TensorType &x,
+                    const TensorType &y, const char *xWhat, const char *yWhat,
+                    bool isMax, PoolPlan *p) {
+  if (Status s = checkF32(x, xWhat); !s)
+    return s;
+  if (Status s = checkF32(y, yWhat); !s)
+    return s;
+  if (x.rank() != 4 || y.rank() != 4 || x.shape[0] != y.shape[0] ||
+      x.shape[1] != y.shape[1])
+    return Status::error(std::string(xWhat) + " " + x.str() + " and " + yWhat +
+                         " " + y.str() + " must be [N,C,H,W] and [N,C,OH,OW]");
+  if (Status s = checkExtents(x, xWhat); !s)
+    return s;
+  if (Status s = checkExtents(y, yWhat); !s)
+    return s;
+  std::vector<int64_t> kernel;
+  if (Status s = info.ints("kernel", 2, &kernel); !s)
+    return s;
+  if (kernel[0] < 1 || kernel[1] < 1 || kernel[0] > kMaxGeometry ||
+      kernel[1] > kMaxGeometry)
+    return Status::error("attribute 'kernel' must be positive and at most " +
+                         std::to_string(kMaxGeometry));
+  if (Status s = readWindow(info, /*stridesRequired=*/true, &p->win); !s)
+    return s;
+  p->win.kh = kernel[0];
+  p->win.kw = kernel[1];
+  int64_t countIncludePad = 0;
+  if (!isMax)
+    if (Status s = info.intScalar("count_include_pad", &countIncludePad, 0); !s)
+      return s;
+  p->countIncludePad = countIncludePad != 0;
+  p->planes = x.shape[0] * x.shape[1];
+  p->h = x.shape[2];
+  p->w = x.shape[3];
+  p->oh = y.shape[2];
+  p->ow = y.shape[3];
+  return Status::ok();
+}
+
+void avgPoolTaps(const PoolPlan &p, std::vector<int64_t> *rowTaps,
+                 std::vector<int64_t> *colTaps) {
+  const Window &win = p.win;
+  rowTaps->assign(p.oh, 0);
+  colTaps->assign(p.ow, 0);
+  for (int64_t oy = 0; oy < p.oh; ++oy) {
+    int64_t start = oy * win.strideH - win.padTop;
+    (*rowTaps)[oy] = p.countIncludePad
+                         ? tapsInside(start, win.kh, win.dilationH, -win.padTop,
+                                      p.h + win.padBottom)
+                         : tapsInside(start, win.kh, win.dilationH, 0, p.h);
+  }
+  for (int64_t ox = 0; ox < p.ow; ++ox) {
+    int64_t start = ox * win.strideW - win.padLeft;
+    (*colTaps)[ox] = p.countIncludePad
+                         ? tapsInside(start, win.kw, win.dilationW,
+                                      -win.padLeft, p.w + win.padRight)
+                         : tapsInside(start, win.kw, win.dilationW, 0, p.w);
+  }
+}
+
+} // namespace nn
+
+namespace {
+
+using namespace nn;
 
 void runConv(const ConvPlan &p, const float *x, const float *weight,
              const float *bias, float *y) {
@@ -151,12 +277,6 @@ void runConv(const ConvPlan &p, const float *x, const float *weight,
 // Pools
 //===----------------------------------------------------------------------===//
 
-struct PoolPlan {
-  Window win;
-  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
-  bool countIncludePad = false;
-};
-
 void runMaxPool(const PoolPlan &p, const float *x, float *y) {
   const Window &win = p.win;
 #pragma omp parallel for schedule(                                             \
@@ -187,35 +307,11 @@ void runMaxPool(const PoolPlan &p, const float *x, float *y) {
   }
 }
 
-/// Number of window taps along one dim that fall inside [lo, hi).
-int64_t tapsInside(int64_t start, int64_t kernel, int64_t dilation, int64_t lo,
-                   int64_t hi) {
-  int64_t count = 0;
-  for (int64_t i = 0; i < kernel; ++i) {
-    int64_t pos = start + i * dilation;
-    count += pos >= lo && pos < hi;
-  }
-  return count;
-}
-
 void runAvgPool(const PoolPlan &p, const float *x, float *y) {
   const Window &win = p.win;
   // The divisor only depends on the output position, not the plane.
-  std::vector<int64_t> rowTaps(p.oh), colTaps(p.ow);
-  for (int64_t oy = 0; oy < p.oh; ++oy) {
-    int64_t start = oy * win.strideH - win.padTop;
-    rowTaps[oy] = p.countIncludePad
-                      ? tapsInside(start, win.kh, win.dilationH, -win.padTop,
-                                   p.h + win.padBottom)
-                      : tapsInside(start, win.kh, win.dilationH, 0, p.h);
-  }
-  for (int64_t ox = 0; ox < p.ow; ++ox) {
-    int64_t start = ox * win.strideW - win.padLeft;
-    colTaps[ox] = p.countIncludePad
-                      ? tapsInside(start, win.kw, win.dilationW, -win.padLeft,
-                                   p.w + win.padRight)
-                      : tapsInside(start, win.kw, win.dilationW, 0, p.w);
-  }
+  std::vector<int64_t> rowTaps, colTaps;
+  avgPoolTaps(p, &rowTaps, &colTaps);
 #pragma omp parallel for schedule(                                             \
     static) if (p.planes > 1 &&                                                \
                 p.planes * p.oh * p.ow * win.kh * win.kw > kParallelThreshold)
@@ -247,35 +343,11 @@ void runAvgPool(const PoolPlan &p, const float *x, float *y) {
 Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
-  const TensorType &x = info.operand(0), &r = info.result(0);
-  if (Status s = checkF32(x, "operand"); !s)
-    return s;
-  if (Status s = checkF32(r, "result"); !s)
-    return s;
-  if (x.rank() != 4 || r.rank() != 4 || x.shape[0] != r.shape[0] ||
-      x.shape[1] != r.shape[1])
-    return Status::error("operand " + x.str() + " and result " + r.str() +
-                         " must be [N,C,H,W] and [N,C,OH,OW]");
   PoolPlan p;
-  std::vector<int64_t> kernel;
-  if (Status s = info.ints("kernel", 2, &kernel); !s)
+  if (Status s = readPoolPlan(info, info.operand(0), info.result(0), "operand",
+                              "result", isMax, &p);
+      !s)
     return s;
-  if (kernel[0] < 1 || kernel[1] < 1)
-    return Status::error("attribute 'kernel' must be positive");
-  if (Status s = readWindow(info, /*stridesRequired=*/true, &p.win); !s)
-    return s;
-  p.win.kh = kernel[0];
-  p.win.kw = kernel[1];
-  int64_t countIncludePad = 0;
-  if (!isMax)
-    if (Status s = info.intScalar("count_include_pad", &countIncludePad, 0); !s)
-      return s;
-  p.countIncludePad = countIncludePad != 0;
-  p.planes = x.shape[0] * x.shape[1];
-  p.h = x.shape[2];
-  p.w = x.shape[3];
-  p.oh = r.shape[2];
-  p.ow = r.shape[3];
   *fn = [p, isMax](const KernelArgs &args) {
     const auto *x = static_cast<const float *>(args.operands[0]);
     auto *y = static_cast<float *>(args.results[0]);
@@ -424,40 +496,12 @@ Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
 Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 3, 1); !s)
     return s;
-  const TensorType &x = info.operand(0), &w = info.operand(1),
-                   &r = info.result(0);
-  if (x.dtype != DType::F32 || w.dtype != DType::F32 || r.dtype != DType::F32)
-    return Status::error("operands " + x.str() + ", " + w.str() +
-                         " and result " + r.str() + " must be f32");
-  if (x.rank() != 4 || w.rank() != 4 || r.rank() != 4)
-    return Status::error("operands " + x.str() + ", " + w.str() +
-                         " and result " + r.str() + " must be 4-D");
   ConvPlan p;
-  if (Status s = readWindow(info, /*stridesRequired=*/false, &p.win); !s)
+  if (Status s =
+          readConvPlan(info, info.operand(0), info.operand(1), info.result(0),
+                       {"input", "weight", "result"}, &p);
+      !s)
     return s;
-  if (Status s = info.intScalar("groups", &p.groups, 1); !s)
-    return s;
-  p.n = x.shape[0];
-  p.c = x.shape[1];
-  p.h = x.shape[2];
-  p.w = x.shape[3];
-  p.f = w.shape[0];
-  p.win.kh = w.shape[2];
-  p.win.kw = w.shape[3];
-  if (p.groups < 1 || p.c % p.groups != 0 || p.f % p.groups != 0 ||
-      w.shape[1] * p.groups != p.c)
-    return Status::error("groups " + std::to_string(p.groups) +
-                         " does not divide input " + x.str() + " and weight " +
-                         w.str());
-  p.oh = slidingExtent(p.h, p.win.padTop, p.win.padBottom, p.win.kh,
-                       p.win.strideH, p.win.dilationH);
-  p.ow = slidingExtent(p.w, p.win.padLeft, p.win.padRight, p.win.kw,
-                       p.win.strideW, p.win.dilationW);
-  if (r.shape != std::vector<int64_t>{p.n, p.f, p.oh, p.ow})
-    return Status::error("result " + r.str() + " is not [" +
-                         std::to_string(p.n) + "," + std::to_string(p.f) + "," +
-                         std::to_string(p.oh) + "," + std::to_string(p.ow) +
-                         "] for input " + x.str() + " and weight " + w.str());
   if (info.hasOperand(2)) {
     const TensorType &b = info.operand(2);
     if (b.dtype != DType::F32 || b.shape != std::vector<int64_t>{p.f})
@@ -465,12 +509,6 @@ Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
                            std::to_string(p.f) + "]");
     p.hasBias = true;
   }
-  int64_t kdim = (p.c / p.groups) * p.win.kh * p.win.kw;
-  if (kdim > INT32_MAX || p.oh * p.ow > INT32_MAX || p.f > INT32_MAX)
-    return Status::error("convolution exceeds the BLAS int range");
-  p.pointwise = p.win.kh == 1 && p.win.kw == 1 && p.win.strideH == 1 &&
-                p.win.strideW == 1 && p.win.padTop == 0 && p.win.padLeft == 0 &&
-                p.win.padBottom == 0 && p.win.padRight == 0;
   *fn = [p](const KernelArgs &args) {
     runConv(p, static_cast<const float *>(args.operands[0]),
             static_cast<const float *>(args.operands[1]),

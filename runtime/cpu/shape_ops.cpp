@@ -12,6 +12,8 @@
 #include <cmath>
 #include <limits>
 
+#include <omp.h>
+
 namespace cleave::rt {
 namespace {
 
@@ -123,6 +125,96 @@ void gatherCopy(const uint8_t *data, const Index *indices, uint8_t *out,
     std::memcpy(out + t * rowBytes, data + (o * extent + v) * rowBytes,
                 rowBytes);
   }
+}
+
+/// Element count of \p t, computed without overflow when a dim is 0 (other
+/// dims of an empty value are not bounded by the loader).
+int64_t safeNumElements(const TensorType &t) {
+  for (int64_t d : t.shape)
+    if (d == 0)
+      return 0;
+  return t.numElements();
+}
+
+/// Normalised (non-negative) index j of \p indices, already range-checked.
+template <typename Index>
+int64_t normalisedIndex(const Index *indices, int64_t j, int64_t extent) {
+  int64_t v = static_cast<int64_t>(indices[j]);
+  return v < 0 ? v + extent : v;
+}
+
+/// scatter_add's run: out [outer, extent, inner] is zeroed, then
+/// updates [outer, count, inner] row j is added to out row indices[j].
+///
+/// Race-free and deterministic: indices are bucketed by destination row
+/// (stably, so in increasing j), then each (outer, destination row, column
+/// block) is summed by one thread, in increasing j, exactly as the serial
+/// loop would.
+template <typename Index>
+void scatterAddRows(const float *updates, const Index *indices, float *out,
+                    int64_t outer, int64_t count, int64_t extent,
+                    int64_t inner) {
+  // Counting sort of j by destination row: rows [start[v], start[v+1]) of
+  // order hold the js with index v.
+  std::vector<int64_t> start(extent + 1, 0), order(count);
+  for (int64_t j = 0; j < count; ++j)
+    ++start[normalisedIndex(indices, j, extent) + 1];
+  for (int64_t v = 0; v < extent; ++v)
+    start[v + 1] += start[v];
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t j = 0; j < count; ++j)
+      order[next[normalisedIndex(indices, j, extent)]++] = j;
+  }
+  // Split the rows into column blocks when there are too few rows to keep
+  // every thread busy.
+  int64_t rows = outer * extent;
+  int64_t work = outer * (count + extent) * inner;
+  bool parallel = work > kParallelThreshold;
+  int64_t blocks = 1;
+  if (parallel) {
+    int64_t wanted = 4 * static_cast<int64_t>(omp_get_max_threads());
+    constexpr int64_t kMinBlock = 64;
+    if (rows < wanted)
+      blocks =
+          std::max<int64_t>(1, std::min((inner + kMinBlock - 1) / kMinBlock,
+                                        (wanted + rows - 1) / rows));
+  }
+  int64_t blockSize = (inner + blocks - 1) / blocks;
+  int64_t tasks = rows * blocks;
+#pragma omp parallel for schedule(dynamic, 16) if (parallel && tasks > 1)
+  for (int64_t t = 0; t < tasks; ++t) {
+    int64_t row = t / blocks, b = t % blocks;
+    int64_t o = row / extent, v = row % extent;
+    int64_t begin = b * blockSize;
+    int64_t len = std::min(blockSize, inner - begin);
+    if (len <= 0)
+      continue;
+    float *dst = out + row * inner + begin;
+    std::fill(dst, dst + len, 0.0f);
+    for (int64_t k = start[v]; k < start[v + 1]; ++k) {
+      const float *src = updates + (o * count + order[k]) * inner + begin;
+      for (int64_t i = 0; i < len; ++i)
+        dst[i] += src[i];
+    }
+  }
+}
+
+/// Writes contiguous \p in through the strided loop's operand 0 into \p out.
+template <typename T>
+void stridedScatter(const StridedLoop &loop, const T *in, T *out) {
+  int64_t inner = loop.innerSize();
+  int64_t stride = loop.innerStride(0);
+  loop.forEachRow([&](int64_t inOffset, const int64_t *offsets) {
+    const T *src = in + inOffset;
+    T *dst = out + offsets[0];
+    if (stride == 1) {
+      std::memcpy(dst, src, inner * sizeof(T));
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        dst[i * stride] = src[i];
+    }
+  });
 }
 
 } // namespace
@@ -364,6 +456,143 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
       if (outer * count > 0 && rowBytes > 0)
         gatherCopy(data, indices, out, outer, count, extent, rowBytes);
     }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &a = info.operand(0), &r = info.result(0);
+  if (Status s = checkSameDType(a, r); !s)
+    return s;
+  if (r.rank() != a.rank())
+    return Status::error("result " + r.str() + " does not have the rank of " +
+                         a.str());
+  size_t rank = a.shape.size();
+  std::vector<int64_t> starts, steps, unitSteps(rank, 1);
+  if (Status s = info.ints("starts", rank, &starts); !s)
+    return s;
+  if (Status s = info.ints("steps", rank, &steps, &unitSteps); !s)
+    return s;
+  for (size_t d = 0; d < rank; ++d) {
+    if (steps[d] == 0)
+      return Status::error("attribute 'steps' has a zero step in dim " +
+                           std::to_string(d));
+    if (a.shape[d] == 0)
+      continue;
+    // Both ends of the walk along d must land inside the result.
+    int64_t first = starts[d], last = 0;
+    bool overflow = __builtin_mul_overflow(a.shape[d] - 1, steps[d], &last) ||
+                    __builtin_add_overflow(last, first, &last);
+    if (overflow || first < 0 || first >= r.shape[d] || last < 0 ||
+        last >= r.shape[d])
+      return Status::error("slice_scatter of dim " + std::to_string(d) +
+                           " (start " + std::to_string(first) + ", step " +
+                           std::to_string(steps[d]) + ", " +
+                           std::to_string(a.shape[d]) +
+                           " elements) leaves the result " + r.str());
+  }
+  int64_t inCount = safeNumElements(a), outCount = safeNumElements(r);
+  size_t elemSize = dtypeSize(r.dtype);
+  size_t outBytes = static_cast<size_t>(outCount) * elemSize;
+  // Distinct operand elements land on distinct result elements (no step is
+  // 0), so the result only needs zeroing when the operand does not cover it.
+  bool covers = inCount == outCount;
+  StridedLoop loop;
+  if (inCount > 0) {
+    // Every dim of the result is then non-empty (it holds `last` above), so
+    // these products are bounded by its element count.
+    std::vector<int64_t> outStrides = contiguousStrides(r.shape);
+    std::vector<int64_t> strides(rank, 0);
+    int64_t base = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      if (a.shape[d] > 1)
+        strides[d] = steps[d] * outStrides[d];
+      base += starts[d] * outStrides[d];
+    }
+    loop = StridedLoop::build(a.shape, {strides});
+    loop.baseOffset[0] = base;
+  }
+  *fn = [loop = std::move(loop), elemSize, outBytes, covers,
+         inCount](const KernelArgs &args) {
+    if (!covers && outBytes)
+      std::memset(args.results[0], 0, outBytes);
+    if (inCount == 0)
+      return Status::ok();
+    switch (elemSize) {
+    case 1:
+      stridedScatter(loop, static_cast<const uint8_t *>(args.operands[0]),
+                     static_cast<uint8_t *>(args.results[0]));
+      break;
+    case 4:
+      stridedScatter(loop, static_cast<const uint32_t *>(args.operands[0]),
+                     static_cast<uint32_t *>(args.results[0]));
+      break;
+    default:
+      stridedScatter(loop, static_cast<const uint64_t *>(args.operands[0]),
+                     static_cast<uint64_t *>(args.results[0]));
+      break;
+    }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  const TensorType &upd = info.operand(0), &idx = info.operand(1),
+                   &r = info.result(0);
+  if (upd.dtype != DType::F32 || r.dtype != DType::F32)
+    return Status::error("updates " + upd.str() + " and result " + r.str() +
+                         " must be f32");
+  if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
+    return Status::error("indices " + idx.str() + " must be i32 or i64");
+  int64_t axis = 0;
+  if (Status s = info.intScalar("axis", &axis); !s)
+    return s;
+  if (axis < 0 || axis >= r.rank())
+    return Status::error("attribute 'axis' " + std::to_string(axis) +
+                         " out of range for result " + r.str());
+  std::vector<int64_t> expected(r.shape.begin(), r.shape.begin() + axis);
+  expected.insert(expected.end(), idx.shape.begin(), idx.shape.end());
+  expected.insert(expected.end(), r.shape.begin() + axis + 1, r.shape.end());
+  if (upd.shape != expected)
+    return Status::error("updates " + upd.str() + " do not have the shape of " +
+                         "result " + r.str() + " gathered along axis " +
+                         std::to_string(axis) + " by indices " + idx.str());
+  // As in gather, every index is checked, even when no update reads it.
+  int64_t count = safeNumElements(idx);
+  int64_t total = safeNumElements(r);
+  int64_t extent = r.shape[axis];
+  // With non-empty updates every dim below is non-zero, and the products are
+  // bounded by the element count of updates.
+  bool scatter = safeNumElements(upd) > 0;
+  int64_t outer = scatter ? product(r.shape, 0, axis) : 0;
+  int64_t inner = scatter ? product(r.shape, axis + 1, r.shape.size()) : 0;
+  bool wide = idx.dtype == DType::I64;
+  *fn = [=](const KernelArgs &args) {
+    const auto *updates = static_cast<const float *>(args.operands[0]);
+    auto *out = static_cast<float *>(args.results[0]);
+    // Indices are checked up front, so a bad one leaves the result untouched
+    // rather than half-written.
+    if (wide) {
+      const auto *indices = static_cast<const int64_t *>(args.operands[1]);
+      if (Status s = checkIndices(indices, count, extent, axis); !s)
+        return s;
+      if (scatter)
+        scatterAddRows(updates, indices, out, outer, count, extent, inner);
+    } else {
+      const auto *indices = static_cast<const int32_t *>(args.operands[1]);
+      if (Status s = checkIndices(indices, count, extent, axis); !s)
+        return s;
+      if (scatter)
+        scatterAddRows(updates, indices, out, outer, count, extent, inner);
+    }
+    if (!scatter && total > 0)
+      std::fill(out, out + total, 0.0f);
     return Status::ok();
   };
   return Status::ok();

@@ -187,3 +187,43 @@ func.func @float_only(%x: tensor<4xi64>) {
   %0 = cleave.exp %x : tensor<4xi64>
   return
 }
+
+// -----
+
+func.func @scatter_add_shape(%g: tensor<8x64xf32>, %ids: tensor<8x16xi64>) {
+  // expected-error @+1 {{updates must have the gathered shape [8, 16, 64]}}
+  %0 = cleave.scatter_add %g, %ids axis = 0 : (tensor<8x64xf32>, tensor<8x16xi64>) -> tensor<1000x64xf32>
+  return
+}
+
+// -----
+
+func.func @slice_scatter_bounds(%s: tensor<4x3xf32>) {
+  // expected-error @+1 {{writes out of bounds in dimension 1: indices 4 to 8 of size 8}}
+  %0 = cleave.slice_scatter %s starts = [0, 4] steps = [1, 2] : tensor<4x3xf32> -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @conv_adjoint_shape(%g: tensor<2x16x7x8xf32>, %w: tensor<16x3x3x3xf32>) {
+  // expected-error @+1 {{gradient shape does not match the convolution: expected [2, 16, 8, 8]}}
+  %0 = cleave.conv2d_backward_input %g, %w strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x16x7x8xf32>, tensor<16x3x3x3xf32>) -> tensor<2x3x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @pool_adjoint_shape(%x: tensor<2x3x8x8xf32>, %g: tensor<2x3x5x4xf32>) {
+  // expected-error @+1 {{spatial dimension 0 of the gradient is 5, expected 4}}
+  %0 = cleave.max_pool2d_backward %x, %g kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : (tensor<2x3x8x8xf32>, tensor<2x3x5x4xf32>) -> tensor<2x3x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @random_step(%s: tensor<1xi64>) {
+  // expected-error @+1 {{step must be a scalar (rank 0)}}
+  %0 = cleave.random_uniform %s seed = 1 stream = 0 : tensor<1xi64> -> tensor<4xf32>
+  return
+}

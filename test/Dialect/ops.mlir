@@ -151,3 +151,24 @@ func.func @conv_and_pool(%x: tensor<2x3x8x8xf32>, %w: tensor<16x3x3x3xf32>, %b: 
   %2 = cleave.avg_pool2d %x kernel = [3, 3] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] {count_include_pad} : tensor<2x3x8x8xf32> -> tensor<2x3x3x3xf32>
   return %0, %1, %2 : tensor<2x16x8x8xf32>, tensor<2x3x4x4xf32>, tensor<2x3x3x3xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func @training_ops
+func.func @training_ops(%x: tensor<2x3x8x8xf32>, %w: tensor<16x3x3x3xf32>, %g: tensor<2x16x8x8xf32>, %p: tensor<2x3x4x4xf32>, %t: tensor<8x16x64xf32>, %ids: tensor<8x16xi64>, %s: tensor<4x3xf32>, %step: tensor<i64>) -> (tensor<2x3x8x8xf32>, tensor<16x3x3x3xf32>, tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>, tensor<1000x64xf32>, tensor<4x8xf32>, tensor<8x16xf32>) {
+  // CHECK: cleave.conv2d_backward_input %{{.*}}, %{{.*}} strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x16x8x8xf32>, tensor<16x3x3x3xf32>) -> tensor<2x3x8x8xf32>
+  %0 = cleave.conv2d_backward_input %g, %w strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x16x8x8xf32>, tensor<16x3x3x3xf32>) -> tensor<2x3x8x8xf32>
+  // CHECK: cleave.conv2d_backward_filter %{{.*}}, %{{.*}} strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x3x8x8xf32>, tensor<2x16x8x8xf32>) -> tensor<16x3x3x3xf32>
+  %1 = cleave.conv2d_backward_filter %x, %g strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<2x3x8x8xf32>, tensor<2x16x8x8xf32>) -> tensor<16x3x3x3xf32>
+  // CHECK: cleave.max_pool2d_backward %{{.*}}, %{{.*}} kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : (tensor<2x3x8x8xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x8x8xf32>
+  %2 = cleave.max_pool2d_backward %x, %p kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : (tensor<2x3x8x8xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x8x8xf32>
+  // CHECK: cleave.avg_pool2d_backward %{{.*}} kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] {count_include_pad} : tensor<2x3x4x4xf32> -> tensor<2x3x8x8xf32>
+  %3 = cleave.avg_pool2d_backward %p kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] {count_include_pad} : tensor<2x3x4x4xf32> -> tensor<2x3x8x8xf32>
+  // CHECK: cleave.scatter_add %{{.*}}, %{{.*}} axis = 0 : (tensor<8x16x64xf32>, tensor<8x16xi64>) -> tensor<1000x64xf32>
+  %4 = cleave.scatter_add %t, %ids axis = 0 : (tensor<8x16x64xf32>, tensor<8x16xi64>) -> tensor<1000x64xf32>
+  // CHECK: cleave.slice_scatter %{{.*}} starts = [0, 2] steps = [1, 2] : tensor<4x3xf32> -> tensor<4x8xf32>
+  %5 = cleave.slice_scatter %s starts = [0, 2] steps = [1, 2] : tensor<4x3xf32> -> tensor<4x8xf32>
+  // CHECK: cleave.random_uniform %{{.*}} seed = 42 stream = 3 : tensor<i64> -> tensor<8x16xf32>
+  %6 = cleave.random_uniform %step seed = 42 stream = 3 : tensor<i64> -> tensor<8x16xf32>
+  return %0, %1, %2, %3, %4, %5, %6 : tensor<2x3x8x8xf32>, tensor<16x3x3x3xf32>, tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>, tensor<1000x64xf32>, tensor<4x8xf32>, tensor<8x16xf32>
+}

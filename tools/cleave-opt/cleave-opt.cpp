@@ -1,6 +1,8 @@
 //===- cleave-opt.cpp - Runs cleave passes on IR ----------------*- C++ -*-===//
 
 #include "Cleave/CleaveDialect.h"
+#include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Autodiff/Passes.h"
 #include "cleave/Lowering/Passes.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -11,11 +13,13 @@
 int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  mlir::cleave::registerAutodiffPasses();
   mlir::cleave::registerLoweringPasses();
   mlir::cleave::registerPipelines();
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::cleave::CleaveDialect, mlir::func::FuncDialect>();
+  mlir::cleave::registerDifferentiationRules(registry);
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "Cleave optimizer driver\n", registry));
 }

@@ -1,45 +1,91 @@
 //===- cleave.cpp - The Cleave driver ---------------------------*- C++ -*-===//
 //
-// `cleave import` prints a model as cleave IR; `cleave run MODEL --forward`
-// compiles it in memory and executes its forward pass on the CPU runtime.
+// `cleave import` prints a model as cleave IR; `cleave compile` builds the
+// train step of a model into a bundle; `cleave run BUNDLE` trains with it
+// (`cleave run MODEL --forward` executes a model's forward pass instead).
 // Every failure prints one "cleave: error: ..." message and exits non-zero.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Cleave/CleaveDialect.h"
+#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/trainer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
 #include "plan/plan.pb.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
 namespace rt = ::cleave::rt;
 
 static cl::SubCommand importCmd("import", "Import a model and print its IR");
-static cl::SubCommand runCmd("run", "Compile and execute a model");
+static cl::SubCommand compileCmd("compile",
+                                 "Compile a model's training step into a "
+                                 "bundle");
+static cl::SubCommand runCmd("run", "Train with a bundle (or run a model's "
+                                    "forward pass with --forward)");
 
-static cl::opt<std::string> modelPath(cl::Positional, cl::desc("MODEL.onnx"),
+static cl::opt<std::string> modelPath(cl::Positional,
+                                      cl::desc("MODEL.onnx | BUNDLE"),
                                       cl::Required, cl::sub(importCmd),
-                                      cl::sub(runCmd));
+                                      cl::sub(compileCmd), cl::sub(runCmd));
 static cl::list<std::string>
     inputSpecs("input", cl::desc("Fix a graph input: NAME=8x128[xi64]"),
                cl::value_desc("NAME=DIMS"), cl::sub(importCmd),
-               cl::sub(runCmd));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file"),
-                                       cl::init("-"), cl::sub(importCmd));
+               cl::sub(compileCmd), cl::sub(runCmd));
+static cl::opt<std::string> outputPath("o",
+                                       cl::desc("Output file (bundle "
+                                                "directory for compile)"),
+                                       cl::init("-"), cl::sub(importCmd),
+                                       cl::sub(compileCmd));
+static cl::opt<std::string> lossKind("loss",
+                                     cl::desc("auto | cross_entropy | mse"),
+                                     cl::init("auto"), cl::sub(compileCmd));
+static cl::opt<std::string> optimizerKind("optimizer", cl::desc("sgd | adamw"),
+                                          cl::init("sgd"), cl::sub(compileCmd));
+static cl::opt<double> lr("lr",
+                          cl::desc("Learning rate (default 0.01 for sgd, "
+                                   "0.001 for adamw)"),
+                          cl::sub(compileCmd));
+static cl::opt<double> momentum("momentum", cl::desc("SGD momentum"),
+                                cl::init(0.0), cl::sub(compileCmd));
+static cl::opt<double> weightDecay("weight-decay",
+                                   cl::desc("Weight decay (default 0 for "
+                                            "sgd, 0.01 for adamw)"),
+                                   cl::sub(compileCmd));
+static cl::opt<double> beta1("beta1", cl::desc("AdamW beta1"), cl::init(0.9),
+                             cl::sub(compileCmd));
+static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"), cl::init(0.999),
+                             cl::sub(compileCmd));
+static cl::opt<double> eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
+                           cl::sub(compileCmd));
+static cl::opt<int64_t> seed("seed",
+                             cl::desc("Seed of the random streams "
+                                      "(dropout)"),
+                             cl::init(0), cl::sub(compileCmd));
+static cl::opt<int64_t> steps("steps", cl::desc("Training steps to run"),
+                              cl::init(1), cl::sub(runCmd));
+static cl::opt<int64_t> logEvery("log-every",
+                                 cl::desc("Progress line every N steps "
+                                          "(default: about 20 lines a run)"),
+                                 cl::init(0), cl::sub(runCmd));
 static cl::opt<bool> forward("forward", cl::desc("Run the forward pass only"),
                              cl::sub(runCmd));
 static cl::opt<std::string> inputsDir("inputs",
@@ -104,16 +150,26 @@ static LogicalResult parseInputFlags(MLIRContext &ctx,
   return success();
 }
 
+/// Loads and imports MODEL with the --input flags; null after printing an
+/// error.
+static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
+                                         OnnxImportOptions &options,
+                                         std::unique_ptr<OnnxModel> &model) {
+  if (failed(parseInputFlags(ctx, options)))
+    return nullptr;
+  std::string error;
+  model = OnnxModel::load(modelPath, error);
+  if (!model) {
+    fail(error);
+    return nullptr;
+  }
+  return mlir::cleave::importOnnx(&ctx, *model, options);
+}
+
 static int runImport(MLIRContext &ctx) {
   OnnxImportOptions options;
-  if (failed(parseInputFlags(ctx, options)))
-    return 1;
-  std::string error;
-  std::unique_ptr<OnnxModel> model = OnnxModel::load(modelPath, error);
-  if (!model)
-    return fail(error);
-  OwningOpRef<ModuleOp> module =
-      mlir::cleave::importOnnx(&ctx, *model, options);
+  std::unique_ptr<OnnxModel> model;
+  OwningOpRef<ModuleOp> module = importModel(ctx, options, model);
   if (!module)
     return 1;
   std::string errorMessage;
@@ -127,9 +183,23 @@ static int runImport(MLIRContext &ctx) {
 }
 
 static int runForward(MLIRContext &ctx) {
-  if (!forward)
-    return fail("training runs need a compiled bundle (cleave compile); "
-                "pass --forward to run a model's forward pass");
+  if (!forward) {
+    if (!llvm::sys::fs::is_directory(modelPath))
+      return fail("'" + modelPath +
+                  "' is not a bundle; compile one with cleave compile, or "
+                  "pass --forward to run a model's forward pass");
+    rt::TrainOptions options;
+    options.bundleDir = modelPath;
+    options.steps = steps;
+    options.inputsDir = inputsDir;
+    options.dumpDir = dumpDir;
+    options.logEvery = logEvery;
+    options.log = &std::cout;
+    rt::Status status = rt::train(options);
+    if (!status)
+      return fail(status.message());
+    return 0;
+  }
   OnnxImportOptions options;
   if (failed(parseInputFlags(ctx, options)))
     return 1;
@@ -231,16 +301,142 @@ static int runForward(MLIRContext &ctx) {
   return 0;
 }
 
+/// Writes \p plan and the initial weights into a fresh directory next to
+/// \p bundle, then swaps it in, so an existing bundle is replaced whole or
+/// not at all.
+static int writeBundle(MLIRContext &ctx, const OnnxModel &model,
+                       func::FuncOp main, ::cleave::plan::Plan &plan,
+                       const std::string &bundle) {
+  namespace fs = llvm::sys::fs;
+  std::string tmp = bundle + ".tmp-" + std::to_string(::getpid());
+  (void)fs::remove_directories(tmp);
+  llvm::SmallString<256> weightsDir(tmp);
+  llvm::sys::path::append(weightsDir, rt::kBundleWeightsDir);
+  if (std::error_code ec = fs::create_directories(weightsDir))
+    return fail("cannot create '" + tmp + "': " + ec.message());
+  auto cleanup =
+      llvm::make_scope_exit([&] { (void)fs::remove_directories(tmp); });
+
+  std::string error;
+  for (BlockArgument arg : main.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto param =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
+    auto buffer =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kBufferAttr);
+    StringAttr name = param ? param : buffer;
+    if (!name)
+      continue;
+    FailureOr<mlir::cleave::TensorData> data =
+        model.readInitializer(&ctx, name.str(), error);
+    if (failed(data))
+      return fail(error);
+    rt::HostTensor t;
+    t.dtype = mlir::cleave::runtimeDType(data->elementType);
+    t.shape = data->shape;
+    t.bytes.assign(data->bytes.begin(), data->bytes.end());
+    std::string file = std::string(rt::kBundleWeightsDir) + "/" +
+                       std::to_string(plan.tensors_size()) + "_" +
+                       rt::sanitizeFileName(name.str()) + ".npy";
+    llvm::SmallString<256> path(tmp);
+    llvm::sys::path::append(path, file);
+    if (rt::Status s = rt::writeNpy(std::string(path), t); !s)
+      return fail(s.message());
+    ::cleave::plan::TensorEntry *entry = plan.add_tensors();
+    entry->set_name(name.str());
+    entry->set_role(param ? ::cleave::plan::Binding::PARAMETER
+                          : ::cleave::plan::Binding::BUFFER);
+    entry->set_file(file);
+    auto type = cast<RankedTensorType>(arg.getType());
+    entry->mutable_type()->set_dtype(::cleave::plan::F32);
+    for (int64_t d : type.getShape())
+      entry->mutable_type()->add_shape(d);
+  }
+  llvm::SmallString<256> planPath(tmp);
+  llvm::sys::path::append(planPath, rt::kBundlePlanFile);
+  {
+    std::ofstream out(std::string(planPath), std::ios::binary);
+    if (!out || !plan.SerializeToOstream(&out) || !out.flush())
+      return fail("cannot write '" + planPath.str().str() + "'");
+  }
+  // Swap in: the old bundle moves aside first and is removed last.
+  std::string old = bundle + ".old-" + std::to_string(::getpid());
+  bool hadOld = fs::exists(bundle);
+  if (hadOld && !fs::is_directory(bundle))
+    return fail("'" + bundle + "' exists and is not a bundle directory");
+  if (hadOld)
+    if (std::error_code ec = fs::rename(bundle, old))
+      return fail("cannot replace '" + bundle + "': " + ec.message());
+  if (std::error_code ec = fs::rename(tmp, bundle)) {
+    if (hadOld)
+      (void)fs::rename(old, bundle);
+    return fail("cannot write '" + bundle + "': " + ec.message());
+  }
+  if (hadOld)
+    (void)fs::remove_directories(old);
+  return 0;
+}
+
+static int runCompile(MLIRContext &ctx) {
+  if (outputPath == "-" || outputPath.empty())
+    return fail("give the bundle directory to write with -o BUNDLE");
+  OnnxImportOptions options;
+  options.seed = seed;
+  std::unique_ptr<OnnxModel> model;
+  OwningOpRef<ModuleOp> module = importModel(ctx, options, model);
+  if (!module)
+    return 1;
+  mlir::cleave::TrainOptions train;
+  train.loss = lossKind;
+  train.optimizer = optimizerKind;
+  bool adam = optimizerKind == "adamw";
+  train.lr = lr.getNumOccurrences() ? lr : (adam ? 1e-3 : 1e-2);
+  train.momentum = momentum;
+  train.weightDecay =
+      weightDecay.getNumOccurrences() ? weightDecay : (adam ? 1e-2 : 0.0);
+  train.beta1 = beta1;
+  train.beta2 = beta2;
+  train.eps = eps;
+  ::cleave::plan::Plan plan;
+  plan.set_format_version(rt::kPlanFormatVersion);
+  if (failed(
+          mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
+    return 1;
+  ::cleave::plan::TrainConfig *config = plan.mutable_train_config();
+  config->set_source(modelPath);
+  config->set_loss(train.loss);
+  config->set_optimizer(train.optimizer);
+  auto &hp = *config->mutable_hyperparameters();
+  hp["lr"] = train.lr;
+  hp["weight_decay"] = train.weightDecay;
+  if (adam) {
+    hp["beta1"] = train.beta1;
+    hp["beta2"] = train.beta2;
+    hp["eps"] = train.eps;
+  } else {
+    hp["momentum"] = train.momentum;
+  }
+  config->set_seed(seed);
+  auto main = module->lookupSymbol<func::FuncOp>("main");
+  return writeBundle(ctx, *model, main, plan, outputPath);
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv,
                               "Cleave: a tensor-parallel training compiler\n");
   MLIRContext context;
+  DialectRegistry registry;
+  registry.insert<mlir::cleave::CleaveDialect, func::FuncDialect>();
+  mlir::cleave::registerDifferentiationRules(registry);
+  context.appendDialectRegistry(registry);
   context.loadDialect<mlir::cleave::CleaveDialect, func::FuncDialect>();
   DiagnosticPrinter printer(context);
   if (importCmd)
     return runImport(context);
+  if (compileCmd)
+    return runCompile(context);
   if (runCmd)
     return runForward(context);
-  return fail("give a command: import or run (see --help)");
+  return fail("give a command: import, compile or run (see --help)");
 }

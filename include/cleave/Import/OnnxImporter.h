@@ -37,6 +37,8 @@ struct OnnxImportOptions {
   /// constant (a Reshape's shape, a Range's bounds): the program is
   /// specialised to them. The inputs stay function arguments.
   std::map<std::string, DenseElementsAttr> knownInputs;
+  /// Seed of the random streams (training-mode Dropout).
+  int64_t seed = 0;
 };
 
 /// Raw element data of one tensor of the model (an initializer).

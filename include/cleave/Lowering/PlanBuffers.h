@@ -20,6 +20,12 @@ inline constexpr char kArenaBytesAttr[] = "cleave.arena_bytes";
 int64_t storageBytes(Type type);
 /// Whether \p op's result aliases its first operand's storage.
 bool isView(Operation *op);
+/// Whether \p op is a constant stored in the plan's constant table (needing
+/// no arena bytes). Large splats are not: they are filled at run time, so a
+/// zero gradient of a big parameter does not put its bytes in the plan.
+bool isStoredConstant(Operation *op);
+/// Splat constants above this many elements are filled at run time.
+inline constexpr int64_t kMaxStoredSplatElements = 64;
 } // namespace mlir::cleave
 
 #endif // CLEAVE_LOWERING_PLANBUFFERS_H

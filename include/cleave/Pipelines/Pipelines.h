@@ -16,11 +16,29 @@ namespace mlir::cleave {
 /// static buffer planning of every function.
 void buildForwardPipeline(OpPassManager &pm);
 
-/// Registers `cleave-forward-pipeline` with the pass registry.
+/// What the training pipeline needs to know: the loss and the optimizer.
+struct TrainOptions {
+  std::string loss = "auto";
+  std::string optimizer = "sgd";
+  double lr = 0.01, momentum = 0, weightDecay = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+/// Training lowering: append the loss, differentiate, apply the optimizer,
+/// then the forward pipeline's clean-up and buffer planning.
+void buildTrainPipeline(OpPassManager &pm, const TrainOptions &options);
+
+/// Registers `cleave-forward-pipeline` and `cleave-train-pipeline` with the
+/// pass registry.
 void registerPipelines();
 
 /// Runs the forward pipeline on \p module and emits the plan of its @main.
 LogicalResult compileForward(ModuleOp module, ::cleave::plan::Program &program);
+
+/// Runs the training pipeline on \p module and emits the train-step plan of
+/// its @main.
+LogicalResult compileTrainStep(ModuleOp module, const TrainOptions &options,
+                               ::cleave::plan::Program &program);
 
 } // namespace mlir::cleave
 

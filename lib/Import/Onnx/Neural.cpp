@@ -1,6 +1,7 @@
 //===- Neural.cpp - ONNX contractions, reductions, norms, conv --*- C++ -*-===//
 
 #include "NodeContext.h"
+#include "cleave/Autodiff/Autodiff.h"
 #include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
@@ -375,10 +376,65 @@ LogicalResult batchNorm(NodeContext &ctx) {
     return AddOp::create(ctx.b, MulOp::create(ctx.b, running, m),
                          MulOp::create(ctx.b, current, rest));
   };
-  if (ctx.hasOutput(1))
-    ctx.setOutput(1, blend(in[3], flatMean));
-  if (ctx.hasOutput(2))
-    ctx.setOutput(2, blend(in[4], flatVar));
+  Value runningMean = blend(in[3], flatMean);
+  // ONNX blends the biased batch variance; PyTorch, which exports most
+  // training graphs, blends the unbiased one. Models it produced train as
+  // they would have in PyTorch.
+  Value blendVar = flatVar;
+  int64_t count = type.getNumElements() / channels;
+  if (ctx.producer() == "pytorch" && count > 1)
+    blendVar = MulOp::create(
+        ctx.b, flatVar,
+        ctx.splat(f32, {1}, static_cast<double>(count) / (count - 1)));
+  Value runningVar = blend(in[4], blendVar);
+  // Statistics are state: they take no part in the gradient.
+  for (Value v : {runningMean, runningVar})
+    v.getDefiningOp()->setAttr(kNoGradAttr, ctx.b.getUnitAttr());
+  ctx.setOutput(1, runningMean);
+  ctx.setOutput(2, runningVar);
+  ctx.updateBuffer(3, runningMean);
+  ctx.updateBuffer(4, runningVar);
+  return success();
+}
+
+/// SoftmaxCrossEntropyLoss (scores) and NegativeLogLikelihoodLoss (log
+/// probabilities): class dimension 1, optional class weights, ignore_index.
+template <bool LogProbs> LogicalResult crossEntropyLoss(NodeContext &ctx) {
+  FailureOr<Value> scores = ctx.input(0);
+  FailureOr<Value> labels = ctx.input(1);
+  if (failed(scores) || failed(labels) || failed(requireFloat(ctx, *scores)))
+    return failure();
+  Value weights;
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> w = ctx.input(2);
+    if (failed(w))
+      return failure();
+    weights = *w;
+  }
+  if (NodeContext::rankOf(*scores) < 2)
+    return ctx.error() << "scores must have rank >= 2 [N, C, ...]";
+  std::string reduction = ctx.attrString("reduction", "mean");
+  LossReduction kind;
+  if (reduction == "mean")
+    kind = LossReduction::Mean;
+  else if (reduction == "sum")
+    kind = LossReduction::Sum;
+  else if (reduction == "none")
+    kind = LossReduction::None;
+  else
+    return ctx.error() << "unknown reduction '" << reduction << "'";
+  std::optional<int64_t> ignore;
+  if (ctx.attr("ignore_index"))
+    ignore = ctx.attrInt("ignore_index", -100);
+  // Diagnostics from the builder carry the node prefix (captured by the
+  // importer around each handler).
+  Value loss = buildCrossEntropy(ctx.b, ctx.b.getLoc(), *scores, *labels, 1,
+                                 ignore, weights, kind, LogProbs);
+  if (!loss)
+    return failure();
+  ctx.setOutput(0, loss);
+  if (!LogProbs && ctx.hasOutput(1))
+    ctx.setOutput(1, LogSoftmaxOp::create(ctx.b, *scores, 1));
   return success();
 }
 
@@ -622,6 +678,8 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("ReduceSum", 1, reduceAttr<ReduceKind::sum>);
   t.on("ReduceSum", 13, reduceInput<ReduceKind::sum>);
   t.on("LayerNormalization", 17, layerNorm);
+  t.on("SoftmaxCrossEntropyLoss", 12, crossEntropyLoss<false>);
+  t.on("NegativeLogLikelihoodLoss", 12, crossEntropyLoss<true>);
   t.on("BatchNormalization", 9, batchNorm);
   t.on("Conv", 1, conv);
   t.on("MaxPool", 8, pool<true>);

@@ -60,6 +60,20 @@ public:
   }
   void setOutput(unsigned i, Value v);
 
+  // --- Training state ------------------------------------------------------
+  /// Whether input \p i is a buffer (non-trainable state initializer).
+  bool isBuffer(unsigned i) const;
+  /// Records \p v as the new value of the buffer at input \p i (no-op when
+  /// that input is not a buffer).
+  void updateBuffer(unsigned i, Value v);
+  /// The training step number (i64 scalar argument, added on first use).
+  Value step();
+  /// The user's random seed and a fresh stream id per random site.
+  int64_t seed() const;
+  int64_t nextRandomStream();
+  /// The model's producer_name ("pytorch", ...).
+  StringRef producer() const;
+
   // --- Errors --------------------------------------------------------------
   /// An error diagnostic prefixed with the node's name, op and opset.
   InFlightDiagnostic error();

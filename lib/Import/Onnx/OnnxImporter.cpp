@@ -8,12 +8,14 @@
 
 #include "cleave/Import/OnnxImporter.h"
 #include "NodeContext.h"
+#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -366,6 +368,14 @@ public:
   const OnnxImportOptions &options;
   llvm::StringMap<Value> values;
   llvm::StringMap<DenseElementsAttr> known;
+  /// Initializers that are non-trainable state (BatchNorm statistics).
+  llvm::StringSet<> buffers;
+  /// New values of buffers computed by the graph, in order of computation.
+  llvm::MapVector<StringRef, Value> bufferUpdates;
+  func::FuncOp func;
+  /// The step-number argument, added when a node first needs it.
+  Value step;
+  int64_t nextStream = 0;
 
 private:
   LogicalResult importNode(const onnx::NodeProto &node, int64_t opset,
@@ -522,7 +532,17 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     }
   }
 
-  // Arguments: graph inputs, then float initializers (parameters).
+  // BatchNorm statistics are state, never trained: the running statistics
+  // of training mode and the fixed ones of inference mode alike.
+  for (const onnx::NodeProto &node : graph.node())
+    if (node.op_type() == "BatchNormalization" &&
+        (node.domain().empty() || node.domain() == "ai.onnx"))
+      for (int i = 3; i < std::min(node.input_size(), 5); ++i)
+        if (initializerNames.contains(node.input(i)))
+          buffers.insert(node.input(i));
+
+  // Arguments: graph inputs, then float initializers (parameters and
+  // buffers).
   SmallVector<Type> argTypes;
   SmallVector<std::pair<StringRef, std::string>> argNames; // (attr, name)
   for (const auto &in : graph.input()) {
@@ -543,7 +563,9 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
     if (element && element.isF32() && !shape.empty()) {
       argTypes.push_back(RankedTensorType::get(shape, element));
-      argNames.push_back({kParameterAttr, t.name()});
+      argNames.push_back(
+          {buffers.contains(t.name()) ? kBufferAttr : kParameterAttr,
+           t.name()});
       continue;
     }
     // Integer, boolean and scalar initializers are constants of the model
@@ -557,7 +579,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     known[t.name()] = tensorDataToAttr(*data);
   }
 
-  auto func =
+  func =
       func::FuncOp::create(loc, "main", builder.getFunctionType(argTypes, {}));
   module->push_back(func);
   Block *entry = func.addEntryBlock();
@@ -622,10 +644,18 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     results.push_back(v);
     resultTypes.push_back(v.getType());
   }
+  // Updated buffers follow the model's outputs.
+  for (auto &[name, v] : bufferUpdates) {
+    results.push_back(v);
+    resultTypes.push_back(v.getType());
+  }
   func::ReturnOp::create(builder, loc, results);
-  func.setType(builder.getFunctionType(argTypes, resultTypes));
+  func.setType(builder.getFunctionType(entry->getArgumentTypes(), resultTypes));
   for (auto [i, out] : llvm::enumerate(graph.output()))
     func.setResultAttr(i, kOutputAttr, builder.getStringAttr(out.name()));
+  for (auto [i, update] : llvm::enumerate(bufferUpdates))
+    func.setResultAttr(graph.output_size() + i, kBufferAttr,
+                       builder.getStringAttr(update.first));
   if (failed(verify(*module)))
     return nullptr;
   return module;
@@ -752,6 +782,37 @@ NodeContext::attrInts(StringRef name) const {
   if (!a)
     return std::nullopt;
   return SmallVector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+void NodeContext::updateBuffer(unsigned i, Value v) {
+  if (hasInput(i) && graph.buffers.contains(node.input(i)))
+    graph.bufferUpdates[graph.buffers.find(node.input(i))->getKey()] = v;
+}
+
+bool NodeContext::isBuffer(unsigned i) const {
+  return hasInput(i) && graph.buffers.contains(node.input(i));
+}
+
+Value NodeContext::step() {
+  if (graph.step)
+    return graph.step;
+  Block &entry = graph.func.getBody().front();
+  auto type = RankedTensorType::get({}, b.getI64Type());
+  unsigned index = entry.getNumArguments();
+  (void)graph.func.insertArgument(
+      index, type,
+      b.getDictionaryAttr(b.getNamedAttr(kStepAttr, b.getUnitAttr())),
+      graph.func.getLoc());
+  graph.step = entry.getArgument(index);
+  return graph.step;
+}
+
+int64_t NodeContext::seed() const { return graph.options.seed; }
+
+int64_t NodeContext::nextRandomStream() { return graph.nextStream++; }
+
+StringRef NodeContext::producer() const {
+  return graph.model.proto().producer_name();
 }
 
 void NodeContext::setOutput(unsigned i, Value v) {

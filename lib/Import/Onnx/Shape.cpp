@@ -537,14 +537,29 @@ LogicalResult dropout(NodeContext &ctx) {
       return failure();
     ratio = r->empty() ? 0.5 : (*r)[0];
   }
-  if (training && ratio != 0)
-    return ctx.error() << "dropout in training mode (ratio " << ratio
-                       << ") draws random masks, which forward execution "
-                          "does not support";
-  ctx.setOutput(0, *x);
-  if (ctx.hasOutput(1))
-    ctx.setOutput(
-        1, ctx.splat(ctx.b.getI1Type(), NodeContext::typeOf(*x).getShape(), 1));
+  auto type = NodeContext::typeOf(*x);
+  if (ratio < 0 || ratio >= 1)
+    return ctx.error() << "ratio " << ratio << " is outside [0, 1)";
+  if (!training || ratio == 0) {
+    ctx.setOutput(0, *x);
+    if (ctx.hasOutput(1))
+      ctx.setOutput(1, ctx.splat(ctx.b.getI1Type(), type.getShape(), 1));
+    return success();
+  }
+  if (!type.getElementType().isF32())
+    return ctx.error() << "training-mode dropout needs f32 data";
+  // Inverted dropout with a counter-based mask: reproducible from the seed
+  // and the step, and a shard of the tensor can draw exactly its part.
+  Value u = RandomUniformOp::create(ctx.b, type, ctx.step(), ctx.seed(),
+                                    ctx.nextRandomStream());
+  SmallVector<int64_t> ones(type.getRank(), 1);
+  Value keep = CmpOp::create(ctx.b, CmpPredicate::ge, u,
+                             ctx.splat(type.getElementType(), ones, ratio));
+  Value scaled = MulOp::create(
+      ctx.b, *x, ctx.splat(type.getElementType(), ones, 1.0 / (1.0 - ratio)));
+  ctx.setOutput(0, SelectOp::create(ctx.b, keep, scaled,
+                                    ctx.splat(type.getElementType(), ones, 0)));
+  ctx.setOutput(1, keep);
   return success();
 }
 

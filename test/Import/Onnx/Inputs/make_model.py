@@ -117,6 +117,58 @@ def external_data():
     return m
 
 
+def sce_loss():
+    # PyTorch's export of F.cross_entropy: class dimension 1, class weights,
+    # ignore_index, and the optional log-probability output.
+    return model([helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t", "w"],
+                                   ["loss", "logp"], ignore_index=-1,
+                                   reduction="mean", name="sce")],
+                 [vi("x", F, [2, 3, 4]), vi("t", I64, [2, 4]), vi("w", F, [3])],
+                 [vi("loss", F, []), vi("logp", F, [2, 3, 4])])
+
+
+def nll_loss():
+    return model([helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"],
+                                   ["loss"], reduction="sum", name="nll")],
+                 [vi("x", F, [2, 3]), vi("t", I64, [2])], [vi("loss", F, [])])
+
+
+def dropout_training():
+    ratio = numpy_helper.from_array(np.array(0.25, np.float32), "ratio")
+    mode = numpy_helper.from_array(np.array(True), "mode")
+    return model([helper.make_node("Dropout", ["x", "ratio", "mode"], ["y", "mask"],
+                                   name="drop")],
+                 [vi("x", F, [2, 3])],
+                 [vi("y", F, [2, 3]), vi("mask", TensorProto.BOOL, [2, 3])],
+                 [ratio, mode])
+
+
+def batchnorm_training():
+    # As PyTorch exports it: running statistics are initializers, updated by
+    # the node's extra outputs, which are not graph outputs.
+    inits = [numpy_helper.from_array(np.ones(3, np.float32) * v, n)
+             for n, v in [("bn.weight", 1), ("bn.bias", 0),
+                          ("bn.running_mean", 0), ("bn.running_var", 1)]]
+    m = model([helper.make_node("BatchNormalization",
+                                ["x", "bn.weight", "bn.bias", "bn.running_mean",
+                                 "bn.running_var"], ["y", "rm", "rv"],
+                                training_mode=1, momentum=0.9, name="bn")],
+              [vi("x", F, [2, 3, 4])], [vi("y", F, [2, 3, 4])], inits, opset=15)
+    m.producer_name = "pytorch"
+    return m
+
+
+def dropout_model():
+    # y = Dropout(x * w, 0.3, training): trained with --loss mse.
+    w = numpy_helper.from_array(np.ones(4000, np.float32), "w")
+    ratio = numpy_helper.from_array(np.array(0.3, np.float32), "ratio")
+    mode = numpy_helper.from_array(np.array(True), "mode")
+    return model([helper.make_node("Mul", ["x", "w"], ["h"], name="scale"),
+                  helper.make_node("Dropout", ["h", "ratio", "mode"], ["y"],
+                                   name="drop")],
+                 [vi("x", F, [4000])], [vi("y", F, [4000])], [w, ratio, mode])
+
+
 if __name__ == "__main__":
     case, out = sys.argv[1], sys.argv[2]
     if case == "external_data":

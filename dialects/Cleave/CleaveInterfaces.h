@@ -1,0 +1,11 @@
+//===- CleaveInterfaces.h - Interfaces of the cleave dialect ----*- C++ -*-===//
+
+#ifndef CLEAVE_DIALECT_CLEAVEINTERFACES_H
+#define CLEAVE_DIALECT_CLEAVEINTERFACES_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpDefinition.h"
+
+#include "Cleave/CleaveInterfaces.h.inc"
+
+#endif // CLEAVE_DIALECT_CLEAVEINTERFACES_H

@@ -1,0 +1,140 @@
+//===- Passes.td - Training-step passes --------------------*- tablegen -*-===//
+//
+// From a forward model to one train-step function: append the loss,
+// differentiate, apply the optimizer.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_AUTODIFF_PASSES_TD
+#define CLEAVE_AUTODIFF_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def AppendLossPass : Pass<"cleave-append-loss", "func::FuncOp"> {
+  let summary = "Makes the model's first output a scalar training loss";
+  let description = [{
+    With `loss=auto` the function's first result must already be a scalar
+    (a model that computes its own loss); it is marked `cleave.loss`. With
+    `loss=cross_entropy` the first result is taken as logits with the class
+    dimension last; an int64 argument `labels` (the logits' shape without
+    the class dimension) is added and the mean softmax cross-entropy, with
+    PyTorch's `ignore_index` -100, becomes the first result. With `loss=mse`
+    a float `labels` argument of the output's shape is added and the mean
+    squared error becomes the first result. The model's other results stay.
+
+    Before (`loss=mse`):
+    ```mlir
+    func.func @main(%x: tensor<4x3xf32> {cleave.input = "x"}) -> (tensor<4x3xf32> {cleave.output = "y"}) {
+      %0 = cleave.tanh %x : tensor<4x3xf32>
+      return %0 : tensor<4x3xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%x: tensor<4x3xf32> {cleave.input = "x"}, %labels: tensor<4x3xf32> {cleave.input = "labels"}) -> (tensor<f32> {cleave.loss}, tensor<4x3xf32> {cleave.output = "y"}) {
+      %0 = cleave.tanh %x : tensor<4x3xf32>
+      %1 = cleave.sub %0, %labels : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+      %2 = cleave.mul %1, %1 : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+      %3 = cleave.reduce mean %2 dims = [0, 1] : (tensor<4x3xf32>) -> tensor<f32>
+      return %3, %0 : tensor<f32>, tensor<4x3xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", /*default=*/"\"auto\"",
+           "auto | cross_entropy | mse">,
+  ];
+}
+
+def AutodiffPass : Pass<"cleave-autodiff", "func::FuncOp"> {
+  let summary = "Reverse-mode differentiation of the loss by every parameter";
+  let description = [{
+    Turns a function whose first result is the loss (`cleave.loss`) into one
+    that also returns the gradient of the loss with respect to every
+    `cleave.parameter` argument (`cleave.gradient = "name"` results, in
+    argument order), followed by the updated buffers (`cleave.buffer`
+    results). The model's other outputs are dropped: training needs only the
+    loss.
+
+    Activity analysis first keeps only ops that both depend on a parameter
+    and feed the loss; then each such op, in reverse order, builds its
+    vector-Jacobian product through DifferentiableOpInterface, and
+    gradients reaching one value from several uses are summed. The backward
+    ops read the forward values directly, so nothing is recomputed, and no
+    gradient nobody needs is formed (an input's, a constant's, an integer's).
+    An op marked `cleave.no_grad` stops gradients. A needed gradient through
+    an op without a rule is an error naming the op.
+
+    Before:
+    ```mlir
+    func.func @main(%x: tensor<4xf32> {cleave.input = "x"}, %w: tensor<4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}) {
+      %0 = cleave.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      %1 = cleave.reduce sum %0 dims = [0] : (tensor<4xf32>) -> tensor<f32>
+      return %1 : tensor<f32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%x: tensor<4xf32> {cleave.input = "x"}, %w: tensor<4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}, tensor<4xf32> {cleave.gradient = "w"}) {
+      %0 = cleave.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      %1 = cleave.reduce sum %0 dims = [0] : (tensor<4xf32>) -> tensor<f32>
+      %cst = cleave.constant dense<1.0> : tensor<f32>
+      %2 = cleave.reshape %cst : tensor<f32> -> tensor<1xf32>
+      %3 = cleave.broadcast %2 : tensor<1xf32> -> tensor<4xf32>
+      %4 = cleave.mul %3, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      return %1, %4 : tensor<f32>, tensor<4xf32>
+    }
+    ```
+  }];
+}
+
+def OptimizerPass : Pass<"cleave-optimizer", "func::FuncOp"> {
+  let summary = "Appends the optimizer update: the function becomes a train step";
+  let description = [{
+    Consumes the gradients returned by `--cleave-autodiff` and returns the
+    updated parameters (`cleave.parameter` results) and optimizer state
+    (`cleave.optimizer_state` arguments and results, `["param", "slot"]`)
+    instead; the gradients stay as results for inspection. The step number
+    (1-based, i64 `cleave.step` argument) is added if the model has none.
+
+    `sgd` is PyTorch's SGD: `d = g + wd p; buf = momentum buf + d;
+    p -= lr buf` (the buffer starts at zero, so the first step uses `d`).
+    `adamw` is PyTorch's AdamW with bias correction:
+    `p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+    p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
+
+    Before (`optimizer=sgd lr=0.1 momentum=0`):
+    ```mlir
+    func.func @main(%w: tensor<4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}, tensor<4xf32> {cleave.gradient = "w"}) {
+      %0 = cleave.reduce sum %w dims = [0] : (tensor<4xf32>) -> tensor<f32>
+      %1 = cleave.constant dense<1.0> : tensor<4xf32>
+      return %0, %1 : tensor<f32>, tensor<4xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%w: tensor<4xf32> {cleave.parameter = "w"}, %step: tensor<i64> {cleave.step}) -> (tensor<f32> {cleave.loss}, tensor<4xf32> {cleave.parameter = "w"}, tensor<4xf32> {cleave.gradient = "w"}) {
+      %0 = cleave.reduce sum %w dims = [0] : (tensor<4xf32>) -> tensor<f32>
+      %1 = cleave.constant dense<1.0> : tensor<4xf32>
+      %lr = cleave.constant dense<0.1> : tensor<1xf32>
+      %2 = cleave.mul %1, %lr : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>
+      %3 = cleave.sub %w, %2 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      return %0, %3, %1 : tensor<f32>, tensor<4xf32>, tensor<4xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"sgd\"",
+           "sgd | adamw">,
+    Option<"lr", "lr", "double", /*default=*/"0.01", "Learning rate">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.0",
+           "SGD momentum">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
+           "Weight decay (SGD: L2 added to the gradient; AdamW: decoupled)">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+  ];
+}
+
+#endif // CLEAVE_AUTODIFF_PASSES_TD

@@ -1,0 +1,172 @@
+//===- Autodiff.cpp - Reverse-mode differentiation --------------*- C++ -*-===//
+//
+// Source-to-source reverse mode on a straight-line function: the backward
+// ops are appended after the forward ones and read forward values directly,
+// so the forward pass is the tape. Only "active" values (depending on a
+// parameter and reaching the loss) get gradients.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cleave/Autodiff/Autodiff.h"
+#include "Cleave/CleaveInterfaces.h"
+#include "Cleave/CleaveOps.h"
+#include "cleave/Autodiff/Passes.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace mlir::cleave {
+#define GEN_PASS_DEF_AUTODIFFPASS
+#include "cleave/Autodiff/Passes.h.inc"
+} // namespace mlir::cleave
+
+using namespace mlir;
+using namespace mlir::cleave;
+
+namespace {
+
+bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+struct AutodiffPass
+    : public mlir::cleave::impl::AutodiffPassBase<AutodiffPass> {
+  void runOnOperation() override;
+};
+
+void AutodiffPass::runOnOperation() {
+  func::FuncOp func = getOperation();
+  if (func.isExternal())
+    return;
+  std::optional<unsigned> lossIndex;
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (func.getResultAttr(i, kLossAttr))
+      lossIndex = i;
+  if (!lossIndex) {
+    func.emitOpError("has no result marked cleave.loss; run "
+                     "cleave-append-loss first");
+    return signalPassFailure();
+  }
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  Value loss = ret.getOperand(*lossIndex);
+  auto lossType = cast<RankedTensorType>(loss.getType());
+  if (!isFloatTensor(loss) || lossType.getNumElements() != 1) {
+    func.emitOpError("loss must be a float scalar, got ") << loss.getType();
+    return signalPassFailure();
+  }
+
+  // Activity analysis: varied (depends on a parameter) and useful (reaches
+  // the loss).
+  SmallVector<BlockArgument> params;
+  llvm::DenseSet<Value> varied, useful;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), kParameterAttr)) {
+      params.push_back(arg);
+      if (isFloatTensor(arg))
+        varied.insert(arg);
+    }
+  for (Operation &op : body.without_terminator()) {
+    if (op.hasAttr(kNoGradAttr))
+      continue;
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return varied.contains(v); }))
+      for (Value r : op.getResults())
+        if (isFloatTensor(r))
+          varied.insert(r);
+  }
+  useful.insert(loss);
+  for (Operation &op : llvm::reverse(body.without_terminator()))
+    if (llvm::any_of(op.getResults(),
+                     [&](Value r) { return useful.contains(r); }))
+      for (Value v : op.getOperands())
+        useful.insert(v);
+  auto active = [&](Value v) {
+    return varied.contains(v) && useful.contains(v);
+  };
+
+  OpBuilder b(ret);
+  llvm::DenseMap<Value, Value> grads;
+  auto accumulate = [&](Value v, Value g) {
+    Value &slot = grads[v];
+    slot = slot ? AddOp::create(b, g.getLoc(), slot, g).getResult() : g;
+  };
+  Type f = lossType.getElementType();
+  grads[loss] = ConstantOp::create(
+      b, loss.getLoc(),
+      DenseElementsAttr::get(lossType, b.getFloatAttr(f, 1.0)));
+
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+  for (Operation *op : llvm::reverse(forward)) {
+    if (op->hasAttr(kNoGradAttr))
+      continue;
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      resultGrads.push_back(active(r) ? grads.lookup(r) : Value());
+      any |= static_cast<bool>(resultGrads.back());
+    }
+    if (!any)
+      continue;
+    SmallVector<bool> needed;
+    for (Value v : op->getOperands())
+      needed.push_back(active(v));
+    if (llvm::none_of(needed, [](bool n) { return n; }))
+      continue;
+    auto rule = dyn_cast<DifferentiableOpInterface>(op);
+    if (!rule) {
+      op->emitOpError("has no differentiation rule, but the loss's gradient "
+                      "must flow through it");
+      return signalPassFailure();
+    }
+    b.setInsertionPoint(ret);
+    SmallVector<Value> operandGrads(op->getNumOperands());
+    if (failed(rule.buildVJP(b, resultGrads, needed, operandGrads)))
+      return signalPassFailure();
+    for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+      if (!needed[i] || !operandGrads[i])
+        continue;
+      if (operandGrads[i].getType() != v.getType()) {
+        op->emitOpError("differentiation rule produced a gradient of type ")
+            << operandGrads[i].getType() << " for operand " << i << " of type "
+            << v.getType();
+        return signalPassFailure();
+      }
+      accumulate(v, operandGrads[i]);
+    }
+  }
+
+  // Results: loss, one gradient per parameter, then the updated buffers.
+  b.setInsertionPoint(ret);
+  SmallVector<Value> results{loss};
+  SmallVector<DictionaryAttr> resultAttrs{
+      b.getDictionaryAttr(b.getNamedAttr(kLossAttr, b.getUnitAttr()))};
+  for (BlockArgument p : params) {
+    Value g = grads.lookup(p);
+    if (!g) {
+      // A parameter the loss does not depend on has a zero gradient.
+      auto type = cast<RankedTensorType>(p.getType());
+      g = ConstantOp::create(
+          b, p.getLoc(),
+          DenseElementsAttr::get(type, b.getZeroAttr(type.getElementType())));
+    }
+    results.push_back(g);
+    resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+        kGradientAttr, func.getArgAttr(p.getArgNumber(), kParameterAttr))));
+  }
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (Attribute name = func.getResultAttr(i, kBufferAttr)) {
+      results.push_back(ret.getOperand(i));
+      resultAttrs.push_back(
+          b.getDictionaryAttr(b.getNamedAttr(kBufferAttr, name)));
+    }
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),
+                                 ValueRange(results).getTypes()));
+  func.setAllResultAttrs(resultAttrs);
+}
+
+} // namespace

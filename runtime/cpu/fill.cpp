@@ -1,0 +1,52 @@
+//===- fill.cpp - The fill kernel -----------------------------------------===//
+
+#include "kernel.h"
+
+#include <algorithm>
+
+namespace cleave::rt {
+
+namespace {
+template <typename T> KernelFn filler(int64_t count, T value) {
+  return [count, value](const KernelArgs &args) {
+    T *out = static_cast<T *>(args.results[0]);
+#pragma omp parallel for if (count > kParallelThreshold)
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = value;
+    return Status::ok();
+  };
+}
+} // namespace
+
+Status prepare_fill(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(0, 0, 1); !s)
+    return s;
+  const TensorType &r = info.result(0);
+  int64_t count = r.numElements();
+  if (r.dtype == DType::F32) {
+    double v;
+    if (Status s = info.floatScalar("value", &v); !s)
+      return s;
+    *fn = filler<float>(count, static_cast<float>(v));
+    return Status::ok();
+  }
+  int64_t v;
+  if (Status s = info.intScalar("value", &v); !s)
+    return s;
+  switch (r.dtype) {
+  case DType::I64:
+    *fn = filler<int64_t>(count, v);
+    break;
+  case DType::I32:
+    *fn = filler<int32_t>(count, static_cast<int32_t>(v));
+    break;
+  case DType::Bool:
+    *fn = filler<uint8_t>(count, v != 0);
+    break;
+  default:
+    return Status::error("fill: unsupported dtype");
+  }
+  return Status::ok();
+}
+
+} // namespace cleave::rt

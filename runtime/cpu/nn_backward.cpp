@@ -1,0 +1,337 @@
+//===- nn_backward.cpp - Adjoints of convolution and pooling --------------===//
+//
+// conv2d_backward_input:  per image and group, col = W_g^T * dY_g (sgemm), then
+//                         col2im scatters col back onto the input planes.
+// conv2d_backward_filter: per image and group, dW_g += dY_g * im2col(X_g)^T.
+// Pool adjoints scatter each window's gradient onto its plane. Every loop that
+// runs in parallel writes disjoint planes and sums in a fixed order, so the
+// results do not depend on the thread count.
+//
+//===----------------------------------------------------------------------===//
+
+#include "nn_common.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+namespace cleave::rt {
+namespace {
+
+using namespace nn;
+
+//===----------------------------------------------------------------------===//
+// conv2d_backward_input
+//===----------------------------------------------------------------------===//
+
+/// Accumulates \p channels planes' columns \p col ([channels * kh * kw,
+/// oh * ow], as im2col lays them out) onto the zeroed-here planes \p dx.
+void col2im(const ConvPlan &p, const float *col, int64_t channels, float *dx) {
+  const Window &win = p.win;
+  int64_t taps = win.kh * win.kw;
+  int64_t plane = p.oh * p.ow;
+  int64_t hw = p.h * p.w;
+  // Per kernel column kj, the output columns whose tap lands inside the input.
+  std::vector<int64_t> oxLo(win.kw), oxHi(win.kw);
+  for (int64_t kj = 0; kj < win.kw; ++kj)
+    validOutputRange(kj * win.dilationW - win.padLeft, win.strideW, p.w, p.ow,
+                     &oxLo[kj], &oxHi[kj]);
+#pragma omp parallel for schedule(                                             \
+    static) if (channels > 1 &&                                                \
+                channels * std::max(taps * plane, hw) > kParallelThreshold)
+  for (int64_t ci = 0; ci < channels; ++ci) {
+    float *dst = dx + ci * hw;
+    std::fill(dst, dst + hw, 0.0f);
+    for (int64_t ki = 0; ki < win.kh; ++ki) {
+      int64_t oyLo, oyHi;
+      validOutputRange(ki * win.dilationH - win.padTop, win.strideH, p.h, p.oh,
+                       &oyLo, &oyHi);
+      for (int64_t kj = 0; kj < win.kw; ++kj) {
+        const float *src = col + ((ci * win.kh + ki) * win.kw + kj) * plane;
+        int64_t lo = oxLo[kj], hi = oxHi[kj];
+        int64_t ix0 = kj * win.dilationW - win.padLeft;
+        for (int64_t oy = oyLo; oy < oyHi; ++oy) {
+          int64_t iy = oy * win.strideH - win.padTop + ki * win.dilationH;
+          float *row = dst + iy * p.w;
+          const float *s = src + oy * p.ow;
+          if (win.strideW == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox)
+              row[ix0 + ox] += s[ox];
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox)
+              row[ix0 + ox * win.strideW] += s[ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+Status runConvBackwardInput(const ConvPlan &p, const float *dy,
+                            const float *weight, float *dx) {
+  int64_t cg = p.c / p.groups, fg = p.f / p.groups;
+  int64_t kdim = cg * p.win.kh * p.win.kw;
+  int64_t plane = p.oh * p.ow;
+  int64_t hw = p.h * p.w;
+  if (p.n == 0 || p.c == 0 || hw == 0)
+    return Status::ok();
+  if (plane == 0 || fg == 0 || kdim == 0) {
+    std::fill(dx, dx + p.n * p.c * hw, 0.0f);
+    return Status::ok();
+  }
+  if (p.pointwise) {
+    // dX_g [cg, hw] = W_g^T [cg, fg] * dY_g [fg, hw].
+    for (int64_t img = 0; img < p.n; ++img)
+      for (int64_t g = 0; g < p.groups; ++g)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
+                    static_cast<int>(cg), static_cast<int>(hw),
+                    static_cast<int>(fg), 1.0f, weight + g * fg * cg,
+                    static_cast<int>(cg), dy + (img * p.f + g * fg) * hw,
+                    static_cast<int>(hw), 0.0f, dx + (img * p.c + g * cg) * hw,
+                    static_cast<int>(hw));
+    return Status::ok();
+  }
+  // The columns of all groups of one image, so that col2im can spread the
+  // channels of every group across threads.
+  std::vector<float> col;
+  try {
+    col.resize(static_cast<size_t>(p.groups * kdim * plane));
+  } catch (const std::exception &) {
+    return Status::error("out of memory for a " +
+                         std::to_string(p.groups * kdim) + "x" +
+                         std::to_string(plane) + " column buffer");
+  }
+  for (int64_t img = 0; img < p.n; ++img) {
+    for (int64_t g = 0; g < p.groups; ++g)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
+                  static_cast<int>(kdim), static_cast<int>(plane),
+                  static_cast<int>(fg), 1.0f, weight + g * fg * kdim,
+                  static_cast<int>(kdim), dy + (img * p.f + g * fg) * plane,
+                  static_cast<int>(plane), 0.0f, col.data() + g * kdim * plane,
+                  static_cast<int>(plane));
+    col2im(p, col.data(), p.c, dx + img * p.c * hw);
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// conv2d_backward_filter
+//===----------------------------------------------------------------------===//
+
+Status runConvBackwardFilter(const ConvPlan &p, const float *x, const float *dy,
+                             float *dw) {
+  int64_t cg = p.c / p.groups, fg = p.f / p.groups;
+  int64_t kdim = cg * p.win.kh * p.win.kw;
+  int64_t plane = p.oh * p.ow;
+  int64_t hw = p.h * p.w;
+  if (p.f == 0 || kdim == 0)
+    return Status::ok();
+  if (p.n == 0 || plane == 0) {
+    std::fill(dw, dw + p.f * kdim, 0.0f);
+    return Status::ok();
+  }
+  std::vector<float> col;
+  if (!p.pointwise) {
+    try {
+      col.resize(static_cast<size_t>(kdim * plane));
+    } catch (const std::exception &) {
+      return Status::error("out of memory for a " + std::to_string(kdim) + "x" +
+                           std::to_string(plane) + " column buffer");
+    }
+  }
+  // Images accumulate into dW in order (beta 1 after the first).
+  for (int64_t img = 0; img < p.n; ++img) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const float *xg = x + (img * p.c + g * cg) * hw;
+      const float *matrix = xg;
+      if (!p.pointwise) {
+        im2col(p, xg, cg, col.data());
+        matrix = col.data();
+      }
+      // dW_g [fg, kdim] (+)= dY_g [fg, plane] * col^T [plane, kdim].
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(fg),
+                  static_cast<int>(kdim), static_cast<int>(plane), 1.0f,
+                  dy + (img * p.f + g * fg) * plane, static_cast<int>(plane),
+                  matrix, static_cast<int>(plane), img == 0 ? 0.0f : 1.0f,
+                  dw + g * fg * kdim, static_cast<int>(kdim));
+    }
+  }
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Pools
+//===----------------------------------------------------------------------===//
+
+void runMaxPoolBackward(const PoolPlan &p, const float *x, const float *dy,
+                        float *dx) {
+  const Window &win = p.win;
+  int64_t hw = p.h * p.w, plane = p.oh * p.ow;
+  if (p.planes == 0 || hw == 0)
+    return;
+  // Per window column, the taps j that land inside the input.
+  std::vector<int64_t> jLo(p.ow), jHi(p.ow);
+  for (int64_t ox = 0; ox < p.ow; ++ox)
+    validOutputRange(ox * win.strideW - win.padLeft, win.dilationW, p.w, win.kw,
+                     &jLo[ox], &jHi[ox]);
+#pragma omp parallel for schedule(                                             \
+    static) if (p.planes > 1 &&                                                \
+                p.planes * std::max(plane * win.kh * win.kw, hw) >             \
+                    kParallelThreshold)
+  for (int64_t pl = 0; pl < p.planes; ++pl) {
+    const float *src = x + pl * hw;
+    const float *grad = dy + pl * plane;
+    float *dst = dx + pl * hw;
+    std::fill(dst, dst + hw, 0.0f);
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      int64_t iy0 = oy * win.strideH - win.padTop;
+      int64_t iLo, iHi;
+      validOutputRange(iy0, win.dilationH, p.h, win.kh, &iLo, &iHi);
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t ix0 = ox * win.strideW - win.padLeft;
+        // The first tap inside the input (row-major in the window) holding
+        // the window's maximum, where NaN counts as the maximum (as forward
+        // max_pool2d propagates it).
+        int64_t best = -1;
+        float m = 0.0f;
+        for (int64_t i = iLo; i < iHi; ++i) {
+          const float *row = src + (iy0 + i * win.dilationH) * p.w;
+          for (int64_t j = jLo[ox]; j < jHi[ox]; ++j) {
+            int64_t ix = ix0 + j * win.dilationW;
+            float v = row[ix];
+            if (best < 0 || v > m || (std::isnan(v) && !std::isnan(m))) {
+              best = (iy0 + i * win.dilationH) * p.w + ix;
+              m = v;
+            }
+          }
+        }
+        // A window with no tap inside the input does not depend on x.
+        if (best >= 0)
+          dst[best] += grad[oy * p.ow + ox];
+      }
+    }
+  }
+}
+
+void runAvgPoolBackward(const PoolPlan &p, const float *dy, float *dx) {
+  const Window &win = p.win;
+  int64_t hw = p.h * p.w, plane = p.oh * p.ow;
+  if (p.planes == 0 || hw == 0)
+    return;
+  std::vector<int64_t> rowTaps, colTaps;
+  avgPoolTaps(p, &rowTaps, &colTaps);
+  // Per window row/column, the taps that land inside the input.
+  std::vector<int64_t> jLo(p.ow), jHi(p.ow);
+  for (int64_t ox = 0; ox < p.ow; ++ox) {
+    // Tap j of column ox is at ox * strideW - padLeft + j * dilationW.
+    validOutputRange(ox * win.strideW - win.padLeft, win.dilationW, p.w, win.kw,
+                     &jLo[ox], &jHi[ox]);
+  }
+#pragma omp parallel for schedule(                                             \
+    static) if (p.planes > 1 &&                                                \
+                p.planes * std::max(plane * win.kh * win.kw, hw) >             \
+                    kParallelThreshold)
+  for (int64_t pl = 0; pl < p.planes; ++pl) {
+    const float *grad = dy + pl * plane;
+    float *dst = dx + pl * hw;
+    std::fill(dst, dst + hw, 0.0f);
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      int64_t iLo, iHi;
+      validOutputRange(oy * win.strideH - win.padTop, win.dilationH, p.h,
+                       win.kh, &iLo, &iHi);
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t divisor = rowTaps[oy] * colTaps[ox];
+        // avg_pool2d yields 0 for a window with no counted taps.
+        if (divisor == 0)
+          continue;
+        float v = grad[oy * p.ow + ox] / static_cast<float>(divisor);
+        int64_t ix0 = ox * win.strideW - win.padLeft;
+        for (int64_t i = iLo; i < iHi; ++i) {
+          float *row =
+              dst + (oy * win.strideH - win.padTop + i * win.dilationH) * p.w;
+          for (int64_t j = jLo[ox]; j < jHi[ox]; ++j)
+            row[ix0 + j * win.dilationW] += v;
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
+Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  ConvPlan p;
+  if (Status s =
+          readConvPlan(info, info.result(0), info.operand(1), info.operand(0),
+                       {"grad_in (result)", "weight", "grad_out"}, &p);
+      !s)
+    return s;
+  *fn = [p](const KernelArgs &args) {
+    return runConvBackwardInput(p, static_cast<const float *>(args.operands[0]),
+                                static_cast<const float *>(args.operands[1]),
+                                static_cast<float *>(args.results[0]));
+  };
+  return Status::ok();
+}
+
+Status prepare_conv2d_backward_filter(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  ConvPlan p;
+  if (Status s =
+          readConvPlan(info, info.operand(0), info.result(0), info.operand(1),
+                       {"input", "grad_w (result)", "grad_out"}, &p);
+      !s)
+    return s;
+  *fn = [p](const KernelArgs &args) {
+    return runConvBackwardFilter(p,
+                                 static_cast<const float *>(args.operands[0]),
+                                 static_cast<const float *>(args.operands[1]),
+                                 static_cast<float *>(args.results[0]));
+  };
+  return Status::ok();
+}
+
+Status prepare_max_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(2, 2, 1); !s)
+    return s;
+  const TensorType &x = info.operand(0), &r = info.result(0);
+  PoolPlan p;
+  if (Status s = readPoolPlan(info, x, info.operand(1), "input", "grad_out",
+                              /*isMax=*/true, &p);
+      !s)
+    return s;
+  if (r.dtype != DType::F32 || r.shape != x.shape)
+    return Status::error("grad_in (result) " + r.str() +
+                         " must have the type of the input " + x.str());
+  *fn = [p](const KernelArgs &args) {
+    runMaxPoolBackward(p, static_cast<const float *>(args.operands[0]),
+                       static_cast<const float *>(args.operands[1]),
+                       static_cast<float *>(args.results[0]));
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+Status prepare_avg_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  PoolPlan p;
+  if (Status s = readPoolPlan(info, info.result(0), info.operand(0),
+                              "grad_in (result)", "grad_out",
+                              /*isMax=*/false, &p);
+      !s)
+    return s;
+  *fn = [p](const KernelArgs &args) {
+    runAvgPoolBackward(p, static_cast<const float *>(args.operands[0]),
+                       static_cast<float *>(args.results[0]));
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+} // namespace cleave::rt

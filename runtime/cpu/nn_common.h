@@ -1,0 +1,101 @@
+//===- nn_common.h - Window geometry of conv and pool kernels ---*- C++ -*-===//
+//
+// The forward kernels (nn.cpp) and their adjoints (nn_backward.cpp) validate
+// the same attributes and shapes; they share the readers here, so that a plan
+// the forward kernel accepts has the same geometry in its backward kernels.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_CPU_NN_COMMON_H
+#define CLEAVE_RUNTIME_CPU_NN_COMMON_H
+
+#include "kernel.h"
+
+#include <vector>
+
+namespace cleave::rt::nn {
+
+/// Extents, strides, pads and dilations above this are rejected: they keep
+/// every index computation (e.g. oy * stride + ky * dilation) far from int64
+/// overflow, and BLAS takes 32-bit sizes anyway.
+constexpr int64_t kMaxGeometry = INT32_MAX;
+
+Status checkF32(const TensorType &t, const std::string &what);
+
+/// 2-D window geometry shared by conv2d and the pools.
+struct Window {
+  int64_t kh = 1, kw = 1;
+  int64_t strideH = 1, strideW = 1;
+  int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
+  int64_t dilationH = 1, dilationW = 1;
+};
+
+/// Reads strides (default 1 unless \p stridesRequired), pads and dilations.
+Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w);
+
+/// Output extent of a window sliding over \p size (floor mode).
+int64_t slidingExtent(int64_t size, int64_t padBegin, int64_t padEnd,
+                      int64_t kernel, int64_t stride, int64_t dilation);
+
+/// Number of window taps along one dim that fall inside [lo, hi).
+int64_t tapsInside(int64_t start, int64_t kernel, int64_t dilation, int64_t lo,
+                   int64_t hi);
+
+/// The range [*lo, *hi) of output positions o in [0, out) whose tap
+/// o * stride + offset lies inside [0, size).
+void validOutputRange(int64_t offset, int64_t stride, int64_t size, int64_t out,
+                      int64_t *lo, int64_t *hi);
+
+//===----------------------------------------------------------------------===//
+// conv2d
+//===----------------------------------------------------------------------===//
+
+struct ConvPlan {
+  Window win;
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t f = 0, oh = 0, ow = 0, groups = 1;
+  bool hasBias = false;
+  /// 1x1, unit stride, no padding: the input plane is already the im2col
+  /// matrix.
+  bool pointwise = false;
+};
+
+/// Names of the three tensors of a convolution, for error messages.
+struct ConvRoles {
+  const char *x, *w, *y;
+};
+
+/// Validates the types of a convolution's input \p x [N,C,H,W], weight \p w
+/// [F,C/groups,KH,KW] and output \p y [N,F,OH,OW] (whichever of them are
+/// operands or the result of the kernel at hand) and the conv2d attributes.
+Status readConvPlan(const KernelInfo &info, const TensorType &x,
+                    const TensorType &w, const TensorType &y,
+                    const ConvRoles &roles, ConvPlan *p);
+
+/// Lays out the receptive fields of one group of one image as a
+/// [cg * kh * kw, oh * ow] matrix.
+void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col);
+
+//===----------------------------------------------------------------------===//
+// Pools
+//===----------------------------------------------------------------------===//
+
+struct PoolPlan {
+  Window win;
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+  bool countIncludePad = false;
+};
+
+/// Validates a pool's input \p x [N,C,H,W] and output \p y [N,C,OH,OW] (f32)
+/// and the pool attributes (count_include_pad unless \p isMax).
+Status readPoolPlan(const KernelInfo &info, const TensorType &x,
+                    const TensorType &y, const char *xWhat, const char *yWhat,
+                    bool isMax, PoolPlan *p);
+
+/// avg_pool2d's divisor of output (oy, ox) is rowTaps[oy] * colTaps[ox].
+void avgPoolTaps(const PoolPlan &p, std::vector<int64_t> *rowTaps,
+                 std::vector<int64_t> *colTaps);
+
+} // namespace cleave::rt::nn
+
+#endif // CLEAVE_RUNTIME_CPU_NN_COMMON_H
