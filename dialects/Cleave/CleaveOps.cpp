@@ -99,6 +99,50 @@ CLEAVE_INFER_BINARY(OrOp)
 CLEAVE_INFER_BINARY(XorOp)
 #undef CLEAVE_INFER_BINARY
 
+/// Whether \p attr is a splat equal to \p value (float or integer).
+static bool isSplatOf(Attribute attr, double value) {
+  auto dense = dyn_cast_if_present<DenseElementsAttr>(attr);
+  if (!dense || !dense.isSplat())
+    return false;
+  if (isa<FloatType>(dense.getElementType()))
+    return dense.getSplatValue<APFloat>().convertToDouble() == value;
+  if (dense.getElementType().isSignlessInteger(1))
+    return false;
+  return static_cast<double>(dense.getSplatValue<APInt>().getSExtValue()) ==
+         value;
+}
+
+/// `x op c` is `x` when the constant \p rhs is the identity and \p lhs
+/// already has the result's type (a broadcast would change the shape).
+static OpFoldResult foldRightIdentity(Value lhs, Attribute rhs, Type result,
+                                      double identity) {
+  if (lhs.getType() == result && isSplatOf(rhs, identity))
+    return lhs;
+  return {};
+}
+
+OpFoldResult AddOp::fold(FoldAdaptor adaptor) {
+  if (OpFoldResult r =
+          foldRightIdentity(getLhs(), adaptor.getRhs(), getType(), 0.0))
+    return r;
+  return foldRightIdentity(getRhs(), adaptor.getLhs(), getType(), 0.0);
+}
+
+OpFoldResult SubOp::fold(FoldAdaptor adaptor) {
+  return foldRightIdentity(getLhs(), adaptor.getRhs(), getType(), 0.0);
+}
+
+OpFoldResult MulOp::fold(FoldAdaptor adaptor) {
+  if (OpFoldResult r =
+          foldRightIdentity(getLhs(), adaptor.getRhs(), getType(), 1.0))
+    return r;
+  return foldRightIdentity(getRhs(), adaptor.getLhs(), getType(), 1.0);
+}
+
+OpFoldResult DivOp::fold(FoldAdaptor adaptor) {
+  return foldRightIdentity(getLhs(), adaptor.getRhs(), getType(), 1.0);
+}
+
 LogicalResult CmpOp::inferReturnTypes(MLIRContext *ctx,
                                       std::optional<Location> loc,
                                       Adaptor adaptor,

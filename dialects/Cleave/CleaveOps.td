@@ -78,10 +78,14 @@ class Cleave_BinaryOp<string mnemonic, string body, Type operandType = Cleave_Nu
   let results = (outs operandType:$result);
 }
 
-def Cleave_AddOp : Cleave_BinaryOp<"add", "addition">;
-def Cleave_SubOp : Cleave_BinaryOp<"sub", "subtraction">;
-def Cleave_MulOp : Cleave_BinaryOp<"mul", "multiplication">;
-def Cleave_DivOp : Cleave_BinaryOp<"div", "division (integers truncate toward zero)">;
+// Identities (x + 0, x - 0, x * 1, x / 1 with x of the result's type) fold:
+// the backward pass seeds gradients with ones and would otherwise carry them.
+def Cleave_AddOp : Cleave_BinaryOp<"add", "addition"> { let hasFolder = 1; }
+def Cleave_SubOp : Cleave_BinaryOp<"sub", "subtraction"> { let hasFolder = 1; }
+def Cleave_MulOp : Cleave_BinaryOp<"mul", "multiplication"> { let hasFolder = 1; }
+def Cleave_DivOp : Cleave_BinaryOp<"div", "division (integers truncate toward zero)"> {
+  let hasFolder = 1;
+}
 def Cleave_PowOp : Cleave_BinaryOp<"pow", "power lhs ^ rhs">;
 def Cleave_MaxOp : Cleave_BinaryOp<"max", "maximum">;
 def Cleave_MinOp : Cleave_BinaryOp<"min", "minimum">;

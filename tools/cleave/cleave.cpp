@@ -80,6 +80,11 @@ static cl::opt<int64_t> seed("seed",
                              cl::desc("Seed of the random streams "
                                       "(dropout)"),
                              cl::init(0), cl::sub(compileCmd));
+static cl::list<std::string>
+    freezePatterns("freeze",
+                   cl::desc("Do not train initializers whose names match "
+                            "this regular expression (registered buffers)"),
+                   cl::value_desc("REGEX"), cl::sub(compileCmd));
 static cl::opt<int64_t> steps("steps", cl::desc("Training steps to run"),
                               cl::init(1), cl::sub(runCmd));
 static cl::opt<int64_t> logEvery("log-every",
@@ -382,6 +387,7 @@ static int runCompile(MLIRContext &ctx) {
     return fail("give the bundle directory to write with -o BUNDLE");
   OnnxImportOptions options;
   options.seed = seed;
+  options.frozen.assign(freezePatterns.begin(), freezePatterns.end());
   std::unique_ptr<OnnxModel> model;
   OwningOpRef<ModuleOp> module = importModel(ctx, options, model);
   if (!module)

@@ -39,6 +39,10 @@ struct OnnxImportOptions {
   std::map<std::string, DenseElementsAttr> knownInputs;
   /// Seed of the random streams (training-mode Dropout).
   int64_t seed = 0;
+  /// Regular expressions (llvm::Regex, matched anywhere in the name) of
+  /// float initializers that are state rather than trainable weights
+  /// (registered buffers that ONNX cannot tell from parameters).
+  std::vector<std::string> frozen;
 };
 
 /// Raw element data of one tensor of the model (an initializer).

@@ -21,6 +21,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 #include <fstream>
 
 using namespace mlir;
@@ -540,6 +541,27 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       for (int i = 3; i < std::min(node.input_size(), 5); ++i)
         if (initializerNames.contains(node.input(i)))
           buffers.insert(node.input(i));
+
+  for (const std::string &pattern : options.frozen) {
+    llvm::Regex regex(pattern);
+    std::string why;
+    if (!regex.isValid(why)) {
+      emitError(loc) << "--freeze '" << pattern << "' is not a valid regular "
+                     << "expression: " << why;
+      return nullptr;
+    }
+    bool any = false;
+    for (const auto &t : graph.initializer())
+      if (regex.match(t.name())) {
+        buffers.insert(t.name());
+        any = true;
+      }
+    if (!any) {
+      emitError(loc) << "--freeze '" << pattern
+                     << "' matches no initializer of the model";
+      return nullptr;
+    }
+  }
 
   // Arguments: graph inputs, then float initializers (parameters and
   // buffers).
