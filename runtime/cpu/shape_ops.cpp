@@ -308,41 +308,61 @@ Status prepare_broadcast(const KernelInfo &info, KernelFn *fn) {
   return Status::ok();
 }
 
+/// Reads attrs starts/steps of a strided window (`window` element i along
+/// dim d is `whole` element starts[d] + i * steps[d]) and checks that the
+/// window stays inside `whole`. Shared by slice and its adjoint.
+Status readStridedWindow(const KernelInfo &info, const TensorType &whole,
+                         const TensorType &window, const char *kernel,
+                         const char *wholeRole, std::vector<int64_t> *starts,
+                         std::vector<int64_t> *steps) {
+  if (Status s = checkSameDType(whole, window); !s)
+    return s;
+  if (window.rank() != whole.rank())
+    return Status::error(window.str() + " does not have the rank of " +
+                         whole.str());
+  size_t rank = whole.shape.size();
+  std::vector<int64_t> unitSteps(rank, 1);
+  if (Status s = info.ints("starts", rank, starts); !s)
+    return s;
+  if (Status s = info.ints("steps", rank, steps, &unitSteps); !s)
+    return s;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t step = (*steps)[d], first = (*starts)[d], last = 0;
+    if (step == 0)
+      return Status::error("attribute 'steps' has a zero step in dim " +
+                           std::to_string(d));
+    if (window.shape[d] == 0)
+      continue;
+    // Both ends of the walk along d must land inside `whole`.
+    bool overflow = __builtin_mul_overflow(window.shape[d] - 1, step, &last) ||
+                    __builtin_add_overflow(last, first, &last);
+    if (overflow || first < 0 || first >= whole.shape[d] || last < 0 ||
+        last >= whole.shape[d])
+      return Status::error(
+          std::string(kernel) + " of dim " + std::to_string(d) + " (start " +
+          std::to_string(first) + ", step " + std::to_string(step) + ", " +
+          std::to_string(window.shape[d]) + " elements) leaves " + wholeRole +
+          " " + whole.str());
+  }
+  return Status::ok();
+}
+
 Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
-  if (Status s = checkSameDType(a, r); !s)
+  std::vector<int64_t> starts, steps;
+  if (Status s = readStridedWindow(info, a, r, "slice", "the operand", &starts,
+                                   &steps);
+      !s)
     return s;
-  if (r.rank() != a.rank())
-    return Status::error("result " + r.str() + " does not have the rank of " +
-                         a.str());
   size_t rank = a.shape.size();
-  std::vector<int64_t> starts, steps, unitSteps(rank, 1);
-  if (Status s = info.ints("starts", rank, &starts); !s)
-    return s;
-  if (Status s = info.ints("steps", rank, &steps, &unitSteps); !s)
-    return s;
   std::vector<int64_t> inStrides = contiguousStrides(a.shape);
   std::vector<int64_t> strides(rank);
   int64_t base = 0;
   for (size_t d = 0; d < rank; ++d) {
-    if (steps[d] == 0)
-      return Status::error("attribute 'steps' has a zero step in dim " +
-                           std::to_string(d));
     strides[d] = steps[d] * inStrides[d];
     base += starts[d] * inStrides[d];
-    if (r.shape[d] == 0)
-      continue;
-    // Both ends of the walk along d must land inside the operand.
-    int64_t first = starts[d];
-    int64_t last = starts[d] + (r.shape[d] - 1) * steps[d];
-    if (first < 0 || first >= a.shape[d] || last < 0 || last >= a.shape[d])
-      return Status::error("slice of dim " + std::to_string(d) + " (start " +
-                           std::to_string(first) + ", step " +
-                           std::to_string(steps[d]) + ", " +
-                           std::to_string(r.shape[d]) +
-                           " elements) leaves the operand " + a.str());
   }
   StridedLoop loop = StridedLoop::build(r.shape, {strides});
   loop.baseOffset[0] = r.numElements() == 0 ? 0 : base;
@@ -465,35 +485,12 @@ Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
-  if (Status s = checkSameDType(a, r); !s)
+  std::vector<int64_t> starts, steps;
+  if (Status s = readStridedWindow(info, r, a, "slice_scatter", "the result",
+                                   &starts, &steps);
+      !s)
     return s;
-  if (r.rank() != a.rank())
-    return Status::error("result " + r.str() + " does not have the rank of " +
-                         a.str());
   size_t rank = a.shape.size();
-  std::vector<int64_t> starts, steps, unitSteps(rank, 1);
-  if (Status s = info.ints("starts", rank, &starts); !s)
-    return s;
-  if (Status s = info.ints("steps", rank, &steps, &unitSteps); !s)
-    return s;
-  for (size_t d = 0; d < rank; ++d) {
-    if (steps[d] == 0)
-      return Status::error("attribute 'steps' has a zero step in dim " +
-                           std::to_string(d));
-    if (a.shape[d] == 0)
-      continue;
-    // Both ends of the walk along d must land inside the result.
-    int64_t first = starts[d], last = 0;
-    bool overflow = __builtin_mul_overflow(a.shape[d] - 1, steps[d], &last) ||
-                    __builtin_add_overflow(last, first, &last);
-    if (overflow || first < 0 || first >= r.shape[d] || last < 0 ||
-        last >= r.shape[d])
-      return Status::error("slice_scatter of dim " + std::to_string(d) +
-                           " (start " + std::to_string(first) + ", step " +
-                           std::to_string(steps[d]) + ", " +
-                           std::to_string(a.shape[d]) +
-                           " elements) leaves the result " + r.str());
-  }
   int64_t inCount = safeNumElements(a), outCount = safeNumElements(r);
   size_t elemSize = dtypeSize(r.dtype);
   size_t outBytes = static_cast<size_t>(outCount) * elemSize;
