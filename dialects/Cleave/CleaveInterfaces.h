@@ -4,6 +4,7 @@
 #define CLEAVE_DIALECT_CLEAVEINTERFACES_H
 
 #include "mlir/IR/Builders.h"
+#include "Cleave/ShardingRule.h"
 #include "mlir/IR/OpDefinition.h"
 
 #include "Cleave/CleaveInterfaces.h.inc"

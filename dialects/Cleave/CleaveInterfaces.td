@@ -46,4 +46,20 @@ def Cleave_DifferentiableOpInterface
   ];
 }
 
+def Cleave_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
+  let cppNamespace = "::mlir::cleave";
+  let description = [{
+    An op's sharding rule: the op as an einsum over factors (ShardingRule.h,
+    after OpenXLA Shardy). Sharding propagation and partitioning read only
+    this; a split contracted factor gives a partial result, a split parallel
+    factor a split result. Ops whose dimensions map to several factors at
+    once (reshape) are handled by the partitioner itself.
+  }];
+  let methods = [
+    InterfaceMethod<"Fills the op's factor rule; fails if the op has none.",
+      "::mlir::LogicalResult", "getShardingRule",
+      (ins "::mlir::cleave::ShardingRule &":$rule)>
+  ];
+}
+
 #endif // CLEAVE_INTERFACES_TD

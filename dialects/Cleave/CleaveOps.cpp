@@ -640,5 +640,91 @@ LogicalResult RandomUniformOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor parallelism
+//===----------------------------------------------------------------------===//
+
+/// The module's mesh shape (`cleave.mesh`), if \p op is inside one that has
+/// it.
+static std::optional<ArrayRef<int64_t>> meshOf(Operation *op) {
+  for (Operation *p = op->getParentOp(); p; p = p->getParentOp())
+    if (auto mesh = p->getAttrOfType<DenseI64ArrayAttr>("cleave.mesh"))
+      return mesh.asArrayRef();
+  return std::nullopt;
+}
+
+/// Checks `axes` (sorted, distinct, inside the mesh) and returns the group
+/// size, or 0 when the mesh is unknown.
+static FailureOr<int64_t> verifyGroup(Operation *op, ArrayRef<int64_t> axes) {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] < 0 || (i && axes[i] <= axes[i - 1]))
+      return op->emitOpError("mesh axes must be sorted, distinct and >= 0");
+  std::optional<ArrayRef<int64_t>> mesh = meshOf(op);
+  if (!mesh)
+    return 0;
+  int64_t size = 1;
+  for (int64_t a : axes) {
+    if (a >= static_cast<int64_t>(mesh->size()))
+      return op->emitOpError("mesh axis ")
+             << a << " is outside the mesh of rank " << mesh->size();
+    size *= (*mesh)[a];
+  }
+  return size;
+}
+
+/// Checks that \p small is \p big with dimension \p dim divided by the group
+/// size (\p group, 0 when unknown).
+static LogicalResult verifyChunk(Operation *op, Value big, Value small,
+                                 int64_t dim, int64_t group) {
+  ArrayRef<int64_t> b = shapeOf(big), s = shapeOf(small);
+  if (elementTypeOf(big) != elementTypeOf(small))
+    return op->emitOpError("changes the element type");
+  if (b.size() != s.size() || dim < 0 || dim >= static_cast<int64_t>(b.size()))
+    return op->emitOpError("dim ") << dim << " is out of range, or the ranks "
+                                   << "differ";
+  for (size_t d = 0; d < b.size(); ++d) {
+    if (static_cast<int64_t>(d) == dim)
+      continue;
+    if (b[d] != s[d])
+      return op->emitOpError("shapes differ in dimension ")
+             << d << ", which is not the split dimension";
+  }
+  if (s[dim] == 0 || b[dim] % s[dim] || (group && b[dim] != s[dim] * group))
+    return op->emitOpError("dimension ")
+           << dim << " of size " << b[dim] << " is not " << s[dim]
+           << " times the group size";
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  if (failed(verifyGroup(*this, getAxes())))
+    return failure();
+  if (getKind() != ReduceKind::sum && getKind() != ReduceKind::max &&
+      getKind() != ReduceKind::min)
+    return emitOpError("reduces with sum, max or min");
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  FailureOr<int64_t> group = verifyGroup(*this, getAxes());
+  if (failed(group))
+    return failure();
+  return verifyChunk(*this, getResult(), getInput(), getDim(), *group);
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  FailureOr<int64_t> group = verifyGroup(*this, getAxes());
+  if (failed(group))
+    return failure();
+  return verifyChunk(*this, getInput(), getResult(), getDim(), *group);
+}
+
+LogicalResult ShardSliceOp::verify() {
+  FailureOr<int64_t> group = verifyGroup(*this, getAxes());
+  if (failed(group))
+    return failure();
+  return verifyChunk(*this, getInput(), getResult(), getDim(), *group);
+}
+
 #define GET_OP_CLASSES
 #include "Cleave/CleaveOps.cpp.inc"

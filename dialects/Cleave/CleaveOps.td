@@ -623,4 +623,86 @@ def Cleave_RandomUniformOp : Cleave_Op<"random_uniform"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor parallelism: collectives and this rank's slice
+//===----------------------------------------------------------------------===//
+
+// Every op below works within the group of ranks that differ only in the
+// mesh axes `axes` (the module's `cleave.mesh` gives the mesh shape); the
+// group's rank order is row-major over those axes.
+
+def Cleave_AllReduceOp : Cleave_Op<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "Sum (or max, min) over the group, every rank getting it";
+  let description = [{
+    Turns a partial value (each rank holds an addend) into the replicated
+    total.
+
+    ```mlir
+    %0 = cleave.all_reduce sum %x axes = [0] : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_ReduceKindAttr:$kind, Cleave_NumericTensor:$input,
+                   DenseI64ArrayAttr:$axes);
+  let results = (outs Cleave_NumericTensor:$result);
+  let assemblyFormat = "$kind $input `axes` `=` $axes attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Cleave_AllGatherOp : Cleave_Op<"all_gather"> {
+  let summary = "Concatenates the group's slices along one dimension";
+  let description = [{
+    Group member `k`'s operand lands at offset `k * operand.shape[dim]`
+    along `dim` of the result, whose `dim` is the group size times larger.
+
+    ```mlir
+    %0 = cleave.all_gather %x axes = [0] dim = 1 : tensor<8x4xf32> -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$axes,
+                   I64Attr:$dim);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $input `axes` `=` $axes `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_ReduceScatterOp : Cleave_Op<"reduce_scatter"> {
+  let summary = "Sums over the group and keeps this rank's slice";
+  let description = [{
+    The group sum of the operand, of which group member `k` keeps chunk `k`
+    along `dim`: a partial value becomes a split one.
+
+    ```mlir
+    %0 = cleave.reduce_scatter %x axes = [0] dim = 0 : tensor<16x8xf32> -> tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_NumericTensor:$input, DenseI64ArrayAttr:$axes,
+                   I64Attr:$dim);
+  let results = (outs Cleave_NumericTensor:$result);
+  let assemblyFormat = [{
+    $input `axes` `=` $axes `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cleave_ShardSliceOp : Cleave_Op<"shard_slice"> {
+  let summary = "This rank's chunk of a replicated value";
+  let description = [{
+    Group member `k` keeps chunk `k` along `dim`: a replicated value becomes
+    a split one without communication.
+
+    ```mlir
+    %0 = cleave.shard_slice %x axes = [0] dim = 1 : tensor<8x16xf32> -> tensor<8x4xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$axes,
+                   I64Attr:$dim);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $input `axes` `=` $axes `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // CLEAVE_OPS_TD

@@ -177,6 +177,9 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
       })
       .Case<GatherOp>([&](GatherOp g) {
         b.ints("axis", {static_cast<int64_t>(g.getAxis())});
+        if (auto shard =
+                g->getAttrOfType<DenseI64ArrayAttr>("cleave.shard_axes"))
+          b.ints("shard_axes", shard.asArrayRef());
         return "gather";
       })
       .Case<Conv2DOp>([&](Conv2DOp c) {
@@ -199,6 +202,9 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
       })
       .Case<ScatterAddOp>([&](ScatterAddOp g) {
         b.ints("axis", {static_cast<int64_t>(g.getAxis())});
+        if (auto shard =
+                g->getAttrOfType<DenseI64ArrayAttr>("cleave.shard_axes"))
+          b.ints("shard_axes", shard.asArrayRef());
         return "scatter_add";
       })
       .Case<SliceScatterOp>([&](SliceScatterOp s) {
@@ -227,6 +233,22 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
             }
             return "max_pool2d_backward";
           })
+      .Case<AllReduceOp>([&](AllReduceOp r) {
+        b.ints("axes", r.getAxes());
+        int64_t kind = r.getKind() == ReduceKind::sum   ? 0
+                       : r.getKind() == ReduceKind::max ? 1
+                                                        : 2;
+        b.ints("reduction", {kind});
+        return "all_reduce";
+      })
+      .Case<AllGatherOp, ReduceScatterOp, ShardSliceOp>(
+          [&](auto c) -> std::string {
+            b.ints("axes", c.getAxes());
+            b.ints("dim", {static_cast<int64_t>(c.getDim())});
+            return isa<AllGatherOp>(op)       ? "all_gather"
+                   : isa<ReduceScatterOp>(op) ? "reduce_scatter"
+                                              : "shard_slice";
+          })
       .Case<RandomUniformOp>([&](RandomUniformOp r) {
         b.ints("seed", {static_cast<int64_t>(r.getSeed())});
         b.ints("stream", {static_cast<int64_t>(r.getStream())});
@@ -254,6 +276,9 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     auto a = attrs ? attrs.getAs<StringAttr>(name) : StringAttr();
     return a ? a.str() : std::string();
   };
+  if (attrs)
+    if (auto split = attrs.getAs<IntegerAttr>("cleave.split_dim"))
+      b.set_split_dim(split.getInt());
   if (!attrs) {
     b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
   } else if (attrs.get(kLossAttr)) {
@@ -388,6 +413,8 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
              << kernel << "', which the runtime does not list";
     inst.set_kernel(kernel);
     inst.set_location(locationString(op.getLoc()));
+    if (auto phase = op.getAttrOfType<StringAttr>("cleave.phase"))
+      inst.set_phase(phase.str());
     // Optional operands that are absent are encoded as -1 (kernels.def).
     auto appendOperand = [&](Value v) {
       inst.add_operands(v ? ids.lookup(v) : -1);

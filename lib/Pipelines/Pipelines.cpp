@@ -8,6 +8,7 @@
 #include "cleave/Autodiff/Passes.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Lowering/Passes.h"
+#include "cleave/Sharding/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -35,6 +36,14 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   opt.beta2 = options.beta2;
   opt.eps = options.eps;
   fpm.addPass(createOptimizerPass(opt));
+  if (options.tp > 1) {
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createCSEPass());
+    PartitionPassOptions partition;
+    partition.tp = options.tp;
+    partition.planFile = options.planFile;
+    pm.addPass(createPartitionPass(partition));
+  }
   buildForwardPipeline(pm);
 }
 
@@ -48,6 +57,8 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<double> beta1{*this, "beta1", llvm::cl::init(0.9)};
   Option<double> beta2{*this, "beta2", llvm::cl::init(0.999)};
   Option<double> eps{*this, "eps", llvm::cl::init(1e-8)};
+  Option<int64_t> tp{*this, "tp", llvm::cl::init(1)};
+  Option<std::string> plan{*this, "plan", llvm::cl::init("")};
 };
 } // namespace
 
@@ -56,8 +67,8 @@ void mlir::cleave::registerPipelines() {
       "cleave-train-pipeline",
       "Builds and lowers the train step (loss, gradients, optimizer update)",
       [](OpPassManager &pm, const TrainPipelineOptions &o) {
-        TrainOptions t{o.loss,        o.optimizer, o.lr,    o.momentum,
-                       o.weightDecay, o.beta1,     o.beta2, o.eps};
+        TrainOptions t{o.loss,  o.optimizer, o.lr,  o.momentum, o.weightDecay,
+                       o.beta1, o.beta2,     o.eps, o.tp,       o.plan};
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

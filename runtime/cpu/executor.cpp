@@ -9,6 +9,7 @@
 
 #include "kernel.h"
 
+#include "cleave/runtime/comm.h"
 #include "plan/plan.pb.h"
 
 #include <algorithm>
@@ -135,6 +136,9 @@ std::string describeInstruction(size_t index, const std::string &kernel,
 } // namespace
 
 struct Executor::Impl {
+  /// The communicator collectives use; ownedComm when none was given.
+  Communicator *comm = nullptr;
+  std::unique_ptr<Communicator> ownedComm;
   std::vector<ValueInfo> values;
   std::vector<int32_t> inputs;
   std::vector<int32_t> outputs;
@@ -321,6 +325,7 @@ static Status bindInstruction(const plan::Program &program, size_t index,
 
   KernelInfo info;
   info.kernel = inst.kernel();
+  info.comm = impl.comm;
   int numValues = program.values_size();
   for (int32_t id : inst.operands()) {
     if (id == -1) {
@@ -366,8 +371,13 @@ static Status bindInstruction(const plan::Program &program, size_t index,
 }
 
 Status Executor::create(const plan::Program &program,
-                        std::unique_ptr<Executor> *result) {
+                        std::unique_ptr<Executor> *result, Communicator *comm) {
   auto impl = std::make_unique<Impl>();
+  if (!comm) {
+    impl->ownedComm = makeSingleProcessCommunicator({1});
+    comm = impl->ownedComm.get();
+  }
+  impl->comm = comm;
   std::string prefix = "program '" + program.name() + "': ";
   if (Status s = loadValues(program, *impl); !s)
     return Status::error(prefix + s.message());

@@ -24,6 +24,8 @@
 
 namespace cleave::rt {
 
+class Communicator;
+
 /// Element counts above which loops are split across OpenMP threads; below it
 /// the fork/join overhead dominates.
 constexpr int64_t kParallelThreshold = 32 * 1024;
@@ -50,6 +52,9 @@ struct KernelInfo {
   std::vector<std::optional<TensorType>> operands;
   std::vector<std::optional<TensorType>> results;
   std::map<std::string, Attr> attrs;
+  /// The mesh this program runs on, for collectives; set by the executor,
+  /// never null there, and outlives the kernels.
+  Communicator *comm = nullptr;
 
   /// Checks operand and result counts: between \p minOperands and
   /// \p maxOperands operands, those at positions >= minOperands optional

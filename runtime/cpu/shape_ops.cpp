@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cleave/runtime/comm.h"
 #include "kernel.h"
 
 #include <algorithm>
@@ -428,6 +429,44 @@ Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
   return Status::ok();
 }
 
+/// A gather table (or scatter result) split along its axis over the mesh
+/// axes of attr shard_axes: this rank holds rows [offset, offset + extent)
+/// of `global`. Unsplit: offset 0, global = extent.
+Status shardRange(const KernelInfo &info, int64_t extent, int64_t *offset,
+                  int64_t *global) {
+  *offset = 0;
+  *global = extent;
+  auto it = info.attrs.find("shard_axes");
+  if (it == info.attrs.end())
+    return Status::ok();
+  if (!info.comm)
+    return Status::error("shard_axes needs a communicator");
+  const std::vector<int64_t> &axes = it->second.ints;
+  if (Status s = info.comm->checkAxes(axes); !s)
+    return s;
+  *offset = info.comm->groupRank(axes) * extent;
+  *global = info.comm->groupSize(axes) * extent;
+  return Status::ok();
+}
+
+/// Maps global indices to this rank's rows: -1 for rows another rank holds.
+template <typename T>
+Status localRows(const T *indices, int64_t count, int64_t offset,
+                 int64_t extent, int64_t global, int64_t axis,
+                 std::vector<int64_t> *rows) {
+  rows->resize(count);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t g = indices[i] < 0 ? indices[i] + global : indices[i];
+    if (g < 0 || g >= global)
+      return Status::error("index " + std::to_string(indices[i]) +
+                           " is out of range for axis " + std::to_string(axis) +
+                           " of extent " + std::to_string(global));
+    int64_t l = g - offset;
+    (*rows)[i] = l >= 0 && l < extent ? l : -1;
+  }
+  return Status::ok();
+}
+
 Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 2, 1); !s)
     return s;
@@ -458,6 +497,35 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
       static_cast<size_t>(product(data.shape, axis + 1, data.shape.size())) *
       dtypeSize(data.dtype);
   bool wide = idx.dtype == DType::I64;
+  int64_t offset = 0, global = 0;
+  if (Status s = shardRange(info, extent, &offset, &global); !s)
+    return s;
+  if (global != extent) {
+    // Vocab-parallel lookup: rows of other ranks read as zeros.
+    *fn = [=](const KernelArgs &args) {
+      const auto *data = static_cast<const uint8_t *>(args.operands[0]);
+      auto *out = static_cast<uint8_t *>(args.results[0]);
+      std::vector<int64_t> rows;
+      Status s = wide
+                     ? localRows(static_cast<const int64_t *>(args.operands[1]),
+                                 count, offset, extent, global, axis, &rows)
+                     : localRows(static_cast<const int32_t *>(args.operands[1]),
+                                 count, offset, extent, global, axis, &rows);
+      if (!s)
+        return s;
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t c = 0; c < count; ++c) {
+          uint8_t *dst = out + (o * count + c) * rowBytes;
+          if (rows[c] < 0)
+            std::memset(dst, 0, rowBytes);
+          else
+            std::memcpy(dst, data + (o * extent + rows[c]) * rowBytes,
+                        rowBytes);
+        }
+      return Status::ok();
+    };
+    return Status::ok();
+  }
   *fn = [=](const KernelArgs &args) {
     const auto *data = static_cast<const uint8_t *>(args.operands[0]);
     auto *out = static_cast<uint8_t *>(args.results[0]);
@@ -570,6 +638,37 @@ Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
   int64_t outer = scatter ? product(r.shape, 0, axis) : 0;
   int64_t inner = scatter ? product(r.shape, axis + 1, r.shape.size()) : 0;
   bool wide = idx.dtype == DType::I64;
+  int64_t offset = 0, global = 0;
+  if (Status s = shardRange(info, extent, &offset, &global); !s)
+    return s;
+  if (global != extent) {
+    // This rank keeps only its rows of the result; in index order, so the
+    // sums are those of the unsplit scatter.
+    *fn = [=](const KernelArgs &args) {
+      const auto *updates = static_cast<const float *>(args.operands[0]);
+      auto *out = static_cast<float *>(args.results[0]);
+      std::vector<int64_t> rows;
+      Status s = wide
+                     ? localRows(static_cast<const int64_t *>(args.operands[1]),
+                                 count, offset, extent, global, axis, &rows)
+                     : localRows(static_cast<const int32_t *>(args.operands[1]),
+                                 count, offset, extent, global, axis, &rows);
+      if (!s)
+        return s;
+      std::fill(out, out + total, 0.0f);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t c = 0; c < count; ++c) {
+          if (rows[c] < 0)
+            continue;
+          float *dst = out + (o * extent + rows[c]) * inner;
+          const float *src = updates + (o * count + c) * inner;
+          for (int64_t k = 0; k < inner; ++k)
+            dst[k] += src[k];
+        }
+      return Status::ok();
+    };
+    return Status::ok();
+  }
   *fn = [=](const KernelArgs &args) {
     const auto *updates = static_cast<const float *>(args.operands[0]);
     auto *out = static_cast<float *>(args.results[0]);

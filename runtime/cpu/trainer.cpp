@@ -1,11 +1,13 @@
 //===- trainer.cpp - Runs a compiled training bundle ----------------------===//
 
 #include "cleave/runtime/trainer.h"
+#include "cleave/runtime/comm.h"
 
 #include "plan/plan.pb.h"
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -68,6 +70,49 @@ std::string stateKey(const pb::Binding &b) {
   }
 }
 
+/// Chunk \p k of \p parts along \p dim of \p t.
+HostTensor chunkOf(const HostTensor &t, int64_t dim, int64_t k, int64_t parts) {
+  std::vector<int64_t> shape = t.shape;
+  shape[dim] /= parts;
+  HostTensor out = HostTensor::zeros(t.dtype, shape);
+  size_t elem = dtypeSize(t.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim; d < shape.size(); ++d)
+    inner *= shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(out.bytes.data() + o * inner * elem,
+                t.bytes.data() + (o * parts + k) * inner * elem, inner * elem);
+  return out;
+}
+
+/// The full tensor from every rank's chunk along \p dim (collective).
+Status gatherAlong(Communicator &comm, const HostTensor &local, int64_t dim,
+                   HostTensor *full) {
+  std::vector<int64_t> axes{0};
+  int64_t parts = comm.groupSize(axes);
+  std::vector<uint8_t> all(local.bytes.size() * parts);
+  if (Status s = comm.allGather(local.bytes.data(), all.data(),
+                                local.bytes.size(), axes);
+      !s)
+    return s;
+  std::vector<int64_t> shape = local.shape;
+  shape[dim] *= parts;
+  *full = HostTensor::zeros(local.dtype, shape);
+  size_t elem = dtypeSize(local.dtype);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim; d < local.shape.size(); ++d)
+    inner *= local.shape[d];
+  for (int64_t k = 0; k < parts; ++k)
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(full->bytes.data() + (o * parts + k) * inner * elem,
+                  all.data() + (k * outer + o) * inner * elem, inner * elem);
+  return Status::ok();
+}
+
 } // namespace
 
 Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
@@ -100,9 +145,37 @@ Status train(const TrainOptions &options) {
   if (Status s = loadBundlePlan(options.bundleDir, &plan); !s)
     return s;
   const pb::Program &program = plan.programs(0);
+  int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
+  std::unique_ptr<Communicator> single;
+  Communicator *comm = options.comm;
+  if (!comm) {
+    if (tp != 1)
+      return Status::error("bundle '" + options.bundleDir +
+                           "' is compiled for tp = " + std::to_string(tp) +
+                           "; run it with --ranks " + std::to_string(tp));
+    single = makeSingleProcessCommunicator();
+    comm = single.get();
+  }
+  if (comm->size() != tp)
+    return Status::error("bundle '" + options.bundleDir +
+                         "' is compiled for tp = " + std::to_string(tp) +
+                         " but runs on " + std::to_string(comm->size()) +
+                         " ranks");
+  bool leader = comm->rank() == 0;
   std::unique_ptr<Executor> executor;
-  if (Status s = Executor::create(program, &executor); !s)
+  if (Status s = Executor::create(program, &executor, comm); !s)
     return Status::error("bundle '" + options.bundleDir + "': " + s.message());
+  // Which dimension of each state tensor this rank holds a chunk of.
+  std::map<std::string, int64_t> splitOf;
+  for (const auto &bindings :
+       {program.input_bindings(), program.output_bindings()})
+    for (const pb::Binding &b : bindings)
+      if (b.has_split_dim())
+        splitOf[stateKey(b)] = b.split_dim();
+  auto splitDim = [&](const std::string &key) {
+    auto it = splitOf.find(key);
+    return it == splitOf.end() ? int64_t(-1) : it->second;
+  };
   if (options.steps < 1)
     return Status::error("--steps must be at least 1");
 
@@ -123,7 +196,15 @@ Status train(const TrainOptions &options) {
     pb::Binding b;
     b.set_role(t.role());
     b.set_name(t.name());
-    state[stateKey(b)] = std::move(value);
+    std::string key = stateKey(b);
+    if (int64_t d = splitDim(key); d >= 0) {
+      if (d >= static_cast<int64_t>(value.shape.size()) || value.shape[d] % tp)
+        return Status::error("bundle '" + options.bundleDir + "': tensor '" +
+                             t.name() + "' cannot be split along dimension " +
+                             std::to_string(d) + " into " + std::to_string(tp));
+      value = chunkOf(value, d, comm->groupRank({0}), tp);
+    }
+    state[key] = std::move(value);
   }
   size_t numInputs = program.inputs_size();
   for (size_t i = 0; i < numInputs; ++i) {
@@ -229,8 +310,9 @@ Status train(const TrainOptions &options) {
         state[key] = std::move(outputs[o]);
     }
     losses.push_back(loss);
-    if (options.log && ((step + 1) % logEvery == 0 || step == 0 ||
-                        step + 1 == options.steps)) {
+    if (options.log && leader &&
+        ((step + 1) % logEvery == 0 || step == 0 ||
+         step + 1 == options.steps)) {
       *options.log << "step " << std::setw(5) << step + 1 << "/"
                    << options.steps << "  loss " << std::fixed
                    << std::setprecision(6) << loss << "  "
@@ -242,12 +324,28 @@ Status train(const TrainOptions &options) {
   if (options.dumpDir.empty())
     return Status::ok();
   std::error_code ec;
-  fs::create_directories(options.dumpDir, ec);
+  if (leader)
+    fs::create_directories(options.dumpDir, ec);
   if (ec)
     return Status::error("cannot create '" + options.dumpDir +
                          "': " + ec.message());
+  // Every rank takes part in gathering split tensors; rank 0 writes.
+  auto writeFull = [&](const std::string &file, const HostTensor &t,
+                       const std::string &key) -> Status {
+    HostTensor full;
+    const HostTensor *out = &t;
+    if (int64_t d = splitDim(key); d >= 0) {
+      if (Status s = gatherAlong(*comm, t, d, &full); !s)
+        return s;
+      out = &full;
+    }
+    if (!leader)
+      return Status::ok();
+    return writeNpy((fs::path(options.dumpDir) / file).string(), *out);
+  };
   auto write = [&](const std::string &file, const HostTensor &t) {
-    return writeNpy((fs::path(options.dumpDir) / file).string(), t);
+    return leader ? writeNpy((fs::path(options.dumpDir) / file).string(), t)
+                  : Status::ok();
   };
   HostTensor lossTensor =
       HostTensor::zeros(DType::F32, {static_cast<int64_t>(losses.size())});
@@ -258,14 +356,20 @@ Status train(const TrainOptions &options) {
     pb::Binding b;
     b.set_role(t.role());
     b.set_name(t.name());
-    if (Status s =
-            write(sanitizeFileName(t.name()) + ".npy", state[stateKey(b)]);
+    if (Status s = writeFull(sanitizeFileName(t.name()) + ".npy",
+                             state[stateKey(b)], stateKey(b));
         !s)
       return s;
   }
-  for (const auto &[name, grad] : lastGrads)
-    if (Status s = write(sanitizeFileName(name) + ".grad.npy", grad); !s)
+  for (const auto &[name, grad] : lastGrads) {
+    pb::Binding b;
+    b.set_role(pb::Binding::PARAMETER);
+    b.set_name(name);
+    if (Status s =
+            writeFull(sanitizeFileName(name) + ".grad.npy", grad, stateKey(b));
+        !s)
       return s;
+  }
   return Status::ok();
 }
 

@@ -8,11 +8,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cleave/CleaveDialect.h"
+#include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
+#include "cleave/Sharding/Sharding.h"
+#include "cleave/runtime/comm.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/trainer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,6 +42,13 @@ static cl::SubCommand importCmd("import", "Import a model and print its IR");
 static cl::SubCommand compileCmd("compile",
                                  "Compile a model's training step into a "
                                  "bundle");
+static cl::SubCommand inspectCmd("inspect",
+                                 "Show a bundle's sharding, collectives and "
+                                 "memory");
+static cl::opt<std::string> inspectPath(cl::Positional, cl::desc("BUNDLE"),
+                                        cl::Required, cl::sub(inspectCmd));
+static cl::opt<bool> inspectJson("json", cl::desc("Print JSON"),
+                                 cl::sub(inspectCmd));
 static cl::SubCommand runCmd("run", "Train with a bundle (or run a model's "
                                     "forward pass with --forward)");
 
@@ -80,6 +90,21 @@ static cl::opt<int64_t> seed("seed",
                              cl::desc("Seed of the random streams "
                                       "(dropout)"),
                              cl::init(0), cl::sub(compileCmd));
+static cl::opt<int64_t> tpSize("tp", cl::desc("Tensor-parallel ranks"),
+                               cl::init(1), cl::sub(compileCmd));
+static cl::opt<std::string>
+    planPath("plan",
+             cl::desc("Layout rules: lines of 'REGEX colwise|rowwise|"
+                      "replicate|vocab' for parameter names"),
+             cl::value_desc("FILE"), cl::sub(compileCmd));
+static cl::opt<int64_t> ranks("ranks",
+                              cl::desc("Processes to start (one per rank); "
+                                       "default: the bundle's tp"),
+                              cl::init(0), cl::sub(runCmd));
+static cl::opt<double> timeout("timeout",
+                               cl::desc("Seconds a rank waits for its peers "
+                                        "before giving up"),
+                               cl::init(60), cl::sub(runCmd));
 static cl::list<std::string>
     freezePatterns("freeze",
                    cl::desc("Do not train initializers whose names match "
@@ -99,6 +124,9 @@ static cl::opt<std::string> inputsDir("inputs",
 static cl::opt<std::string> dumpDir("dump",
                                     cl::desc("Directory for NAME.npy outputs"),
                                     cl::sub(runCmd));
+
+/// The command line as given, for starting the other ranks.
+static std::vector<std::string> originalArgs;
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "cleave: error: " << message << "\n";
@@ -200,9 +228,42 @@ static int runForward(MLIRContext &ctx) {
     options.dumpDir = dumpDir;
     options.logEvery = logEvery;
     options.log = &std::cout;
-    rt::Status status = rt::train(options);
-    if (!status)
-      return fail(status.message());
+    ::cleave::plan::Plan plan;
+    if (rt::Status s = rt::loadBundlePlan(modelPath, &plan); !s)
+      return fail(s.message());
+    int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
+    if (ranks && ranks != tp)
+      return fail("bundle '" + modelPath + "' is compiled for tp = " +
+                  std::to_string(tp) + "; --ranks " + std::to_string(ranks) +
+                  " does not match (recompile with --tp " +
+                  std::to_string(ranks) + ")");
+    if (tp == 1 && !rt::launchedByMpi()) {
+      if (rt::Status s = rt::train(options); !s)
+        return fail(s.message());
+      return 0;
+    }
+    if (!rt::launchedByMpi()) {
+      // Start one process per rank running this same command.
+      rt::Status s = rt::launchRanks(originalArgs, tp, 0);
+      if (!s && s.message().find("mpirun") != std::string::npos &&
+          s.message().find("PATH") != std::string::npos)
+        return fail(s.message());
+      return s ? 0 : 1; // the ranks printed their errors
+    }
+    std::unique_ptr<rt::Communicator> comm;
+    if (rt::Status s = rt::makeMpiCommunicator({tp}, timeout, &comm); !s) {
+      llvm::errs() << "cleave: error: " << s.message() << "\n";
+      rt::abortAllRanks(1);
+    }
+    options.comm = comm.get();
+    if (rt::Status s = rt::train(options); !s) {
+      llvm::errs() << "cleave: error: rank " << comm->rank() << ": "
+                   << s.message() << "\n";
+      llvm::errs().flush();
+      rt::abortAllRanks(1);
+    }
+    comm.reset();
+    rt::finalizeMpi();
     return 0;
   }
   OnnxImportOptions options;
@@ -352,9 +413,9 @@ static int writeBundle(MLIRContext &ctx, const OnnxModel &model,
     entry->set_role(param ? ::cleave::plan::Binding::PARAMETER
                           : ::cleave::plan::Binding::BUFFER);
     entry->set_file(file);
-    auto type = cast<RankedTensorType>(arg.getType());
+    // The global shape: a rank's slice is cut at load time.
     entry->mutable_type()->set_dtype(::cleave::plan::F32);
-    for (int64_t d : type.getShape())
+    for (int64_t d : data->shape)
       entry->mutable_type()->add_shape(d);
   }
   llvm::SmallString<256> planPath(tmp);
@@ -403,8 +464,13 @@ static int runCompile(MLIRContext &ctx) {
   train.beta1 = beta1;
   train.beta2 = beta2;
   train.eps = eps;
+  if (tpSize < 1)
+    return fail("--tp must be at least 1");
+  train.tp = tpSize;
+  train.planFile = planPath;
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
+  plan.add_mesh(tpSize);
   if (failed(
           mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
     return 1;
@@ -423,11 +489,17 @@ static int runCompile(MLIRContext &ctx) {
     hp["momentum"] = train.momentum;
   }
   config->set_seed(seed);
+  if (tpSize > 1)
+    hp["tp"] = tpSize;
   auto main = module->lookupSymbol<func::FuncOp>("main");
   return writeBundle(ctx, *model, main, plan, outputPath);
 }
 
 int main(int argc, char **argv) {
+  originalArgs.assign(argv, argv + argc);
+  // The other ranks run this very binary, wherever the shell found it.
+  originalArgs[0] = llvm::sys::fs::getMainExecutable(
+      argv[0], reinterpret_cast<void *>(&fail));
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv,
                               "Cleave: a tensor-parallel training compiler\n");
@@ -435,6 +507,7 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   registry.insert<mlir::cleave::CleaveDialect, func::FuncDialect>();
   mlir::cleave::registerDifferentiationRules(registry);
+  mlir::cleave::registerShardingRules(registry);
   context.appendDialectRegistry(registry);
   context.loadDialect<mlir::cleave::CleaveDialect, func::FuncDialect>();
   DiagnosticPrinter printer(context);
@@ -442,7 +515,9 @@ int main(int argc, char **argv) {
     return runImport(context);
   if (compileCmd)
     return runCompile(context);
+  if (inspectCmd)
+    return runInspect(inspectPath, inspectJson);
   if (runCmd)
     return runForward(context);
-  return fail("give a command: import, compile or run (see --help)");
+  return fail("give a command: import, compile, run or inspect (see --help)");
 }

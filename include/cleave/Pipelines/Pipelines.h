@@ -22,10 +22,14 @@ struct TrainOptions {
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = 0, weightDecay = 0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  /// Tensor-parallel ranks, and an optional file of layout rules.
+  int64_t tp = 1;
+  std::string planFile;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,
-/// then the forward pipeline's clean-up and buffer planning.
+/// clean up, partition for tensor parallelism (tp > 1), then the forward
+/// pipeline's clean-up and buffer planning.
 void buildTrainPipeline(OpPassManager &pm, const TrainOptions &options);
 
 /// Registers `cleave-forward-pipeline` and `cleave-train-pipeline` with the

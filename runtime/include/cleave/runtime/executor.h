@@ -19,6 +19,8 @@ class Program;
 
 namespace cleave::rt {
 
+class Communicator;
+
 /// Element types the CPU backend executes; mirrors plan::DType.
 enum class DType { F32, I64, I32, Bool };
 
@@ -67,8 +69,14 @@ public:
   /// Validates \p program (kernel names, value ids, types, arena bounds,
   /// constant sizes) and binds its kernels. On failure returns an error naming
   /// the offending instruction or value.
+  ///
+  /// Collective instructions run over \p comm (not owned; it must outlive
+  /// the executor); their mesh axes and group sizes are checked against it
+  /// here. Without one, the program runs alone on a mesh of shape [1], where
+  /// every group has one member.
   static Status create(const plan::Program &program,
-                       std::unique_ptr<Executor> *result);
+                       std::unique_ptr<Executor> *result,
+                       Communicator *comm = nullptr);
   ~Executor();
 
   /// Runs the program. \p inputs must match the program's inputs in order,

@@ -23,6 +23,8 @@ class Plan;
 
 namespace cleave::rt {
 
+class Communicator;
+
 /// The plan format this runtime reads and the compiler writes.
 constexpr uint32_t kPlanFormatVersion = 2;
 /// File names inside a bundle directory.
@@ -42,6 +44,10 @@ struct TrainOptions {
   /// Progress: a line every this many steps (0: choose from --steps).
   int64_t logEvery = 0;
   std::ostream *log = nullptr;
+  /// This process's rank of the bundle's mesh (tensor parallelism); null:
+  /// one process. Each rank loads its slices of the weights; rank 0 logs and
+  /// writes the dumps (full, gathered tensors).
+  Communicator *comm = nullptr;
 };
 
 /// Runs \p options.steps training steps. Errors name the file or tensor.

@@ -1,0 +1,57 @@
+//===- Passes.td - Tensor-parallel passes ------------------*- tablegen -*-===//
+
+#ifndef CLEAVE_SHARDING_PASSES_TD
+#define CLEAVE_SHARDING_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
+  let summary = "Chooses parameter layouts and rewrites the train step per rank";
+  let description = [{
+    Tensor parallelism over a 1-D mesh of `tp` ranks (axis 0, "tp"). Each
+    parameter is replicated or split along one dimension; the layouts come
+    from `plan` rules where given (a file of `REGEX KIND` lines, KIND one of
+    colwise, rowwise, replicate, vocab), the rest from a search that scores
+    each candidate plan by a dry run of the partitioner over the whole train
+    step (alpha-beta communication time plus a charge for per-rank memory).
+
+    The partitioner then walks the step once: every op picks, from its
+    ShardingRuleOpInterface factors, the split that needs the least
+    communication for its operands' layouts; values are rebuilt on local
+    shapes, and `cleave.all_reduce` / `cleave.all_gather` /
+    `cleave.shard_slice` are inserted where layouts meet. Partial sums stay
+    pending through linear ops. The result is one SPMD program: every rank
+    runs it, collectives and `shard_slice` find the rank at run time. Split
+    arguments and results are marked `cleave.split_dim`; the module gets
+    `cleave.mesh`.
+
+    Before (`tp=2`, `x W^T` then `relu` then `h V^T`):
+    ```mlir
+    func.func @main(%x: tensor<4x8xf32>, %w: tensor<16x8xf32> {cleave.parameter = "w"}, %v: tensor<8x16xf32> {cleave.parameter = "v"}) -> (tensor<4x8xf32> {cleave.loss}) {
+      %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+      %1 = cleave.relu %0 : tensor<4x16xf32>
+      %2 = cleave.matmul %1, %v {transpose_rhs} : (tensor<4x16xf32>, tensor<8x16xf32>) -> tensor<4x8xf32>
+      return %2 : tensor<4x8xf32>
+    }
+    ```
+    After (`w` split by rows, `v` by columns: Megatron's MLP, one all-reduce):
+    ```mlir
+    module attributes {cleave.mesh = array<i64: 2>} {
+      func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}, %v: tensor<8x8xf32> {cleave.parameter = "v", cleave.split_dim = 1 : i64}) -> (tensor<4x8xf32> {cleave.loss}) {
+        %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+        %1 = cleave.relu %0 : tensor<4x8xf32>
+        %2 = cleave.matmul %1, %v {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+        %3 = cleave.all_reduce sum %2 axes = [0] : tensor<4x8xf32>
+        return %3 : tensor<4x8xf32>
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
+    Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
+           "File of `REGEX KIND` rules applied before the search">,
+  ];
+}
+
+#endif // CLEAVE_SHARDING_PASSES_TD

@@ -1,0 +1,111 @@
+//===- Sharding.h - Tensor-parallel layouts and partitioning ----*- C++ -*-===//
+//
+// The state of a tensor on the tensor-parallel mesh axis, the cost model, and
+// the partitioner that both scores a choice of parameter layouts (dry run)
+// and rewrites the train step into its per-rank (SPMD) form.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_SHARDING_SHARDING_H
+#define CLEAVE_SHARDING_SHARDING_H
+
+#include "Cleave/CleaveDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::cleave {
+
+/// Module attribute: the device mesh shape (DenseI64ArrayAttr); axis 0 is
+/// the tensor-parallel axis "tp".
+constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
+/// Argument/result attribute of the partitioned function: the dimension split
+/// across the tp axis (i64), absent when replicated.
+constexpr llvm::StringLiteral kSplitDimAttr = "cleave.split_dim";
+
+/// Collective attribute set by the partitioner: the phase of the train step
+/// that needs it ("forward", "backward", "optimizer").
+constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
+
+/// On a partitioned gather / scatter_add: the mesh axes over which its table
+/// (result) is split along the gather axis; the rank's rows start at its
+/// group rank times the local extent.
+constexpr llvm::StringLiteral kShardAxesAttr = "cleave.shard_axes";
+
+/// A value's state on the tp axis: replicated, split along one dimension, or
+/// a pending partial result (each rank holds an addend, or a candidate for
+/// the max/min).
+struct Layout {
+  enum class Kind { Replicated, Split, Partial };
+  Kind kind = Kind::Replicated;
+  int64_t dim = -1;
+  ReduceKind combine = ReduceKind::sum;
+
+  static Layout replicated() { return {}; }
+  static Layout split(int64_t d) { return {Kind::Split, d, ReduceKind::sum}; }
+  static Layout partial(ReduceKind c = ReduceKind::sum) {
+    return {Kind::Partial, -1, c};
+  }
+  bool isReplicated() const { return kind == Kind::Replicated; }
+  bool isSplit() const { return kind == Kind::Split; }
+  bool isPartial() const { return kind == Kind::Partial; }
+  bool operator==(const Layout &o) const {
+    return kind == o.kind && dim == o.dim &&
+           (kind != Kind::Partial || combine == o.combine);
+  }
+  bool operator!=(const Layout &o) const { return !(*this == o); }
+  /// "R", "S(1)", "P(sum)".
+  std::string str() const;
+};
+
+/// Alpha-beta communication cost (seconds) on a ring of `tp` ranks.
+struct CostModel {
+  double alpha = 10e-6;     // per collective
+  double beta = 1.0 / 25e9; // per byte on the wire
+  /// Seconds charged per byte of per-rank memory (parameters, gradients,
+  /// optimizer state): the exchange rate that makes sharding a weight pay
+  /// for the communication it causes.
+  double memory = 1.0 / 25e9;
+};
+
+/// One collective of the partitioned step.
+struct Collective {
+  std::string kind;   // all_reduce | all_gather
+  std::string phase;  // forward | backward | optimizer
+  int64_t bytes = 0;  // per-rank payload
+  std::string source; // location of the op that needed it
+};
+
+/// Parameter layouts by parameter name.
+using ParameterLayouts = llvm::StringMap<Layout>;
+
+struct PartitionResult {
+  double seconds = 0;      // communication cost of one step
+  int64_t memoryBytes = 0; // per rank: parameters, gradients, optimizer state
+  std::vector<Collective> collectives;
+};
+
+/// Scores (\p rewrite false) or applies (\p rewrite true) \p layouts to the
+/// train step \p func for a tp axis of \p tp ranks. Rewriting turns every
+/// value into its local form and inserts the collectives; the function's
+/// parameter-like arguments and results get kSplitDimAttr.
+FailureOr<PartitionResult> partition(func::FuncOp func, int64_t tp,
+                                     const ParameterLayouts &layouts,
+                                     const CostModel &cost, bool rewrite);
+
+/// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
+/// the others are searched to minimise communication plus the cost model's
+/// memory charge.
+FailureOr<ParameterLayouts> chooseLayouts(func::FuncOp func, int64_t tp,
+                                          const ParameterLayouts &fixed,
+                                          const CostModel &cost);
+
+/// Attaches the ShardingRuleOpInterface models of the cleave ops.
+void registerShardingRules(DialectRegistry &registry);
+
+} // namespace mlir::cleave
+
+#endif // CLEAVE_SHARDING_SHARDING_H

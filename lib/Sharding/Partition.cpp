@@ -1,0 +1,497 @@
+//===- Partition.cpp - Layout propagation and SPMD partitioning -*- C++ -*-===//
+//
+// One walk over the straight-line train step does both jobs: given the
+// parameters' layouts it picks, op by op, the factor to split (from the op's
+// ShardingRuleOpInterface) that needs the least communication for the
+// operands' current layouts, and either only adds up the cost (the search's
+// dry run) or also rebuilds the op on local shapes with the collectives that
+// the chosen layouts need. Partial sums stay pending through linear ops, so
+// two partial branches meeting in an add share one all-reduce.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cleave/CleaveInterfaces.h"
+#include "Cleave/CleaveOps.h"
+#include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "cleave/Lowering/PlanBuffers.h"
+#include "cleave/Sharding/Sharding.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::cleave;
+
+std::string Layout::str() const {
+  switch (kind) {
+  case Kind::Replicated:
+    return "R";
+  case Kind::Split:
+    return "S(" + std::to_string(dim) + ")";
+  case Kind::Partial:
+    return ("P(" + stringifyReduceKind(combine) + ")").str();
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+std::string locationString(Location loc) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return s;
+}
+
+class Partitioner {
+public:
+  Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
+              bool rewrite)
+      : func(func), tp(tp), cost(cost), rewrite(rewrite),
+        builder(func.getContext()) {}
+
+  FailureOr<PartitionResult> run(const ParameterLayouts &params);
+
+private:
+  func::FuncOp func;
+  int64_t tp;
+  const CostModel &cost;
+  bool rewrite;
+  OpBuilder builder;
+  PartitionResult result;
+  llvm::DenseMap<Value, Layout> layouts;
+  IRMapping mapping;
+  /// Converted values, so one partial value is reduced once for all uses.
+  std::map<std::pair<void *, std::string>, Value> converted;
+  std::set<std::pair<void *, std::string>> countedConversions;
+  std::string phase = "forward";
+  /// forward: the loss depends on it; optimizer: it depends on optimizer
+  /// state or the step, or only feeds new parameters; backward: the rest.
+  llvm::DenseMap<Operation *, std::string> phaseOf;
+  void classifyPhases();
+  Location loc = UnknownLoc::get(func.getContext());
+
+  Layout layoutOf(Value v) const { return layouts.lookup(v); }
+
+  int64_t bytesOf(Value v) const { return storageBytes(v.getType()); }
+
+  RankedTensorType localType(RankedTensorType t, Layout l) const {
+    if (!l.isSplit())
+      return t;
+    SmallVector<int64_t> shape(t.getShape());
+    shape[l.dim] /= tp;
+    return RankedTensorType::get(shape, t.getElementType());
+  }
+
+  double collectiveCost(double wireBytes) const {
+    return cost.alpha + cost.beta * wireBytes;
+  }
+  double allReduceCost(int64_t bytes) const {
+    return collectiveCost(2.0 * (tp - 1) / tp * bytes);
+  }
+  double allGatherCost(int64_t bytes) const {
+    return collectiveCost(1.0 * (tp - 1) / tp * bytes);
+  }
+
+  /// Cost of bringing \p v from its layout to \p to.
+  double conversionCost(Value v, Layout to) const {
+    Layout from = layoutOf(v);
+    if (from == to)
+      return 0;
+    int64_t bytes = bytesOf(v);
+    // Slicing a replicated value is local; a small charge keeps the choice
+    // that needs no slicing on a tie.
+    double slice = 1e-15 * bytes;
+    if (to.isPartial())
+      return kInfinity;
+    double toReplicated = from.isReplicated() ? 0
+                          : from.isSplit()    ? allGatherCost(bytes)
+                                              : allReduceCost(bytes);
+    return to.isReplicated() ? toReplicated : toReplicated + slice;
+  }
+
+  void record(StringRef kind, Value v) {
+    Collective c;
+    c.kind = kind.str();
+    c.phase = phase;
+    c.bytes = bytesOf(v);
+    c.source = locationString(loc);
+    result.collectives.push_back(c);
+  }
+
+  /// \p v (an original value) in layout \p to: the new value when
+  /// rewriting, null in a dry run. Adds the communication to the result.
+  Value convert(Value v, Layout to) {
+    Layout from = layoutOf(v);
+    Value local = rewrite ? mapping.lookupOrNull(v) : Value();
+    if (from == to)
+      return local;
+    auto key = std::make_pair(v.getAsOpaquePointer(), to.str());
+    if (auto it = converted.find(key); it != converted.end())
+      return it->second;
+    bool counted = !countedConversions.insert(key).second;
+    auto global = typeOf(v);
+    SmallVector<int64_t> axes{0};
+    // First to replicated.
+    Value full = local;
+    if (from.isSplit()) {
+      if (!counted) {
+        result.seconds += allGatherCost(bytesOf(v));
+        record("all_gather", v);
+      }
+      if (rewrite) {
+        full = AllGatherOp::create(builder, loc, global, local, axes, from.dim);
+        full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+      }
+    } else if (from.isPartial()) {
+      if (!counted) {
+        result.seconds += allReduceCost(bytesOf(v));
+        record("all_reduce", v);
+      }
+      if (rewrite) {
+        full = AllReduceOp::create(builder, loc, from.combine, local, axes);
+        full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+      }
+    }
+    Value out = full;
+    if (to.isSplit() && rewrite) {
+      auto splat = v.getDefiningOp<ConstantOp>();
+      auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
+                         : DenseElementsAttr();
+      if (dense && dense.isSplat())
+        out = ConstantOp::create(
+            builder, loc,
+            DenseElementsAttr::get(localType(global, to),
+                                   dense.getSplatValue<Attribute>()));
+      else
+        out = ShardSliceOp::create(builder, loc, localType(global, to), full,
+                                   axes, to.dim);
+    }
+    if (rewrite)
+      converted[key] = out;
+    return out;
+  }
+
+  LogicalResult visit(Operation *op);
+  LogicalResult visitReshape(ReshapeOp op);
+  LogicalResult visitWithRule(Operation *op, const ShardingRule &rule);
+  /// Replicates every operand and runs \p op whole (ops without a rule).
+  LogicalResult visitReplicated(Operation *op);
+  /// Clones \p op on converted operands with results in \p outs.
+  void emit(Operation *op, ArrayRef<Value> operands, ArrayRef<Layout> outs);
+};
+
+void Partitioner::emit(Operation *op, ArrayRef<Value> operands,
+                       ArrayRef<Layout> outs) {
+  for (auto [r, l] : llvm::zip(op->getResults(), outs))
+    layouts[r] = l;
+  if (!rewrite)
+    return;
+  IRMapping local;
+  for (auto [old, now] : llvm::zip(op->getOperands(), operands))
+    local.map(old, now);
+  Operation *copy = builder.clone(*op, local);
+  // Ranks holding a slice of a gather's table (or of a scatter's result)
+  // shift the indices into their range and skip the others.
+  if (auto gather = dyn_cast<GatherOp>(op)) {
+    Layout data = layoutOf(gather.getData());
+    if (data.isSplit() && data.dim == gather.getAxis())
+      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
+  }
+  if (auto scatter = dyn_cast<ScatterAddOp>(op))
+    if (outs[0].isSplit() && outs[0].dim == scatter.getAxis())
+      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
+  for (auto [i, r] : llvm::enumerate(copy->getResults())) {
+    r.setType(localType(typeOf(op->getResult(i)), outs[i]));
+    mapping.map(op->getResult(i), r);
+  }
+}
+
+LogicalResult Partitioner::visitReplicated(Operation *op) {
+  SmallVector<Value> operands;
+  for (Value v : op->getOperands())
+    operands.push_back(convert(v, Layout::replicated()));
+  SmallVector<Layout> outs(op->getNumResults(), Layout::replicated());
+  emit(op, operands, outs);
+  return success();
+}
+
+LogicalResult Partitioner::visitReshape(ReshapeOp op) {
+  Layout in = layoutOf(op.getInput());
+  if (!in.isSplit()) {
+    emit(op, {convert(op.getInput(), in)}, {in});
+    return success();
+  }
+  // Group dims with equal products; a split survives when it is on the
+  // major dim of its group and lands on a major dim divisible by tp.
+  ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
+  ArrayRef<int64_t> b = typeOf(op.getResult()).getShape();
+  size_t i = 0, j = 0;
+  std::optional<int64_t> target;
+  while (i < a.size() && j < b.size()) {
+    size_t i0 = i, j0 = j;
+    int64_t pa = a[i++], pb = b[j++];
+    while (pa != pb) {
+      if (pa < pb && i < a.size())
+        pa *= a[i++];
+      else if (pb < pa && j < b.size())
+        pb *= b[j++];
+      else
+        break;
+    }
+    // Size-1 dims carry nothing; the split dim is the first non-1 one.
+    size_t firstA = i0, firstB = j0;
+    while (firstA + 1 < i && a[firstA] == 1)
+      ++firstA;
+    while (firstB + 1 < j && b[firstB] == 1)
+      ++firstB;
+    if (static_cast<int64_t>(firstA) == in.dim && b[firstB] % tp == 0)
+      target = firstB;
+    if (in.dim >= static_cast<int64_t>(i0) && in.dim < static_cast<int64_t>(i))
+      break;
+  }
+  if (target) {
+    emit(op, {convert(op.getInput(), in)}, {Layout::split(*target)});
+    return success();
+  }
+  emit(op, {convert(op.getInput(), Layout::replicated())},
+       {Layout::replicated()});
+  return success();
+}
+
+LogicalResult Partitioner::visitWithRule(Operation *op,
+                                         const ShardingRule &rule) {
+  unsigned numOperands = op->getNumOperands();
+  struct Candidate {
+    SmallVector<Layout> operands, results;
+    double cost = 0;
+  };
+  SmallVector<Candidate> candidates;
+  // Replicated.
+  {
+    Candidate c;
+    c.operands.assign(numOperands, Layout::replicated());
+    c.results.assign(op->getNumResults(), Layout::replicated());
+    candidates.push_back(c);
+  }
+  // Partial sums flowing through a linear op.
+  SmallVector<unsigned> partialOperands;
+  for (unsigned i = 0; i < numOperands; ++i) {
+    Layout l = layoutOf(op->getOperand(i));
+    if (l.isPartial() && l.combine == ReduceKind::sum)
+      partialOperands.push_back(i);
+  }
+  if (!partialOperands.empty()) {
+    Candidate c;
+    c.results.assign(op->getNumResults(), Layout::partial());
+    if (rule.additive) {
+      c.operands.assign(numOperands, Layout::partial());
+      candidates.push_back(c);
+    } else if (partialOperands.size() == 1 &&
+               rule.scalingOperands[partialOperands[0]]) {
+      c.operands.assign(numOperands, Layout::replicated());
+      c.operands[partialOperands[0]] = Layout::partial();
+      candidates.push_back(c);
+    }
+  }
+  // One candidate per splittable factor.
+  for (const ShardingFactor &f : rule.factors) {
+    if (f.kind == ShardingFactor::Kind::Whole || f.size % tp || f.size < tp)
+      continue;
+    Candidate c;
+    for (int64_t d : f.operandDims)
+      c.operands.push_back(d >= 0 ? Layout::split(d) : Layout::replicated());
+    for (int64_t d : f.resultDims)
+      c.results.push_back(d >= 0 ? Layout::split(d)
+                          : f.kind == ShardingFactor::Kind::Reduction
+                              ? Layout::partial(f.combine)
+                              : Layout::replicated());
+    candidates.push_back(c);
+  }
+  Candidate *best = nullptr;
+  for (Candidate &c : candidates) {
+    for (unsigned i = 0; i < numOperands; ++i)
+      c.cost += conversionCost(op->getOperand(i), c.operands[i]);
+    if (!best || c.cost < best->cost)
+      best = &c;
+  }
+  if (!best || best->cost == kInfinity)
+    return op->emitOpError("has no layout its operands can reach");
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < numOperands; ++i)
+    operands.push_back(convert(op->getOperand(i), best->operands[i]));
+  emit(op, operands, best->results);
+  return success();
+}
+
+LogicalResult Partitioner::visit(Operation *op) {
+  loc = op->getLoc();
+  phase = phaseOf.lookup(op);
+  if (isa<ConstantOp>(op)) {
+    emit(op, {}, {Layout::replicated()});
+    return success();
+  }
+  if (auto reshape = dyn_cast<ReshapeOp>(op))
+    return visitReshape(reshape);
+  if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
+    ShardingRule rule;
+    if (succeeded(ruled.getShardingRule(rule)))
+      return visitWithRule(op, rule);
+  }
+  return visitReplicated(op);
+}
+
+FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
+  Block &body = func.getBody().front();
+  classifyPhases();
+  auto layoutOfParameter = [&](StringRef name) {
+    auto it = params.find(name);
+    return it == params.end() ? Layout::replicated() : it->second;
+  };
+  // Argument layouts: parameters and their optimizer state as chosen, the
+  // rest (data, buffers, step) replicated.
+  SmallVector<Layout> argLayouts;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    Layout l;
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr))
+      l = layoutOfParameter(name.getValue());
+    else if (auto state =
+                 func.getArgAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
+      l = layoutOfParameter(cast<StringAttr>(state[0]).getValue());
+    if (l.isSplit()) {
+      int64_t size = typeOf(arg).getDimSize(l.dim);
+      if (size % tp)
+        return func.emitError("parameter ")
+               << func.getArgAttr(i, kParameterAttr) << " of type "
+               << arg.getType() << ": dimension " << l.dim << " of size "
+               << size << " is not divisible by tp = " << tp;
+    }
+    layouts[arg] = l;
+    argLayouts.push_back(l);
+    if (l.isSplit() || func.getArgAttr(i, kParameterAttr) ||
+        func.getArgAttr(i, kOptimizerStateAttr))
+      result.memoryBytes += bytesOf(arg) / (l.isSplit() ? tp : 1);
+  }
+  // Gradients are as large as their parameters.
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr))
+      result.memoryBytes +=
+          bytesOf(func.getArgument(i)) / (argLayouts[i].isSplit() ? tp : 1);
+
+  Block *newBody = nullptr;
+  if (rewrite) {
+    newBody = new Block();
+    for (BlockArgument arg : func.getArguments())
+      mapping.map(arg,
+                  newBody->addArgument(
+                      localType(typeOf(arg), argLayouts[arg.getArgNumber()]),
+                      arg.getLoc()));
+    builder.setInsertionPointToEnd(newBody);
+  }
+  for (Operation &op : body.without_terminator())
+    if (failed(visit(&op))) {
+      delete newBody;
+      return failure();
+    }
+
+  // Results in the layouts the trainer keeps: the loss replicated; new
+  // parameters, gradients and optimizer state as their parameter.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  loc = ret.getLoc();
+  SmallVector<Value> results;
+  SmallVector<Layout> resultLayouts;
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    Layout want;
+    if (auto name = func.getResultAttrOfType<StringAttr>(i, kParameterAttr))
+      want = layoutOfParameter(name.getValue());
+    else if (auto name = func.getResultAttrOfType<StringAttr>(i, kGradientAttr))
+      want = layoutOfParameter(name.getValue());
+    else if (auto state =
+                 func.getResultAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
+      want = layoutOfParameter(cast<StringAttr>(state[0]).getValue());
+    // Gradients are formed in the backward pass and updates in the
+    // optimizer; their collectives belong there.
+    phase = func.getResultAttr(i, kGradientAttr) ? "backward"
+            : func.getResultAttr(i, kLossAttr)   ? "forward"
+                                                 : "optimizer";
+    results.push_back(convert(v, want));
+    resultLayouts.push_back(want);
+  }
+  if (!rewrite)
+    return result;
+
+  func::ReturnOp::create(builder, ret.getLoc(), results);
+  body.dropAllDefinedValueUses();
+  body.dropAllReferences();
+  func.getBody().push_back(newBody);
+  body.erase();
+  func.setType(FunctionType::get(func.getContext(), newBody->getArgumentTypes(),
+                                 ValueRange(results).getTypes()));
+  Builder b(func.getContext());
+  for (auto [i, l] : llvm::enumerate(argLayouts))
+    if (l.isSplit())
+      func.setArgAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
+  for (auto [i, l] : llvm::enumerate(resultLayouts))
+    if (l.isSplit())
+      func.setResultAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
+  return result;
+}
+
+void Partitioner::classifyPhases() {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  llvm::DenseSet<Operation *> forward, optimizer, feedsGradient;
+  SmallVector<Operation *> work;
+  auto markBackwards = [&](Value root, llvm::DenseSet<Operation *> &set) {
+    if (Operation *d = root.getDefiningOp())
+      work.push_back(d);
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      if (!set.insert(op).second)
+        continue;
+      for (Value v : op->getOperands())
+        if (Operation *d = v.getDefiningOp())
+          work.push_back(d);
+    }
+  };
+  for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+    if (func.getResultAttr(i, kLossAttr))
+      markBackwards(v, forward);
+    else if (func.getResultAttr(i, kGradientAttr) ||
+             func.getResultAttr(i, kBufferAttr))
+      markBackwards(v, feedsGradient);
+  }
+  for (Operation &op : body.without_terminator()) {
+    bool fromState = llvm::any_of(op.getOperands(), [&](Value v) {
+      if (auto arg = dyn_cast<BlockArgument>(v))
+        return func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttr) ||
+               func.getArgAttr(arg.getArgNumber(), kStepAttr);
+      return optimizer.contains(v.getDefiningOp());
+    });
+    if (forward.contains(&op))
+      phaseOf[&op] = "forward";
+    else if (fromState || !feedsGradient.contains(&op)) {
+      optimizer.insert(&op);
+      phaseOf[&op] = "optimizer";
+    } else {
+      phaseOf[&op] = "backward";
+    }
+  }
+}
+
+} // namespace
+
+FailureOr<PartitionResult>
+mlir::cleave::partition(func::FuncOp func, int64_t tp,
+                        const ParameterLayouts &layouts, const CostModel &cost,
+                        bool rewrite) {
+  Partitioner p(func, tp, cost, rewrite);
+  return p.run(layouts);
+}

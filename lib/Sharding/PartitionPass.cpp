@@ -1,0 +1,148 @@
+//===- PartitionPass.cpp - The cleave-partition pass ------------*- C++ -*-===//
+
+#include "Cleave/CleaveOps.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "cleave/Sharding/Passes.h"
+#include "cleave/Sharding/Sharding.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Regex.h"
+
+namespace mlir::cleave {
+#define GEN_PASS_DEF_PARTITIONPASS
+#include "cleave/Sharding/Passes.h.inc"
+} // namespace mlir::cleave
+
+using namespace mlir;
+using namespace mlir::cleave;
+
+namespace {
+
+/// How a weight is used by its (first, i.e. forward) matmul: which of its
+/// dims is contracted. Looks through reshapes that only add leading 1s.
+std::optional<int64_t> contractedDim(BlockArgument param) {
+  auto type = cast<RankedTensorType>(param.getType());
+  if (type.getRank() != 2)
+    return std::nullopt;
+  MatmulOp first;
+  Value firstOperand;
+  SmallVector<Value> work{param};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (auto r = dyn_cast<ReshapeOp>(user)) {
+        auto t = cast<RankedTensorType>(r.getType());
+        if (t.getRank() > 2 && t.getShape().take_back(2) == type.getShape())
+          work.push_back(r.getResult());
+        continue;
+      }
+      auto mm = dyn_cast<MatmulOp>(user);
+      if (mm && (!first || mm->isBeforeInBlock(first))) {
+        first = mm;
+        firstOperand = v;
+      }
+    }
+  }
+  if (!first)
+    return std::nullopt;
+  if (first.getRhs() == firstOperand)
+    return first.getTransposeRhs() ? 1 : 0;
+  return first.getTransposeLhs() ? 0 : 1;
+}
+
+struct PartitionPass
+    : public mlir::cleave::impl::PartitionPassBase<PartitionPass> {
+  using PartitionPassBase::PartitionPassBase;
+  void runOnOperation() override;
+
+  /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
+  LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
+};
+
+LogicalResult PartitionPass::readPlan(func::FuncOp func,
+                                      ParameterLayouts &layouts) {
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> file = openInputFile(planFile, &error);
+  if (!file)
+    return func.emitError("cannot read --plan '") << planFile << "': " << error;
+  SmallVector<StringRef> lines;
+  file->getBuffer().split(lines, '\n');
+  for (auto [n, raw] : llvm::enumerate(lines)) {
+    StringRef line = raw.split('#').first.trim();
+    if (line.empty())
+      continue;
+    auto [pattern, kind] = line.rsplit(' ');
+    pattern = pattern.trim();
+    kind = kind.trim();
+    auto where = [&]() { return planFile + ":" + std::to_string(n + 1); };
+    if (pattern.empty() ||
+        !llvm::is_contained({"colwise", "rowwise", "replicate", "vocab"}, kind))
+      return func.emitError(where())
+             << ": expected 'REGEX KIND' with KIND colwise, rowwise, "
+                "replicate or vocab";
+    llvm::Regex regex(pattern);
+    std::string why;
+    if (!regex.isValid(why))
+      return func.emitError(where()) << ": bad regular expression: " << why;
+    bool any = false;
+    for (BlockArgument arg : func.getArguments()) {
+      auto name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParameterAttr);
+      if (!name || !regex.match(name.getValue()) ||
+          layouts.count(name.getValue()))
+        continue;
+      any = true;
+      auto type = cast<RankedTensorType>(arg.getType());
+      Layout l;
+      if (kind == "vocab") {
+        l = Layout::split(0);
+      } else if (kind != "replicate") {
+        std::optional<int64_t> contracted = contractedDim(arg);
+        if (type.getRank() == 1)
+          l = kind == "colwise" ? Layout::split(0) : Layout::replicated();
+        else if (!contracted)
+          return func.emitError(where())
+                 << ": parameter '" << name.getValue()
+                 << "' is not a matmul weight, so it has no " << kind.str()
+                 << " split";
+        else
+          l = Layout::split(kind == "rowwise" ? *contracted : 1 - *contracted);
+      }
+      if (l.isSplit() && type.getDimSize(l.dim) % tp)
+        return func.emitError(where())
+               << ": parameter '" << name.getValue() << "' of shape ["
+               << type.getShape() << "]: dimension " << l.dim
+               << " is not divisible by tp = " << tp;
+      layouts[name.getValue()] = l;
+    }
+    if (!any)
+      return func.emitError(where())
+             << ": '" << pattern << "' matches no parameter";
+  }
+  return success();
+}
+
+void PartitionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (tp < 1) {
+    module.emitError("tp must be at least 1");
+    return signalPassFailure();
+  }
+  module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
+  if (tp == 1)
+    return;
+  CostModel cost;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    ParameterLayouts fixed;
+    if (!planFile.empty() && failed(readPlan(func, fixed)))
+      return signalPassFailure();
+    FailureOr<ParameterLayouts> layouts = chooseLayouts(func, tp, fixed, cost);
+    if (failed(layouts) ||
+        failed(partition(func, tp, *layouts, cost, /*rewrite=*/true)))
+      return signalPassFailure();
+  }
+}
+
+} // namespace

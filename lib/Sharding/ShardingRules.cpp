@@ -1,0 +1,428 @@
+//===- ShardingRules.cpp - Factor rules of the cleave ops -------*- C++ -*-===//
+//
+// ShardingRuleOpInterface models: each op as an einsum over factors. The
+// partitioner never switches on op kinds for these; a new op becomes
+// shardable by registering its rule here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cleave/CleaveInterfaces.h"
+#include "Cleave/CleaveOps.h"
+#include "cleave/Sharding/Sharding.h"
+
+using namespace mlir;
+using namespace mlir::cleave;
+
+namespace {
+
+using Kind = ShardingFactor::Kind;
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+/// Starts a rule for \p op with no factors and no linearity.
+ShardingRule emptyRule(Operation *op) {
+  ShardingRule rule;
+  rule.scalingOperands.assign(op->getNumOperands(), false);
+  return rule;
+}
+
+/// Adds a factor; dims default to -1 (absent).
+ShardingFactor &addFactor(ShardingRule &rule, Operation *op, int64_t size,
+                          Kind kind = Kind::Parallel) {
+  ShardingFactor f;
+  f.size = size;
+  f.kind = kind;
+  f.operandDims.assign(op->getNumOperands(), -1);
+  f.resultDims.assign(op->getNumResults(), -1);
+  rule.factors.push_back(f);
+  return rule.factors.back();
+}
+
+/// One factor per result dimension; an operand carries it unless it is
+/// broadcast (size 1) there. Ranks are equal by the dialect's rules.
+void elementwise(Operation *op, ShardingRule &rule) {
+  ArrayRef<int64_t> out = shapeOf(op->getResult(0));
+  for (size_t d = 0; d < out.size(); ++d) {
+    ShardingFactor &f = addFactor(rule, op, out[d]);
+    for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+      ArrayRef<int64_t> s = shapeOf(v);
+      if (s.size() == out.size() && s[d] == out[d])
+        f.operandDims[i] = d;
+    }
+    for (unsigned r = 0; r < op->getNumResults(); ++r)
+      f.resultDims[r] = d;
+  }
+}
+
+/// A factor per dimension of operand 0 and result 0, identity mapped.
+void identity(Operation *op, ShardingRule &rule) {
+  ArrayRef<int64_t> in = shapeOf(op->getOperand(0));
+  for (size_t d = 0; d < in.size(); ++d) {
+    ShardingFactor &f = addFactor(rule, op, in[d]);
+    f.operandDims[0] = d;
+    f.resultDims[0] = d;
+  }
+}
+
+template <typename OpTy> LogicalResult rule(OpTy op, ShardingRule &rule);
+
+template <typename OpTy>
+struct Model
+    : public ShardingRuleOpInterface::ExternalModel<Model<OpTy>, OpTy> {
+  LogicalResult getShardingRule(Operation *op, ShardingRule &r) const {
+    r = emptyRule(op);
+    return rule(cast<OpTy>(op), r);
+  }
+};
+
+// Elementwise ops, by linearity.
+#define CLEAVE_ELEMENTWISE_RULE(OP, LINEARITY)                                 \
+  template <> LogicalResult rule(OP op, ShardingRule &r) {                     \
+    elementwise(op, r);                                                        \
+    LINEARITY;                                                                 \
+    return success();                                                          \
+  }
+CLEAVE_ELEMENTWISE_RULE(AddOp, r.additive = true)
+CLEAVE_ELEMENTWISE_RULE(SubOp, r.additive = true)
+CLEAVE_ELEMENTWISE_RULE(MulOp, r.scalingOperands.assign(2, true))
+CLEAVE_ELEMENTWISE_RULE(DivOp, r.scalingOperands[0] = true)
+CLEAVE_ELEMENTWISE_RULE(NegOp, r.scalingOperands[0] = true)
+#undef CLEAVE_ELEMENTWISE_RULE
+
+template <typename OpTy> LogicalResult nonlinearRule(OpTy op, ShardingRule &r) {
+  elementwise(op, r);
+  return success();
+}
+
+template <> LogicalResult rule(MatmulOp op, ShardingRule &r) {
+  ArrayRef<int64_t> a = shapeOf(op.getLhs()), b = shapeOf(op.getRhs()),
+                    c = shapeOf(op.getResult());
+  int64_t rank = c.size();
+  bool ta = op.getTransposeLhs(), tb = op.getTransposeRhs();
+  for (int64_t d = 0; d + 2 < rank; ++d) {
+    ShardingFactor &f = addFactor(r, op, c[d]);
+    f.operandDims = {a[d] == c[d] ? d : -1, b[d] == c[d] ? d : -1};
+    f.resultDims = {d};
+  }
+  int64_t m = rank - 2, n = rank - 1;
+  // Logical A [.., m, k] is A read transposed when ta.
+  ShardingFactor &fm = addFactor(r, op, c[m]);
+  fm.operandDims = {ta ? n : m, -1};
+  fm.resultDims = {m};
+  ShardingFactor &fn = addFactor(r, op, c[n]);
+  fn.operandDims = {-1, tb ? m : n};
+  fn.resultDims = {n};
+  ShardingFactor &fk = addFactor(r, op, ta ? a[m] : a[n], Kind::Reduction);
+  fk.operandDims = {ta ? m : n, tb ? n : m};
+  r.scalingOperands = {true, true};
+  return success();
+}
+
+template <> LogicalResult rule(ReduceOp op, ShardingRule &r) {
+  ArrayRef<int64_t> in = shapeOf(op.getInput());
+  ArrayRef<int64_t> dims = op.getDims();
+  int64_t out = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    bool reduced = llvm::is_contained(dims, d);
+    Kind kind = Kind::Parallel;
+    ReduceKind combine = ReduceKind::sum;
+    if (reduced) {
+      switch (op.getKind()) {
+      case ReduceKind::sum:
+        kind = Kind::Reduction;
+        break;
+      case ReduceKind::max:
+      case ReduceKind::min:
+        kind = Kind::Reduction;
+        combine = op.getKind();
+        break;
+      default: // mean and prod of a split dim need more than one collective
+        kind = Kind::Whole;
+      }
+    }
+    ShardingFactor &f = addFactor(r, op, in[d], kind);
+    f.combine = combine;
+    f.operandDims[0] = d;
+    if (!reduced)
+      f.resultDims[0] = out;
+    if (!reduced || op.getKeepDims())
+      ++out;
+  }
+  r.scalingOperands[0] =
+      op.getKind() == ReduceKind::sum || op.getKind() == ReduceKind::mean;
+  return success();
+}
+
+template <typename OpTy> LogicalResult softmaxRule(OpTy op, ShardingRule &r) {
+  identity(op, r);
+  r.factors[op.getAxis()].kind = Kind::Whole;
+  return success();
+}
+template <> LogicalResult rule(SoftmaxOp op, ShardingRule &r) {
+  return softmaxRule(op, r);
+}
+template <> LogicalResult rule(LogSoftmaxOp op, ShardingRule &r) {
+  return softmaxRule(op, r);
+}
+
+template <> LogicalResult rule(LayerNormOp op, ShardingRule &r) {
+  ArrayRef<int64_t> in = shapeOf(op.getInput());
+  int64_t axis = op.getAxis();
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    ShardingFactor &f =
+        addFactor(r, op, in[d], d >= axis ? Kind::Whole : Kind::Parallel);
+    f.operandDims[0] = d;
+    for (unsigned i = 1; i < op->getNumOperands(); ++i)
+      f.operandDims[i] = d >= axis ? d - axis : -1;
+    f.resultDims = {d, d < axis ? d : -1, d < axis ? d : -1};
+  }
+  return success();
+}
+
+template <> LogicalResult rule(BatchNormOp op, ShardingRule &r) {
+  ArrayRef<int64_t> in = shapeOf(op.getInput());
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    ShardingFactor &f = addFactor(r, op, in[d]);
+    f.operandDims[0] = d;
+    if (d == 1)
+      for (unsigned i = 1; i < 5; ++i)
+        f.operandDims[i] = 0;
+    f.resultDims[0] = d;
+  }
+  return success();
+}
+
+template <> LogicalResult rule(TransposeOp op, ShardingRule &r) {
+  ArrayRef<int64_t> in = shapeOf(op.getInput());
+  ArrayRef<int64_t> perm = op.getPermutation();
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    ShardingFactor &f = addFactor(r, op, in[d]);
+    f.operandDims[0] = d;
+    f.resultDims[0] = llvm::find(perm, d) - perm.begin();
+  }
+  r.scalingOperands[0] = true;
+  return success();
+}
+
+template <> LogicalResult rule(BroadcastOp op, ShardingRule &r) {
+  elementwise(op, r);
+  r.scalingOperands[0] = true;
+  return success();
+}
+
+template <> LogicalResult rule(ConcatOp op, ShardingRule &r) {
+  identity(op, r);
+  for (auto [i, v] : llvm::enumerate(op.getInputs()))
+    for (ShardingFactor &f : r.factors)
+      f.operandDims[i] = f.operandDims[0];
+  r.factors[op.getAxis()].kind = Kind::Whole;
+  r.additive = true;
+  return success();
+}
+
+/// slice / slice_scatter: a dimension that is not taken whole must not be
+/// split (each rank would need a different window).
+template <typename OpTy> LogicalResult windowRule(OpTy op, ShardingRule &r) {
+  identity(op, r);
+  ArrayRef<int64_t> in = shapeOf(op.getInput()), out = shapeOf(op.getResult());
+  for (size_t d = 0; d < in.size(); ++d)
+    if (in[d] != out[d] || op.getStarts()[d] != 0 || op.getSteps()[d] != 1)
+      r.factors[d].kind = Kind::Whole;
+  r.scalingOperands[0] = true;
+  return success();
+}
+template <> LogicalResult rule(SliceOp op, ShardingRule &r) {
+  return windowRule(op, r);
+}
+template <> LogicalResult rule(SliceScatterOp op, ShardingRule &r) {
+  return windowRule(op, r);
+}
+
+template <> LogicalResult rule(GatherOp op, ShardingRule &r) {
+  ArrayRef<int64_t> data = shapeOf(op.getData()),
+                    idx = shapeOf(op.getIndices());
+  int64_t axis = op.getAxis(), out = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(data.size()); ++d) {
+    if (d == axis) {
+      // A table split along the gathered axis (vocab-parallel embedding):
+      // each rank looks up the ids in its range, zeros elsewhere, and the
+      // sum over ranks is the lookup.
+      addFactor(r, op, data[d], Kind::Reduction).operandDims[0] = d;
+      for (int64_t j = 0; j < static_cast<int64_t>(idx.size()); ++j) {
+        ShardingFactor &f = addFactor(r, op, idx[j]);
+        f.operandDims[1] = j;
+        f.resultDims[0] = out++;
+      }
+      continue;
+    }
+    ShardingFactor &f = addFactor(r, op, data[d]);
+    f.operandDims[0] = d;
+    f.resultDims[0] = out++;
+  }
+  return success();
+}
+
+template <> LogicalResult rule(ScatterAddOp op, ShardingRule &r) {
+  ArrayRef<int64_t> data = shapeOf(op.getResult()),
+                    idx = shapeOf(op.getIndices());
+  int64_t axis = op.getAxis(), upd = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(data.size()); ++d) {
+    if (d == axis) {
+      // Each rank may keep only the rows of its range of the result.
+      addFactor(r, op, data[d]).resultDims[0] = d;
+      // Updates split along the index dims scatter disjoint parts: the sum
+      // of the ranks' results is the result.
+      for (int64_t j = 0; j < static_cast<int64_t>(idx.size()); ++j) {
+        ShardingFactor &f = addFactor(r, op, idx[j], Kind::Reduction);
+        f.operandDims = {upd++, j};
+      }
+      continue;
+    }
+    ShardingFactor &f = addFactor(r, op, data[d]);
+    f.operandDims[0] = upd++;
+    f.resultDims[0] = d;
+  }
+  r.scalingOperands[0] = true;
+  return success();
+}
+
+/// NCHW window ops: batch (and, for pools, channels) parallel; spatial dims
+/// whole.
+template <typename OpTy> LogicalResult poolRule(OpTy op, ShardingRule &r) {
+  elementwise(op, r);
+  for (ShardingFactor &f : r.factors)
+    f.operandDims.assign(op->getNumOperands(), -1);
+  ArrayRef<int64_t> in = shapeOf(op->getOperand(0));
+  for (int64_t d = 0; d < 4; ++d) {
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      r.factors[d].operandDims[i] = d;
+    if (d >= 2)
+      r.factors[d].kind = Kind::Whole;
+  }
+  (void)in;
+  return success();
+}
+template <> LogicalResult rule(MaxPool2DOp op, ShardingRule &r) {
+  return poolRule(op, r);
+}
+template <> LogicalResult rule(AvgPool2DOp op, ShardingRule &r) {
+  return poolRule(op, r);
+}
+template <> LogicalResult rule(MaxPool2DBackwardOp op, ShardingRule &r) {
+  return poolRule(op, r);
+}
+template <> LogicalResult rule(AvgPool2DBackwardOp op, ShardingRule &r) {
+  return poolRule(op, r);
+}
+
+/// conv2d(x [N,C,H,W], w [F,C/g,KH,KW], b [F]): N parallel, F parallel
+/// (groups == 1), C contracted (groups == 1), the rest whole.
+template <> LogicalResult rule(Conv2DOp op, ShardingRule &r) {
+  ArrayRef<int64_t> x = shapeOf(op.getInput()), w = shapeOf(op.getFilter()),
+                    y = shapeOf(op.getResult());
+  bool plain = op.getGroups() == 1;
+  ShardingFactor &n = addFactor(r, op, x[0]);
+  n.operandDims[0] = 0;
+  n.resultDims[0] = 0;
+  ShardingFactor &f =
+      addFactor(r, op, w[0], plain ? Kind::Parallel : Kind::Whole);
+  f.operandDims[1] = 0;
+  if (op.getBias())
+    f.operandDims[2] = 0;
+  f.resultDims[0] = 1;
+  ShardingFactor &c = addFactor(r, op, x[1], plain ? Kind::Whole : Kind::Whole);
+  c.operandDims[0] = 1;
+  c.operandDims[1] = 1;
+  for (int64_t d = 2; d < 4; ++d) {
+    addFactor(r, op, x[d], Kind::Whole).operandDims[0] = d;
+    addFactor(r, op, w[d], Kind::Whole).operandDims[1] = d;
+    addFactor(r, op, y[d], Kind::Whole).resultDims[0] = d;
+  }
+  return success();
+}
+
+/// The conv adjoints: batch parallel only (their other factors whole).
+template <typename OpTy>
+LogicalResult convAdjointRule(OpTy op, ShardingRule &r) {
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    ArrayRef<int64_t> s = shapeOf(op->getOperand(i));
+    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+      addFactor(r, op, s[d], Kind::Whole).operandDims[i] = d;
+  }
+  ArrayRef<int64_t> s = shapeOf(op.getResult());
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+    addFactor(r, op, s[d], Kind::Whole).resultDims[0] = d;
+  return success();
+}
+template <> LogicalResult rule(Conv2DBackwardInputOp op, ShardingRule &r) {
+  return convAdjointRule(op, r);
+}
+template <> LogicalResult rule(Conv2DBackwardFilterOp op, ShardingRule &r) {
+  return convAdjointRule(op, r);
+}
+
+/// Random numbers are a function of the global element index: the result is
+/// drawn whole, and split by its consumers.
+template <> LogicalResult rule(RandomUniformOp op, ShardingRule &r) {
+  for (int64_t d : shapeOf(op.getResult()))
+    (void)d;
+  ArrayRef<int64_t> s = shapeOf(op.getResult());
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+    addFactor(r, op, s[d], Kind::Whole).resultDims[0] = d;
+  return success();
+}
+
+template <typename... Ops> void attachNonlinear(MLIRContext *ctx) {
+  (Ops::template attachInterface<Model<Ops>>(*ctx), ...);
+}
+
+} // namespace
+
+// The nonlinear elementwise ops share one rule body.
+#define CLEAVE_NONLINEAR(OP)                                                   \
+  template <> LogicalResult rule(OP op, ShardingRule &r) {                     \
+    return nonlinearRule(op, r);                                               \
+  }
+namespace {
+CLEAVE_NONLINEAR(PowOp)
+CLEAVE_NONLINEAR(MaxOp)
+CLEAVE_NONLINEAR(MinOp)
+CLEAVE_NONLINEAR(AndOp)
+CLEAVE_NONLINEAR(OrOp)
+CLEAVE_NONLINEAR(XorOp)
+CLEAVE_NONLINEAR(CmpOp)
+CLEAVE_NONLINEAR(SelectOp)
+CLEAVE_NONLINEAR(AbsOp)
+CLEAVE_NONLINEAR(ExpOp)
+CLEAVE_NONLINEAR(LogOp)
+CLEAVE_NONLINEAR(SqrtOp)
+CLEAVE_NONLINEAR(RsqrtOp)
+CLEAVE_NONLINEAR(ReciprocalOp)
+CLEAVE_NONLINEAR(TanhOp)
+CLEAVE_NONLINEAR(SigmoidOp)
+CLEAVE_NONLINEAR(ReluOp)
+CLEAVE_NONLINEAR(ErfOp)
+CLEAVE_NONLINEAR(SinOp)
+CLEAVE_NONLINEAR(CosOp)
+CLEAVE_NONLINEAR(NotOp)
+CLEAVE_NONLINEAR(GeluOp)
+CLEAVE_NONLINEAR(LeakyReluOp)
+CLEAVE_NONLINEAR(CastOp)
+} // namespace
+#undef CLEAVE_NONLINEAR
+
+void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *ctx, CleaveDialect *) {
+    attachNonlinear<
+        AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
+        XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
+        ReciprocalOp, TanhOp, SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, NotOp,
+        GeluOp, LeakyReluOp, CastOp, MatmulOp, ReduceOp, SoftmaxOp,
+        LogSoftmaxOp, LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
+        ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp, MaxPool2DOp,
+        AvgPool2DOp, MaxPool2DBackwardOp, AvgPool2DBackwardOp, Conv2DOp,
+        Conv2DBackwardInputOp, Conv2DBackwardFilterOp, RandomUniformOp>(ctx);
+  });
+}

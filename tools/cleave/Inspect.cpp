@@ -1,0 +1,156 @@
+//===- Inspect.cpp - cleave inspect: what a bundle does ----------*- C++
+//-*-===//
+//
+// Reads only the bundle's plan: per parameter its global shape, sharding and
+// per-rank shape; the collectives of one step; per-rank memory.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Inspect.h"
+#include "cleave/runtime/executor.h"
+#include "cleave/runtime/trainer.h"
+#include "plan/plan.pb.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+
+namespace pb = ::cleave::plan;
+namespace rt = ::cleave::rt;
+
+namespace {
+
+int64_t bytesOf(const pb::TensorType &t) {
+  int64_t n = t.dtype() == pb::BOOL  ? 1
+              : t.dtype() == pb::I32 ? 4
+              : t.dtype() == pb::I64 ? 8
+                                     : 4;
+  for (int64_t d : t.shape())
+    n *= d;
+  return n;
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace
+
+int runInspect(const std::string &bundle, bool json) {
+  pb::Plan plan;
+  if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s) {
+    llvm::errs() << "cleave: error: " << s.message() << "\n";
+    return 1;
+  }
+  const pb::Program &program = plan.programs(0);
+  int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
+  std::map<std::string, int64_t> split;
+  for (const pb::Binding &b : program.input_bindings())
+    if (b.role() == pb::Binding::PARAMETER && b.has_split_dim())
+      split[b.name()] = b.split_dim();
+
+  struct ParamRow {
+    std::string name, sharding;
+    std::vector<int64_t> shape, local;
+  };
+  std::vector<ParamRow> params;
+  int64_t paramBytes = 0;
+  for (const pb::TensorEntry &t : plan.tensors()) {
+    if (t.role() != pb::Binding::PARAMETER)
+      continue;
+    ParamRow row{t.name(),
+                 "replicated",
+                 {t.type().shape().begin(), t.type().shape().end()},
+                 {}};
+    row.local = row.shape;
+    int64_t bytes = bytesOf(t.type());
+    if (auto it = split.find(t.name()); it != split.end()) {
+      row.sharding = "split(" + std::to_string(it->second) + ")";
+      row.local[it->second] /= tp;
+      bytes /= tp;
+    }
+    paramBytes += bytes;
+    params.push_back(row);
+  }
+  int64_t stateBytes = 0;
+  for (int i = 0; i < program.inputs_size(); ++i)
+    if (program.input_bindings(i).role() == pb::Binding::OPTIMIZER_STATE)
+      stateBytes += bytesOf(program.values(program.inputs(i)).type());
+
+  struct CollectiveRow {
+    std::string kind, phase, source;
+    int64_t bytes;
+  };
+  std::vector<CollectiveRow> collectives;
+  for (const pb::Instruction &inst : program.instructions()) {
+    if (inst.kernel() != "all_reduce" && inst.kernel() != "all_gather" &&
+        inst.kernel() != "reduce_scatter")
+      continue;
+    // The payload: the larger side (the gathered or reduced tensor).
+    int64_t bytes = std::max(bytesOf(program.values(inst.operands(0)).type()),
+                             bytesOf(program.values(inst.results(0)).type()));
+    collectives.push_back({inst.kernel(),
+                           inst.phase().empty() ? "forward" : inst.phase(),
+                           inst.location(), bytes});
+  }
+
+  if (json) {
+    llvm::json::Object root;
+    root["mesh"] = llvm::json::Object{{"tp", tp}};
+    llvm::json::Array ps;
+    for (const ParamRow &p : params)
+      ps.push_back(llvm::json::Object{{"name", p.name},
+                                      {"shape", p.shape},
+                                      {"sharding", p.sharding},
+                                      {"local_shape", p.local}});
+    root["parameters"] = std::move(ps);
+    llvm::json::Array cs;
+    for (const CollectiveRow &c : collectives)
+      cs.push_back(llvm::json::Object{{"kind", c.kind},
+                                      {"phase", c.phase},
+                                      {"bytes", c.bytes},
+                                      {"source", c.source}});
+    root["collectives"] = std::move(cs);
+    root["memory_per_rank"] =
+        llvm::json::Object{{"parameters", paramBytes},
+                           {"gradients", paramBytes},
+                           {"optimizer_state", stateBytes},
+                           {"activations_peak", program.arena_bytes()}};
+    llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+                 << "\n";
+    return 0;
+  }
+  llvm::outs() << "mesh: tp = " << tp << "\n\nparameters\n";
+  size_t width = 4;
+  for (const ParamRow &p : params)
+    width = std::max(width, p.name.size());
+  for (const ParamRow &p : params)
+    llvm::outs() << "  " << llvm::left_justify(p.name, width) << "  "
+                 << llvm::left_justify(shapeString(p.shape), 16) << "  "
+                 << llvm::left_justify(p.sharding, 10) << "  "
+                 << shapeString(p.local) << "\n";
+  std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> sums;
+  for (const CollectiveRow &c : collectives) {
+    auto &s = sums[{c.phase, c.kind}];
+    ++s.first;
+    s.second += c.bytes;
+  }
+  llvm::outs() << "\ncollectives per step\n";
+  if (sums.empty())
+    llvm::outs() << "  none\n";
+  for (const auto &[key, s] : sums)
+    llvm::outs() << "  " << llvm::left_justify(key.first, 10) << " "
+                 << llvm::left_justify(key.second, 15)
+                 << llvm::format("%4d", s.first) << "  " << s.second
+                 << " bytes\n";
+  llvm::outs() << "\nmemory per rank (bytes)\n"
+               << "  parameters       " << paramBytes << "\n"
+               << "  gradients        " << paramBytes << "\n"
+               << "  optimizer state  " << stateBytes << "\n"
+               << "  activations peak " << program.arena_bytes() << "\n";
+  return 0;
+}
