@@ -709,6 +709,8 @@ LogicalResult AllGatherOp::verify() {
   FailureOr<int64_t> group = verifyGroup(*this, getAxes());
   if (failed(group))
     return failure();
+  if (getBlocks() < 1 || shapeOf(getInput())[getDim()] % getBlocks())
+    return emitOpError("blocks must be >= 1 and divide the local dimension");
   return verifyChunk(*this, getResult(), getInput(), getDim(), *group);
 }
 
@@ -723,6 +725,8 @@ LogicalResult ShardSliceOp::verify() {
   FailureOr<int64_t> group = verifyGroup(*this, getAxes());
   if (failed(group))
     return failure();
+  if (getBlocks() < 1 || shapeOf(getResult())[getDim()] % getBlocks())
+    return emitOpError("blocks must be >= 1 and divide the local dimension");
   return verifyChunk(*this, getInput(), getResult(), getDim(), *group);
 }
 

@@ -659,7 +659,7 @@ def Cleave_AllGatherOp : Cleave_Op<"all_gather"> {
     ```
   }];
   let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$axes,
-                   I64Attr:$dim);
+                   I64Attr:$dim, DefaultValuedAttr<I64Attr, "1">:$blocks);
   let results = (outs Cleave_Tensor:$result);
   let assemblyFormat = [{
     $input `axes` `=` $axes `dim` `=` $dim attr-dict `:` type($input) `->` type($result)
@@ -695,9 +695,13 @@ def Cleave_ShardSliceOp : Cleave_Op<"shard_slice"> {
     ```mlir
     %0 = cleave.shard_slice %x axes = [0] dim = 1 : tensor<8x16xf32> -> tensor<8x4xf32>
     ```
+
+    With `blocks = B` the dimension is B equal blocks (a fused projection's
+    q, k and v) and each rank keeps its chunk of every block; `all_gather`
+    takes the same attribute and undoes it.
   }];
   let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$axes,
-                   I64Attr:$dim);
+                   I64Attr:$dim, DefaultValuedAttr<I64Attr, "1">:$blocks);
   let results = (outs Cleave_Tensor:$result);
   let assemblyFormat = [{
     $input `axes` `=` $axes `dim` `=` $dim attr-dict `:` type($input) `->` type($result)

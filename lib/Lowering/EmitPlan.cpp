@@ -245,6 +245,9 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
           [&](auto c) -> std::string {
             b.ints("axes", c.getAxes());
             b.ints("dim", {static_cast<int64_t>(c.getDim())});
+            if (auto blocks = c->template getAttrOfType<IntegerAttr>("blocks"))
+              if (blocks.getInt() != 1)
+                b.ints("blocks", {blocks.getInt()});
             return isa<AllGatherOp>(op)       ? "all_gather"
                    : isa<ReduceScatterOp>(op) ? "reduce_scatter"
                                               : "shard_slice";
@@ -277,8 +280,11 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     return a ? a.str() : std::string();
   };
   if (attrs)
-    if (auto split = attrs.getAs<IntegerAttr>("cleave.split_dim"))
+    if (auto split = attrs.getAs<IntegerAttr>("cleave.split_dim")) {
       b.set_split_dim(split.getInt());
+      if (auto blocks = attrs.getAs<IntegerAttr>("cleave.split_blocks"))
+        b.set_split_blocks(blocks.getInt());
+    }
   if (!attrs) {
     b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
   } else if (attrs.get(kLossAttr)) {

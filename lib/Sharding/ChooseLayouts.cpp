@@ -17,6 +17,10 @@
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Sharding/Sharding.h"
 
+#include "llvm/Support/raw_ostream.h"
+#include <map>
+#include <set>
+
 using namespace mlir;
 using namespace mlir::cleave;
 
@@ -34,6 +38,18 @@ FailureOr<ParameterLayouts>
 mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
                             const ParameterLayouts &fixed,
                             const CostModel &cost) {
+  // Fused projections: a dimension of size D that the step slices into
+  // B aligned pieces is a candidate for a split in B blocks.
+  std::map<int64_t, std::set<int64_t>> blockCounts;
+  func.walk([&](SliceOp slice) {
+    ArrayRef<int64_t> a =
+        cast<RankedTensorType>(slice.getInput().getType()).getShape();
+    ArrayRef<int64_t> b = slice.getType().getShape();
+    for (size_t d = 0; d < a.size(); ++d)
+      if (a[d] != b[d] && b[d] > 0 && slice.getSteps()[d] == 1 &&
+          a[d] % b[d] == 0 && slice.getStarts()[d] % b[d] == 0)
+        blockCounts[a[d]].insert(a[d] / b[d]);
+  });
   std::vector<Param> params;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
@@ -42,9 +58,14 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     Param p{name.str(),
             cast<RankedTensorType>(func.getArgument(i).getType()),
             {Layout::replicated()}};
-    for (int64_t d = 0; d < p.type.getRank(); ++d)
-      if (p.type.getDimSize(d) % tp == 0 && p.type.getDimSize(d) >= tp)
+    for (int64_t d = 0; d < p.type.getRank(); ++d) {
+      int64_t size = p.type.getDimSize(d);
+      if (size % tp == 0 && size >= tp)
         p.candidates.push_back(Layout::split(d));
+      for (int64_t blocks : blockCounts[size])
+        if (blocks > 1 && size % (blocks * tp) == 0)
+          p.candidates.push_back(Layout::split(d, blocks));
+    }
     params.push_back(std::move(p));
   }
   ParameterLayouts plan = fixed;
@@ -56,37 +77,44 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     return r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
   };
   double best = score(plan);
-  // Pairs: for every parameter, try it together with each other parameter's
-  // candidates is quadratic; instead pair each parameter with the next one
-  // in argument order (a layer's weights are adjacent), which covers the
-  // column/row pairs of MLPs and attention.
+  // A move sets one parameter's layout and then lets its neighbours in
+  // argument order (a layer's weights are adjacent) adapt to it, twice over:
+  // a column split alone pays for an all-gather that only the matching bias
+  // and row split remove, whichever of them the sweep meets first.
+  constexpr size_t kWindow = 3;
   for (int sweep = 0; sweep < 4; ++sweep) {
     bool improved = false;
     for (size_t i = 0; i < params.size(); ++i) {
-      const Param &p = params[i];
-      for (const Layout &l : p.candidates) {
+      for (const Layout &l : params[i].candidates) {
         ParameterLayouts trial = plan;
-        trial[p.name] = l;
+        trial[params[i].name] = l;
         double s = score(trial);
+        size_t lo = i >= kWindow ? i - kWindow : 0;
+        size_t hi = std::min(params.size(), i + 1 + kWindow);
+        for (int pass = 0; pass < 2; ++pass) {
+          for (size_t j = lo; j < hi; ++j) {
+            if (j == i)
+              continue;
+            Layout keep = trial.lookup(params[j].name);
+            for (const Layout &m : params[j].candidates) {
+              if (m == keep)
+                continue;
+              trial[params[j].name] = m;
+              double t = score(trial);
+              if (t + 1e-12 < s) {
+                s = t;
+                keep = m;
+              }
+            }
+            trial[params[j].name] = keep;
+          }
+        }
         if (s + 1e-12 < best) {
           best = s;
           plan = std::move(trial);
           improved = true;
         }
       }
-      for (size_t j = i + 1; j < std::min(params.size(), i + 4); ++j)
-        for (const Layout &l : p.candidates)
-          for (const Layout &m : params[j].candidates) {
-            ParameterLayouts trial = plan;
-            trial[p.name] = l;
-            trial[params[j].name] = m;
-            double s = score(trial);
-            if (s + 1e-12 < best) {
-              best = s;
-              plan = std::move(trial);
-              improved = true;
-            }
-          }
     }
     if (!improved)
       break;

@@ -29,7 +29,8 @@ std::string Layout::str() const {
   case Kind::Replicated:
     return "R";
   case Kind::Split:
-    return "S(" + std::to_string(dim) + ")";
+    return "S(" + std::to_string(dim) +
+           (blocks > 1 ? "," + std::to_string(blocks) : std::string()) + ")";
   case Kind::Partial:
     return ("P(" + stringifyReduceKind(combine) + ")").str();
   }
@@ -146,7 +147,8 @@ private:
         record("all_gather", v);
       }
       if (rewrite) {
-        full = AllGatherOp::create(builder, loc, global, local, axes, from.dim);
+        full = AllGatherOp::create(builder, loc, global, local, axes, from.dim,
+                                   from.blocks);
         full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
       }
     } else if (from.isPartial()) {
@@ -171,7 +173,7 @@ private:
                                    dense.getSplatValue<Attribute>()));
       else
         out = ShardSliceOp::create(builder, loc, localType(global, to), full,
-                                   axes, to.dim);
+                                   axes, to.dim, to.blocks);
     }
     if (rewrite)
       converted[key] = out;
@@ -180,6 +182,14 @@ private:
 
   LogicalResult visit(Operation *op);
   LogicalResult visitReshape(ReshapeOp op);
+  /// A slice taking whole blocks of a dimension split in blocks (q out of a
+  /// fused qkv) stays local; fails (nothing emitted) otherwise.
+  LogicalResult visitBlockSlice(SliceOp op);
+  /// Concatenating along their split dimension values split so (dq, dk, dv
+  /// into the fused gradient) gives the blocked split; fails otherwise.
+  LogicalResult visitBlockConcat(ConcatOp op);
+  /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
+  LogicalResult visitBlockSliceScatter(SliceScatterOp op);
   LogicalResult visitWithRule(Operation *op, const ShardingRule &rule);
   /// Replicates every operand and runs \p op whole (ops without a rule).
   LogicalResult visitReplicated(Operation *op);
@@ -251,17 +261,93 @@ LogicalResult Partitioner::visitReshape(ReshapeOp op) {
       ++firstA;
     while (firstB + 1 < j && b[firstB] == 1)
       ++firstB;
-    if (static_cast<int64_t>(firstA) == in.dim && b[firstB] % tp == 0)
+    // A split in blocks survives only where the dimension maps unchanged.
+    if (static_cast<int64_t>(firstA) == in.dim &&
+        b[firstB] % (tp * in.blocks) == 0 &&
+        (in.blocks == 1 || a[firstA] == b[firstB]))
       target = firstB;
     if (in.dim >= static_cast<int64_t>(i0) && in.dim < static_cast<int64_t>(i))
       break;
   }
   if (target) {
-    emit(op, {convert(op.getInput(), in)}, {Layout::split(*target)});
+    emit(op, {convert(op.getInput(), in)}, {Layout::split(*target, in.blocks)});
     return success();
   }
   emit(op, {convert(op.getInput(), Layout::replicated())},
        {Layout::replicated()});
+  return success();
+}
+
+LogicalResult Partitioner::visitBlockSlice(SliceOp op) {
+  Layout in = layoutOf(op.getInput());
+  if (!in.isSplit())
+    return failure();
+  int64_t d = in.dim;
+  ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
+  ArrayRef<int64_t> b = typeOf(op.getResult()).getShape();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (static_cast<int64_t>(i) != d &&
+        (a[i] != b[i] || op.getStarts()[i] != 0 || op.getSteps()[i] != 1))
+      return failure();
+  int64_t block = a[d] / in.blocks, start = op.getStarts()[d];
+  if (op.getSteps()[d] != 1 || start % block || b[d] % block || b[d] == a[d])
+    return failure();
+  Layout out = Layout::split(d, b[d] / block);
+  layouts[op.getResult()] = out;
+  if (!rewrite)
+    return success();
+  SmallVector<int64_t> starts(op.getStarts());
+  starts[d] = start / block * (block / tp);
+  Value local = SliceOp::create(
+      builder, op.getLoc(), localType(typeOf(op.getResult()), out),
+      mapping.lookup(op.getInput()), starts, op.getSteps());
+  mapping.map(op.getResult(), local);
+  return success();
+}
+
+LogicalResult Partitioner::visitBlockSliceScatter(SliceScatterOp op) {
+  Layout in = layoutOf(op.getInput());
+  if (!in.isSplit())
+    return failure();
+  int64_t d = in.dim;
+  ArrayRef<int64_t> a = typeOf(op.getResult()).getShape();
+  ArrayRef<int64_t> b = typeOf(op.getInput()).getShape();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (static_cast<int64_t>(i) != d &&
+        (a[i] != b[i] || op.getStarts()[i] != 0 || op.getSteps()[i] != 1))
+      return failure();
+  int64_t block = b[d] / in.blocks, start = op.getStarts()[d];
+  if (op.getSteps()[d] != 1 || start % block || a[d] % block || a[d] == b[d] ||
+      block % tp)
+    return failure();
+  Layout out = Layout::split(d, a[d] / block);
+  layouts[op.getResult()] = out;
+  if (!rewrite)
+    return success();
+  SmallVector<int64_t> starts(op.getStarts());
+  starts[d] = start / block * (block / tp);
+  Value local = SliceScatterOp::create(
+      builder, op.getLoc(), localType(typeOf(op.getResult()), out),
+      mapping.lookup(op.getInput()), starts, op.getSteps());
+  mapping.map(op.getResult(), local);
+  return success();
+}
+
+LogicalResult Partitioner::visitBlockConcat(ConcatOp op) {
+  int64_t axis = op.getAxis(), blocks = 0, block = -1;
+  for (Value v : op.getInputs()) {
+    Layout l = layoutOf(v);
+    int64_t size = typeOf(v).getDimSize(axis);
+    if (!l.isSplit() || l.dim != axis ||
+        (block >= 0 && size / l.blocks != block))
+      return failure();
+    block = size / l.blocks;
+    blocks += l.blocks;
+  }
+  SmallVector<Value> operands;
+  for (Value v : op.getInputs())
+    operands.push_back(convert(v, layoutOf(v)));
+  emit(op, operands, {Layout::split(axis, blocks)});
   return success();
 }
 
@@ -281,12 +367,21 @@ LogicalResult Partitioner::visitWithRule(Operation *op,
     candidates.push_back(c);
   }
   // Partial sums flowing through a linear op.
+  // A partial value with several users is reduced once, before it fans
+  // out: each user keeping it partial would need its own reduction later
+  // (the LayerNorm backward reads its incoming gradient three times).
   SmallVector<unsigned> partialOperands;
+  bool fansOut = false;
   for (unsigned i = 0; i < numOperands; ++i) {
-    Layout l = layoutOf(op->getOperand(i));
-    if (l.isPartial() && l.combine == ReduceKind::sum)
+    Value v = op->getOperand(i);
+    Layout l = layoutOf(v);
+    if (l.isPartial() && l.combine == ReduceKind::sum) {
       partialOperands.push_back(i);
+      fansOut |= !v.hasOneUse();
+    }
   }
+  if (fansOut)
+    partialOperands.clear();
   if (!partialOperands.empty()) {
     Candidate c;
     c.results.assign(op->getNumResults(), Layout::partial());
@@ -304,11 +399,23 @@ LogicalResult Partitioner::visitWithRule(Operation *op,
   for (const ShardingFactor &f : rule.factors) {
     if (f.kind == ShardingFactor::Kind::Whole || f.size % tp || f.size < tp)
       continue;
+    // Blocks of a fused projection carry over from an operand split so.
+    int64_t blocks = 1;
+    for (auto [i, d] : llvm::enumerate(f.operandDims)) {
+      Layout l = layoutOf(op->getOperand(i));
+      if (d >= 0 && l.isSplit() && l.dim == d) {
+        blocks = l.blocks;
+        break;
+      }
+    }
+    if (f.size % (blocks * tp))
+      blocks = 1;
     Candidate c;
     for (int64_t d : f.operandDims)
-      c.operands.push_back(d >= 0 ? Layout::split(d) : Layout::replicated());
+      c.operands.push_back(d >= 0 ? Layout::split(d, blocks)
+                                  : Layout::replicated());
     for (int64_t d : f.resultDims)
-      c.results.push_back(d >= 0 ? Layout::split(d)
+      c.results.push_back(d >= 0 ? Layout::split(d, blocks)
                           : f.kind == ShardingFactor::Kind::Reduction
                               ? Layout::partial(f.combine)
                               : Layout::replicated());
@@ -339,6 +446,15 @@ LogicalResult Partitioner::visit(Operation *op) {
   }
   if (auto reshape = dyn_cast<ReshapeOp>(op))
     return visitReshape(reshape);
+  if (auto slice = dyn_cast<SliceOp>(op))
+    if (succeeded(visitBlockSlice(slice)))
+      return success();
+  if (auto concat = dyn_cast<ConcatOp>(op))
+    if (succeeded(visitBlockConcat(concat)))
+      return success();
+  if (auto scatter = dyn_cast<SliceScatterOp>(op))
+    if (succeeded(visitBlockSliceScatter(scatter)))
+      return success();
   if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
     ShardingRule rule;
     if (succeeded(ruled.getShardingRule(rule)))
@@ -436,11 +552,17 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
                                  ValueRange(results).getTypes()));
   Builder b(func.getContext());
   for (auto [i, l] : llvm::enumerate(argLayouts))
-    if (l.isSplit())
+    if (l.isSplit()) {
       func.setArgAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
+      if (l.blocks > 1)
+        func.setArgAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
+    }
   for (auto [i, l] : llvm::enumerate(resultLayouts))
-    if (l.isSplit())
+    if (l.isSplit()) {
       func.setResultAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
+      if (l.blocks > 1)
+        func.setResultAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
+    }
   return result;
 }
 

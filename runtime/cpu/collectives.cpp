@@ -53,6 +53,18 @@ Status readDim(const KernelInfo &info, const TensorType &x, int64_t *dim) {
   return Status::ok();
 }
 
+/// attr blocks (default 1): the split dimension is that many equal blocks,
+/// each split across the group; \p local (this rank's extent) must divide.
+Status readBlocks(const KernelInfo &info, int64_t local, int64_t *blocks) {
+  if (Status s = info.intScalar("blocks", blocks, 1); !s)
+    return s;
+  if (*blocks < 1 || local % *blocks)
+    return Status::error("attribute 'blocks' " + std::to_string(*blocks) +
+                         " does not divide the local extent " +
+                         std::to_string(local));
+  return Status::ok();
+}
+
 /// Checks that \p big is \p small with dim \p dim multiplied by \p groupSize.
 Status checkScaledDim(const TensorType &small, const TensorType &big,
                       int64_t dim, int64_t groupSize, const std::string &what) {
@@ -125,9 +137,13 @@ Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
   Communicator *comm = info.comm;
   // x is [outer, rows]: `outer` blocks of `rowBytes` each; member k's block
   // o goes to y block o * group + k.
-  int64_t outer = product(x.shape, 0, dim);
+  int64_t blocks = 1;
+  if (Status s = readBlocks(info, x.shape[dim], &blocks); !s)
+    return s;
+  // With blocks, each block of every member is a row of its own.
+  int64_t outer = product(x.shape, 0, dim) * blocks;
   size_t rowBytes = static_cast<size_t>(product(x.shape, dim, x.shape.size())) *
-                    dtypeSize(x.dtype);
+                    dtypeSize(x.dtype) / blocks;
   size_t perRank = static_cast<size_t>(outer) * rowBytes;
   if (outer == 1 || group == 1) {
     *fn = [=](const KernelArgs &args) {
@@ -226,9 +242,12 @@ Status prepare_shard_slice(const KernelInfo &info, KernelFn *fn) {
       !s)
     return s;
   int64_t k = info.comm->groupRank(axes);
-  int64_t outer = product(y.shape, 0, dim);
+  int64_t blocks = 1;
+  if (Status s = readBlocks(info, y.shape[dim], &blocks); !s)
+    return s;
+  int64_t outer = product(y.shape, 0, dim) * blocks;
   size_t rowBytes = static_cast<size_t>(product(y.shape, dim, y.shape.size())) *
-                    dtypeSize(y.dtype);
+                    dtypeSize(y.dtype) / blocks;
   *fn = [=](const KernelArgs &args) {
     const auto *in = static_cast<const uint8_t *>(args.operands[0]);
     auto *out = static_cast<uint8_t *>(args.results[0]);

@@ -338,8 +338,8 @@ void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
     for (int64_t a = 0; a < extent; ++a)
       for (int64_t j = 0; j < inner; ++j) {
         if (logSoftmax)
-          out[a * inner + j] = (in[a * inner + j] - maxValue[j]) -
-                               static_cast<float>(sum[j]);
+          out[a * inner + j] =
+              (in[a * inner + j] - maxValue[j]) - static_cast<float>(sum[j]);
         else
           out[a * inner + j] *= static_cast<float>(sum[j]);
       }

@@ -70,17 +70,20 @@ std::string stateKey(const pb::Binding &b) {
   }
 }
 
-/// Chunk \p k of \p parts along \p dim of \p t.
-HostTensor chunkOf(const HostTensor &t, int64_t dim, int64_t k, int64_t parts) {
+/// Chunk \p k of \p parts along \p dim of \p t; with \p blocks, chunk k of
+/// each of that many equal blocks of the dimension.
+HostTensor chunkOf(const HostTensor &t, int64_t dim, int64_t k, int64_t parts,
+                   int64_t blocks) {
   std::vector<int64_t> shape = t.shape;
   shape[dim] /= parts;
   HostTensor out = HostTensor::zeros(t.dtype, shape);
   size_t elem = dtypeSize(t.dtype);
-  int64_t outer = 1, inner = 1;
+  int64_t outer = blocks, inner = 1;
   for (int64_t d = 0; d < dim; ++d)
     outer *= shape[d];
   for (size_t d = dim; d < shape.size(); ++d)
     inner *= shape[d];
+  inner /= blocks;
   for (int64_t o = 0; o < outer; ++o)
     std::memcpy(out.bytes.data() + o * inner * elem,
                 t.bytes.data() + (o * parts + k) * inner * elem, inner * elem);
@@ -89,7 +92,7 @@ HostTensor chunkOf(const HostTensor &t, int64_t dim, int64_t k, int64_t parts) {
 
 /// The full tensor from every rank's chunk along \p dim (collective).
 Status gatherAlong(Communicator &comm, const HostTensor &local, int64_t dim,
-                   HostTensor *full) {
+                   int64_t blocks, HostTensor *full) {
   std::vector<int64_t> axes{0};
   int64_t parts = comm.groupSize(axes);
   std::vector<uint8_t> all(local.bytes.size() * parts);
@@ -101,11 +104,12 @@ Status gatherAlong(Communicator &comm, const HostTensor &local, int64_t dim,
   shape[dim] *= parts;
   *full = HostTensor::zeros(local.dtype, shape);
   size_t elem = dtypeSize(local.dtype);
-  int64_t outer = 1, inner = 1;
+  int64_t outer = blocks, inner = 1;
   for (int64_t d = 0; d < dim; ++d)
     outer *= shape[d];
   for (size_t d = dim; d < local.shape.size(); ++d)
     inner *= local.shape[d];
+  inner /= blocks;
   for (int64_t k = 0; k < parts; ++k)
     for (int64_t o = 0; o < outer; ++o)
       std::memcpy(full->bytes.data() + (o * parts + k) * inner * elem,
@@ -166,15 +170,20 @@ Status train(const TrainOptions &options) {
   if (Status s = Executor::create(program, &executor, comm); !s)
     return Status::error("bundle '" + options.bundleDir + "': " + s.message());
   // Which dimension of each state tensor this rank holds a chunk of.
-  std::map<std::string, int64_t> splitOf;
+  std::map<std::string, std::pair<int64_t, int64_t>> splitOf;
   for (const auto &bindings :
        {program.input_bindings(), program.output_bindings()})
     for (const pb::Binding &b : bindings)
       if (b.has_split_dim())
-        splitOf[stateKey(b)] = b.split_dim();
+        splitOf[stateKey(b)] = {b.split_dim(),
+                                b.has_split_blocks() ? b.split_blocks() : 1};
   auto splitDim = [&](const std::string &key) {
     auto it = splitOf.find(key);
-    return it == splitOf.end() ? int64_t(-1) : it->second;
+    return it == splitOf.end() ? int64_t(-1) : it->second.first;
+  };
+  auto splitBlocks = [&](const std::string &key) {
+    auto it = splitOf.find(key);
+    return it == splitOf.end() ? int64_t(1) : it->second.second;
   };
   if (options.steps < 1)
     return Status::error("--steps must be at least 1");
@@ -198,11 +207,13 @@ Status train(const TrainOptions &options) {
     b.set_name(t.name());
     std::string key = stateKey(b);
     if (int64_t d = splitDim(key); d >= 0) {
-      if (d >= static_cast<int64_t>(value.shape.size()) || value.shape[d] % tp)
+      int64_t blocks = splitBlocks(key);
+      if (d >= static_cast<int64_t>(value.shape.size()) || blocks < 1 ||
+          value.shape[d] % (tp * blocks))
         return Status::error("bundle '" + options.bundleDir + "': tensor '" +
                              t.name() + "' cannot be split along dimension " +
                              std::to_string(d) + " into " + std::to_string(tp));
-      value = chunkOf(value, d, comm->groupRank({0}), tp);
+      value = chunkOf(value, d, comm->groupRank({0}), tp, blocks);
     }
     state[key] = std::move(value);
   }
@@ -335,7 +346,7 @@ Status train(const TrainOptions &options) {
     HostTensor full;
     const HostTensor *out = &t;
     if (int64_t d = splitDim(key); d >= 0) {
-      if (Status s = gatherAlong(*comm, t, d, &full); !s)
+      if (Status s = gatherAlong(*comm, t, d, splitBlocks(key), &full); !s)
         return s;
       out = &full;
     }

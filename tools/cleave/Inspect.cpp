@@ -48,10 +48,11 @@ int runInspect(const std::string &bundle, bool json) {
   }
   const pb::Program &program = plan.programs(0);
   int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
-  std::map<std::string, int64_t> split;
+  std::map<std::string, std::pair<int64_t, int64_t>> split;
   for (const pb::Binding &b : program.input_bindings())
     if (b.role() == pb::Binding::PARAMETER && b.has_split_dim())
-      split[b.name()] = b.split_dim();
+      split[b.name()] = {b.split_dim(),
+                         b.has_split_blocks() ? b.split_blocks() : 1};
 
   struct ParamRow {
     std::string name, sharding;
@@ -69,8 +70,12 @@ int runInspect(const std::string &bundle, bool json) {
     row.local = row.shape;
     int64_t bytes = bytesOf(t.type());
     if (auto it = split.find(t.name()); it != split.end()) {
-      row.sharding = "split(" + std::to_string(it->second) + ")";
-      row.local[it->second] /= tp;
+      auto [dim, blocks] = it->second;
+      row.sharding = "split(" + std::to_string(dim) +
+                     (blocks > 1 ? ", " + std::to_string(blocks) + " blocks"
+                                 : std::string()) +
+                     ")";
+      row.local[dim] /= tp;
       bytes /= tp;
     }
     paramBytes += bytes;

@@ -23,8 +23,10 @@ namespace mlir::cleave {
 /// the tensor-parallel axis "tp".
 constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
 /// Argument/result attribute of the partitioned function: the dimension split
-/// across the tp axis (i64), absent when replicated.
+/// across the tp axis (i64), absent when replicated; and, when that dimension
+/// is several equal blocks each split on its own, their number.
 constexpr llvm::StringLiteral kSplitDimAttr = "cleave.split_dim";
+constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
 
 /// Collective attribute set by the partitioner: the phase of the train step
 /// that needs it ("forward", "backward", "optimizer").
@@ -43,17 +45,22 @@ struct Layout {
   Kind kind = Kind::Replicated;
   int64_t dim = -1;
   ReduceKind combine = ReduceKind::sum;
+  /// Split: the dimension is this many equal blocks (a fused q/k/v
+  /// projection), each split across the ranks; 1 for a plain split.
+  int64_t blocks = 1;
 
   static Layout replicated() { return {}; }
-  static Layout split(int64_t d) { return {Kind::Split, d, ReduceKind::sum}; }
+  static Layout split(int64_t d, int64_t blocks = 1) {
+    return {Kind::Split, d, ReduceKind::sum, blocks};
+  }
   static Layout partial(ReduceKind c = ReduceKind::sum) {
-    return {Kind::Partial, -1, c};
+    return {Kind::Partial, -1, c, 1};
   }
   bool isReplicated() const { return kind == Kind::Replicated; }
   bool isSplit() const { return kind == Kind::Split; }
   bool isPartial() const { return kind == Kind::Partial; }
   bool operator==(const Layout &o) const {
-    return kind == o.kind && dim == o.dim &&
+    return kind == o.kind && dim == o.dim && blocks == o.blocks &&
            (kind != Kind::Partial || combine == o.combine);
   }
   bool operator!=(const Layout &o) const { return !(*this == o); }
@@ -68,7 +75,7 @@ struct CostModel {
   /// Seconds charged per byte of per-rank memory (parameters, gradients,
   /// optimizer state): the exchange rate that makes sharding a weight pay
   /// for the communication it causes.
-  double memory = 1.0 / 25e9;
+  double memory = 16.0 / 25e9;
 };
 
 /// One collective of the partitioned step.
