@@ -50,6 +50,21 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
           a[d] % b[d] == 0 && slice.getStarts()[d] % b[d] == 0)
         blockCounts[a[d]].insert(a[d] / b[d]);
   });
+  // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front).
+  func.walk([&](ReshapeOp reshape) {
+    ArrayRef<int64_t> a =
+        cast<RankedTensorType>(reshape.getInput().getType()).getShape();
+    ArrayRef<int64_t> b = reshape.getType().getShape();
+    if (b.size() <= a.size())
+      return;
+    // A single input dim split into several: find it by matching prefixes.
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size() && a[i] == b[j])
+      ++i, ++j;
+    if (i < a.size() && j < b.size() && b[j] > 1 && a[i] % b[j] == 0 &&
+        a[i] != b[j])
+      blockCounts[a[i]].insert(b[j]);
+  });
   std::vector<Param> params;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);

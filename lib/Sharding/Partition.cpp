@@ -238,12 +238,15 @@ LogicalResult Partitioner::visitReshape(ReshapeOp op) {
     emit(op, {convert(op.getInput(), in)}, {in});
     return success();
   }
-  // Group dims with equal products; a split survives when it is on the
-  // major dim of its group and lands on a major dim divisible by tp.
+  // Group dims with equal products. In the group's flattened index space a
+  // split is O outer blocks, each cut in tp chunks (O = blocks times the
+  // extents of the group's dims before the split one). It survives as a
+  // split of the first output dim e of the group whose leading extents
+  // divide O, with the rest of O as e's blocks.
   ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
   ArrayRef<int64_t> b = typeOf(op.getResult()).getShape();
   size_t i = 0, j = 0;
-  std::optional<int64_t> target;
+  std::optional<std::pair<int64_t, int64_t>> target;
   while (i < a.size() && j < b.size()) {
     size_t i0 = i, j0 = j;
     int64_t pa = a[i++], pb = b[j++];
@@ -255,22 +258,30 @@ LogicalResult Partitioner::visitReshape(ReshapeOp op) {
       else
         break;
     }
-    // Size-1 dims carry nothing; the split dim is the first non-1 one.
-    size_t firstA = i0, firstB = j0;
-    while (firstA + 1 < i && a[firstA] == 1)
-      ++firstA;
-    while (firstB + 1 < j && b[firstB] == 1)
-      ++firstB;
-    // A split in blocks survives only where the dimension maps unchanged.
-    if (static_cast<int64_t>(firstA) == in.dim &&
-        b[firstB] % (tp * in.blocks) == 0 &&
-        (in.blocks == 1 || a[firstA] == b[firstB]))
-      target = firstB;
-    if (in.dim >= static_cast<int64_t>(i0) && in.dim < static_cast<int64_t>(i))
-      break;
+    // Trailing size-1 dims belong to no group in particular.
+    while (i < a.size() && a[i] == 1 && j < b.size() && b[j] == 1)
+      ++i, ++j;
+    if (in.dim < static_cast<int64_t>(i0) || in.dim >= static_cast<int64_t>(i))
+      continue;
+    int64_t outer = in.blocks;
+    for (int64_t d = i0; d < in.dim; ++d)
+      outer *= a[d];
+    int64_t pre = 1;
+    for (size_t e = j0; e < j; ++e) {
+      if (outer % pre)
+        break;
+      int64_t blocks = outer / pre;
+      if (b[e] % (blocks * tp) == 0) {
+        target = {static_cast<int64_t>(e), blocks};
+        break;
+      }
+      pre *= b[e];
+    }
+    break;
   }
   if (target) {
-    emit(op, {convert(op.getInput(), in)}, {Layout::split(*target, in.blocks)});
+    emit(op, {convert(op.getInput(), in)},
+         {Layout::split(target->first, target->second)});
     return success();
   }
   emit(op, {convert(op.getInput(), Layout::replicated())},

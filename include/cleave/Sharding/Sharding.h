@@ -75,7 +75,7 @@ struct CostModel {
   /// Seconds charged per byte of per-rank memory (parameters, gradients,
   /// optimizer state): the exchange rate that makes sharding a weight pay
   /// for the communication it causes.
-  double memory = 16.0 / 25e9;
+  double memory = 100.0 / 25e9;
 };
 
 /// One collective of the partitioned step.
