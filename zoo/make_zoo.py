@@ -274,7 +274,7 @@ class BertLayer(nn.Module):
 
 
 class Bert(nn.Module):
-    def __init__(self, vocab=64, ctx=12, d=32, heads=2, layers=2, inter=64, types=2, classes=3):
+    def __init__(self, vocab=64, ctx=12, d=32, heads=4, layers=2, inter=64, types=2, classes=3):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab, d)
         self.position_embeddings = nn.Embedding(ctx, d)

@@ -112,7 +112,7 @@ LogicalResult PartitionPass::readPlan(func::FuncOp func,
         return func.emitError(where())
                << ": parameter '" << name.getValue() << "' of shape ["
                << type.getShape() << "]: dimension " << l.dim
-               << " is not divisible by tp = " << tp;
+               << " is not divisible by tp = " << static_cast<int64_t>(tp);
       layouts[name.getValue()] = l;
     }
     if (!any)

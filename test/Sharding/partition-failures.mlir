@@ -1,0 +1,21 @@
+// Every --plan diagnostic of cleave-partition.
+// RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/bad-kind.txt" 2>&1 | FileCheck %s --check-prefix=KIND
+// KIND: bad-kind.txt:1: expected 'REGEX KIND' with KIND colwise, rowwise, replicate or vocab
+// RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/no-match.txt" 2>&1 | FileCheck %s --check-prefix=MATCH
+// MATCH: no-match.txt:1: 'nothing' matches no parameter
+// RUN: not cleave-opt %s --cleave-partition="tp=3 plan=%S/Inputs/w-colwise.txt" 2>&1 | FileCheck %s --check-prefix=DIVIDE
+// DIVIDE: w-colwise.txt:1: parameter 'w' of shape [16, 8]: dimension 0 is not divisible by tp = 3
+// RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/missing.txt" 2>&1 | FileCheck %s --check-prefix=FILE
+// FILE: cannot read --plan '{{.*}}missing.txt'
+// RUN: not cleave-opt %s --cleave-partition="tp=0" 2>&1 | FileCheck %s --check-prefix=TP
+// TP: tp must be at least 1
+// A vector parameter has no matmul, so only colwise (split) or replicate.
+// RUN: cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/bias-rowwise.txt" | FileCheck %s --check-prefix=BIAS
+// BIAS: %arg2: tensor<16xf32> {cleave.parameter = "b"}
+func.func @f(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<16x8xf32> {cleave.parameter = "w"}, %b: tensor<16xf32> {cleave.parameter = "b"}) -> (tensor<f32> {cleave.loss}) {
+  %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+  %r = cleave.reshape %b : tensor<16xf32> -> tensor<1x16xf32>
+  %1 = cleave.add %0, %r : (tensor<4x16xf32>, tensor<1x16xf32>) -> tensor<4x16xf32>
+  %2 = cleave.reduce sum %1 dims = [0, 1] : (tensor<4x16xf32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}

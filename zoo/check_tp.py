@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""Checks Cleave's tensor parallelism on the zoo.
+
+Usage:
+  /usr/bin/python3 zoo/check_tp.py --cleave CLEAVE --zoo DIR --work DIR
+      [--models gpt2,llama] [--tp 2,4] [--optimizers sgd,adamw] [--steps 10]
+      [--rtol 1e-5] [--megatron gpt2,llama,bert]
+
+For each model (opset 17) and optimizer it compiles the train step at tp=1
+and at each tp, runs --steps steps on the model's reference inputs and
+compares the losses and every final parameter and buffer (gathered to full
+shape by --dump) with the tp=1 run: max|a - b| <= rtol * max|b| per tensor.
+
+For the --megatron models it also reads `cleave inspect --json` at the
+largest tp and asserts Megatron's optimum: per transformer layer exactly 2
+forward and 2 backward all-reduces of activations (plus one for the
+vocab-parallel embedding forward and one for the LM head backward when the
+head is split), a vocab-parallel embedding, only small all-reduces for the
+loss (never an all-gather of logits; no all-gather at all), and per-rank
+parameter memory within 2% of sharded bytes / tp + replicated bytes.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def flags(case, opt):
+    man = json.load(open(os.path.join(case, "manifest.json")))
+    hp = man[opt]
+    return man, ["--loss", man["loss"], "--optimizer", opt] + sum(
+        (["--" + k.replace("_", "-"), str(v)] for k, v in hp.items()), [])
+
+
+def train(cleave, case, opt, tp, steps, work):
+    man, f = flags(case, opt)
+    bundle = os.path.join(work, f"bundle-tp{tp}-{opt}")
+    dump = os.path.join(work, f"dump-tp{tp}-{opt}")
+    run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle,
+         "--tp", str(tp)] + f)
+    run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
+         os.path.join(case, "inputs"), "--dump", dump])
+    return man, bundle, dump
+
+
+def compare(ref, got, rtol):
+    worst, failures = (0.0, ""), []
+    for name in sorted(os.listdir(ref)):
+        if name.endswith(".grad.npy"):
+            continue  # gradients of a converged step are cancellation noise
+        a = np.load(os.path.join(ref, name))
+        path = os.path.join(got, name)
+        if not os.path.exists(path):
+            failures.append(f"{name}: missing")
+            continue
+        b = np.load(path)
+        if a.shape != b.shape:
+            failures.append(f"{name}: shape {b.shape}, want {a.shape}")
+            continue
+        err = float(np.abs(a - b).max() / max(float(np.abs(a).max()), 1e-30))
+        worst = max(worst, (err, name))
+        if not err <= rtol:
+            failures.append(f"{name}: relative error {err:.2e}")
+    return worst, failures
+
+
+def megatron(cleave, bundle, man, tp):
+    info = json.loads(run([cleave, "inspect", bundle, "--json"]))
+    params = info["parameters"]
+    layers = {m.group(1) for p in params
+              for m in [re.match(r"(?:h|layers)\.(\d+)\.", p["name"])] if m}
+    n = len(layers)
+    # The largest all-reduce is an activation [batch, seq, hidden].
+    ar = [c for c in info["collectives"] if c["kind"] == "all_reduce"]
+    act = max(c["bytes"] for c in ar)
+    fwd = sum(1 for c in ar if c["phase"] == "forward" and c["bytes"] == act)
+    bwd = sum(1 for c in ar if c["phase"] == "backward" and c["bytes"] == act)
+    small = [c for c in ar if c["bytes"] < act // 8]
+    gathers = [c for c in info["collectives"] if c["kind"] != "all_reduce"]
+    # The zoo's token embeddings (GPT-2's wte, LLaMA's embed_tokens, BERT's
+    # word_embeddings).
+    emb = [p for p in params if re.search(r"wte|embed_tokens|word_embeddings", p["name"])]
+    split = sum(np.prod(p["shape"]) * 4 for p in params
+                if p["sharding"] != "replicated")
+    repl = sum(np.prod(p["shape"]) * 4 for p in params
+               if p["sharding"] == "replicated")
+    want_mem = split / tp + repl
+    mem = info["memory_per_rank"]["parameters"]
+    problems = []
+    if fwd != 2 * n + 1:
+        problems.append(f"{fwd} forward activation all-reduces, want 2 x {n} layers + 1 (embedding)")
+    if bwd not in (2 * n, 2 * n + 1):
+        problems.append(f"{bwd} backward activation all-reduces, want 2 x {n} layers (+1 LM head)")
+    if gathers:
+        problems.append(f"{len(gathers)} all-gathers, e.g. {gathers[0]['source']}")
+    if not emb or not all(p["sharding"] == "split(0)" for p in emb):
+        problems.append("the embedding is not vocab-parallel")
+    if abs(mem - want_mem) > 0.02 * want_mem:
+        problems.append(f"parameter memory {mem}, want {want_mem:.0f} +- 2%")
+    return f"{n} layers, {fwd} fwd / {bwd} bwd activation all-reduces, {len(small)} small", problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cleave", required=True)
+    ap.add_argument("--zoo", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--models", default="gpt2,llama,bert,mlp,resnet,vit,mlp_mse")
+    ap.add_argument("--tp", default="2,4")
+    ap.add_argument("--optimizers", default="sgd,adamw")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--megatron", default="")
+    args = ap.parse_args()
+    failed = 0
+    tps = [int(t) for t in args.tp.split(",")]
+    for model in args.models.split(","):
+        case = os.path.join(args.zoo, f"{model}-opset17")
+        for opt in args.optimizers.split(","):
+            work = os.path.join(args.work, model)
+            os.makedirs(work, exist_ok=True)
+            try:
+                _, _, ref = train(args.cleave, case, opt, 1, args.steps, work)
+                for tp in tps:
+                    man, bundle, got = train(args.cleave, case, opt, tp, args.steps, work)
+                    worst, failures = compare(ref, got, args.rtol)
+                    status = "FAIL" if failures else "PASS"
+                    print(f"{status} {model} tp={tp} {opt}: worst {worst[0]:.2e} ({worst[1]})")
+                    for f in failures:
+                        print("    " + f)
+                    failed += bool(failures)
+                    if model in args.megatron.split(",") and tp == max(tps) and opt == "adamw":
+                        summary, problems = megatron(args.cleave, bundle, man, tp)
+                        status = "FAIL" if problems else "PASS"
+                        print(f"{status} {model} tp={tp} megatron: {summary}")
+                        for p in problems:
+                            print("    " + p)
+                        failed += bool(problems)
+            except RuntimeError as e:
+                print(f"FAIL {model} {opt}: {e}")
+                failed += 1
+    print(f"{failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
