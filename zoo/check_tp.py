@@ -11,7 +11,8 @@ and at each tp, runs --steps steps on the model's reference inputs and
 compares the losses and every final parameter and buffer (gathered to full
 shape by --dump) with the tp=1 run: max|a - b| <= rtol * max|b| per tensor.
 
-For the --megatron models it also reads `cleave inspect --json` at the
+For the --megatron models (and --parallel-blocks ones, GPT-J's block,
+with 1 + 1 all-reduces per layer) it also reads `cleave inspect --json` at the
 largest tp and asserts Megatron's optimum: per transformer layer exactly 2
 forward and 2 backward all-reduces of activations (plus one for the
 vocab-parallel embedding forward and one for the LM head backward when the
@@ -75,7 +76,7 @@ def compare(ref, got, rtol):
     return worst, failures
 
 
-def megatron(cleave, bundle, man, tp):
+def megatron(cleave, bundle, man, tp, per_layer=2):
     info = json.loads(run([cleave, "inspect", bundle, "--json"]))
     params = info["parameters"]
     layers = {m.group(1) for p in params
@@ -98,10 +99,11 @@ def megatron(cleave, bundle, man, tp):
     want_mem = split / tp + repl
     mem = info["memory_per_rank"]["parameters"]
     problems = []
-    if fwd != 2 * n + 1:
-        problems.append(f"{fwd} forward activation all-reduces, want 2 x {n} layers + 1 (embedding)")
-    if bwd not in (2 * n, 2 * n + 1):
-        problems.append(f"{bwd} backward activation all-reduces, want 2 x {n} layers (+1 LM head)")
+    k = per_layer
+    if fwd != k * n + 1:
+        problems.append(f"{fwd} forward activation all-reduces, want {k} x {n} layers + 1 (embedding)")
+    if bwd not in (k * n, k * n + 1):
+        problems.append(f"{bwd} backward activation all-reduces, want {k} x {n} layers (+1 LM head)")
     if gathers:
         problems.append(f"{len(gathers)} all-gathers, e.g. {gathers[0]['source']}")
     if not emb or not all(p["sharding"] == "split(0)" for p in emb):
@@ -117,12 +119,15 @@ def main():
     ap.add_argument("--cleave", required=True)
     ap.add_argument("--zoo", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--models", default="gpt2,llama,bert,mlp,resnet,vit,mlp_mse")
+    ap.add_argument("--models", default="gpt2,llama,gptj,bert,mlp,resnet,vit,mlp_mse")
     ap.add_argument("--tp", default="2,4")
     ap.add_argument("--optimizers", default="sgd,adamw")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--megatron", default="")
+    ap.add_argument("--parallel-blocks", default="",
+                    help="models whose attention and MLP share one input: "
+                         "1 + 1 all-reduces per layer")
     args = ap.parse_args()
     failed = 0
     tps = [int(t) for t in args.tp.split(",")]
@@ -141,8 +146,11 @@ def main():
                     for f in failures:
                         print("    " + f)
                     failed += bool(failures)
-                    if model in args.megatron.split(",") and tp == max(tps) and opt == "adamw":
-                        summary, problems = megatron(args.cleave, bundle, man, tp)
+                    parallel = model in args.parallel_blocks.split(",")
+                    if ((model in args.megatron.split(",") or parallel) and
+                            tp == max(tps) and opt == "adamw"):
+                        summary, problems = megatron(args.cleave, bundle, man, tp,
+                                                     1 if parallel else 2)
                         status = "FAIL" if problems else "PASS"
                         print(f"{status} {model} tp={tp} megatron: {summary}")
                         for p in problems:

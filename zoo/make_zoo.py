@@ -147,6 +147,26 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
+class GPTJBlock(GPT2Block):
+    """GPT-J's parallel block: attention and MLP read one LayerNorm's output
+    and their outputs are summed with the residual."""
+
+    def forward(self, x):
+        h = self.ln_1(x)
+        return x + self.attn(h) + self.mlp_proj(F.gelu(self.c_fc(h)))
+
+
+class GPTJ(GPT2):
+    def __init__(self, vocab=96, ctx=16, d=64, heads=4, layers=2):
+        super().__init__(vocab, ctx, d, heads, layers)
+        self.h = nn.ModuleList([GPTJBlock(d, heads) for _ in range(layers)])
+        for blk in self.h:
+            del blk.ln_2
+        for m in self.h.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+
+
 def gpt2_inputs(gen):
     b, t, v = 2, 16, 96
     ids = torch.randint(0, v, (b, t), generator=gen)
@@ -461,6 +481,7 @@ NOTES = {
 SPECS = collections.OrderedDict([
     ("gpt2", Spec(GPT2, gpt2_inputs, "auto", 1, ["loss"])),
     ("llama", Spec(Llama, llama_inputs, "cross_entropy", 2, ["logits"])),
+    ("gptj", Spec(GPTJ, gpt2_inputs, "auto", 8, ["loss"])),
     ("bert", Spec(Bert, bert_inputs, "cross_entropy", 3, ["logits"])),
     ("mlp", Spec(MLP, mlp_inputs, "cross_entropy", 4, ["logits"])),
     ("resnet", Spec(resnet_build, resnet_inputs, "cross_entropy", 5, ["logits"])),

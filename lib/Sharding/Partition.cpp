@@ -78,7 +78,16 @@ private:
   void classifyPhases();
   Location loc = UnknownLoc::get(func.getContext());
 
-  Layout layoutOf(Value v) const { return layouts.lookup(v); }
+  /// A value's layout; once a partial sum was reduced for one user, the
+  /// reduced copy serves the others (who would otherwise carry the partial
+  /// on and reduce it again).
+  Layout layoutOf(Value v) const {
+    Layout l = layouts.lookup(v);
+    if (l.isPartial() && countedConversions.count({v.getAsOpaquePointer(),
+                                                   Layout::replicated().str()}))
+      return Layout::replicated();
+    return l;
+  }
 
   int64_t bytesOf(Value v) const { return storageBytes(v.getType()); }
 
@@ -109,8 +118,12 @@ private:
     // Slicing a replicated value is local; a small charge keeps the choice
     // that needs no slicing on a tie.
     double slice = 1e-15 * bytes;
+    // A replicated float joins a partial sum as its 1/tp share (local).
     if (to.isPartial())
-      return kInfinity;
+      return from.isReplicated() && to.combine == ReduceKind::sum &&
+                     isa<FloatType>(typeOf(v).getElementType())
+                 ? slice
+                 : kInfinity;
     double toReplicated = from.isReplicated() ? 0
                           : from.isSplit()    ? allGatherCost(bytes)
                                               : allReduceCost(bytes);
@@ -131,6 +144,10 @@ private:
   Value convert(Value v, Layout to) {
     Layout from = layoutOf(v);
     Value local = rewrite ? mapping.lookupOrNull(v) : Value();
+    auto replicatedKey =
+        std::make_pair(v.getAsOpaquePointer(), Layout::replicated().str());
+    if (from.isReplicated() && layouts.lookup(v) != from && rewrite)
+      local = converted[replicatedKey]; // the replicated copy
     if (from == to)
       return local;
     auto key = std::make_pair(v.getAsOpaquePointer(), to.str());
@@ -139,6 +156,23 @@ private:
     bool counted = !countedConversions.insert(key).second;
     auto global = typeOf(v);
     SmallVector<int64_t> axes{0};
+    if (to.isPartial()) {
+      // Replicated to partial: every rank adds 1/tp of it (exact for tp a
+      // power of two).
+      Value out;
+      if (rewrite) {
+        SmallVector<int64_t> ones(global.getRank(), 1);
+        auto scalarType = RankedTensorType::get(ones, global.getElementType());
+        Value share = ConstantOp::create(
+            builder, loc,
+            DenseElementsAttr::get(
+                scalarType,
+                builder.getFloatAttr(global.getElementType(), 1.0 / tp)));
+        out = MulOp::create(builder, loc, local, share);
+        converted[key] = out;
+      }
+      return out;
+    }
     // First to replicated.
     Value full = local;
     if (from.isSplit()) {
