@@ -54,4 +54,25 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   ];
 }
 
+def PrintShardingRulesPass : Pass<"cleave-print-sharding-rules", "func::FuncOp"> {
+  let summary = "Attaches each op's factor sharding rule as a readable attribute";
+  let description = [{
+    For tests and for reading what the partitioner may do: every op with a
+    ShardingRuleOpInterface rule gets `cleave.sharding_rule`, written as in
+    OpenXLA Shardy: one letter per factor, per operand and result the
+    factor of each dimension (`_` where none, e.g. a broadcast dimension),
+    and the factors that are reductions (`sum`, `max`, `min`) or must stay
+    whole. `linear` lists how a partial sum may pass through.
+
+    Before:
+    ```mlir
+    %0 = cleave.matmul %a, %b : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+    ```
+    After:
+    ```mlir
+    %0 = cleave.matmul %a, %b {cleave.sharding_rule = "([i, k], [k, j]) -> ([i, j]) sum={k} linear=scaling(0,1)"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+    ```
+  }];
+}
+
 #endif // CLEAVE_SHARDING_PASSES_TD

@@ -1,0 +1,19 @@
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-partition="tp=4 plan=%S/Inputs/vocab-plan.txt" | FileCheck %s
+
+// A vocabulary-parallel embedding: the table is split by rows, each rank
+// looks up the ids in its range (ids elsewhere read zeros: a partial sum),
+// one all-reduce. The gradient is scattered whole and the rank keeps its
+// rows (the masked scatter, which would skip the others' rows, ties on
+// communication and is not preferred yet).
+// CHECK: tensor<256x64xf32> {cleave.parameter = "table", cleave.split_dim = 0 : i64}
+// CHECK: %[[E:.*]] = cleave.gather %{{.*}}, %{{.*}} axis = 0 {cleave.shard_axes = array<i64: 0>} : (tensor<256x64xf32>, tensor<8x16xi64>) -> tensor<8x16x64xf32>
+// CHECK: cleave.all_reduce sum %[[E]] axes = [0]
+// CHECK: %[[G:.*]] = cleave.scatter_add %{{.*}}, %{{.*}} axis = 0 : (tensor<8x16x64xf32>, tensor<8x16xi64>) -> tensor<1024x64xf32>
+// CHECK: cleave.shard_slice %[[G]] axes = [0] dim = 0 : tensor<1024x64xf32> -> tensor<256x64xf32>
+// CHECK-NOT: cleave.all_reduce
+func.func @embedding(%ids: tensor<8x16xi64> {cleave.input = "ids"}, %table: tensor<1024x64xf32> {cleave.parameter = "table"}) -> (tensor<f32> {cleave.loss}) {
+  %0 = cleave.gather %table, %ids axis = 0 : (tensor<1024x64xf32>, tensor<8x16xi64>) -> tensor<8x16x64xf32>
+  %1 = cleave.tanh %0 : tensor<8x16x64xf32>
+  %2 = cleave.reduce sum %1 dims = [0, 1, 2] : (tensor<8x16x64xf32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}
