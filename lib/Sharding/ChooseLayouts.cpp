@@ -26,11 +26,30 @@ using namespace mlir::cleave;
 
 namespace {
 
+/// One decision: parameters in structurally identical positions (the same
+/// weight of every transformer layer) share a layout, which keeps the plan
+/// uniform across layers and the search independent of depth.
 struct Param {
-  std::string name;
+  std::vector<std::string> names;
   RankedTensorType type;
   SmallVector<Layout> candidates;
 };
+
+/// What a value is used for, to \p depth levels of users: op names, operand
+/// positions and result types. Equal for the same weight of two layers.
+void signature(Value v, int depth, std::string &out) {
+  llvm::raw_string_ostream os(out);
+  os << v.getType() << "{";
+  if (depth > 0)
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      os << user->getName() << "#" << use.getOperandNumber() << "(";
+      for (Value r : user->getResults())
+        signature(r, depth - 1, out);
+      os << ")";
+    }
+  os << "}";
+}
 
 } // namespace
 
@@ -66,11 +85,19 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
       blockCounts[a[i]].insert(b[j]);
   });
   std::vector<Param> params;
+  std::map<std::string, size_t> groupOf;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
     if (!name || fixed.count(name.getValue()))
       continue;
-    Param p{name.str(),
+    std::string sig;
+    signature(func.getArgument(i), 3, sig);
+    auto [it, fresh] = groupOf.try_emplace(sig, params.size());
+    if (!fresh) {
+      params[it->second].names.push_back(name.str());
+      continue;
+    }
+    Param p{{name.str()},
             cast<RankedTensorType>(func.getArgument(i).getType()),
             {Layout::replicated()}};
     for (int64_t d = 0; d < p.type.getRank(); ++d) {
@@ -83,6 +110,10 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     }
     params.push_back(std::move(p));
   }
+  auto assign = [](ParameterLayouts &layouts, const Param &p, Layout l) {
+    for (const std::string &n : p.names)
+      layouts[n] = l;
+  };
   ParameterLayouts plan = fixed;
   auto score = [&](const ParameterLayouts &layouts) -> double {
     FailureOr<PartitionResult> r =
@@ -102,7 +133,7 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     for (size_t i = 0; i < params.size(); ++i) {
       for (const Layout &l : params[i].candidates) {
         ParameterLayouts trial = plan;
-        trial[params[i].name] = l;
+        assign(trial, params[i], l);
         double s = score(trial);
         size_t lo = i >= kWindow ? i - kWindow : 0;
         size_t hi = std::min(params.size(), i + 1 + kWindow);
@@ -110,18 +141,18 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
           for (size_t j = lo; j < hi; ++j) {
             if (j == i)
               continue;
-            Layout keep = trial.lookup(params[j].name);
+            Layout keep = trial.lookup(params[j].names.front());
             for (const Layout &m : params[j].candidates) {
               if (m == keep)
                 continue;
-              trial[params[j].name] = m;
+              assign(trial, params[j], m);
               double t = score(trial);
               if (t + 1e-12 < s) {
                 s = t;
                 keep = m;
               }
             }
-            trial[params[j].name] = keep;
+            assign(trial, params[j], keep);
           }
         }
         if (s + 1e-12 < best) {

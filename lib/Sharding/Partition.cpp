@@ -69,8 +69,15 @@ private:
   llvm::DenseMap<Value, Layout> layouts;
   IRMapping mapping;
   /// Converted values, so one partial value is reduced once for all uses.
-  std::map<std::pair<void *, std::string>, Value> converted;
-  std::set<std::pair<void *, std::string>> countedConversions;
+  /// Keys are (value, layout code); see code().
+  using Key = std::pair<void *, int64_t>;
+  llvm::DenseMap<Key, Value> converted;
+  llvm::DenseSet<Key> countedConversions;
+  static int64_t code(Layout l) {
+    return (static_cast<int64_t>(l.kind) << 40) ^
+           (static_cast<int64_t>(l.combine) << 36) ^ ((l.dim + 1) << 20) ^
+           l.blocks;
+  }
   std::string phase = "forward";
   /// forward: the loss depends on it; optimizer: it depends on optimizer
   /// state or the step, or only feeds new parameters; backward: the rest.
@@ -84,7 +91,7 @@ private:
   Layout layoutOf(Value v) const {
     Layout l = layouts.lookup(v);
     if (l.isPartial() && countedConversions.count({v.getAsOpaquePointer(),
-                                                   Layout::replicated().str()}))
+                                                   code(Layout::replicated())}))
       return Layout::replicated();
     return l;
   }
@@ -131,6 +138,8 @@ private:
   }
 
   void record(StringRef kind, Value v) {
+    if (!rewrite)
+      return; // the dry run only adds up the cost
     Collective c;
     c.kind = kind.str();
     c.phase = phase;
@@ -144,13 +153,12 @@ private:
   Value convert(Value v, Layout to) {
     Layout from = layoutOf(v);
     Value local = rewrite ? mapping.lookupOrNull(v) : Value();
-    auto replicatedKey =
-        std::make_pair(v.getAsOpaquePointer(), Layout::replicated().str());
+    Key replicatedKey{v.getAsOpaquePointer(), code(Layout::replicated())};
     if (from.isReplicated() && layouts.lookup(v) != from && rewrite)
       local = converted[replicatedKey]; // the replicated copy
     if (from == to)
       return local;
-    auto key = std::make_pair(v.getAsOpaquePointer(), to.str());
+    Key key{v.getAsOpaquePointer(), code(to)};
     if (auto it = converted.find(key); it != converted.end())
       return it->second;
     bool counted = !countedConversions.insert(key).second;
@@ -510,7 +518,8 @@ LogicalResult Partitioner::visit(Operation *op) {
 
 FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   Block &body = func.getBody().front();
-  classifyPhases();
+  if (rewrite)
+    classifyPhases();
   auto layoutOfParameter = [&](StringRef name) {
     auto it = params.find(name);
     return it == params.end() ? Layout::replicated() : it->second;

@@ -42,14 +42,13 @@ std::string format(Operation *op, const ShardingRule &rule) {
   auto rank = [](Value v) {
     return cast<RankedTensorType>(v.getType()).getRank();
   };
-  std::string s =
-      dims([](const ShardingFactor &f) { return f.operandDims; },
-           op->getNumOperands(),
-           [&](unsigned i) { return rank(op->getOperand(i)); }) +
-      " -> " +
-      dims([](const ShardingFactor &f) { return f.resultDims; },
-           op->getNumResults(),
-           [&](unsigned i) { return rank(op->getResult(i)); });
+  std::string s = dims([](const ShardingFactor &f) { return f.operandDims; },
+                       op->getNumOperands(),
+                       [&](unsigned i) { return rank(op->getOperand(i)); }) +
+                  " -> " +
+                  dims([](const ShardingFactor &f) { return f.resultDims; },
+                       op->getNumResults(),
+                       [&](unsigned i) { return rank(op->getResult(i)); });
   auto list = [&](auto keep) {
     std::string out;
     for (auto [f, factor] : llvm::enumerate(rule.factors))
