@@ -14,7 +14,7 @@ $(BUILD)/build.ninja:
 configure: deps $(BUILD)/build.ninja
 
 build: configure
-	ninja -C $(BUILD) -j$(JOBS) cleave cleave-opt cleave-gradcheck cleave-unit-tests cleave-onnx-conformance
+	ninja -C $(BUILD) -j$(JOBS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure
