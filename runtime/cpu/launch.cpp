@@ -93,6 +93,18 @@ Status launchRanks(const std::vector<std::string> &argv, int ranks,
                                    "none"};
   if (::geteuid() == 0)
     args.push_back("--allow-run-as-root");
+  // The ranks share the machine's cores: unless the user chose, each gets
+  // its share of OpenMP/OpenBLAS threads (oversubscribed threads spin
+  // against each other in every collective).
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    std::string threads =
+        std::to_string(std::max(1u, cores / static_cast<unsigned>(ranks)));
+    for (const char *var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+      args.push_back("-x");
+      args.push_back(std::string(var) + "=" + threads);
+    }
+  }
   args.push_back("-np");
   args.push_back(std::to_string(ranks));
   args.insert(args.end(), argv.begin(), argv.end());
