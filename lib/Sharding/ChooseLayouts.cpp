@@ -115,9 +115,10 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
       layouts[n] = l;
   };
   ParameterLayouts plan = fixed;
+  ShardingRuleCache rules;
   auto score = [&](const ParameterLayouts &layouts) -> double {
     FailureOr<PartitionResult> r =
-        partition(func, tp, layouts, cost, /*rewrite=*/false);
+        partition(func, tp, layouts, cost, /*rewrite=*/false, &rules);
     if (failed(r))
       return std::numeric_limits<double>::infinity();
     return r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
@@ -137,7 +138,9 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
         double s = score(trial);
         size_t lo = i >= kWindow ? i - kWindow : 0;
         size_t hi = std::min(params.size(), i + 1 + kWindow);
-        for (int pass = 0; pass < 2; ++pass) {
+        bool changed = true;
+        for (int pass = 0; pass < 2 && changed; ++pass) {
+          changed = false;
           for (size_t j = lo; j < hi; ++j) {
             if (j == i)
               continue;
@@ -150,6 +153,7 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
               if (t + 1e-12 < s) {
                 s = t;
                 keep = m;
+                changed = true;
               }
             }
             assign(trial, params[j], keep);

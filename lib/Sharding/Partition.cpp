@@ -53,9 +53,9 @@ std::string locationString(Location loc) {
 class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
-              bool rewrite)
+              bool rewrite, ShardingRuleCache *rules)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
-        builder(func.getContext()) {}
+        builder(func.getContext()), rules(rules) {}
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -65,6 +65,7 @@ private:
   const CostModel &cost;
   bool rewrite;
   OpBuilder builder;
+  ShardingRuleCache *rules;
   PartitionResult result;
   llvm::DenseMap<Value, Layout> layouts;
   IRMapping mapping;
@@ -509,6 +510,17 @@ LogicalResult Partitioner::visit(Operation *op) {
     if (succeeded(visitBlockSliceScatter(scatter)))
       return success();
   if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
+    if (rules) {
+      auto [it, fresh] = rules->try_emplace(op);
+      if (fresh) {
+        ShardingRule rule;
+        if (succeeded(ruled.getShardingRule(rule)))
+          it->second = std::move(rule);
+      }
+      if (it->second)
+        return visitWithRule(op, *it->second);
+      return visitReplicated(op);
+    }
     ShardingRule rule;
     if (succeeded(ruled.getShardingRule(rule)))
       return visitWithRule(op, rule);
@@ -667,7 +679,7 @@ void Partitioner::classifyPhases() {
 FailureOr<PartitionResult>
 mlir::cleave::partition(func::FuncOp func, int64_t tp,
                         const ParameterLayouts &layouts, const CostModel &cost,
-                        bool rewrite) {
-  Partitioner p(func, tp, cost, rewrite);
+                        bool rewrite, ShardingRuleCache *rules) {
+  Partitioner p(func, tp, cost, rewrite, rules);
   return p.run(layouts);
 }

@@ -10,6 +10,7 @@
 #define CLEAVE_SHARDING_SHARDING_H
 
 #include "Cleave/CleaveDialect.h"
+#include "Cleave/ShardingRule.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/ADT/StringMap.h"
@@ -99,9 +100,15 @@ struct PartitionResult {
 /// train step \p func for a tp axis of \p tp ranks. Rewriting turns every
 /// value into its local form and inserts the collectives; the function's
 /// parameter-like arguments and results get kSplitDimAttr.
+/// Ops' sharding rules, kept across the many dry runs of one search (a rule
+/// depends only on the op).
+using ShardingRuleCache =
+    llvm::DenseMap<Operation *, std::optional<ShardingRule>>;
+
 FailureOr<PartitionResult> partition(func::FuncOp func, int64_t tp,
                                      const ParameterLayouts &layouts,
-                                     const CostModel &cost, bool rewrite);
+                                     const CostModel &cost, bool rewrite,
+                                     ShardingRuleCache *rules = nullptr);
 
 /// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
 /// the others are searched to minimise communication plus the cost model's
