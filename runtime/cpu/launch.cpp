@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -129,6 +130,9 @@ Status launchRanks(const std::vector<std::string> &argv, int ranks,
                          std::strerror(err));
   }
   if (pid == 0) {
+    // mpirun (and with it every rank) goes when the launching cleave goes,
+    // even when it is killed: no orphaned ranks.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::close(pipeFds[0]);
     ::execv(cargs[0], cargs.data());
     int err = errno;

@@ -30,8 +30,11 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <iostream>
+#include <thread>
 #include <unistd.h>
 
 using namespace mlir;
@@ -143,8 +146,10 @@ struct DiagnosticPrinter {
              << (diag.getSeverity() == DiagnosticSeverity::Error ? "error: "
                                                                  : "note: ")
              << diag.str() << "\n";
+          // MLIR's "see current operation" dump is for compiler developers.
           for (const Diagnostic &note : diag.getNotes())
-            os << "cleave: note: " << note.str() << "\n";
+            if (!StringRef(note.str()).starts_with("see current operation"))
+              os << "cleave: note: " << note.str() << "\n";
           return success();
         }) {}
   ScopedDiagnosticHandler handler;
@@ -250,8 +255,26 @@ static int runForward(MLIRContext &ctx) {
         return fail(s.message());
       return s ? 0 : 1; // the ranks printed their errors
     }
+    // MPI start-up waits for every rank with no deadline of its own: a
+    // watchdog bounds it too.
+    std::atomic<bool> started{false};
+    std::thread watchdog([&started, limit = static_cast<double>(timeout)] {
+      auto until = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double>(limit);
+      while (!started && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!started) {
+        llvm::errs() << "cleave: error: MPI start-up timed out after " << limit
+                     << " s waiting for its peers (a rank died or hangs)\n";
+        llvm::errs().flush();
+        std::_Exit(1);
+      }
+    });
     std::unique_ptr<rt::Communicator> comm;
-    if (rt::Status s = rt::makeMpiCommunicator({tp}, timeout, &comm); !s) {
+    rt::Status made = rt::makeMpiCommunicator({tp}, timeout, &comm);
+    started = true;
+    watchdog.join();
+    if (rt::Status s = made; !s) {
       llvm::errs() << "cleave: error: " << s.message() << "\n";
       rt::abortAllRanks(1);
     }
