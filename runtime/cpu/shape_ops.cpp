@@ -449,16 +449,18 @@ Status shardRange(const KernelInfo &info, int64_t extent, int64_t *offset,
   return Status::ok();
 }
 
-/// Maps global indices to this rank's rows: -1 for rows another rank holds.
-template <typename T>
-Status localRows(const T *indices, int64_t count, int64_t offset,
+/// Maps global indices (i64 when \p wide, else i32) to this rank's rows: -1
+/// for rows another rank holds.
+Status localRows(const void *indices, bool wide, int64_t count, int64_t offset,
                  int64_t extent, int64_t global, int64_t axis,
                  std::vector<int64_t> *rows) {
   rows->resize(count);
   for (int64_t i = 0; i < count; ++i) {
-    int64_t g = indices[i] < 0 ? indices[i] + global : indices[i];
+    int64_t index = wide ? static_cast<const int64_t *>(indices)[i]
+                         : static_cast<const int32_t *>(indices)[i];
+    int64_t g = index < 0 ? index + global : index;
     if (g < 0 || g >= global)
-      return Status::error("index " + std::to_string(indices[i]) +
+      return Status::error("index " + std::to_string(index) +
                            " is out of range for axis " + std::to_string(axis) +
                            " of extent " + std::to_string(global));
     int64_t l = g - offset;
@@ -506,12 +508,9 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
       const auto *data = static_cast<const uint8_t *>(args.operands[0]);
       auto *out = static_cast<uint8_t *>(args.results[0]);
       std::vector<int64_t> rows;
-      Status s = wide
-                     ? localRows(static_cast<const int64_t *>(args.operands[1]),
-                                 count, offset, extent, global, axis, &rows)
-                     : localRows(static_cast<const int32_t *>(args.operands[1]),
-                                 count, offset, extent, global, axis, &rows);
-      if (!s)
+      if (Status s = localRows(args.operands[1], wide, count, offset, extent,
+                               global, axis, &rows);
+          !s)
         return s;
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t c = 0; c < count; ++c) {
@@ -648,12 +647,9 @@ Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
       const auto *updates = static_cast<const float *>(args.operands[0]);
       auto *out = static_cast<float *>(args.results[0]);
       std::vector<int64_t> rows;
-      Status s = wide
-                     ? localRows(static_cast<const int64_t *>(args.operands[1]),
-                                 count, offset, extent, global, axis, &rows)
-                     : localRows(static_cast<const int32_t *>(args.operands[1]),
-                                 count, offset, extent, global, axis, &rows);
-      if (!s)
+      if (Status s = localRows(args.operands[1], wide, count, offset, extent,
+                               global, axis, &rows);
+          !s)
         return s;
       std::fill(out, out + total, 0.0f);
       for (int64_t o = 0; o < outer; ++o)
