@@ -116,12 +116,22 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
   };
   ParameterLayouts plan = fixed;
   ShardingRuleCache rules;
+  // Moves revisit assignments (a neighbour's kept layout, the next sweep):
+  // each distinct assignment of the groups is scored once.
+  std::map<std::string, double> scored;
   auto score = [&](const ParameterLayouts &layouts) -> double {
+    std::string key;
+    for (const Param &p : params)
+      key += layouts.lookup(p.names.front()).str() + ";";
+    if (auto it = scored.find(key); it != scored.end())
+      return it->second;
     FailureOr<PartitionResult> r =
         partition(func, tp, layouts, cost, /*rewrite=*/false, &rules);
-    if (failed(r))
-      return std::numeric_limits<double>::infinity();
-    return r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
+    double s = failed(r) ? std::numeric_limits<double>::infinity()
+                         : r->seconds +
+                               cost.memory * static_cast<double>(r->memoryBytes);
+    scored[key] = s;
+    return s;
   };
   double best = score(plan);
   // A move sets one parameter's layout and then lets its neighbours in
