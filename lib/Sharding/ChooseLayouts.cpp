@@ -43,7 +43,18 @@ void signature(Value v, int depth, std::string &out) {
   if (depth > 0)
     for (OpOperand &use : v.getUses()) {
       Operation *user = use.getOwner();
-      os << user->getName() << "#" << use.getOperandNumber() << "(";
+      // Which result of the step a value is does not tell layers apart.
+      if (user->hasTrait<OpTrait::IsTerminator>()) {
+        os << "return";
+        continue;
+      }
+      os << user->getName() << "#" << use.getOperandNumber() << "<";
+      // What the value is combined with (q's projection reads a norm, the
+      // output projection the attention's result).
+      for (Value other : user->getOperands())
+        if (Operation *def = other.getDefiningOp())
+          os << def->getName() << ",";
+      os << ">(";
       for (Value r : user->getResults())
         signature(r, depth - 1, out);
       os << ")";
@@ -128,8 +139,8 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     FailureOr<PartitionResult> r =
         partition(func, tp, layouts, cost, /*rewrite=*/false, &rules);
     double s = failed(r) ? std::numeric_limits<double>::infinity()
-                         : r->seconds +
-                               cost.memory * static_cast<double>(r->memoryBytes);
+                         : r->seconds + cost.memory *
+                                            static_cast<double>(r->memoryBytes);
     scored[key] = s;
     return s;
   };
