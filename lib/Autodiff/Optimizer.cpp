@@ -32,8 +32,6 @@ struct OptimizerPass
 struct Updater {
   OpBuilder &b;
   Location loc;
-  /// The step number as f32, shape [] (for bias corrections).
-  Value stepF;
 
   Value scalar(int64_t rank, double v) {
     SmallVector<int64_t> ones(rank, 1);
@@ -102,7 +100,7 @@ void OptimizerPass::runOnOperation() {
 
   OpBuilder b(ret);
   Location loc = func.getLoc();
-  Updater u{b, loc, {}};
+  Updater u{b, loc};
   Value stepF =
       CastOp::create(b, loc, RankedTensorType::get({}, b.getF32Type()), step);
 

@@ -10,6 +10,7 @@
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Lowering/PlanBuffers.h"
+#include "cleave/Sharding/Sharding.h"
 #include "plan/plan.pb.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -177,8 +178,7 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
       })
       .Case<GatherOp>([&](GatherOp g) {
         b.ints("axis", {static_cast<int64_t>(g.getAxis())});
-        if (auto shard =
-                g->getAttrOfType<DenseI64ArrayAttr>("cleave.shard_axes"))
+        if (auto shard = g->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
           b.ints("shard_axes", shard.asArrayRef());
         return "gather";
       })
@@ -202,8 +202,7 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
       })
       .Case<ScatterAddOp>([&](ScatterAddOp g) {
         b.ints("axis", {static_cast<int64_t>(g.getAxis())});
-        if (auto shard =
-                g->getAttrOfType<DenseI64ArrayAttr>("cleave.shard_axes"))
+        if (auto shard = g->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
           b.ints("shard_axes", shard.asArrayRef());
         return "scatter_add";
       })
@@ -280,9 +279,9 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     return a ? a.str() : std::string();
   };
   if (attrs)
-    if (auto split = attrs.getAs<IntegerAttr>("cleave.split_dim")) {
+    if (auto split = attrs.getAs<IntegerAttr>(kSplitDimAttr)) {
       b.set_split_dim(split.getInt());
-      if (auto blocks = attrs.getAs<IntegerAttr>("cleave.split_blocks"))
+      if (auto blocks = attrs.getAs<IntegerAttr>(kSplitBlocksAttr))
         b.set_split_blocks(blocks.getInt());
     }
   if (!attrs) {
@@ -419,7 +418,7 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
              << kernel << "', which the runtime does not list";
     inst.set_kernel(kernel);
     inst.set_location(locationString(op.getLoc()));
-    if (auto phase = op.getAttrOfType<StringAttr>("cleave.phase"))
+    if (auto phase = op.getAttrOfType<StringAttr>(kPhaseAttr))
       inst.set_phase(phase.str());
     // Optional operands that are absent are encoded as -1 (kernels.def).
     auto appendOperand = [&](Value v) {

@@ -291,17 +291,13 @@ template <> LogicalResult rule(ScatterAddOp op, ShardingRule &r) {
 /// NCHW window ops: batch (and, for pools, channels) parallel; spatial dims
 /// whole.
 template <typename OpTy> LogicalResult poolRule(OpTy op, ShardingRule &r) {
-  elementwise(op, r);
-  for (ShardingFactor &f : r.factors)
-    f.operandDims.assign(op->getNumOperands(), -1);
-  ArrayRef<int64_t> in = shapeOf(op->getOperand(0));
+  ArrayRef<int64_t> out = shapeOf(op->getResult(0));
   for (int64_t d = 0; d < 4; ++d) {
-    for (unsigned i = 0; i < op->getNumOperands(); ++i)
-      r.factors[d].operandDims[i] = d;
-    if (d >= 2)
-      r.factors[d].kind = Kind::Whole;
+    ShardingFactor &f =
+        addFactor(r, op, out[d], d >= 2 ? Kind::Whole : Kind::Parallel);
+    f.operandDims.assign(op->getNumOperands(), d);
+    f.resultDims[0] = d;
   }
-  (void)in;
   return success();
 }
 template <> LogicalResult rule(MaxPool2DOp op, ShardingRule &r) {
@@ -318,7 +314,7 @@ template <> LogicalResult rule(AvgPool2DBackwardOp op, ShardingRule &r) {
 }
 
 /// conv2d(x [N,C,H,W], w [F,C/g,KH,KW], b [F]): N parallel, F parallel
-/// (groups == 1), C contracted (groups == 1), the rest whole.
+/// (groups == 1), the rest (C included) whole.
 template <> LogicalResult rule(Conv2DOp op, ShardingRule &r) {
   ArrayRef<int64_t> x = shapeOf(op.getInput()), w = shapeOf(op.getFilter()),
                     y = shapeOf(op.getResult());
@@ -332,7 +328,9 @@ template <> LogicalResult rule(Conv2DOp op, ShardingRule &r) {
   if (op.getBias())
     f.operandDims[2] = 0;
   f.resultDims[0] = 1;
-  ShardingFactor &c = addFactor(r, op, x[1], plain ? Kind::Whole : Kind::Whole);
+  // Splitting C would leave a partial sum, but the conv kernels take no
+  // channel slices yet.
+  ShardingFactor &c = addFactor(r, op, x[1], Kind::Whole);
   c.operandDims[0] = 1;
   c.operandDims[1] = 1;
   for (int64_t d = 2; d < 4; ++d) {
@@ -366,8 +364,6 @@ template <> LogicalResult rule(Conv2DBackwardFilterOp op, ShardingRule &r) {
 /// Random numbers are a function of the global element index: the result is
 /// drawn whole, and split by its consumers.
 template <> LogicalResult rule(RandomUniformOp op, ShardingRule &r) {
-  for (int64_t d : shapeOf(op.getResult()))
-    (void)d;
   ArrayRef<int64_t> s = shapeOf(op.getResult());
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
     addFactor(r, op, s[d], Kind::Whole).resultDims[0] = d;

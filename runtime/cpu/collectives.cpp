@@ -116,24 +116,41 @@ Status prepare_all_reduce(const KernelInfo &info, KernelFn *fn) {
   return Status::ok();
 }
 
+/// The geometry of a collective that splits one dimension across its group:
+/// attrs axes and dim, and the group size. \p whole is \p part with that
+/// dimension multiplied by the group size (\p what names the mismatch).
+struct Split {
+  std::vector<int64_t> axes;
+  int64_t dim = 0;
+  int64_t group = 1;
+};
+
+Status readSplit(const KernelInfo &info, const TensorType &part,
+                 const TensorType &whole, const std::string &what,
+                 Split *split) {
+  if (Status s = checkSameDType(part, whole); !s)
+    return s;
+  if (Status s = readAxes(info, &split->axes); !s)
+    return s;
+  if (Status s = readDim(info, part, &split->dim); !s)
+    return s;
+  split->group = info.comm->groupSize(split->axes);
+  return checkScaledDim(part, whole, split->dim, split->group, what);
+}
+
 Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
-  if (Status s = checkSameDType(x, y); !s)
-    return s;
-  std::vector<int64_t> axes;
-  if (Status s = readAxes(info, &axes); !s)
-    return s;
-  int64_t dim = 0;
-  if (Status s = readDim(info, x, &dim); !s)
-    return s;
-  int64_t group = info.comm->groupSize(axes);
-  if (Status s = checkScaledDim(x, y, dim, group,
-                                "result " + y.str() + " is not operand " +
-                                    x.str() + " gathered");
+  Split split;
+  if (Status s = readSplit(info, x, y,
+                           "result " + y.str() + " is not operand " + x.str() +
+                               " gathered",
+                           &split);
       !s)
     return s;
+  const std::vector<int64_t> &axes = split.axes;
+  int64_t dim = split.dim, group = split.group;
   Communicator *comm = info.comm;
   // x is [outer, rows]: `outer` blocks of `rowBytes` each; member k's block
   // o goes to y block o * group + k.
@@ -176,22 +193,17 @@ Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
-  if (Status s = checkSameDType(x, y); !s)
+  Split split;
+  if (Status s = readSplit(info, y, x,
+                           "operand " + x.str() +
+                               " does not scatter to result " + y.str(),
+                           &split);
+      !s)
     return s;
   if (Status s = checkNumeric(x); !s)
     return s;
-  std::vector<int64_t> axes;
-  if (Status s = readAxes(info, &axes); !s)
-    return s;
-  int64_t dim = 0;
-  if (Status s = readDim(info, x, &dim); !s)
-    return s;
-  int64_t group = info.comm->groupSize(axes);
-  if (Status s = checkScaledDim(y, x, dim, group,
-                                "operand " + x.str() +
-                                    " does not scatter to result " + y.str());
-      !s)
-    return s;
+  const std::vector<int64_t> &axes = split.axes;
+  int64_t dim = split.dim, group = split.group;
   Communicator *comm = info.comm;
   DType dtype = x.dtype;
   int64_t count = y.numElements();
@@ -227,20 +239,14 @@ Status prepare_shard_slice(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
-  if (Status s = checkSameDType(x, y); !s)
-    return s;
-  std::vector<int64_t> axes;
-  if (Status s = readAxes(info, &axes); !s)
-    return s;
-  int64_t dim = 0;
-  if (Status s = readDim(info, y, &dim); !s)
-    return s;
-  int64_t group = info.comm->groupSize(axes);
-  if (Status s =
-          checkScaledDim(y, x, dim, group,
-                         "result " + y.str() + " is not a chunk of " + x.str());
+  Split split;
+  if (Status s = readSplit(
+          info, y, x, "result " + y.str() + " is not a chunk of " + x.str(),
+          &split);
       !s)
     return s;
+  const std::vector<int64_t> &axes = split.axes;
+  int64_t dim = split.dim, group = split.group;
   int64_t k = info.comm->groupRank(axes);
   int64_t blocks = 1;
   if (Status s = readBlocks(info, y.shape[dim], &blocks); !s)
