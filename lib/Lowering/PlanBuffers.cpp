@@ -10,6 +10,7 @@
 #include "cleave/Lowering/Passes.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include <algorithm>
 
 namespace mlir::cleave {
 #define GEN_PASS_DEF_PLANBUFFERSPASS
@@ -103,6 +104,8 @@ struct PlanBuffersPass
     std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
       return intervals[a].bytes > intervals[b].bytes;
     });
+    // Placed intervals by offset, so the occupied ranges of the ones
+    // overlapping in time come out sorted without sorting them per value.
     std::vector<unsigned> placed;
     int64_t arena = 0;
     auto alignUp = [&](int64_t v) {
@@ -110,18 +113,15 @@ struct PlanBuffersPass
     };
     for (unsigned i : order) {
       Interval &cur = intervals[i];
-      // Occupied byte ranges of placed intervals overlapping in time.
-      std::vector<std::pair<int64_t, int64_t>> busy;
-      for (unsigned j : placed) {
-        const Interval &other = intervals[j];
-        if (other.begin <= cur.end && cur.begin <= other.end)
-          busy.push_back({other.offset, other.offset + alignUp(other.bytes)});
-      }
-      std::sort(busy.begin(), busy.end());
-      // Best fit: the smallest gap that holds the value, else the top.
+      // Best fit: the smallest gap between the byte ranges of placed values
+      // live at the same time that holds the value, else the top.
       int64_t need = alignUp(cur.bytes), best = -1, bestGap = INT64_MAX;
       int64_t cursor = 0;
-      for (auto [lo, hi] : busy) {
+      for (unsigned j : placed) {
+        const Interval &other = intervals[j];
+        if (other.begin > cur.end || cur.begin > other.end)
+          continue;
+        int64_t lo = other.offset, hi = other.offset + alignUp(other.bytes);
         if (lo - cursor >= need && lo - cursor < bestGap) {
           best = cursor;
           bestGap = lo - cursor;
@@ -130,7 +130,11 @@ struct PlanBuffersPass
       }
       cur.offset = best >= 0 ? best : cursor;
       arena = std::max(arena, cur.offset + need);
-      placed.push_back(i);
+      auto at = std::upper_bound(placed.begin(), placed.end(), cur.offset,
+                                 [&](int64_t offset, unsigned j) {
+                                   return offset < intervals[j].offset;
+                                 });
+      placed.insert(at, i);
     }
 
     OpBuilder builder(func.getContext());

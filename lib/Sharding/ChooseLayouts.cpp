@@ -18,6 +18,7 @@
 #include "cleave/Sharding/Sharding.h"
 
 #include "llvm/Support/raw_ostream.h"
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -126,7 +127,7 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
       layouts[n] = l;
   };
   ParameterLayouts plan = fixed;
-  ShardingRuleCache rules;
+  PartitionIndex index(func);
   // Moves revisit assignments (a neighbour's kept layout, the next sweep):
   // each distinct assignment of the groups is scored once.
   std::map<std::string, double> scored;
@@ -137,7 +138,7 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     if (auto it = scored.find(key); it != scored.end())
       return it->second;
     FailureOr<PartitionResult> r =
-        partition(func, tp, layouts, cost, /*rewrite=*/false, &rules);
+        partition(func, tp, layouts, cost, /*rewrite=*/false, &index);
     double s = failed(r) ? std::numeric_limits<double>::infinity()
                          : r->seconds + cost.memory *
                                             static_cast<double>(r->memoryBytes);
@@ -150,15 +151,24 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
   // a column split alone pays for an all-gather that only the matching bias
   // and row split remove, whichever of them the sweep meets first.
   constexpr size_t kWindow = 3;
+  // Moves are retried only where the plan changed within their window since
+  // they were last tried ("don't look bits" of local search): elsewhere the
+  // same trials would only be scored again on a plan that differs far away.
+  std::vector<int64_t> changedAt(params.size(), 0), triedAt(params.size(), -1);
+  int64_t clock = 0;
   for (int sweep = 0; sweep < 4; ++sweep) {
     bool improved = false;
     for (size_t i = 0; i < params.size(); ++i) {
+      size_t lo = i >= kWindow ? i - kWindow : 0;
+      size_t hi = std::min(params.size(), i + 1 + kWindow);
+      if (*std::max_element(changedAt.begin() + lo, changedAt.begin() + hi) <
+          triedAt[i])
+        continue;
+      triedAt[i] = ++clock;
       for (const Layout &l : params[i].candidates) {
         ParameterLayouts trial = plan;
         assign(trial, params[i], l);
         double s = score(trial);
-        size_t lo = i >= kWindow ? i - kWindow : 0;
-        size_t hi = std::min(params.size(), i + 1 + kWindow);
         bool changed = true;
         for (int pass = 0; pass < 2 && changed; ++pass) {
           changed = false;
@@ -181,6 +191,11 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
           }
         }
         if (s + 1e-12 < best) {
+          ++clock;
+          for (size_t j = lo; j < hi; ++j)
+            if (trial.lookup(params[j].names.front()) !=
+                plan.lookup(params[j].names.front()))
+              changedAt[j] = clock;
           best = s;
           plan = std::move(trial);
           improved = true;

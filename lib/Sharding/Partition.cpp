@@ -37,6 +37,119 @@ std::string Layout::str() const {
   return "?";
 }
 
+struct PartitionIndex::Impl {
+  enum class Kind : uint8_t {
+    Constant,
+    Reshape,
+    Slice,
+    Concat,
+    SliceScatter,
+    Ruled,
+    Replicated
+  };
+  struct OpEntry {
+    Operation *op;
+    Kind kind;
+    int32_t rule = -1; // into rules
+    uint32_t firstOperand, numOperands;
+    uint32_t firstResult, numResults;
+  };
+  std::vector<Value> values;
+  llvm::DenseMap<Value, int32_t> ids;
+  std::vector<int64_t> bytes;
+  std::vector<uint8_t> isFloat, oneUse;
+  std::vector<int32_t> operands; // all ops' operand ids, op after op
+  std::vector<OpEntry> ops;
+  std::vector<ShardingRule> rules;
+  /// Per argument: the parameter whose layout it takes (itself or the one
+  /// whose optimizer state it is), empty for data, buffers and the step.
+  std::vector<StringRef> argParameter;
+  std::vector<uint8_t> argIsParameter;
+  /// Per result: the parameter whose layout it is kept in (new parameters,
+  /// gradients, optimizer state; empty for the loss and buffers) and the
+  /// phase its collectives belong to.
+  std::vector<StringRef> resultParameter;
+  std::vector<const char *> resultPhase;
+
+  explicit Impl(func::FuncOp func) {
+    auto add = [&](Value v) {
+      ids[v] = values.size();
+      values.push_back(v);
+      bytes.push_back(storageBytes(v.getType()));
+      isFloat.push_back(
+          isa<FloatType>(cast<RankedTensorType>(v.getType()).getElementType()));
+      oneUse.push_back(v.hasOneUse());
+    };
+    for (BlockArgument arg : func.getArguments()) {
+      add(arg);
+      unsigned i = arg.getArgNumber();
+      StringRef param;
+      auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+      if (name)
+        param = name.getValue();
+      else if (auto state =
+                   func.getArgAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
+        param = cast<StringAttr>(state[0]).getValue();
+      argParameter.push_back(param);
+      argIsParameter.push_back(static_cast<bool>(name));
+    }
+    for (Operation &op : func.getBody().front().without_terminator()) {
+      OpEntry e{&op,
+                Kind::Replicated,
+                -1,
+                static_cast<uint32_t>(operands.size()),
+                op.getNumOperands(),
+                static_cast<uint32_t>(values.size()),
+                op.getNumResults()};
+      for (Value v : op.getOperands())
+        operands.push_back(ids.lookup(v));
+      for (Value r : op.getResults())
+        add(r);
+      if (isa<ConstantOp>(op))
+        e.kind = Kind::Constant;
+      else if (isa<ReshapeOp>(op))
+        e.kind = Kind::Reshape;
+      else if (isa<SliceOp>(op))
+        e.kind = Kind::Slice;
+      else if (isa<ConcatOp>(op))
+        e.kind = Kind::Concat;
+      else if (isa<SliceScatterOp>(op))
+        e.kind = Kind::SliceScatter;
+      if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
+        ShardingRule rule;
+        if (succeeded(ruled.getShardingRule(rule))) {
+          e.rule = rules.size();
+          rules.push_back(std::move(rule));
+          if (e.kind == Kind::Replicated)
+            e.kind = Kind::Ruled;
+        }
+      }
+      ops.push_back(e);
+    }
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      StringRef param;
+      if (auto name = func.getResultAttrOfType<StringAttr>(i, kParameterAttr))
+        param = name.getValue();
+      else if (auto name =
+                   func.getResultAttrOfType<StringAttr>(i, kGradientAttr))
+        param = name.getValue();
+      else if (auto state =
+                   func.getResultAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
+        param = cast<StringAttr>(state[0]).getValue();
+      resultParameter.push_back(param);
+      // Gradients are formed in the backward pass and updates in the
+      // optimizer; their collectives belong there.
+      resultPhase.push_back(func.getResultAttr(i, kGradientAttr) ? "backward"
+                            : func.getResultAttr(i, kLossAttr)   ? "forward"
+                                                                 : "optimizer");
+    }
+  }
+};
+
+PartitionIndex::PartitionIndex(func::FuncOp func)
+    : impl(std::make_unique<Impl>(func)) {}
+PartitionIndex::~PartitionIndex() = default;
+
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
@@ -50,12 +163,16 @@ std::string locationString(Location loc) {
   return s;
 }
 
+using Index = PartitionIndex::Impl;
+using OpEntry = Index::OpEntry;
+
 class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
-              bool rewrite, ShardingRuleCache *rules)
+              bool rewrite, const Index &index)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
-        builder(func.getContext()), rules(rules) {}
+        builder(func.getContext()), index(index), layouts(index.values.size()) {
+  }
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -65,19 +182,22 @@ private:
   const CostModel &cost;
   bool rewrite;
   OpBuilder builder;
-  ShardingRuleCache *rules;
+  const Index &index;
   PartitionResult result;
-  llvm::DenseMap<Value, Layout> layouts;
+  /// By value id.
+  std::vector<Layout> layouts;
   IRMapping mapping;
-  /// Converted values, so one partial value is reduced once for all uses.
-  /// Keys are (value, layout code); see code().
-  using Key = std::pair<void *, int64_t>;
-  llvm::DenseMap<Key, Value> converted;
-  llvm::DenseSet<Key> countedConversions;
-  static int64_t code(Layout l) {
-    return (static_cast<int64_t>(l.kind) << 40) ^
-           (static_cast<int64_t>(l.combine) << 36) ^ ((l.dim + 1) << 20) ^
-           l.blocks;
+  /// Conversions done (a partial value is reduced once for all its users),
+  /// by key(value id, target layout); the converted values when rewriting.
+  llvm::DenseSet<uint64_t> countedConversions;
+  llvm::DenseMap<uint64_t, Value> converted;
+  static uint64_t key(int32_t id, Layout l) {
+    assert(l.dim < 63 && l.blocks < (1 << 20) && "layout code overflow");
+    uint64_t code = (static_cast<uint64_t>(l.kind) << 30) |
+                    (static_cast<uint64_t>(l.combine) << 26) |
+                    (static_cast<uint64_t>(l.dim + 1) << 20) |
+                    static_cast<uint64_t>(l.blocks);
+    return (static_cast<uint64_t>(id) << 32) | code;
   }
   std::string phase = "forward";
   /// forward: the loss depends on it; optimizer: it depends on optimizer
@@ -86,18 +206,23 @@ private:
   void classifyPhases();
   Location loc = UnknownLoc::get(func.getContext());
 
+  int32_t idOf(Value v) const { return index.ids.lookup(v); }
+  int32_t operandId(const OpEntry &e, unsigned i) const {
+    return index.operands[e.firstOperand + i];
+  }
+
   /// A value's layout; once a partial sum was reduced for one user, the
   /// reduced copy serves the others (who would otherwise carry the partial
   /// on and reduce it again).
-  Layout layoutOf(Value v) const {
-    Layout l = layouts.lookup(v);
-    if (l.isPartial() && countedConversions.count({v.getAsOpaquePointer(),
-                                                   code(Layout::replicated())}))
+  Layout layoutOf(int32_t id) const {
+    Layout l = layouts[id];
+    if (l.isPartial() &&
+        countedConversions.count(key(id, Layout::replicated())))
       return Layout::replicated();
     return l;
   }
 
-  int64_t bytesOf(Value v) const { return storageBytes(v.getType()); }
+  int64_t bytesOf(int32_t id) const { return index.bytes[id]; }
 
   RankedTensorType localType(RankedTensorType t, Layout l) const {
     if (!l.isSplit())
@@ -117,19 +242,19 @@ private:
     return collectiveCost(1.0 * (tp - 1) / tp * bytes);
   }
 
-  /// Cost of bringing \p v from its layout to \p to.
-  double conversionCost(Value v, Layout to) const {
-    Layout from = layoutOf(v);
+  /// Cost of bringing value \p id from its layout to \p to.
+  double conversionCost(int32_t id, Layout to) const {
+    Layout from = layoutOf(id);
     if (from == to)
       return 0;
-    int64_t bytes = bytesOf(v);
+    int64_t bytes = bytesOf(id);
     // Slicing a replicated value is local; a small charge keeps the choice
     // that needs no slicing on a tie.
     double slice = 1e-15 * bytes;
     // A replicated float joins a partial sum as its 1/tp share (local).
     if (to.isPartial())
       return from.isReplicated() && to.combine == ReduceKind::sum &&
-                     isa<FloatType>(typeOf(v).getElementType())
+                     index.isFloat[id]
                  ? slice
                  : kInfinity;
     double toReplicated = from.isReplicated() ? 0
@@ -138,114 +263,132 @@ private:
     return to.isReplicated() ? toReplicated : toReplicated + slice;
   }
 
-  void record(StringRef kind, Value v) {
+  void record(StringRef kind, int32_t id) {
     if (!rewrite)
       return; // the dry run only adds up the cost
     Collective c;
     c.kind = kind.str();
     c.phase = phase;
-    c.bytes = bytesOf(v);
+    c.bytes = bytesOf(id);
     c.source = locationString(loc);
     result.collectives.push_back(c);
   }
 
-  /// \p v (an original value) in layout \p to: the new value when
-  /// rewriting, null in a dry run. Adds the communication to the result.
-  Value convert(Value v, Layout to) {
-    Layout from = layoutOf(v);
-    Value local = rewrite ? mapping.lookupOrNull(v) : Value();
-    Key replicatedKey{v.getAsOpaquePointer(), code(Layout::replicated())};
-    if (from.isReplicated() && layouts.lookup(v) != from && rewrite)
-      local = converted[replicatedKey]; // the replicated copy
-    if (from == to)
-      return local;
-    Key key{v.getAsOpaquePointer(), code(to)};
-    if (auto it = converted.find(key); it != converted.end())
-      return it->second;
-    bool counted = !countedConversions.insert(key).second;
-    auto global = typeOf(v);
-    SmallVector<int64_t> axes{0};
-    if (to.isPartial()) {
-      // Replicated to partial: every rank adds 1/tp of it (exact for tp a
-      // power of two).
-      Value out;
-      if (rewrite) {
-        SmallVector<int64_t> ones(global.getRank(), 1);
-        auto scalarType = RankedTensorType::get(ones, global.getElementType());
-        Value share = ConstantOp::create(
-            builder, loc,
-            DenseElementsAttr::get(
-                scalarType,
-                builder.getFloatAttr(global.getElementType(), 1.0 / tp)));
-        out = MulOp::create(builder, loc, local, share);
-        converted[key] = out;
-      }
-      return out;
-    }
-    // First to replicated.
-    Value full = local;
-    if (from.isSplit()) {
-      if (!counted) {
-        result.seconds += allGatherCost(bytesOf(v));
-        record("all_gather", v);
-      }
-      if (rewrite) {
-        full = AllGatherOp::create(builder, loc, global, local, axes, from.dim,
-                                   from.blocks);
-        full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
-      }
-    } else if (from.isPartial()) {
-      if (!counted) {
-        result.seconds += allReduceCost(bytesOf(v));
-        record("all_reduce", v);
-      }
-      if (rewrite) {
-        full = AllReduceOp::create(builder, loc, from.combine, local, axes);
-        full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
-      }
-    }
-    Value out = full;
-    if (to.isSplit() && rewrite) {
-      auto splat = v.getDefiningOp<ConstantOp>();
-      auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
-                         : DenseElementsAttr();
-      if (dense && dense.isSplat())
-        out = ConstantOp::create(
-            builder, loc,
-            DenseElementsAttr::get(localType(global, to),
-                                   dense.getSplatValue<Attribute>()));
-      else
-        out = ShardSliceOp::create(builder, loc, localType(global, to), full,
-                                   axes, to.dim, to.blocks);
-    }
-    if (rewrite)
-      converted[key] = out;
-    return out;
-  }
+  /// Value \p id in layout \p to: the new value when rewriting, null in a
+  /// dry run. Adds the communication to the result.
+  Value convert(int32_t id, Layout to);
 
-  LogicalResult visit(Operation *op);
-  LogicalResult visitReshape(ReshapeOp op);
+  LogicalResult visit(const OpEntry &e);
+  LogicalResult visitReshape(const OpEntry &e);
   /// A slice taking whole blocks of a dimension split in blocks (q out of a
   /// fused qkv) stays local; fails (nothing emitted) otherwise.
-  LogicalResult visitBlockSlice(SliceOp op);
+  LogicalResult visitBlockSlice(const OpEntry &e);
   /// Concatenating along their split dimension values split so (dq, dk, dv
   /// into the fused gradient) gives the blocked split; fails otherwise.
-  LogicalResult visitBlockConcat(ConcatOp op);
+  LogicalResult visitBlockConcat(const OpEntry &e);
   /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
-  LogicalResult visitBlockSliceScatter(SliceScatterOp op);
-  LogicalResult visitWithRule(Operation *op, const ShardingRule &rule);
-  /// Replicates every operand and runs \p op whole (ops without a rule).
-  LogicalResult visitReplicated(Operation *op);
-  /// Clones \p op on converted operands with results in \p outs.
-  void emit(Operation *op, ArrayRef<Value> operands, ArrayRef<Layout> outs);
+  LogicalResult visitBlockSliceScatter(const OpEntry &e);
+  LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
+  /// Replicates every operand and runs the op whole (ops without a rule).
+  LogicalResult visitReplicated(const OpEntry &e);
+  /// Sets the results' layouts and, rewriting, clones the op on
+  /// \p operands (converted) with local result types.
+  void emit(const OpEntry &e, ArrayRef<Value> operands, ArrayRef<Layout> outs);
+  /// convert() of every operand of \p e to its layout in \p to.
+  SmallVector<Value> convertOperands(const OpEntry &e, ArrayRef<Layout> to);
 };
 
-void Partitioner::emit(Operation *op, ArrayRef<Value> operands,
+Value Partitioner::convert(int32_t id, Layout to) {
+  Layout from = layoutOf(id);
+  Value v = index.values[id];
+  Value local = rewrite ? mapping.lookupOrNull(v) : Value();
+  if (from.isReplicated() && layouts[id] != from && rewrite)
+    local = converted[key(id, Layout::replicated())]; // the reduced copy
+  if (from == to)
+    return local;
+  uint64_t k = key(id, to);
+  if (rewrite)
+    if (auto it = converted.find(k); it != converted.end())
+      return it->second;
+  bool counted = !countedConversions.insert(k).second;
+  if (!rewrite && counted)
+    return Value();
+  auto global = typeOf(v);
+  SmallVector<int64_t> axes{0};
+  if (to.isPartial()) {
+    // Replicated to partial: every rank adds 1/tp of it (exact for tp a
+    // power of two).
+    Value out;
+    if (rewrite) {
+      SmallVector<int64_t> ones(global.getRank(), 1);
+      auto scalarType = RankedTensorType::get(ones, global.getElementType());
+      Value share = ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              scalarType,
+              builder.getFloatAttr(global.getElementType(), 1.0 / tp)));
+      out = MulOp::create(builder, loc, local, share);
+      converted[k] = out;
+    }
+    return out;
+  }
+  // First to replicated.
+  Value full = local;
+  if (from.isSplit()) {
+    if (!counted) {
+      result.seconds += allGatherCost(bytesOf(id));
+      record("all_gather", id);
+    }
+    if (rewrite) {
+      full = AllGatherOp::create(builder, loc, global, local, axes, from.dim,
+                                 from.blocks);
+      full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+    }
+  } else if (from.isPartial()) {
+    if (!counted) {
+      result.seconds += allReduceCost(bytesOf(id));
+      record("all_reduce", id);
+    }
+    if (rewrite) {
+      full = AllReduceOp::create(builder, loc, from.combine, local, axes);
+      full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+    }
+  }
+  if (!rewrite)
+    return Value();
+  Value out = full;
+  if (to.isSplit()) {
+    auto splat = v.getDefiningOp<ConstantOp>();
+    auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
+                       : DenseElementsAttr();
+    if (dense && dense.isSplat())
+      out = ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(localType(global, to),
+                                 dense.getSplatValue<Attribute>()));
+    else
+      out = ShardSliceOp::create(builder, loc, localType(global, to), full,
+                                 axes, to.dim, to.blocks);
+  }
+  converted[k] = out;
+  return out;
+}
+
+SmallVector<Value> Partitioner::convertOperands(const OpEntry &e,
+                                                ArrayRef<Layout> to) {
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < e.numOperands; ++i)
+    operands.push_back(convert(operandId(e, i), to[i]));
+  return operands;
+}
+
+void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
                        ArrayRef<Layout> outs) {
-  for (auto [r, l] : llvm::zip(op->getResults(), outs))
-    layouts[r] = l;
+  for (unsigned i = 0; i < e.numResults; ++i)
+    layouts[e.firstResult + i] = outs[i];
   if (!rewrite)
     return;
+  Operation *op = e.op;
   IRMapping local;
   for (auto [old, now] : llvm::zip(op->getOperands(), operands))
     local.map(old, now);
@@ -253,12 +396,13 @@ void Partitioner::emit(Operation *op, ArrayRef<Value> operands,
   // Ranks holding a slice of a gather's table (or of a scatter's result)
   // shift the indices into their range and skip the others.
   if (auto gather = dyn_cast<GatherOp>(op)) {
-    Layout data = layoutOf(gather.getData());
-    if (data.isSplit() && data.dim == gather.getAxis())
+    Layout data = layoutOf(idOf(gather.getData()));
+    if (data.isSplit() && data.dim == static_cast<int64_t>(gather.getAxis()))
       copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
   }
   if (auto scatter = dyn_cast<ScatterAddOp>(op))
-    if (outs[0].isSplit() && outs[0].dim == scatter.getAxis())
+    if (outs[0].isSplit() &&
+        outs[0].dim == static_cast<int64_t>(scatter.getAxis()))
       copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
   for (auto [i, r] : llvm::enumerate(copy->getResults())) {
     r.setType(localType(typeOf(op->getResult(i)), outs[i]));
@@ -266,19 +410,19 @@ void Partitioner::emit(Operation *op, ArrayRef<Value> operands,
   }
 }
 
-LogicalResult Partitioner::visitReplicated(Operation *op) {
-  SmallVector<Value> operands;
-  for (Value v : op->getOperands())
-    operands.push_back(convert(v, Layout::replicated()));
-  SmallVector<Layout> outs(op->getNumResults(), Layout::replicated());
-  emit(op, operands, outs);
+LogicalResult Partitioner::visitReplicated(const OpEntry &e) {
+  SmallVector<Layout, 4> to(e.numOperands, Layout::replicated());
+  SmallVector<Layout, 2> outs(e.numResults, Layout::replicated());
+  emit(e, convertOperands(e, to), outs);
   return success();
 }
 
-LogicalResult Partitioner::visitReshape(ReshapeOp op) {
-  Layout in = layoutOf(op.getInput());
+LogicalResult Partitioner::visitReshape(const OpEntry &e) {
+  auto op = cast<ReshapeOp>(e.op);
+  int32_t input = operandId(e, 0);
+  Layout in = layoutOf(input);
   if (!in.isSplit()) {
-    emit(op, {convert(op.getInput(), in)}, {in});
+    emit(e, {convert(input, in)}, {in});
     return success();
   }
   // Group dims with equal products. In the group's flattened index space a
@@ -310,30 +454,30 @@ LogicalResult Partitioner::visitReshape(ReshapeOp op) {
     for (int64_t d = i0; d < in.dim; ++d)
       outer *= a[d];
     int64_t pre = 1;
-    for (size_t e = j0; e < j; ++e) {
+    for (size_t d = j0; d < j; ++d) {
       if (outer % pre)
         break;
       int64_t blocks = outer / pre;
-      if (b[e] % (blocks * tp) == 0) {
-        target = {static_cast<int64_t>(e), blocks};
+      if (b[d] % (blocks * tp) == 0) {
+        target = {static_cast<int64_t>(d), blocks};
         break;
       }
-      pre *= b[e];
+      pre *= b[d];
     }
     break;
   }
   if (target) {
-    emit(op, {convert(op.getInput(), in)},
+    emit(e, {convert(input, in)},
          {Layout::split(target->first, target->second)});
     return success();
   }
-  emit(op, {convert(op.getInput(), Layout::replicated())},
-       {Layout::replicated()});
+  emit(e, {convert(input, Layout::replicated())}, {Layout::replicated()});
   return success();
 }
 
-LogicalResult Partitioner::visitBlockSlice(SliceOp op) {
-  Layout in = layoutOf(op.getInput());
+LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
+  auto op = cast<SliceOp>(e.op);
+  Layout in = layoutOf(operandId(e, 0));
   if (!in.isSplit())
     return failure();
   int64_t d = in.dim;
@@ -347,7 +491,7 @@ LogicalResult Partitioner::visitBlockSlice(SliceOp op) {
   if (op.getSteps()[d] != 1 || start % block || b[d] % block || b[d] == a[d])
     return failure();
   Layout out = Layout::split(d, b[d] / block);
-  layouts[op.getResult()] = out;
+  layouts[e.firstResult] = out;
   if (!rewrite)
     return success();
   SmallVector<int64_t> starts(op.getStarts());
@@ -359,8 +503,9 @@ LogicalResult Partitioner::visitBlockSlice(SliceOp op) {
   return success();
 }
 
-LogicalResult Partitioner::visitBlockSliceScatter(SliceScatterOp op) {
-  Layout in = layoutOf(op.getInput());
+LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
+  auto op = cast<SliceScatterOp>(e.op);
+  Layout in = layoutOf(operandId(e, 0));
   if (!in.isSplit())
     return failure();
   int64_t d = in.dim;
@@ -375,7 +520,7 @@ LogicalResult Partitioner::visitBlockSliceScatter(SliceScatterOp op) {
       block % tp)
     return failure();
   Layout out = Layout::split(d, a[d] / block);
-  layouts[op.getResult()] = out;
+  layouts[e.firstResult] = out;
   if (!rewrite)
     return success();
   SmallVector<int64_t> starts(op.getStarts());
@@ -387,145 +532,151 @@ LogicalResult Partitioner::visitBlockSliceScatter(SliceScatterOp op) {
   return success();
 }
 
-LogicalResult Partitioner::visitBlockConcat(ConcatOp op) {
+LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {
+  auto op = cast<ConcatOp>(e.op);
   int64_t axis = op.getAxis(), blocks = 0, block = -1;
-  for (Value v : op.getInputs()) {
-    Layout l = layoutOf(v);
-    int64_t size = typeOf(v).getDimSize(axis);
+  SmallVector<Layout, 4> ins;
+  for (unsigned i = 0; i < e.numOperands; ++i) {
+    Layout l = layoutOf(operandId(e, i));
+    int64_t size = typeOf(op->getOperand(i)).getDimSize(axis);
     if (!l.isSplit() || l.dim != axis ||
         (block >= 0 && size / l.blocks != block))
       return failure();
     block = size / l.blocks;
     blocks += l.blocks;
+    ins.push_back(l);
   }
-  SmallVector<Value> operands;
-  for (Value v : op.getInputs())
-    operands.push_back(convert(v, layoutOf(v)));
-  emit(op, operands, {Layout::split(axis, blocks)});
+  emit(e, convertOperands(e, ins), {Layout::split(axis, blocks)});
   return success();
 }
 
-LogicalResult Partitioner::visitWithRule(Operation *op,
+LogicalResult Partitioner::visitWithRule(const OpEntry &e,
                                          const ShardingRule &rule) {
-  unsigned numOperands = op->getNumOperands();
-  struct Candidate {
-    SmallVector<Layout> operands, results;
-    double cost = 0;
-  };
-  SmallVector<Candidate> candidates;
-  // Replicated.
-  {
-    Candidate c;
-    c.operands.assign(numOperands, Layout::replicated());
-    c.results.assign(op->getNumResults(), Layout::replicated());
-    candidates.push_back(c);
-  }
+  unsigned numOperands = e.numOperands;
+  // Candidates, cheapest first wins on a tie: everything replicated, partial
+  // sums flowing through, one per splittable factor. Costed without being
+  // built: the dry runs of the search visit every op many times.
+  enum : int { kReplicated = -2, kPartial = -1 };
   // Partial sums flowing through a linear op.
   // A partial value with several users is reduced once, before it fans
   // out: each user keeping it partial would need its own reduction later
   // (the LayerNorm backward reads its incoming gradient three times).
-  SmallVector<unsigned> partialOperands;
+  int partialOperand = -1, numPartial = 0;
   bool fansOut = false;
   for (unsigned i = 0; i < numOperands; ++i) {
-    Value v = op->getOperand(i);
-    Layout l = layoutOf(v);
+    int32_t id = operandId(e, i);
+    Layout l = layoutOf(id);
     if (l.isPartial() && l.combine == ReduceKind::sum) {
-      partialOperands.push_back(i);
-      fansOut |= !v.hasOneUse();
+      partialOperand = i;
+      ++numPartial;
+      fansOut |= !index.oneUse[id];
     }
   }
-  if (fansOut)
-    partialOperands.clear();
-  if (!partialOperands.empty()) {
-    Candidate c;
-    c.results.assign(op->getNumResults(), Layout::partial());
-    if (rule.additive) {
-      c.operands.assign(numOperands, Layout::partial());
-      candidates.push_back(c);
-    } else if (partialOperands.size() == 1 &&
-               rule.scalingOperands[partialOperands[0]]) {
-      c.operands.assign(numOperands, Layout::replicated());
-      c.operands[partialOperands[0]] = Layout::partial();
-      candidates.push_back(c);
-    }
-  }
-  // One candidate per splittable factor.
-  for (const ShardingFactor &f : rule.factors) {
-    if (f.kind == ShardingFactor::Kind::Whole || f.size % tp || f.size < tp)
-      continue;
-    // Blocks of a fused projection carry over from an operand split so.
+  bool partialCandidate =
+      numPartial > 0 && !fansOut &&
+      (rule.additive ||
+       (numPartial == 1 && rule.scalingOperands[partialOperand]));
+  // Blocks of a fused projection carry over from an operand split so.
+  auto blocksOf = [&](const ShardingFactor &f) {
     int64_t blocks = 1;
     for (auto [i, d] : llvm::enumerate(f.operandDims)) {
-      Layout l = layoutOf(op->getOperand(i));
+      Layout l = layoutOf(operandId(e, i));
       if (d >= 0 && l.isSplit() && l.dim == d) {
         blocks = l.blocks;
         break;
       }
     }
-    if (f.size % (blocks * tp))
-      blocks = 1;
-    Candidate c;
-    for (int64_t d : f.operandDims)
-      c.operands.push_back(d >= 0 ? Layout::split(d, blocks)
-                                  : Layout::replicated());
-    for (int64_t d : f.resultDims)
-      c.results.push_back(d >= 0 ? Layout::split(d, blocks)
-                          : f.kind == ShardingFactor::Kind::Reduction
-                              ? Layout::partial(f.combine)
-                              : Layout::replicated());
-    candidates.push_back(c);
-  }
-  Candidate *best = nullptr;
-  for (Candidate &c : candidates) {
+    return f.size % (blocks * tp) ? 1 : blocks;
+  };
+  auto operandLayout = [&](int c, int64_t blocks, unsigned i) {
+    if (c == kReplicated)
+      return Layout::replicated();
+    if (c == kPartial)
+      return rule.additive || static_cast<int>(i) == partialOperand
+                 ? Layout::partial()
+                 : Layout::replicated();
+    int64_t d = rule.factors[c].operandDims[i];
+    return d >= 0 ? Layout::split(d, blocks) : Layout::replicated();
+  };
+  auto costOf = [&](int c, int64_t blocks) {
+    double sum = 0;
     for (unsigned i = 0; i < numOperands; ++i)
-      c.cost += conversionCost(op->getOperand(i), c.operands[i]);
-    if (!best || c.cost < best->cost)
-      best = &c;
+      sum += conversionCost(operandId(e, i), operandLayout(c, blocks, i));
+    return sum;
+  };
+  int best = kReplicated;
+  int64_t bestBlocks = 1;
+  double bestCost = costOf(kReplicated, 1);
+  if (partialCandidate) {
+    double c = costOf(kPartial, 1);
+    if (c < bestCost)
+      best = kPartial, bestCost = c;
   }
-  if (!best || best->cost == kInfinity)
-    return op->emitOpError("has no layout its operands can reach");
-  SmallVector<Value> operands;
+  for (auto [c, f] : llvm::enumerate(rule.factors)) {
+    if (f.kind == ShardingFactor::Kind::Whole || f.size % tp || f.size < tp)
+      continue;
+    int64_t blocks = blocksOf(f);
+    double cost = costOf(c, blocks);
+    if (cost < bestCost)
+      best = c, bestBlocks = blocks, bestCost = cost;
+  }
+  if (bestCost == kInfinity)
+    return e.op->emitOpError("has no layout its operands can reach");
+  SmallVector<Layout, 4> to;
   for (unsigned i = 0; i < numOperands; ++i)
-    operands.push_back(convert(op->getOperand(i), best->operands[i]));
-  emit(op, operands, best->results);
+    to.push_back(operandLayout(best, bestBlocks, i));
+  SmallVector<Layout, 2> outs;
+  for (unsigned r = 0; r < e.numResults; ++r) {
+    if (best == kReplicated) {
+      outs.push_back(Layout::replicated());
+      continue;
+    }
+    if (best == kPartial) {
+      outs.push_back(Layout::partial());
+      continue;
+    }
+    const ShardingFactor &f = rule.factors[best];
+    int64_t d = f.resultDims[r];
+    outs.push_back(d >= 0 ? Layout::split(d, bestBlocks)
+                   : f.kind == ShardingFactor::Kind::Reduction
+                       ? Layout::partial(f.combine)
+                       : Layout::replicated());
+  }
+  emit(e, convertOperands(e, to), outs);
   return success();
 }
 
-LogicalResult Partitioner::visit(Operation *op) {
-  loc = op->getLoc();
-  phase = phaseOf.lookup(op);
-  if (isa<ConstantOp>(op)) {
-    emit(op, {}, {Layout::replicated()});
+LogicalResult Partitioner::visit(const OpEntry &e) {
+  if (rewrite) {
+    loc = e.op->getLoc();
+    phase = phaseOf.lookup(e.op);
+  }
+  using Kind = Index::Kind;
+  switch (e.kind) {
+  case Kind::Constant:
+    emit(e, {}, {Layout::replicated()});
     return success();
+  case Kind::Reshape:
+    return visitReshape(e);
+  case Kind::Slice:
+    if (succeeded(visitBlockSlice(e)))
+      return success();
+    break;
+  case Kind::Concat:
+    if (succeeded(visitBlockConcat(e)))
+      return success();
+    break;
+  case Kind::SliceScatter:
+    if (succeeded(visitBlockSliceScatter(e)))
+      return success();
+    break;
+  case Kind::Ruled:
+  case Kind::Replicated:
+    break;
   }
-  if (auto reshape = dyn_cast<ReshapeOp>(op))
-    return visitReshape(reshape);
-  if (auto slice = dyn_cast<SliceOp>(op))
-    if (succeeded(visitBlockSlice(slice)))
-      return success();
-  if (auto concat = dyn_cast<ConcatOp>(op))
-    if (succeeded(visitBlockConcat(concat)))
-      return success();
-  if (auto scatter = dyn_cast<SliceScatterOp>(op))
-    if (succeeded(visitBlockSliceScatter(scatter)))
-      return success();
-  if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
-    if (rules) {
-      auto [it, fresh] = rules->try_emplace(op);
-      if (fresh) {
-        ShardingRule rule;
-        if (succeeded(ruled.getShardingRule(rule)))
-          it->second = std::move(rule);
-      }
-      if (it->second)
-        return visitWithRule(op, *it->second);
-      return visitReplicated(op);
-    }
-    ShardingRule rule;
-    if (succeeded(ruled.getShardingRule(rule)))
-      return visitWithRule(op, rule);
-  }
-  return visitReplicated(op);
+  if (e.rule >= 0)
+    return visitWithRule(e, index.rules[e.rule]);
+  return visitReplicated(e);
 }
 
 FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
@@ -537,16 +688,13 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     return it == params.end() ? Layout::replicated() : it->second;
   };
   // Argument layouts: parameters and their optimizer state as chosen, the
-  // rest (data, buffers, step) replicated.
+  // rest (data, buffers, step) replicated. Parameters, their gradients and
+  // their optimizer state count towards the per-rank memory.
   SmallVector<Layout> argLayouts;
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
-    Layout l;
-    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr))
-      l = layoutOfParameter(name.getValue());
-    else if (auto state =
-                 func.getArgAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
-      l = layoutOfParameter(cast<StringAttr>(state[0]).getValue());
+    StringRef param = index.argParameter[i];
+    Layout l = param.empty() ? Layout() : layoutOfParameter(param);
     if (l.isSplit()) {
       int64_t size = typeOf(arg).getDimSize(l.dim);
       if (size % tp)
@@ -555,17 +703,12 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
                << arg.getType() << ": dimension " << l.dim << " of size "
                << size << " is not divisible by tp = " << tp;
     }
-    layouts[arg] = l;
+    layouts[i] = l;
     argLayouts.push_back(l);
-    if (l.isSplit() || func.getArgAttr(i, kParameterAttr) ||
-        func.getArgAttr(i, kOptimizerStateAttr))
-      result.memoryBytes += bytesOf(arg) / (l.isSplit() ? tp : 1);
+    if (!param.empty())
+      result.memoryBytes += bytesOf(i) / (l.isSplit() ? tp : 1) *
+                            (index.argIsParameter[i] ? 2 : 1);
   }
-  // Gradients are as large as their parameters.
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr))
-      result.memoryBytes +=
-          bytesOf(func.getArgument(i)) / (argLayouts[i].isSplit() ? tp : 1);
 
   Block *newBody = nullptr;
   if (rewrite) {
@@ -577,8 +720,8 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
                       arg.getLoc()));
     builder.setInsertionPointToEnd(newBody);
   }
-  for (Operation &op : body.without_terminator())
-    if (failed(visit(&op))) {
+  for (const OpEntry &e : index.ops)
+    if (failed(visit(e))) {
       delete newBody;
       return failure();
     }
@@ -590,20 +733,10 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   SmallVector<Value> results;
   SmallVector<Layout> resultLayouts;
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
-    Layout want;
-    if (auto name = func.getResultAttrOfType<StringAttr>(i, kParameterAttr))
-      want = layoutOfParameter(name.getValue());
-    else if (auto name = func.getResultAttrOfType<StringAttr>(i, kGradientAttr))
-      want = layoutOfParameter(name.getValue());
-    else if (auto state =
-                 func.getResultAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
-      want = layoutOfParameter(cast<StringAttr>(state[0]).getValue());
-    // Gradients are formed in the backward pass and updates in the
-    // optimizer; their collectives belong there.
-    phase = func.getResultAttr(i, kGradientAttr) ? "backward"
-            : func.getResultAttr(i, kLossAttr)   ? "forward"
-                                                 : "optimizer";
-    results.push_back(convert(v, want));
+    StringRef param = index.resultParameter[i];
+    Layout want = param.empty() ? Layout() : layoutOfParameter(param);
+    phase = index.resultPhase[i];
+    results.push_back(convert(idOf(v), want));
     resultLayouts.push_back(want);
   }
   if (!rewrite)
@@ -679,7 +812,10 @@ void Partitioner::classifyPhases() {
 FailureOr<PartitionResult>
 mlir::cleave::partition(func::FuncOp func, int64_t tp,
                         const ParameterLayouts &layouts, const CostModel &cost,
-                        bool rewrite, ShardingRuleCache *rules) {
-  Partitioner p(func, tp, cost, rewrite, rules);
+                        bool rewrite, const PartitionIndex *index) {
+  std::optional<PartitionIndex> own;
+  if (!index)
+    index = &own.emplace(func);
+  Partitioner p(func, tp, cost, rewrite, *index->impl);
   return p.run(layouts);
 }

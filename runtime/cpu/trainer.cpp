@@ -192,6 +192,11 @@ Status train(const TrainOptions &options) {
   // from zeros.
   std::map<std::string, HostTensor> state;
   for (const pb::TensorEntry &t : plan.tensors()) {
+    if (t.file().empty())
+      return Status::error("bundle '" + options.bundleDir +
+                           "' holds no weights (it was compiled with "
+                           "--plan-only): compile it again without it to "
+                           "train");
     std::string file = (fs::path(options.bundleDir) / t.file()).string();
     HostTensor value;
     if (Status s = readNpy(file, &value); !s)

@@ -100,6 +100,12 @@ static cl::opt<std::string>
              cl::desc("Layout rules: lines of 'REGEX colwise|rowwise|"
                       "replicate|vocab' for parameter names"),
              cl::value_desc("FILE"), cl::sub(compileCmd));
+static cl::opt<bool>
+    planOnly("plan-only",
+             cl::desc("Write the plan without the weights (to inspect the "
+                      "sharding of a model whose weights are not at hand); "
+                      "such a bundle cannot train"),
+             cl::sub(compileCmd));
 static cl::opt<int64_t> ranks("ranks",
                               cl::desc("Processes to start (one per rank); "
                                        "default: the bundle's tp"),
@@ -202,6 +208,21 @@ static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
     return nullptr;
   }
   return mlir::cleave::importOnnx(&ctx, *model, options);
+}
+
+/// Reads initializer \p name of \p model into \p t; prints the error and
+/// returns false if it cannot.
+static bool readWeight(MLIRContext &ctx, const OnnxModel &model,
+                       const std::string &name, rt::HostTensor &t) {
+  std::string error;
+  FailureOr<mlir::cleave::TensorData> data =
+      model.readInitializer(&ctx, name, error);
+  if (failed(data))
+    return fail(error), false;
+  t.dtype = mlir::cleave::runtimeDType(data->elementType);
+  t.shape = data->shape;
+  t.bytes.assign(data->bytes.begin(), data->bytes.end());
+  return true;
 }
 
 static int runImport(MLIRContext &ctx) {
@@ -351,14 +372,9 @@ static int runForward(MLIRContext &ctx) {
     }
     auto param =
         main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
-    FailureOr<mlir::cleave::TensorData> data =
-        model->readInitializer(&ctx, param.str(), error);
-    if (failed(data))
-      return fail(error);
     rt::HostTensor t;
-    t.dtype = mlir::cleave::runtimeDType(data->elementType);
-    t.shape = data->shape;
-    t.bytes.assign(data->bytes.begin(), data->bytes.end());
+    if (!readWeight(ctx, *model, param.str(), t))
+      return 1;
     args.push_back(std::move(t));
   }
 
@@ -401,7 +417,8 @@ static int writeBundle(MLIRContext &ctx, const OnnxModel &model,
   (void)fs::remove_directories(tmp);
   llvm::SmallString<256> weightsDir(tmp);
   llvm::sys::path::append(weightsDir, rt::kBundleWeightsDir);
-  if (std::error_code ec = fs::create_directories(weightsDir))
+  if (std::error_code ec = fs::create_directories(
+          planOnly ? llvm::StringRef(tmp) : llvm::StringRef(weightsDir)))
     return fail("cannot create '" + tmp + "': " + ec.message());
   auto cleanup =
       llvm::make_scope_exit([&] { (void)fs::remove_directories(tmp); });
@@ -416,29 +433,35 @@ static int writeBundle(MLIRContext &ctx, const OnnxModel &model,
     StringAttr name = param ? param : buffer;
     if (!name)
       continue;
-    FailureOr<mlir::cleave::TensorData> data =
-        model.readInitializer(&ctx, name.str(), error);
-    if (failed(data))
-      return fail(error);
-    rt::HostTensor t;
-    t.dtype = mlir::cleave::runtimeDType(data->elementType);
-    t.shape = data->shape;
-    t.bytes.assign(data->bytes.begin(), data->bytes.end());
-    std::string file = std::string(rt::kBundleWeightsDir) + "/" +
-                       std::to_string(plan.tensors_size()) + "_" +
-                       rt::sanitizeFileName(name.str()) + ".npy";
-    llvm::SmallString<256> path(tmp);
-    llvm::sys::path::append(path, file);
-    if (rt::Status s = rt::writeNpy(std::string(path), t); !s)
-      return fail(s.message());
+    std::vector<int64_t> shape;
+    std::string file;
+    if (planOnly) {
+      FailureOr<std::vector<int64_t>> dims =
+          model.initializerShape(name.str(), error);
+      if (failed(dims))
+        return fail(error);
+      shape = *dims;
+    } else {
+      rt::HostTensor t;
+      if (!readWeight(ctx, model, name.str(), t))
+        return 1;
+      file = std::string(rt::kBundleWeightsDir) + "/" +
+             std::to_string(plan.tensors_size()) + "_" +
+             rt::sanitizeFileName(name.str()) + ".npy";
+      llvm::SmallString<256> path(tmp);
+      llvm::sys::path::append(path, file);
+      if (rt::Status s = rt::writeNpy(std::string(path), t); !s)
+        return fail(s.message());
+      shape = t.shape;
+    }
     ::cleave::plan::TensorEntry *entry = plan.add_tensors();
     entry->set_name(name.str());
     entry->set_role(param ? ::cleave::plan::Binding::PARAMETER
                           : ::cleave::plan::Binding::BUFFER);
-    entry->set_file(file);
+    entry->set_file(file); // empty: --plan-only
     // The global shape: a rank's slice is cut at load time.
     entry->mutable_type()->set_dtype(::cleave::plan::F32);
-    for (int64_t d : data->shape)
+    for (int64_t d : shape)
       entry->mutable_type()->add_shape(d);
   }
   llvm::SmallString<256> planPath(tmp);

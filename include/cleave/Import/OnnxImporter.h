@@ -67,6 +67,9 @@ public:
   const std::string &path() const { return path_; }
   /// Names of the graph inputs that are not initializers, in order.
   std::vector<std::string> graphInputNames() const;
+  /// The dims of initializer \p name, without reading its data.
+  FailureOr<std::vector<int64_t>> initializerShape(const std::string &name,
+                                                   std::string &error) const;
   /// Reads initializer \p name (inline or external data).
   FailureOr<TensorData> readInitializer(MLIRContext *context,
                                         const std::string &name,

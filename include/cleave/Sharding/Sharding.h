@@ -15,6 +15,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -100,15 +101,21 @@ struct PartitionResult {
 /// train step \p func for a tp axis of \p tp ranks. Rewriting turns every
 /// value into its local form and inserts the collectives; the function's
 /// parameter-like arguments and results get kSplitDimAttr.
-/// Ops' sharding rules, kept across the many dry runs of one search (a rule
-/// depends only on the op).
-using ShardingRuleCache =
-    llvm::DenseMap<Operation *, std::optional<ShardingRule>>;
+/// What the many dry runs of one search share: the step's values and ops
+/// numbered once, with their sharding rules, sizes and use counts, so a dry
+/// run walks arrays instead of the IR. Valid while \p func is unchanged.
+class PartitionIndex {
+public:
+  explicit PartitionIndex(func::FuncOp func);
+  ~PartitionIndex();
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
 
 FailureOr<PartitionResult> partition(func::FuncOp func, int64_t tp,
                                      const ParameterLayouts &layouts,
                                      const CostModel &cost, bool rewrite,
-                                     ShardingRuleCache *rules = nullptr);
+                                     const PartitionIndex *index = nullptr);
 
 /// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
 /// the others are searched to minimise communication plus the cost model's

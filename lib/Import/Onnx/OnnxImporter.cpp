@@ -243,6 +243,15 @@ std::vector<std::string> OnnxModel::graphInputNames() const {
   return names;
 }
 
+FailureOr<std::vector<int64_t>>
+OnnxModel::initializerShape(const std::string &name, std::string &error) const {
+  for (const onnx::TensorProto &t : proto_->graph().initializer())
+    if (t.name() == name)
+      return std::vector<int64_t>(t.dims().begin(), t.dims().end());
+  error = "no initializer named '" + name + "'";
+  return failure();
+}
+
 FailureOr<TensorData> OnnxModel::readInitializer(MLIRContext *context,
                                                  const std::string &name,
                                                  std::string &error) const {
