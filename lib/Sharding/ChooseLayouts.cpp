@@ -139,9 +139,21 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
       return it->second;
     FailureOr<PartitionResult> r =
         partition(func, tp, layouts, cost, /*rewrite=*/false, &index);
-    double s = failed(r) ? std::numeric_limits<double>::infinity()
-                         : r->seconds + cost.memory *
-                                            static_cast<double>(r->memoryBytes);
+    // Tensor parallelism splits computation: a parameter stored split but
+    // gathered whole for a use saves memory only (ZeRO's trade, which
+    // belongs to a data-parallel axis) at the price of a collective on the
+    // critical path every step. Plans that do so are not candidates, unless
+    // the user fixed that parameter's layout.
+    bool gathers =
+        succeeded(r) && llvm::any_of(r->gatheredParameters, [&](unsigned arg) {
+          return !fixed.count(
+              func.getArgAttrOfType<StringAttr>(arg, kParameterAttr)
+                  .getValue());
+        });
+    double s =
+        failed(r) || gathers
+            ? std::numeric_limits<double>::infinity()
+            : r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
     scored[key] = s;
     return s;
   };

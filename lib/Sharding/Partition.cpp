@@ -338,6 +338,9 @@ Value Partitioner::convert(int32_t id, Layout to) {
     if (!counted) {
       result.seconds += allGatherCost(bytesOf(id));
       record("all_gather", id);
+      if (static_cast<size_t>(id) < index.argIsParameter.size() &&
+          index.argIsParameter[id])
+        result.gatheredParameters.push_back(id);
     }
     if (rewrite) {
       full = AllGatherOp::create(builder, loc, global, local, axes, from.dim,

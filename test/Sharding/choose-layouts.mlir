@@ -50,3 +50,19 @@ func.func @embedding(%ids: tensor<8x16xi64> {cleave.input = "ids"}, %table: tens
   %2 = cleave.reduce sum %1 dims = [0, 1, 2] : (tensor<8x16x64xf32>) -> tensor<f32>
   return %2 : tensor<f32>
 }
+
+// -----
+
+// A norm's scale and bias feed an op that needs them whole. Storing them
+// split would save memory only, for an all-gather of the parameter every
+// step (ZeRO's trade): the search keeps them replicated however large.
+// CHECK-LABEL: func.func @norm_parameters
+// CHECK-NOT: cleave.split_dim
+// CHECK-NOT: cleave.all_gather
+// CHECK: return
+func.func @norm_parameters(%x: tensor<2x8192xf32> {cleave.input = "x"}, %g: tensor<8192xf32> {cleave.parameter = "scale"}, %b: tensor<8192xf32> {cleave.parameter = "bias"}) -> (tensor<f32> {cleave.loss}) {
+  %0:3 = cleave.layer_norm %x scale %g bias %b axis = 1 eps = 1.0e-05 : (tensor<2x8192xf32>, tensor<8192xf32>, tensor<8192xf32>) -> (tensor<2x8192xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
+  %1 = cleave.tanh %0#0 : tensor<2x8192xf32>
+  %2 = cleave.reduce sum %1 dims = [0, 1] : (tensor<2x8192xf32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}

@@ -94,6 +94,10 @@ using ParameterLayouts = llvm::StringMap<Layout>;
 struct PartitionResult {
   double seconds = 0;      // communication cost of one step
   int64_t memoryBytes = 0; // per rank: parameters, gradients, optimizer state
+  /// Argument numbers of split parameters that some use needs whole (an
+  /// all-gather of the parameter itself every step): state sharding in the
+  /// manner of ZeRO, which the search does not choose (see chooseLayouts).
+  std::vector<unsigned> gatheredParameters;
   std::vector<Collective> collectives;
 };
 
