@@ -2,15 +2,18 @@
 
 #include "cleave/runtime/comm.h"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <regex>
 #include <thread>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,6 +76,113 @@ int waitFor(pid_t pid, int *status, double seconds) {
   }
 }
 
+/// Passes mpirun's stderr through, line by line, except Open MPI's banners
+/// (text between lines of dashes): the ones that repeat what a rank already
+/// said (MPI_ABORT, "the job has been aborted") are dropped, the ones that
+/// say a rank died become one cleave error line, others pass unchanged.
+class MpirunStderrFilter {
+public:
+  explicit MpirunStderrFilter(int fd) : fd(fd) {
+    thread = std::thread([this] { loop(); });
+  }
+  /// Drains what is left (the ranks' last words) for up to a second, then
+  /// stops: a process that kept the pipe open must not hold us.
+  void finish() {
+    stopAt = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    stopping = true;
+    thread.join();
+    ::close(fd);
+  }
+
+private:
+  int fd;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::chrono::steady_clock::time_point stopAt;
+  std::string pending, banner;
+  bool inBanner = false;
+
+  static bool isRule(const std::string &line) {
+    return line.size() >= 20 &&
+           line.find_first_not_of('-') == std::string::npos;
+  }
+
+  void emit(const std::string &text) {
+    ssize_t ignored = ::write(2, text.data(), text.size());
+    (void)ignored;
+  }
+
+  void endBanner() {
+    static const std::regex signalled(
+        "process rank ([0-9]+) with PID [0-9]+ on node \\S+ exited on "
+        "signal ([0-9]+) \\(([^)]*)\\)");
+    static const std::regex exited("Process name: +\\[\\[[0-9]+,[0-9]+\\],"
+                                   "([0-9]+)\\].*Exit code: +([0-9]+)");
+    std::string text = banner;
+    for (char &c : text)
+      if (c == '\n')
+        c = ' ';
+    std::smatch m;
+    if (std::regex_search(text, m, signalled))
+      emit("cleave: error: rank " + m[1].str() + " died (signal " + m[2].str() +
+           ", " + m[3].str() + "); the other ranks were stopped\n");
+    else if (std::regex_search(text, m, exited))
+      emit("cleave: error: rank " + m[1].str() + " exited with status " +
+           m[2].str() + "; the other ranks were stopped\n");
+    else if (text.find("MPI_ABORT was invoked") == std::string::npos &&
+             text.find("Per user-direction, the job has been aborted") ==
+                 std::string::npos)
+      emit(std::string(74, '-') + "\n" + banner + std::string(74, '-') + "\n");
+    banner.clear();
+  }
+
+  void line(const std::string &l) {
+    if (isRule(l)) {
+      if (inBanner)
+        endBanner();
+      inBanner = !inBanner;
+      return;
+    }
+    // Open MPI's count of repeats of a banner it showed (or we dropped).
+    static const std::regex repeats(
+        "^\\[[^\\]]*\\] [0-9]+ more process(es)? ha(s|ve) sent help message .*|"
+        "^\\[[^\\]]*\\] Set MCA parameter \"orte_base_help_aggregate\" .*");
+    if (inBanner)
+      banner += l + "\n";
+    else if (!std::regex_match(l, repeats))
+      emit(l + "\n");
+  }
+
+  void loop() {
+    char buf[4096];
+    for (;;) {
+      if (stopping && std::chrono::steady_clock::now() >= stopAt)
+        break;
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, 50);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        continue;
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        break; // EOF: mpirun and the ranks are gone
+      pending.append(buf, n);
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        line(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+    }
+    if (!pending.empty())
+      line(pending);
+    if (inBanner && !banner.empty())
+      emit(banner);
+  }
+};
+
 } // namespace
 
 Status launchRanks(const std::vector<std::string> &argv, int ranks,
@@ -114,18 +224,26 @@ Status launchRanks(const std::vector<std::string> &argv, int ranks,
     cargs.push_back(a.data());
   cargs.push_back(nullptr);
 
-  // exec failures come back through a close-on-exec pipe.
-  int pipeFds[2];
+  // exec failures come back through a close-on-exec pipe; mpirun's stderr
+  // through another, to filter Open MPI's banners.
+  int pipeFds[2], errFds[2];
   if (::pipe2(pipeFds, O_CLOEXEC) != 0)
     return Status::error(std::string("launching ranks: pipe: ") +
                          std::strerror(errno));
+  if (::pipe2(errFds, O_CLOEXEC) != 0) {
+    int err = errno;
+    ::close(pipeFds[0]);
+    ::close(pipeFds[1]);
+    return Status::error(std::string("launching ranks: pipe: ") +
+                         std::strerror(err));
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
-    ::close(pipeFds[0]);
-    ::close(pipeFds[1]);
+    for (int fd : {pipeFds[0], pipeFds[1], errFds[0], errFds[1]})
+      ::close(fd);
     return Status::error(std::string("launching ranks: fork: ") +
                          std::strerror(err));
   }
@@ -134,6 +252,7 @@ Status launchRanks(const std::vector<std::string> &argv, int ranks,
     // even when it is killed: no orphaned ranks.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     ::close(pipeFds[0]);
+    ::dup2(errFds[1], 2); // dup2 clears close-on-exec on the copy
     ::execv(cargs[0], cargs.data());
     int err = errno;
     ssize_t ignored = ::write(pipeFds[1], &err, sizeof err);
@@ -141,6 +260,13 @@ Status launchRanks(const std::vector<std::string> &argv, int ranks,
     ::_exit(127);
   }
   ::close(pipeFds[1]);
+  ::close(errFds[1]);
+  MpirunStderrFilter filter(errFds[0]);
+  // Whatever way this returns, the ranks' last lines are out first.
+  struct FinishFilter {
+    MpirunStderrFilter &filter;
+    ~FinishFilter() { filter.finish(); }
+  } finishFilter{filter};
   int execErr = 0;
   ssize_t n;
   do {
