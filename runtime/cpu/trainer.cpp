@@ -1,7 +1,9 @@
 //===- trainer.cpp - Runs a compiled training bundle ----------------------===//
 
 #include "cleave/runtime/trainer.h"
+#include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/store.h"
 
 #include "plan/plan.pb.h"
 
@@ -47,16 +49,6 @@ std::vector<int64_t> shapeOf(const pb::TensorType &t) {
   return {t.shape().begin(), t.shape().end()};
 }
 
-Status checkTensor(const HostTensor &t, DType dtype,
-                   const std::vector<int64_t> &shape, const std::string &what,
-                   const std::string &file) {
-  if (t.dtype != dtype || t.shape != shape)
-    return Status::error(what + " in '" + file + "' is " +
-                         describe(t.dtype, t.shape) +
-                         "; the train step needs " + describe(dtype, shape));
-  return Status::ok();
-}
-
 std::string stateKey(const pb::Binding &b) {
   switch (b.role()) {
   case pb::Binding::PARAMETER:
@@ -70,29 +62,9 @@ std::string stateKey(const pb::Binding &b) {
   }
 }
 
-/// Chunk \p k of \p parts along \p dim of \p t; with \p blocks, chunk k of
-/// each of that many equal blocks of the dimension.
-HostTensor chunkOf(const HostTensor &t, int64_t dim, int64_t k, int64_t parts,
-                   int64_t blocks) {
-  std::vector<int64_t> shape = t.shape;
-  shape[dim] /= parts;
-  HostTensor out = HostTensor::zeros(t.dtype, shape);
-  size_t elem = dtypeSize(t.dtype);
-  int64_t outer = blocks, inner = 1;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= shape[d];
-  for (size_t d = dim; d < shape.size(); ++d)
-    inner *= shape[d];
-  inner /= blocks;
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(out.bytes.data() + o * inner * elem,
-                t.bytes.data() + (o * parts + k) * inner * elem, inner * elem);
-  return out;
-}
-
-/// The full tensor from every rank's chunk along \p dim (collective).
-Status gatherAlong(Communicator &comm, const HostTensor &local, int64_t dim,
-                   int64_t blocks, HostTensor *full) {
+/// The full tensor from every rank's chunk (collective).
+Status gatherAlong(Communicator &comm, const HostTensor &local, Split split,
+                   HostTensor *full) {
   std::vector<int64_t> axes{0};
   int64_t parts = comm.groupSize(axes);
   std::vector<uint8_t> all(local.bytes.size() * parts);
@@ -101,20 +73,28 @@ Status gatherAlong(Communicator &comm, const HostTensor &local, int64_t dim,
       !s)
     return s;
   std::vector<int64_t> shape = local.shape;
-  shape[dim] *= parts;
+  shape[split.dim] *= parts;
   *full = HostTensor::zeros(local.dtype, shape);
-  size_t elem = dtypeSize(local.dtype);
-  int64_t outer = blocks, inner = 1;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= shape[d];
-  for (size_t d = dim; d < local.shape.size(); ++d)
-    inner *= local.shape[d];
-  inner /= blocks;
-  for (int64_t k = 0; k < parts; ++k)
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(full->bytes.data() + (o * parts + k) * inner * elem,
-                  all.data() + (k * outer + o) * inner * elem, inner * elem);
+  HostTensor part = HostTensor::zeros(local.dtype, local.shape);
+  for (int64_t k = 0; k < parts; ++k) {
+    std::copy(all.begin() + k * local.bytes.size(),
+              all.begin() + (k + 1) * local.bytes.size(), part.bytes.begin());
+    putRanges(full, split.dim, rankRanges(shape[split.dim], split, k, parts),
+              part);
+  }
   return Status::ok();
+}
+
+/// "1:02:03" or "2:03".
+std::string clock(double seconds) {
+  long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60,
+                  s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
 }
 
 } // namespace
@@ -133,6 +113,9 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                          "version " + std::to_string(plan->format_version()) +
                          "; this cleave reads version " +
                          std::to_string(kPlanFormatVersion) + " (recompile)");
+  if (plan->mesh_size() > 1 || (plan->mesh_size() == 1 && plan->mesh(0) < 1))
+    return Status::error("bundle plan '" + path.string() +
+                         "' has a mesh this runtime cannot run (one axis)");
   if (plan->programs_size() != 1)
     return Status::error("bundle plan '" + path.string() +
                          "' must hold exactly one program");
@@ -143,6 +126,113 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                          "' has no train-step bindings");
   return Status::ok();
 }
+
+namespace {
+
+/// The checkpoint/bundle key of an optimizer state tensor.
+std::string optimizerKey(const std::string &name, const std::string &slot) {
+  return "optimizer/" + slot + "/" + name;
+}
+
+std::string stateKeyOf(const pb::TensorEntry &e) {
+  pb::Binding b;
+  b.set_role(e.role());
+  b.set_name(e.name());
+  b.set_slot(e.slot());
+  return stateKey(b);
+}
+
+/// Progress for the user (rank 0): one line rewritten in place on a
+/// terminal, else a line every N steps; and the JSON lines of --metrics.
+class Progress {
+public:
+  Progress(const TrainOptions &o, int64_t first, int64_t last,
+           const DataFeed &feed)
+      : options(o), first(first), last(last), tokens(feed.tokensPerStep()),
+        samples(feed.samplesPerStep()),
+        begin(std::chrono::steady_clock::now()) {
+    logEvery = o.logEvery > 0 ? o.logEvery : (o.steps <= 20 ? 1 : o.steps / 20);
+  }
+
+  Status openMetrics(bool append) {
+    if (options.metricsFile.empty())
+      return Status::ok();
+    metrics.open(options.metricsFile, append ? std::ios::app : std::ios::trunc);
+    if (!metrics)
+      return Status::error("cannot write --metrics file '" +
+                           options.metricsFile + "'");
+    return Status::ok();
+  }
+
+  void step(int64_t step, float loss, double seconds) {
+    int64_t done = step + 1 - first, total = last - first;
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+            .count();
+    double perStep = elapsed / done;
+    std::string rate = throughput(seconds);
+    if (metrics) {
+      metrics << "{\"step\": " << step + 1
+              << ", \"loss\": " << std::setprecision(9) << loss
+              << ", \"seconds\": " << std::setprecision(6) << seconds;
+      if (tokens)
+        metrics << ", \"tokens_per_second\": " << std::setprecision(6)
+                << tokens / seconds;
+      else if (samples)
+        metrics << ", \"samples_per_second\": " << std::setprecision(6)
+                << samples / seconds;
+      metrics << "}" << std::endl;
+    }
+    if (!options.log)
+      return;
+    std::ostringstream line;
+    line << "step " << std::setw(5) << step + 1 << "/" << last << "  loss "
+         << std::fixed << std::setprecision(6) << loss << "  "
+         << std::setprecision(1) << seconds * 1e3 << " ms" << rate;
+    if (options.liveProgress) {
+      auto now = std::chrono::steady_clock::now();
+      bool final = step + 1 == last;
+      if (!final && done > 1 && now - lastDraw < std::chrono::milliseconds(100))
+        return;
+      lastDraw = now;
+      line << "  ETA " << clock(perStep * (total - done));
+      *options.log << "\r" << line.str() << "\x1b[K" << (final ? "\n" : "")
+                   << std::flush;
+      return;
+    }
+    if (done % logEvery == 0 || done == 1 || step + 1 == last)
+      *options.log << line.str() << std::endl;
+  }
+
+  /// A line of its own (a checkpoint written) without breaking the live
+  /// line.
+  void note(const std::string &text) {
+    if (!options.log)
+      return;
+    if (options.liveProgress)
+      *options.log << "\r\x1b[K";
+    *options.log << text << std::endl;
+  }
+
+private:
+  std::string throughput(double seconds) const {
+    std::ostringstream os;
+    if (tokens)
+      os << "  " << std::fixed << std::setprecision(0) << tokens / seconds
+         << " tok/s";
+    else if (samples)
+      os << "  " << std::fixed << std::setprecision(0) << samples / seconds
+         << " samples/s";
+    return os.str();
+  }
+
+  const TrainOptions &options;
+  int64_t first, last, tokens, samples, logEvery;
+  std::chrono::steady_clock::time_point begin, lastDraw;
+  std::ofstream metrics;
+};
+
+} // namespace
 
 Status train(const TrainOptions &options) {
   pb::Plan plan;
@@ -165,135 +255,182 @@ Status train(const TrainOptions &options) {
                          "' is compiled for tp = " + std::to_string(tp) +
                          " but runs on " + std::to_string(comm->size()) +
                          " ranks");
+  if (options.steps < 1)
+    return Status::error("--steps must be at least 1");
+  int64_t rank = comm->groupRank({0});
   bool leader = comm->rank() == 0;
   std::unique_ptr<Executor> executor;
   if (Status s = Executor::create(program, &executor, comm); !s)
     return Status::error("bundle '" + options.bundleDir + "': " + s.message());
-  // Which dimension of each state tensor this rank holds a chunk of.
-  std::map<std::string, std::pair<int64_t, int64_t>> splitOf;
+
+  // The state table: the bundle's parameters and buffers, then the optimizer
+  // state, each with the layout the program keeps it in.
+  std::map<std::string, Split> layoutOf;
   for (const auto &bindings :
        {program.input_bindings(), program.output_bindings()})
     for (const pb::Binding &b : bindings)
       if (b.has_split_dim())
-        splitOf[stateKey(b)] = {b.split_dim(),
-                                b.has_split_blocks() ? b.split_blocks() : 1};
-  auto splitDim = [&](const std::string &key) {
-    auto it = splitOf.find(key);
-    return it == splitOf.end() ? int64_t(-1) : it->second.first;
-  };
-  auto splitBlocks = [&](const std::string &key) {
-    auto it = splitOf.find(key);
-    return it == splitOf.end() ? int64_t(1) : it->second.second;
-  };
-  if (options.steps < 1)
-    return Status::error("--steps must be at least 1");
-
-  // Training state: parameters and buffers from the bundle, optimizer state
-  // from zeros.
-  std::map<std::string, HostTensor> state;
+        layoutOf[stateKey(b)] = {b.split_dim(),
+                                 b.has_split_blocks() ? b.split_blocks() : 1};
+  std::vector<pb::TensorEntry> table;
+  std::map<std::string, const pb::TensorEntry *> bundleEntry;
   for (const pb::TensorEntry &t : plan.tensors()) {
-    if (t.file().empty())
+    if (t.slices_size() == 0)
       return Status::error("bundle '" + options.bundleDir +
                            "' holds no weights (it was compiled with "
                            "--plan-only): compile it again without it to "
                            "train");
-    std::string file = (fs::path(options.bundleDir) / t.file()).string();
-    HostTensor value;
-    if (Status s = readNpy(file, &value); !s)
-      return Status::error("bundle '" + options.bundleDir +
-                           "': " + s.message());
-    if (Status s =
-            checkTensor(value, fromPlan(t.type().dtype()), shapeOf(t.type()),
-                        "tensor '" + t.name() + "'", file);
-        !s)
-      return s;
-    pb::Binding b;
-    b.set_role(t.role());
-    b.set_name(t.name());
-    std::string key = stateKey(b);
-    if (int64_t d = splitDim(key); d >= 0) {
-      int64_t blocks = splitBlocks(key);
-      if (d >= static_cast<int64_t>(value.shape.size()) || blocks < 1 ||
-          value.shape[d] % (tp * blocks))
-        return Status::error("bundle '" + options.bundleDir + "': tensor '" +
-                             t.name() + "' cannot be split along dimension " +
-                             std::to_string(d) + " into " + std::to_string(tp));
-      value = chunkOf(value, d, comm->groupRank({0}), tp, blocks);
-    }
-    state[key] = std::move(value);
+    table.push_back(t);
+    bundleEntry[stateKeyOf(t)] = &t;
   }
   size_t numInputs = program.inputs_size();
+  std::vector<InputSlot> dataInputs;
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program.input_bindings(i);
     std::string key = stateKey(b);
-    if (key.empty() || state.count(key))
+    if (b.role() == pb::Binding::INPUT)
+      dataInputs.push_back(
+          {b.name(), executor->inputDType(i), executor->inputShape(i)});
+    if (key.empty() || bundleEntry.count(key))
       continue;
     if (b.role() != pb::Binding::OPTIMIZER_STATE)
       return Status::error("bundle '" + options.bundleDir +
                            "' has no initial value for '" + b.name() + "'");
-    state[key] =
-        HostTensor::zeros(executor->inputDType(i), executor->inputShape(i));
+    pb::Binding param;
+    param.set_role(pb::Binding::PARAMETER);
+    param.set_name(b.name());
+    auto it = bundleEntry.find(stateKey(param));
+    if (it == bundleEntry.end())
+      return Status::error("bundle '" + options.bundleDir +
+                           "' has optimizer state for '" + b.name() +
+                           "', which is not one of its parameters");
+    pb::TensorEntry e;
+    e.set_name(b.name());
+    e.set_role(pb::Binding::OPTIMIZER_STATE);
+    e.set_slot(b.slot());
+    e.set_key(optimizerKey(b.name(), b.slot()));
+    *e.mutable_type() = it->second->type();
+    table.push_back(e);
+  }
+  for (pb::TensorEntry &e : table) {
+    e.clear_slices();
+    e.clear_split_dim();
+    e.clear_split_blocks();
+    auto it = layoutOf.find(stateKeyOf(e));
+    if (it != layoutOf.end()) {
+      e.set_split_dim(it->second.dim);
+      if (it->second.blocks > 1)
+        e.set_split_blocks(it->second.blocks);
+    }
   }
 
-  // Data: per-step folders step-0, step-1, ... or one folder for every step.
-  bool perStep = !options.inputsDir.empty() &&
-                 fs::is_directory(fs::path(options.inputsDir) / "step-0");
-  std::map<std::string, HostTensor> fixedBatch;
-  auto loadBatch = [&](int64_t step,
-                       std::map<std::string, HostTensor> *batch) -> Status {
-    fs::path dir = options.inputsDir;
-    if (perStep) {
-      dir /= "step-" + std::to_string(step);
-      if (!fs::is_directory(dir))
-        return Status::error("no data for step " + std::to_string(step) +
-                             ": '" + dir.string() + "' does not exist");
-    }
-    for (size_t i = 0; i < numInputs; ++i) {
-      const pb::Binding &b = program.input_bindings(i);
-      if (b.role() != pb::Binding::INPUT)
-        continue;
-      if (options.inputsDir.empty())
-        return Status::error("the model has input '" + b.name() +
-                             "'; give --inputs DIR with " +
-                             sanitizeFileName(b.name()) + ".npy");
-      std::string file = (dir / (sanitizeFileName(b.name()) + ".npy")).string();
-      if (!fs::exists(file))
-        return Status::error("missing input file '" + file +
-                             "' for model input '" + b.name() + "'");
-      HostTensor t;
-      if (Status s = readNpy(file, &t); !s)
-        return s;
+  // Initial state: from the bundle (optimizer state zero), or from a
+  // checkpoint in whatever layout it was written.
+  std::map<std::string, HostTensor> state;
+  int64_t first = 0;
+  if (!options.resumeFrom.empty()) {
+    std::string dir;
+    pb::Checkpoint ckpt;
+    if (Status s = findCheckpoint(options.resumeFrom, &dir, &ckpt); !s)
+      return s;
+    std::string what = "checkpoint '" + dir + "'";
+    std::map<std::string, const pb::TensorEntry *> saved;
+    for (const pb::TensorEntry &e : ckpt.tensors())
+      saved[stateKeyOf(e)] = &e;
+    StoreReader reader(dir, what, ckpt.files());
+    for (const pb::TensorEntry &e : table) {
+      auto it = saved.find(stateKeyOf(e));
+      std::string label =
+          e.name() + (e.slot().empty() ? "" : " (" + e.slot() + ")");
+      if (it == saved.end())
+        return Status::error(what + " has no '" + label +
+                             "': it was written by another model or "
+                             "optimizer");
+      const pb::TensorEntry &c = *it->second;
+      if (c.type().dtype() != e.type().dtype() ||
+          shapeOf(c.type()) != shapeOf(e.type()))
+        return Status::error(
+            what + " holds '" + label + "' as " +
+            describe(fromPlan(c.type().dtype()), shapeOf(c.type())) +
+            "; this bundle's model has " +
+            describe(fromPlan(e.type().dtype()), shapeOf(e.type())));
       if (Status s =
-              checkTensor(t, executor->inputDType(i), executor->inputShape(i),
-                          "input '" + b.name() + "'", file);
+              reader.readChunk(c, splitOf(e), rank, tp, &state[stateKeyOf(e)]);
           !s)
         return s;
-      (*batch)[b.name()] = std::move(t);
+      saved.erase(it);
     }
+    if (!saved.empty())
+      return Status::error(what + " holds '" + saved.begin()->second->name() +
+                           "', which this bundle's model does not have");
+    first = ckpt.step();
+  } else {
+    StoreReader reader(options.bundleDir, "bundle '" + options.bundleDir + "'",
+                       plan.files());
+    for (const pb::TensorEntry &e : table) {
+      HostTensor &value = state[stateKeyOf(e)];
+      if (e.role() == pb::Binding::OPTIMIZER_STATE)
+        continue; // zeros, below
+      if (Status s = reader.readChunk(*bundleEntry[stateKeyOf(e)], splitOf(e),
+                                      rank, tp, &value);
+          !s)
+        return s;
+    }
+  }
+  for (size_t i = 0; i < numInputs; ++i) {
+    const pb::Binding &b = program.input_bindings(i);
+    std::string key = stateKey(b);
+    if (key.empty())
+      continue;
+    HostTensor &value = state[key];
+    if (value.bytes.empty() && b.role() == pb::Binding::OPTIMIZER_STATE &&
+        options.resumeFrom.empty())
+      value =
+          HostTensor::zeros(executor->inputDType(i), executor->inputShape(i));
+    if (value.dtype != executor->inputDType(i) ||
+        value.shape != executor->inputShape(i))
+      return Status::error(
+          "bundle '" + options.bundleDir + "': '" + b.name() + "' loads as " +
+          describe(value.dtype, value.shape) + "; the train step takes " +
+          describe(executor->inputDType(i), executor->inputShape(i)));
+  }
+
+  std::unique_ptr<DataFeed> feed;
+  if (Status s = DataFeed::create(options.data, dataInputs, &feed); !s)
+    return s;
+  int64_t last = first + options.steps;
+  Progress progress(options, first, last, *feed);
+  if (leader)
+    if (Status s = progress.openMetrics(!options.resumeFrom.empty()); !s)
+      return s;
+  auto save = [&](int64_t steps) -> Status {
+    std::vector<StateTensor> tensors;
+    for (const pb::TensorEntry &e : table)
+      tensors.push_back({&e, &state[stateKeyOf(e)]});
+    std::string written;
+    if (Status s = saveCheckpoint(options.checkpointDir, steps, plan,
+                                  options.bundleDir, tensors,
+                                  feed->description(), *comm, &written);
+        !s)
+      return s;
+    if (leader)
+      progress.note("checkpoint " + written);
     return Status::ok();
   };
-  if (!perStep)
-    if (Status s = loadBatch(0, &fixedBatch); !s)
-      return s;
 
-  int64_t logEvery = options.logEvery > 0
-                         ? options.logEvery
-                         : (options.steps <= 20 ? 1 : options.steps / 20);
   std::vector<float> losses;
   std::map<std::string, HostTensor> lastGrads;
   std::vector<HostTensor> args(numInputs), outputs;
-  for (int64_t step = 0; step < options.steps; ++step) {
-    std::map<std::string, HostTensor> stepBatch;
-    if (perStep)
-      if (Status s = loadBatch(step, &stepBatch); !s)
-        return s;
-    std::map<std::string, HostTensor> &batch = perStep ? stepBatch : fixedBatch;
+  for (int64_t step = first; step < last; ++step) {
+    auto start = std::chrono::steady_clock::now();
+    std::map<std::string, HostTensor> batch;
+    if (Status s = feed->batch(step, &batch); !s)
+      return s;
     for (size_t i = 0; i < numInputs; ++i) {
       const pb::Binding &b = program.input_bindings(i);
       switch (b.role()) {
       case pb::Binding::INPUT:
-        // The fixed batch is reused, so it is copied; a step's is moved.
-        args[i] = perStep ? std::move(batch[b.name()]) : batch[b.name()];
+        args[i] = std::move(batch[b.name()]);
         break;
       case pb::Binding::STEP:
         args[i] = HostTensor::zeros(DType::I64, {});
@@ -303,12 +440,8 @@ Status train(const TrainOptions &options) {
         args[i] = std::move(state[stateKey(b)]);
       }
     }
-    auto start = std::chrono::steady_clock::now();
     if (Status s = executor->run(args, &outputs); !s)
       return Status::error("step " + std::to_string(step) + ": " + s.message());
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
     // State not returned by the step (a frozen buffer) goes back unchanged.
     for (size_t i = 0; i < numInputs; ++i) {
       std::string key = stateKey(program.input_bindings(i));
@@ -326,15 +459,16 @@ Status train(const TrainOptions &options) {
         state[key] = std::move(outputs[o]);
     }
     losses.push_back(loss);
-    if (options.log && leader &&
-        ((step + 1) % logEvery == 0 || step == 0 ||
-         step + 1 == options.steps)) {
-      *options.log << "step " << std::setw(5) << step + 1 << "/"
-                   << options.steps << "  loss " << std::fixed
-                   << std::setprecision(6) << loss << "  "
-                   << std::setprecision(1) << seconds * 1e3 << " ms"
-                   << std::defaultfloat << std::endl;
-    }
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (leader)
+      progress.step(step, loss, seconds);
+    if (!options.checkpointDir.empty() &&
+        ((options.saveEvery > 0 && (step + 1) % options.saveEvery == 0) ||
+         step + 1 == last))
+      if (Status s = save(step + 1); !s)
+        return s;
   }
 
   if (options.dumpDir.empty())
@@ -350,8 +484,8 @@ Status train(const TrainOptions &options) {
                        const std::string &key) -> Status {
     HostTensor full;
     const HostTensor *out = &t;
-    if (int64_t d = splitDim(key); d >= 0) {
-      if (Status s = gatherAlong(*comm, t, d, splitBlocks(key), &full); !s)
+    if (auto it = layoutOf.find(key); it != layoutOf.end()) {
+      if (Status s = gatherAlong(*comm, t, it->second, &full); !s)
         return s;
       out = &full;
     }
@@ -359,24 +493,19 @@ Status train(const TrainOptions &options) {
       return Status::ok();
     return writeNpy((fs::path(options.dumpDir) / file).string(), *out);
   };
-  auto write = [&](const std::string &file, const HostTensor &t) {
-    return leader ? writeNpy((fs::path(options.dumpDir) / file).string(), t)
-                  : Status::ok();
-  };
   HostTensor lossTensor =
       HostTensor::zeros(DType::F32, {static_cast<int64_t>(losses.size())});
   std::copy(losses.begin(), losses.end(), lossTensor.data<float>());
-  if (Status s = write("loss.npy", lossTensor); !s)
-    return s;
-  for (const pb::TensorEntry &t : plan.tensors()) {
-    pb::Binding b;
-    b.set_role(t.role());
-    b.set_name(t.name());
-    if (Status s = writeFull(sanitizeFileName(t.name()) + ".npy",
-                             state[stateKey(b)], stateKey(b));
+  if (leader)
+    if (Status s = writeNpy((fs::path(options.dumpDir) / "loss.npy").string(),
+                            lossTensor);
         !s)
       return s;
-  }
+  for (const pb::TensorEntry &t : plan.tensors())
+    if (Status s = writeFull(sanitizeFileName(t.name()) + ".npy",
+                             state[stateKeyOf(t)], stateKeyOf(t));
+        !s)
+      return s;
   for (const auto &[name, grad] : lastGrads) {
     pb::Binding b;
     b.set_role(pb::Binding::PARAMETER);

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Bundle.h"
 #include "Cleave/CleaveDialect.h"
 #include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
@@ -90,9 +91,9 @@ static cl::opt<double> beta2("beta2", cl::desc("AdamW beta2"), cl::init(0.999),
 static cl::opt<double> eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
                            cl::sub(compileCmd));
 static cl::opt<int64_t> seed("seed",
-                             cl::desc("Seed of the random streams "
-                                      "(dropout)"),
-                             cl::init(0), cl::sub(compileCmd));
+                             cl::desc("Seed of the random streams (dropout; "
+                                      "the data order with --shuffle)"),
+                             cl::init(0), cl::sub(compileCmd), cl::sub(runCmd));
 static cl::opt<int64_t> tpSize("tp", cl::desc("Tensor-parallel ranks"),
                                cl::init(1), cl::sub(compileCmd));
 static cl::opt<std::string>
@@ -106,6 +107,59 @@ static cl::opt<bool>
                       "sharding of a model whose weights are not at hand); "
                       "such a bundle cannot train"),
              cl::sub(compileCmd));
+static cl::opt<std::string>
+    weightsPath("weights",
+                cl::desc("Take the weights from this safetensors file (same "
+                         "names as the model's initializers)"),
+                cl::value_desc("FILE"), cl::sub(compileCmd));
+static cl::SubCommand exportCmd("export",
+                                "Write a checkpoint's or bundle's weights "
+                                "as the original ONNX model or safetensors");
+static cl::opt<std::string> exportSource(cl::Positional,
+                                         cl::desc("CHECKPOINT | BUNDLE"),
+                                         cl::Required, cl::sub(exportCmd));
+static cl::opt<std::string> exportOutput("o",
+                                         cl::desc("OUTPUT.onnx or "
+                                                  "OUTPUT.safetensors"),
+                                         cl::Required, cl::sub(exportCmd));
+static cl::opt<bool>
+    batchFromArrays("batch-from-arrays",
+                    cl::desc("--inputs holds one array per input; batches "
+                             "are runs of its rows (dimension 0)"),
+                    cl::sub(runCmd));
+static cl::opt<std::string>
+    textPath("text",
+             cl::desc("Train a byte-level language model on this file's "
+                      "bytes (ids and next-byte labels)"),
+             cl::value_desc("FILE"), cl::sub(runCmd));
+static cl::opt<bool> shuffle("shuffle",
+                             cl::desc("Shuffle the samples every epoch "
+                                      "(with --seed)"),
+                             cl::sub(runCmd));
+static cl::opt<std::string>
+    checkpointDir("checkpoint",
+                  cl::desc("Write checkpoints (step-N directories) here"),
+                  cl::value_desc("DIR"), cl::sub(runCmd));
+static cl::opt<int64_t> saveEvery("save-every",
+                                  cl::desc("Checkpoint every N steps (and "
+                                           "after the last)"),
+                                  cl::init(0), cl::sub(runCmd));
+static cl::opt<std::string>
+    resumeFrom("resume",
+               cl::desc("Continue from a checkpoint (a step directory, or "
+                        "a --checkpoint directory: its newest)"),
+               cl::value_desc("DIR"), cl::sub(runCmd));
+static cl::opt<std::string> metricsPath("metrics",
+                                        cl::desc("Write a JSON line per "
+                                                 "step here"),
+                                        cl::value_desc("FILE"),
+                                        cl::sub(runCmd));
+static cl::opt<std::string>
+    progressMode("progress",
+                 cl::desc("auto | live | lines: one line updated in place "
+                          "(default on a terminal) or a line every "
+                          "--log-every steps"),
+                 cl::init("auto"), cl::sub(runCmd));
 static cl::opt<int64_t> ranks("ranks",
                               cl::desc("Processes to start (one per rank); "
                                        "default: the bundle's tp"),
@@ -210,21 +264,6 @@ static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
   return mlir::cleave::importOnnx(&ctx, *model, options);
 }
 
-/// Reads initializer \p name of \p model into \p t; prints the error and
-/// returns false if it cannot.
-static bool readWeight(MLIRContext &ctx, const OnnxModel &model,
-                       const std::string &name, rt::HostTensor &t) {
-  std::string error;
-  FailureOr<mlir::cleave::TensorData> data =
-      model.readInitializer(&ctx, name, error);
-  if (failed(data))
-    return fail(error), false;
-  t.dtype = mlir::cleave::runtimeDType(data->elementType);
-  t.shape = data->shape;
-  t.bytes.assign(data->bytes.begin(), data->bytes.end());
-  return true;
-}
-
 static int runImport(MLIRContext &ctx) {
   OnnxImportOptions options;
   std::unique_ptr<OnnxModel> model;
@@ -250,10 +289,33 @@ static int runForward(MLIRContext &ctx) {
     rt::TrainOptions options;
     options.bundleDir = modelPath;
     options.steps = steps;
-    options.inputsDir = inputsDir;
+    options.data.inputsDir = inputsDir;
+    options.data.batchFromArrays = batchFromArrays;
+    options.data.textFile = textPath;
+    options.data.shuffle = shuffle;
+    options.data.seed = static_cast<uint64_t>(seed);
     options.dumpDir = dumpDir;
     options.logEvery = logEvery;
     options.log = &std::cout;
+    options.metricsFile = metricsPath;
+    options.checkpointDir = checkpointDir;
+    options.saveEvery = saveEvery;
+    options.resumeFrom = resumeFrom;
+    if (progressMode != "auto" && progressMode != "live" &&
+        progressMode != "lines")
+      return fail("--progress must be auto, live or lines, not '" +
+                  progressMode + "'");
+    options.liveProgress =
+        progressMode == "live" || (progressMode == "auto" && ::isatty(1) != 0);
+    if (saveEvery < 0)
+      return fail("--save-every must not be negative");
+    if (saveEvery > 0 && checkpointDir.empty())
+      return fail("--save-every needs --checkpoint DIR");
+    if (!checkpointDir.empty())
+      if (std::error_code ec =
+              llvm::sys::fs::create_directories(std::string(checkpointDir)))
+        return fail("cannot create --checkpoint directory '" + checkpointDir +
+                    "': " + ec.message());
     ::cleave::plan::Plan plan;
     if (rt::Status s = rt::loadBundlePlan(modelPath, &plan); !s)
       return fail(s.message());
@@ -269,8 +331,12 @@ static int runForward(MLIRContext &ctx) {
       return 0;
     }
     if (!rt::launchedByMpi()) {
-      // Start one process per rank running this same command.
-      rt::Status s = rt::launchRanks(originalArgs, tp, 0);
+      // Start one process per rank running this same command; they see a
+      // pipe, not the terminal, so the progress mode is decided here.
+      std::vector<std::string> args = originalArgs;
+      args.push_back(std::string("--progress=") +
+                     (options.liveProgress ? "live" : "lines"));
+      rt::Status s = rt::launchRanks(args, tp, 0);
       if (!s && s.message().find("mpirun") != std::string::npos &&
           s.message().find("PATH") != std::string::npos)
         return fail(s.message());
@@ -373,8 +439,10 @@ static int runForward(MLIRContext &ctx) {
     auto param =
         main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
     rt::HostTensor t;
-    if (!readWeight(ctx, *model, param.str(), t))
-      return 1;
+    if (rt::Status s =
+            ::cleave::tool::WeightSource(ctx, *model).read(param.str(), &t);
+        !s)
+      return fail(s.message());
     args.push_back(std::move(t));
   }
 
@@ -409,86 +477,6 @@ static int runForward(MLIRContext &ctx) {
 /// Writes \p plan and the initial weights into a fresh directory next to
 /// \p bundle, then swaps it in, so an existing bundle is replaced whole or
 /// not at all.
-static int writeBundle(MLIRContext &ctx, const OnnxModel &model,
-                       func::FuncOp main, ::cleave::plan::Plan &plan,
-                       const std::string &bundle) {
-  namespace fs = llvm::sys::fs;
-  std::string tmp = bundle + ".tmp-" + std::to_string(::getpid());
-  (void)fs::remove_directories(tmp);
-  llvm::SmallString<256> weightsDir(tmp);
-  llvm::sys::path::append(weightsDir, rt::kBundleWeightsDir);
-  if (std::error_code ec = fs::create_directories(
-          planOnly ? llvm::StringRef(tmp) : llvm::StringRef(weightsDir)))
-    return fail("cannot create '" + tmp + "': " + ec.message());
-  auto cleanup =
-      llvm::make_scope_exit([&] { (void)fs::remove_directories(tmp); });
-
-  std::string error;
-  for (BlockArgument arg : main.getArguments()) {
-    unsigned i = arg.getArgNumber();
-    auto param =
-        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
-    auto buffer =
-        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kBufferAttr);
-    StringAttr name = param ? param : buffer;
-    if (!name)
-      continue;
-    std::vector<int64_t> shape;
-    std::string file;
-    if (planOnly) {
-      FailureOr<std::vector<int64_t>> dims =
-          model.initializerShape(name.str(), error);
-      if (failed(dims))
-        return fail(error);
-      shape = *dims;
-    } else {
-      rt::HostTensor t;
-      if (!readWeight(ctx, model, name.str(), t))
-        return 1;
-      file = std::string(rt::kBundleWeightsDir) + "/" +
-             std::to_string(plan.tensors_size()) + "_" +
-             rt::sanitizeFileName(name.str()) + ".npy";
-      llvm::SmallString<256> path(tmp);
-      llvm::sys::path::append(path, file);
-      if (rt::Status s = rt::writeNpy(std::string(path), t); !s)
-        return fail(s.message());
-      shape = t.shape;
-    }
-    ::cleave::plan::TensorEntry *entry = plan.add_tensors();
-    entry->set_name(name.str());
-    entry->set_role(param ? ::cleave::plan::Binding::PARAMETER
-                          : ::cleave::plan::Binding::BUFFER);
-    entry->set_file(file); // empty: --plan-only
-    // The global shape: a rank's slice is cut at load time.
-    entry->mutable_type()->set_dtype(::cleave::plan::F32);
-    for (int64_t d : shape)
-      entry->mutable_type()->add_shape(d);
-  }
-  llvm::SmallString<256> planPath(tmp);
-  llvm::sys::path::append(planPath, rt::kBundlePlanFile);
-  {
-    std::ofstream out(std::string(planPath), std::ios::binary);
-    if (!out || !plan.SerializeToOstream(&out) || !out.flush())
-      return fail("cannot write '" + planPath.str().str() + "'");
-  }
-  // Swap in: the old bundle moves aside first and is removed last.
-  std::string old = bundle + ".old-" + std::to_string(::getpid());
-  bool hadOld = fs::exists(bundle);
-  if (hadOld && !fs::is_directory(bundle))
-    return fail("'" + bundle + "' exists and is not a bundle directory");
-  if (hadOld)
-    if (std::error_code ec = fs::rename(bundle, old))
-      return fail("cannot replace '" + bundle + "': " + ec.message());
-  if (std::error_code ec = fs::rename(tmp, bundle)) {
-    if (hadOld)
-      (void)fs::rename(old, bundle);
-    return fail("cannot write '" + bundle + "': " + ec.message());
-  }
-  if (hadOld)
-    (void)fs::remove_directories(old);
-  return 0;
-}
-
 static int runCompile(MLIRContext &ctx) {
   if (outputPath == "-" || outputPath.empty())
     return fail("give the bundle directory to write with -o BUNDLE");
@@ -538,7 +526,22 @@ static int runCompile(MLIRContext &ctx) {
   if (tpSize > 1)
     hp["tp"] = tpSize;
   auto main = module->lookupSymbol<func::FuncOp>("main");
-  return writeBundle(ctx, *model, main, plan, outputPath);
+  ::cleave::tool::WeightSource weights(ctx, *model);
+  if (!weightsPath.empty())
+    if (rt::Status s = weights.useSafetensors(weightsPath); !s)
+      return fail(s.message());
+  if (rt::Status s = ::cleave::tool::writeBundle(*model, weights, main, plan,
+                                                 outputPath, planOnly);
+      !s)
+    return fail(s.message());
+  return 0;
+}
+
+static int runExport() {
+  if (rt::Status s = ::cleave::tool::exportModel(exportSource, exportOutput);
+      !s)
+    return fail(s.message());
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -563,7 +566,10 @@ int main(int argc, char **argv) {
     return runCompile(context);
   if (inspectCmd)
     return runInspect(inspectPath, inspectJson);
+  if (exportCmd)
+    return runExport();
   if (runCmd)
     return runForward(context);
-  return fail("give a command: import, compile, run or inspect (see --help)");
+  return fail("give a command: import, compile, run, inspect or export (see "
+              "--help)");
 }

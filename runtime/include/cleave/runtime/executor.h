@@ -38,7 +38,9 @@ struct HostTensor {
   int64_t numElements() const;
   /// Allocates zeroed storage for \p shape.
   static HostTensor zeros(DType dtype, std::vector<int64_t> shape);
-  template <typename T> T *data() { return reinterpret_cast<T *>(bytes.data()); }
+  template <typename T> T *data() {
+    return reinterpret_cast<T *>(bytes.data());
+  }
   template <typename T> const T *data() const {
     return reinterpret_cast<const T *>(bytes.data());
   }

@@ -1,16 +1,19 @@
 //===- trainer.h - Runs a compiled training bundle --------------*- C++ -*-===//
 //
 // A bundle is a directory: plan.pb (the versioned plan: the train-step
-// program, the tensor table, how it was compiled) and weights/ (the initial
-// value of each parameter and buffer as .npy). The trainer owns the training
-// state (parameters, buffers, optimizer state, step counter), feeds each step
-// its batch and writes what --dump asks for.
+// program, the tensor table with each rank's slice, the file digests, how it
+// was compiled), weights/rank-K.safetensors (each rank's slices of the
+// parameters and buffers) and model.onnx (the source graph, for export).
+// The trainer owns the training state (parameters, buffers, optimizer state,
+// step counter), feeds each step its batch, reports progress, writes and
+// resumes checkpoints and writes what --dump asks for.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef CLEAVE_RUNTIME_TRAINER_H
 #define CLEAVE_RUNTIME_TRAINER_H
 
+#include "cleave/runtime/data.h"
 #include "cleave/runtime/executor.h"
 
 #include <cstdint>
@@ -26,24 +29,36 @@ namespace cleave::rt {
 class Communicator;
 
 /// The plan format this runtime reads and the compiler writes.
-constexpr uint32_t kPlanFormatVersion = 2;
+constexpr uint32_t kPlanFormatVersion = 3;
 /// File names inside a bundle directory.
 constexpr const char *kBundlePlanFile = "plan.pb";
 constexpr const char *kBundleWeightsDir = "weights";
+constexpr const char *kBundleModelFile = "model.onnx";
 
 /// Reads and checks BUNDLE/plan.pb (presence, parse, format version).
 Status loadBundlePlan(const std::string &bundleDir, plan::Plan *plan);
 
 struct TrainOptions {
   std::string bundleDir;
+  /// Steps this run makes (a resumed run continues the step count).
   int64_t steps = 1;
-  /// NAME.npy per model input, or folders step-0, step-1, ... of them.
-  std::string inputsDir;
+  DataOptions data;
   /// Where loss.npy, parameters, buffers and last gradients go (if set).
   std::string dumpDir;
   /// Progress: a line every this many steps (0: choose from --steps).
   int64_t logEvery = 0;
   std::ostream *log = nullptr;
+  /// One progress line rewritten in place (a terminal) instead of lines.
+  bool liveProgress = false;
+  /// A JSON line per step (step, loss, seconds, tokens or samples per
+  /// second), if set.
+  std::string metricsFile;
+  /// Checkpoints: a step-N directory under checkpointDir every saveEvery
+  /// steps and after the last one.
+  std::string checkpointDir;
+  int64_t saveEvery = 0;
+  /// Continue from this checkpoint (a step directory or a root: its newest).
+  std::string resumeFrom;
   /// This process's rank of the bundle's mesh (tensor parallelism); null:
   /// one process. Each rank loads its slices of the weights; rank 0 logs and
   /// writes the dumps (full, gathered tensors).

@@ -1,0 +1,229 @@
+//===- checkpoint.cpp - Atomic, sharded training checkpoints --------------===//
+
+#include "cleave/runtime/checkpoint.h"
+#include "cleave/runtime/comm.h"
+#include "cleave/runtime/safetensors.h"
+#include "cleave/runtime/store.h"
+
+#include "plan/plan.pb.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace cleave::rt {
+
+namespace fs = std::filesystem;
+namespace pb = ::cleave::plan;
+
+namespace {
+
+std::string stepName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+/// Every rank agrees on whether all of them succeeded; the first failure's
+/// message is kept by the rank that had it.
+Status agree(Communicator &comm, const Status &mine) {
+  int32_t failed = mine ? 0 : 1;
+  if (Status s = comm.allReduce(&failed, 1, DType::I32, Reduction::Max, {0});
+      !s)
+    return s;
+  if (!mine)
+    return mine;
+  if (failed)
+    return Status::error("another rank failed to write the checkpoint");
+  return Status::ok();
+}
+
+/// Copies (or hard-links) \p from to \p to.
+Status copyFile(const fs::path &from, const fs::path &to) {
+  std::error_code ec;
+  fs::create_hard_link(from, to, ec);
+  if (!ec)
+    return Status::ok();
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec)
+    return Status::error("cannot copy '" + from.string() + "' to '" +
+                         to.string() + "': " + ec.message());
+  return Status::ok();
+}
+
+} // namespace
+
+Status saveCheckpoint(const std::string &root, int64_t step,
+                      const pb::Plan &plan, const std::string &bundleDir,
+                      const std::vector<StateTensor> &state,
+                      const std::string &data, Communicator &comm,
+                      std::string *written) {
+  int rank = comm.rank(), parts = comm.size();
+  fs::path final = fs::path(root) / stepName(step);
+  fs::path tmp = fs::path(root) / (".tmp-" + stepName(step));
+  std::error_code ec;
+  Status prepared = Status::ok();
+  if (rank == 0) {
+    fs::remove_all(tmp, ec); // left by a run that was killed
+    fs::create_directories(tmp, ec);
+    if (ec)
+      prepared = Status::error("cannot create checkpoint directory '" +
+                               tmp.string() + "': " + ec.message());
+  }
+  if (Status s = agree(comm, prepared); !s)
+    return s;
+
+  // This rank's file: its value of every state tensor.
+  std::string file = rankFileName("", rank);
+  std::vector<TensorInfo> infos;
+  for (const auto &[entry, value] : state)
+    infos.push_back({entry->key(), value->dtype, value->shape});
+  uint64_t digest[2] = {0, 0};
+  Status wrote = [&]() -> Status {
+    std::unique_ptr<SafetensorsWriter> writer;
+    if (Status s =
+            SafetensorsWriter::create((tmp / file).string(), infos,
+                                      {{"format", "pt"},
+                                       {"cleave.rank", std::to_string(rank)},
+                                       {"cleave.step", std::to_string(step)}},
+                                      &writer);
+        !s)
+      return s;
+    for (const auto &[entry, value] : state)
+      if (Status s = writer->write(value->bytes.data(), value->bytes.size());
+          !s)
+        return s;
+    uint32_t crc;
+    if (Status s = writer->finish(&digest[0], &crc); !s)
+      return s;
+    digest[1] = crc;
+    return Status::ok();
+  }();
+  if (Status s = agree(comm, wrote); !s)
+    return s;
+  std::vector<uint64_t> digests(2 * parts);
+  if (Status s = comm.allGather(digest, digests.data(), sizeof digest, {0}); !s)
+    return s;
+
+  Status committed = Status::ok();
+  if (rank == 0) {
+    committed = [&]() -> Status {
+      pb::Checkpoint index;
+      index.set_format_version(kCheckpointFormatVersion);
+      index.set_step(step);
+      index.add_mesh(parts);
+      *index.mutable_train_config() = plan.train_config();
+      index.set_data(data);
+      for (const auto &[entry, value] : state) {
+        pb::TensorEntry *e = index.add_tensors();
+        *e = *entry;
+        e->clear_slices();
+        Split split = splitOf(*e);
+        for (int r = 0; r < parts; ++r) {
+          pb::RankSlice *slice = e->add_slices();
+          slice->set_rank(r);
+          slice->set_file(rankFileName("", r));
+          if (split.isSplit())
+            for (auto [lo, hi] :
+                 rankRanges(e->type().shape(split.dim), split, r, parts)) {
+              slice->add_starts(lo);
+              slice->add_ends(hi);
+            }
+        }
+      }
+      for (int r = 0; r < parts; ++r) {
+        pb::FileDigest *d = index.add_files();
+        d->set_path(rankFileName("", r));
+        d->set_size(digests[2 * r]);
+        d->set_crc32(static_cast<uint32_t>(digests[2 * r + 1]));
+      }
+      if (!plan.model_file().empty()) {
+        fs::path model = fs::path(bundleDir) / plan.model_file();
+        if (Status s = copyFile(model, tmp / plan.model_file()); !s)
+          return s;
+        index.set_model_file(plan.model_file());
+        for (const pb::FileDigest &d : plan.files())
+          if (d.path() == plan.model_file())
+            *index.add_files() = d;
+      }
+      std::string bytes;
+      if (!index.SerializeToString(&bytes))
+        return Status::error("cannot encode the checkpoint index");
+      if (Status s =
+              writeFileAtomic((tmp / kCheckpointIndexFile).string(), bytes);
+          !s)
+        return s;
+      if (Status s = syncDirectory(tmp.string()); !s)
+        return s;
+      // Into place: a step directory already there (a run resumed from an
+      // older checkpoint) moves aside first and goes last.
+      std::error_code ec;
+      fs::path old = fs::path(root) / (".old-" + stepName(step));
+      bool replace = fs::exists(final);
+      if (replace) {
+        fs::remove_all(old, ec);
+        fs::rename(final, old, ec);
+        if (ec)
+          return Status::error("cannot replace '" + final.string() +
+                               "': " + ec.message());
+      }
+      fs::rename(tmp, final, ec);
+      if (ec)
+        return Status::error("cannot move the checkpoint into '" +
+                             final.string() + "': " + ec.message());
+      if (Status s = syncDirectory(root); !s)
+        return s;
+      if (replace)
+        fs::remove_all(old, ec);
+      return Status::ok();
+    }();
+  }
+  if (Status s = agree(comm, committed); !s)
+    return s;
+  *written = final.string();
+  return Status::ok();
+}
+
+Status findCheckpoint(const std::string &path, std::string *dir,
+                      pb::Checkpoint *checkpoint) {
+  fs::path chosen = path;
+  if (!fs::exists(chosen / kCheckpointIndexFile)) {
+    if (!fs::is_directory(path))
+      return Status::error("no checkpoint at '" + path + "'");
+    std::vector<std::string> steps;
+    std::error_code ec;
+    for (const auto &e : fs::directory_iterator(path, ec))
+      if (e.is_directory() &&
+          e.path().filename().string().rfind("step-", 0) == 0 &&
+          fs::exists(e.path() / kCheckpointIndexFile))
+        steps.push_back(e.path().filename().string());
+    if (steps.empty())
+      return Status::error("'" + path +
+                           "' holds no complete checkpoint (no step-N "
+                           "directory with a " +
+                           kCheckpointIndexFile + ")");
+    std::sort(steps.begin(), steps.end());
+    chosen = fs::path(path) / steps.back();
+  }
+  fs::path indexPath = chosen / kCheckpointIndexFile;
+  std::ifstream in(indexPath, std::ios::binary);
+  if (!in)
+    return Status::error("cannot read '" + indexPath.string() + "'");
+  if (!checkpoint->ParseFromIstream(&in))
+    return Status::error("checkpoint index '" + indexPath.string() +
+                         "' is corrupt or truncated");
+  if (checkpoint->format_version() != kCheckpointFormatVersion)
+    return Status::error("checkpoint '" + chosen.string() + "' has format " +
+                         "version " +
+                         std::to_string(checkpoint->format_version()) +
+                         "; this cleave reads version " +
+                         std::to_string(kCheckpointFormatVersion));
+  if (checkpoint->mesh_size() != 1 || checkpoint->mesh(0) < 1)
+    return Status::error("checkpoint index '" + indexPath.string() +
+                         "' has no mesh");
+  *dir = chosen.string();
+  return Status::ok();
+}
+
+} // namespace cleave::rt

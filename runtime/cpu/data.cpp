@@ -1,0 +1,329 @@
+//===- data.cpp - What feeds the model's inputs, step by step -------------===//
+
+#include "cleave/runtime/data.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace cleave::rt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string describe(DType dtype, const std::vector<int64_t> &shape) {
+  std::ostringstream os;
+  os << dtypeName(dtype) << " [";
+  for (size_t i = 0; i < shape.size(); ++i)
+    os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+Status checkTensor(const HostTensor &t, const InputSlot &slot,
+                   const std::string &file) {
+  if (t.dtype != slot.dtype || t.shape != slot.shape)
+    return Status::error("input '" + slot.name + "' in '" + file + "' is " +
+                         describe(t.dtype, t.shape) +
+                         "; the train step needs " +
+                         describe(slot.dtype, slot.shape));
+  return Status::ok();
+}
+
+uint64_t splitMix64(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
+  std::string file = (dir / (sanitizeFileName(slot.name) + ".npy")).string();
+  if (!fs::exists(file))
+    return Status::error("missing input file '" + file + "' for model input '" +
+                         slot.name + "'");
+  return readNpy(file, t);
+}
+
+/// NAME.npy per input in one folder (every step), or in step-K folders.
+class FolderFeed : public DataFeed {
+public:
+  FolderFeed(const DataOptions &o, std::vector<InputSlot> inputs)
+      : dir(o.inputsDir), inputs(std::move(inputs)),
+        perStep(fs::is_directory(dir / "step-0")) {
+    description_ = "inputs from '" + o.inputsDir + "'" +
+                   (perStep ? " (one folder per step)" : "");
+  }
+
+  Status init() {
+    if (!inputs.empty() && !inputs[0].shape.empty())
+      samples_ = inputs[0].shape[0];
+    if (!perStep)
+      return load(dir, &fixed);
+    return Status::ok();
+  }
+
+  Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
+    if (!perStep) {
+      *out = fixed; // the fixed batch is reused: a copy
+      return Status::ok();
+    }
+    fs::path d = dir / ("step-" + std::to_string(step));
+    if (!fs::is_directory(d))
+      return Status::error("no data for step " + std::to_string(step) + ": '" +
+                           d.string() + "' does not exist");
+    return load(d, out);
+  }
+
+private:
+  Status load(const fs::path &d, std::map<std::string, HostTensor> *out) {
+    for (const InputSlot &slot : inputs) {
+      HostTensor t;
+      if (Status s = readInput(d, slot, &t); !s)
+        return s;
+      if (Status s = checkTensor(
+              t, slot, (d / (sanitizeFileName(slot.name) + ".npy")).string());
+          !s)
+        return s;
+      (*out)[slot.name] = std::move(t);
+    }
+    return Status::ok();
+  }
+
+  fs::path dir;
+  std::vector<InputSlot> inputs;
+  bool perStep;
+  std::map<std::string, HostTensor> fixed;
+};
+
+/// One array per input; batches are runs of rows along dimension 0, in
+/// order or shuffled per epoch. The last partial batch of an epoch is
+/// dropped (every step has the compiled batch size).
+class ArrayFeed : public DataFeed {
+public:
+  ArrayFeed(const DataOptions &o, std::vector<InputSlot> inputs)
+      : options(o), inputs(std::move(inputs)) {}
+
+  Status init() {
+    int64_t rows = -1;
+    for (const InputSlot &slot : inputs) {
+      HostTensor t;
+      if (Status s = readInput(options.inputsDir, slot, &t); !s)
+        return s;
+      std::string file =
+          (fs::path(options.inputsDir) / (sanitizeFileName(slot.name) + ".npy"))
+              .string();
+      std::vector<int64_t> row(
+          slot.shape.begin() + (slot.shape.empty() ? 0 : 1), slot.shape.end());
+      if (slot.shape.empty() || t.dtype != slot.dtype || t.shape.empty() ||
+          std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()) != row)
+        return Status::error("--batch-from-arrays: input '" + slot.name +
+                             "' in '" + file + "' is " +
+                             describe(t.dtype, t.shape) +
+                             "; the train step takes batches " +
+                             describe(slot.dtype, slot.shape) + " of its rows");
+      if (rows >= 0 && t.shape[0] != rows)
+        return Status::error("--batch-from-arrays: '" + file + "' has " +
+                             std::to_string(t.shape[0]) +
+                             " rows, the other "
+                             "inputs " +
+                             std::to_string(rows));
+      rows = t.shape[0];
+      arrays.push_back(std::move(t));
+    }
+    batchRows = inputs.empty() ? 0 : inputs[0].shape[0];
+    if (rows < batchRows || batchRows <= 0)
+      return Status::error(
+          "--batch-from-arrays: the arrays in '" + options.inputsDir +
+          "' have " + std::to_string(rows) + " rows, fewer than one batch of " +
+          std::to_string(batchRows));
+    total = rows;
+    samples_ = batchRows;
+    description_ = "arrays from '" + options.inputsDir + "' (" +
+                   std::to_string(total) + " rows, " +
+                   std::to_string(total / batchRows) + " batches an epoch)" +
+                   (options.shuffle
+                        ? ", shuffled with seed " + std::to_string(options.seed)
+                        : "");
+    return Status::ok();
+  }
+
+  Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
+    int64_t perEpoch = total / batchRows;
+    int64_t epoch = step / perEpoch, first = step % perEpoch * batchRows;
+    if (options.shuffle && epoch != permEpoch) {
+      perm = epochPermutation(total, options.seed, epoch);
+      permEpoch = epoch;
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const HostTensor &a = arrays[i];
+      HostTensor t = HostTensor::zeros(inputs[i].dtype, inputs[i].shape);
+      size_t rowBytes = a.bytes.size() / a.shape[0];
+      for (int64_t r = 0; r < batchRows; ++r) {
+        int64_t src = options.shuffle ? perm[first + r] : first + r;
+        std::memcpy(t.bytes.data() + r * rowBytes,
+                    a.bytes.data() + src * rowBytes, rowBytes);
+      }
+      (*out)[inputs[i].name] = std::move(t);
+    }
+    return Status::ok();
+  }
+
+private:
+  DataOptions options;
+  std::vector<InputSlot> inputs;
+  std::vector<HostTensor> arrays;
+  int64_t batchRows = 0, total = 0, permEpoch = -1;
+  std::vector<int64_t> perm;
+};
+
+/// A byte-level language model's data: windows of T+1 bytes of the text,
+/// the first T as ids and the last T as labels (the next byte).
+class TextFeed : public DataFeed {
+public:
+  TextFeed(const DataOptions &o, std::vector<InputSlot> inputs)
+      : options(o), inputs(std::move(inputs)) {}
+
+  Status init() {
+    auto isIds = [](const InputSlot &s) {
+      return (s.dtype == DType::I64 || s.dtype == DType::I32) &&
+             s.shape.size() == 2;
+    };
+    if (inputs.empty() || inputs.size() > 2 || !isIds(inputs[0]) ||
+        (inputs.size() == 2 &&
+         (!isIds(inputs[1]) || inputs[1].shape != inputs[0].shape)))
+      return Status::error(
+          "--text feeds a byte-level language model: its inputs must be "
+          "token ids [batch, sequence] and, optionally, labels of the same "
+          "shape; this model takes " +
+          describeInputs());
+    std::ifstream in(options.textFile, std::ios::binary);
+    if (!in)
+      return Status::error("cannot read --text file '" + options.textFile +
+                           "'");
+    text.assign(std::istreambuf_iterator<char>(in),
+                std::istreambuf_iterator<char>());
+    rows = inputs[0].shape[0];
+    seq = inputs[0].shape[1];
+    windows =
+        text.size() > 0 ? (static_cast<int64_t>(text.size()) - 1) / seq : 0;
+    if (windows < rows)
+      return Status::error(
+          "--text file '" + options.textFile + "' has " +
+          std::to_string(text.size()) + " bytes; one batch of " +
+          std::to_string(rows) + " sequences of " + std::to_string(seq) +
+          " tokens needs at least " + std::to_string(rows * seq + 1));
+    samples_ = rows;
+    tokens_ = rows * seq;
+    description_ = "text '" + options.textFile + "' (" +
+                   std::to_string(text.size()) + " bytes, " +
+                   std::to_string(windows / rows) + " batches an epoch)" +
+                   (options.shuffle
+                        ? ", shuffled with seed " + std::to_string(options.seed)
+                        : "");
+    return Status::ok();
+  }
+
+  Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
+    int64_t perEpoch = windows / rows;
+    int64_t epoch = step / perEpoch, first = step % perEpoch * rows;
+    if (options.shuffle && epoch != permEpoch) {
+      perm = epochPermutation(windows, options.seed, epoch);
+      permEpoch = epoch;
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      HostTensor t = HostTensor::zeros(inputs[i].dtype, inputs[i].shape);
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t w = options.shuffle ? perm[first + r] : first + r;
+        const auto *src =
+            reinterpret_cast<const uint8_t *>(text.data()) + w * seq + i;
+        for (int64_t k = 0; k < seq; ++k) {
+          if (t.dtype == DType::I64)
+            t.data<int64_t>()[r * seq + k] = src[k];
+          else
+            t.data<int32_t>()[r * seq + k] = src[k];
+        }
+      }
+      (*out)[inputs[i].name] = std::move(t);
+    }
+    return Status::ok();
+  }
+
+private:
+  std::string describeInputs() const {
+    std::string s;
+    for (const InputSlot &in : inputs)
+      s += (s.empty() ? "" : ", ") + in.name + " " +
+           describe(in.dtype, in.shape);
+    return s.empty() ? "no inputs" : s;
+  }
+
+  DataOptions options;
+  std::vector<InputSlot> inputs;
+  std::string text;
+  int64_t rows = 0, seq = 0, windows = 0, permEpoch = -1;
+  std::vector<int64_t> perm;
+};
+
+} // namespace
+
+DataFeed::~DataFeed() = default;
+
+std::vector<int64_t> epochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> perm(n);
+  for (int64_t i = 0; i < n; ++i)
+    perm[i] = i;
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull ^
+                   (static_cast<uint64_t>(epoch) + 0x632be59bd9b4e019ull);
+  for (int64_t i = n - 1; i > 0; --i) {
+    int64_t j =
+        static_cast<int64_t>(splitMix64(state) % static_cast<uint64_t>(i + 1));
+    std::swap(perm[i], perm[j]);
+  }
+  return perm;
+}
+
+Status DataFeed::create(const DataOptions &options,
+                        const std::vector<InputSlot> &inputs,
+                        std::unique_ptr<DataFeed> *result) {
+  if (!options.textFile.empty()) {
+    if (!options.inputsDir.empty() || options.batchFromArrays)
+      return Status::error("give either --text or --inputs, not both");
+    auto feed = std::make_unique<TextFeed>(options, inputs);
+    if (Status s = feed->init(); !s)
+      return s;
+    *result = std::move(feed);
+    return Status::ok();
+  }
+  if (options.inputsDir.empty()) {
+    if (!inputs.empty())
+      return Status::error("the model has input '" + inputs[0].name +
+                           "'; give --inputs DIR with " +
+                           sanitizeFileName(inputs[0].name) +
+                           ".npy (or --text FILE for a byte-level language "
+                           "model)");
+    auto feed = std::make_unique<FolderFeed>(options, inputs);
+    *result = std::move(feed);
+    return Status::ok();
+  }
+  if (options.batchFromArrays) {
+    auto feed = std::make_unique<ArrayFeed>(options, inputs);
+    if (Status s = feed->init(); !s)
+      return s;
+    *result = std::move(feed);
+    return Status::ok();
+  }
+  if (options.shuffle)
+    return Status::error("--shuffle needs --batch-from-arrays or --text "
+                         "(folders of batches are fed as they are)");
+  auto feed = std::make_unique<FolderFeed>(options, inputs);
+  if (Status s = feed->init(); !s)
+    return s;
+  *result = std::move(feed);
+  return Status::ok();
+}
+
+} // namespace cleave::rt

@@ -1,0 +1,356 @@
+//===- store.cpp - Sharded tensor stores: bundles and checkpoints ---------===//
+
+#include "cleave/runtime/store.h"
+
+#include "plan/plan.pb.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
+
+namespace cleave::rt {
+
+namespace fs = std::filesystem;
+namespace pb = ::cleave::plan;
+
+std::vector<std::pair<int64_t, int64_t>>
+rankRanges(int64_t size, Split split, int64_t rank, int64_t parts) {
+  if (!split.isSplit())
+    return {{0, size}};
+  int64_t block = size / split.blocks, chunk = block / parts;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t b = 0; b < split.blocks; ++b)
+    ranges.push_back(
+        {b * block + rank * chunk, b * block + (rank + 1) * chunk});
+  return ranges;
+}
+
+namespace {
+
+/// Rows of \p shape before \p dim, and bytes per index of \p dim.
+std::pair<int64_t, size_t> geometry(const std::vector<int64_t> &shape,
+                                    int64_t dim, DType dtype) {
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  size_t inner = dtypeSize(dtype);
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  return {outer, inner};
+}
+
+} // namespace
+
+HostTensor takeRanges(const HostTensor &global, int64_t dim,
+                      const std::vector<std::pair<int64_t, int64_t>> &ranges) {
+  if (global.shape.empty())
+    return global;
+  std::vector<int64_t> shape = global.shape;
+  shape[dim] = 0;
+  for (auto [lo, hi] : ranges)
+    shape[dim] += hi - lo;
+  HostTensor part = HostTensor::zeros(global.dtype, shape);
+  auto [outer, inner] = geometry(global.shape, dim, global.dtype);
+  size_t srcRow = global.shape[dim] * inner, dstRow = shape[dim] * inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    size_t at = 0;
+    for (auto [lo, hi] : ranges) {
+      std::memcpy(part.bytes.data() + o * dstRow + at,
+                  global.bytes.data() + o * srcRow + lo * inner,
+                  (hi - lo) * inner);
+      at += (hi - lo) * inner;
+    }
+  }
+  return part;
+}
+
+void putRanges(HostTensor *global, int64_t dim,
+               const std::vector<std::pair<int64_t, int64_t>> &ranges,
+               const HostTensor &part) {
+  if (global->shape.empty()) {
+    global->bytes = part.bytes;
+    return;
+  }
+  auto [outer, inner] = geometry(global->shape, dim, global->dtype);
+  size_t dstRow = global->shape[dim] * inner, srcRow = part.shape[dim] * inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    size_t at = 0;
+    for (auto [lo, hi] : ranges) {
+      std::memcpy(global->bytes.data() + o * dstRow + lo * inner,
+                  part.bytes.data() + o * srcRow + at, (hi - lo) * inner);
+      at += (hi - lo) * inner;
+    }
+  }
+}
+
+HostTensor chunkOf(const HostTensor &global, Split split, int64_t rank,
+                   int64_t parts) {
+  if (!split.isSplit())
+    return global;
+  return takeRanges(global, split.dim,
+                    rankRanges(global.shape[split.dim], split, rank, parts));
+}
+
+Split splitOf(const pb::TensorEntry &entry) {
+  Split s;
+  if (entry.has_split_dim()) {
+    s.dim = entry.split_dim();
+    s.blocks = entry.has_split_blocks() ? entry.split_blocks() : 1;
+  }
+  return s;
+}
+
+std::string rankFileName(const std::string &dir, int64_t rank) {
+  std::string name = "rank-" + std::to_string(rank) + ".safetensors";
+  return dir.empty() ? name : dir + "/" + name;
+}
+
+namespace {
+
+DType fromPlan(pb::DType d) {
+  switch (d) {
+  case pb::I64:
+    return DType::I64;
+  case pb::I32:
+    return DType::I32;
+  case pb::BOOL:
+    return DType::Bool;
+  default:
+    return DType::F32;
+  }
+}
+
+std::vector<int64_t> globalShape(const pb::TensorEntry &e) {
+  return {e.type().shape().begin(), e.type().shape().end()};
+}
+
+std::string describe(DType dtype, const std::vector<int64_t> &shape) {
+  std::string s = std::string(dtypeName(dtype)) + " [";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace
+
+// --- Writing -----------------------------------------------------------------
+
+Status StoreWriter::create(
+    const std::string &root, const std::string &subdir, int64_t parts,
+    google::protobuf::RepeatedPtrField<pb::TensorEntry> *entries,
+    std::unique_ptr<StoreWriter> *result) {
+  std::unique_ptr<StoreWriter> w(new StoreWriter());
+  w->root_ = root;
+  w->parts_ = parts;
+  w->entries_ = entries;
+  std::error_code ec;
+  fs::create_directories(fs::path(root) / subdir, ec);
+  if (ec)
+    return Status::error("cannot create '" +
+                         (fs::path(root) / subdir).string() +
+                         "': " + ec.message());
+  for (int64_t r = 0; r < parts; ++r) {
+    std::string file = rankFileName(subdir, r);
+    std::vector<TensorInfo> infos;
+    for (pb::TensorEntry &e : *entries) {
+      Split split = splitOf(e);
+      std::vector<int64_t> shape = globalShape(e);
+      if (split.isSplit()) {
+        if (split.dim >= static_cast<int64_t>(shape.size()) ||
+            shape[split.dim] % (split.blocks * parts))
+          return Status::error("tensor '" + e.name() + "' of shape " +
+                               describe(fromPlan(e.type().dtype()), shape) +
+                               " cannot be split along dimension " +
+                               std::to_string(split.dim) + " into " +
+                               std::to_string(parts));
+        shape[split.dim] /= parts;
+      }
+      infos.push_back({e.key(), fromPlan(e.type().dtype()), shape});
+      pb::RankSlice *slice = e.add_slices();
+      slice->set_rank(static_cast<int32_t>(r));
+      slice->set_file(file);
+      if (split.isSplit())
+        for (auto [lo, hi] :
+             rankRanges(e.type().shape(split.dim), split, r, parts)) {
+          slice->add_starts(lo);
+          slice->add_ends(hi);
+        }
+    }
+    std::unique_ptr<SafetensorsWriter> writer;
+    if (Status s = SafetensorsWriter::create(
+            (fs::path(root) / file).string(), infos,
+            {{"format", "pt"}, {"cleave.rank", std::to_string(r)}}, &writer);
+        !s)
+      return s;
+    w->files_.push_back(file);
+    w->writers_.push_back(std::move(writer));
+  }
+  *result = std::move(w);
+  return Status::ok();
+}
+
+StoreWriter::~StoreWriter() = default;
+
+Status StoreWriter::add(const HostTensor &global) {
+  if (next_ >= static_cast<size_t>(entries_->size()))
+    return Status::error("more tensors than the store's table lists");
+  const pb::TensorEntry &e = (*entries_)[next_++];
+  if (global.dtype != fromPlan(e.type().dtype()) ||
+      global.shape != globalShape(e))
+    return Status::error("tensor '" + e.name() + "' is " +
+                         describe(global.dtype, global.shape) + ", not " +
+                         describe(fromPlan(e.type().dtype()), globalShape(e)));
+  Split split = splitOf(e);
+  for (int64_t r = 0; r < parts_; ++r) {
+    if (!split.isSplit()) {
+      if (Status s =
+              writers_[r]->write(global.bytes.data(), global.bytes.size());
+          !s)
+        return s;
+      continue;
+    }
+    HostTensor chunk = chunkOf(global, split, r, parts_);
+    if (Status s = writers_[r]->write(chunk.bytes.data(), chunk.bytes.size());
+        !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+Status
+StoreWriter::finish(google::protobuf::RepeatedPtrField<pb::FileDigest> *out) {
+  if (next_ != static_cast<size_t>(entries_->size()))
+    return Status::error("the store's table lists more tensors than were "
+                         "written");
+  for (size_t r = 0; r < writers_.size(); ++r) {
+    uint64_t size;
+    uint32_t crc;
+    if (Status s = writers_[r]->finish(&size, &crc); !s)
+      return s;
+    pb::FileDigest *d = out->Add();
+    d->set_path(files_[r]);
+    d->set_size(size);
+    d->set_crc32(crc);
+  }
+  return Status::ok();
+}
+
+// --- Reading -----------------------------------------------------------------
+
+StoreReader::StoreReader(
+    std::string root, const std::string &what,
+    const google::protobuf::RepeatedPtrField<pb::FileDigest> &digests)
+    : root_(std::move(root)), what_(what) {
+  for (const pb::FileDigest &d : digests)
+    digests_[d.path()] = {d.size(), d.crc32()};
+}
+
+StoreReader::~StoreReader() = default;
+
+Status StoreReader::file(const std::string &path, const SafetensorsFile **out) {
+  auto it = open_.find(path);
+  if (it == open_.end()) {
+    auto digest = digests_.find(path);
+    if (digest == digests_.end())
+      return Status::error(what_ + " lists no digest for '" + path + "'");
+    std::string full = (fs::path(root_) / path).string();
+    if (!fs::exists(full))
+      return Status::error(what_ + " is missing its file '" + full + "'");
+    std::unique_ptr<SafetensorsFile> f;
+    if (Status s = SafetensorsFile::open(full, &f, digest->second.first,
+                                         digest->second.second);
+        !s)
+      return Status::error(what_ + ": " + s.message());
+    it = open_.emplace(path, std::move(f)).first;
+  }
+  *out = it->second.get();
+  return Status::ok();
+}
+
+Status StoreReader::readSlice(const pb::TensorEntry &entry, int index,
+                              HostTensor *out) {
+  const pb::RankSlice &slice = entry.slices(index);
+  const SafetensorsFile *f;
+  if (Status s = file(slice.file(), &f); !s)
+    return s;
+  const TensorInfo *info = f->find(entry.key());
+  if (!info)
+    return Status::error(what_ + ": '" + f->path() + "' has no tensor '" +
+                         entry.key() + "'");
+  // The slice's shape follows from the table; the file must agree.
+  std::vector<int64_t> shape = globalShape(entry);
+  Split split = splitOf(entry);
+  if (split.isSplit()) {
+    shape[split.dim] = 0;
+    for (int i = 0; i < slice.starts_size(); ++i)
+      shape[split.dim] += slice.ends(i) - slice.starts(i);
+  }
+  if (info->dtype != fromPlan(entry.type().dtype()) || info->shape != shape)
+    return Status::error(what_ + ": tensor '" + entry.key() + "' in '" +
+                         f->path() + "' is " +
+                         describe(info->dtype, info->shape) + ", not " +
+                         describe(fromPlan(entry.type().dtype()), shape));
+  return f->read(*info, out);
+}
+
+Status StoreReader::readGlobal(const pb::TensorEntry &entry, HostTensor *out) {
+  if (entry.slices_size() == 0)
+    return Status::error(what_ + " holds no data for '" + entry.name() +
+                         "' (compiled with --plan-only?)");
+  Split split = splitOf(entry);
+  if (!split.isSplit())
+    return readSlice(entry, 0, out);
+  *out = HostTensor::zeros(fromPlan(entry.type().dtype()), globalShape(entry));
+  for (int i = 0; i < entry.slices_size(); ++i) {
+    HostTensor part;
+    if (Status s = readSlice(entry, i, &part); !s)
+      return s;
+    const pb::RankSlice &slice = entry.slices(i);
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int k = 0; k < slice.starts_size(); ++k)
+      ranges.push_back({slice.starts(k), slice.ends(k)});
+    putRanges(out, split.dim, ranges, part);
+  }
+  return Status::ok();
+}
+
+Status StoreReader::readChunk(const pb::TensorEntry &entry, Split want,
+                              int64_t rank, int64_t parts, HostTensor *out) {
+  Split have = splitOf(entry);
+  bool sameLayout = entry.slices_size() == parts && have.dim == want.dim &&
+                    (!want.isSplit() || have.blocks == want.blocks);
+  if (sameLayout)
+    return readSlice(entry, want.isSplit() ? static_cast<int>(rank) : 0, out);
+  HostTensor global;
+  if (Status s = readGlobal(entry, &global); !s)
+    return s;
+  std::vector<int64_t> shape = global.shape;
+  if (want.isSplit() && (want.dim >= static_cast<int64_t>(shape.size()) ||
+                         shape[want.dim] % (want.blocks * parts)))
+    return Status::error(
+        "tensor '" + entry.name() + "' of shape " +
+        describe(global.dtype, shape) + " cannot be split along dimension " +
+        std::to_string(want.dim) + " into " + std::to_string(parts));
+  *out = chunkOf(global, want, rank, parts);
+  return Status::ok();
+}
+
+Status writeFileAtomic(const std::string &path, const std::string &bytes) {
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  std::FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    return Status::error("cannot write '" + tmp + "': " + std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok &= std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  ok &= std::fclose(f) == 0;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return Status::error("cannot write '" + path + "': " + why);
+  }
+  return Status::ok();
+}
+
+} // namespace cleave::rt

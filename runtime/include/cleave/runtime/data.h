@@ -1,0 +1,70 @@
+//===- data.h - What feeds the model's inputs, step by step -----*- C++ -*-===//
+//
+// A feed gives the batch of global step s as a pure function of s (and the
+// seed), so a resumed run continues the very sequence an uninterrupted run
+// would have seen, shuffling included.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_DATA_H
+#define CLEAVE_RUNTIME_DATA_H
+
+#include "cleave/runtime/executor.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cleave::rt {
+
+/// A model input the feed fills.
+struct InputSlot {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+struct DataOptions {
+  /// NAME.npy per input (the same batch every step), or folders step-0,
+  /// step-1, ... of them, or (batchFromArrays) one array per input whose
+  /// dimension 0 is cut into batches.
+  std::string inputsDir;
+  bool batchFromArrays = false;
+  /// Bytes of this file as a byte-level language model's token ids (and
+  /// next-byte labels).
+  std::string textFile;
+  /// A new order of the samples every epoch (arrays, text).
+  bool shuffle = false;
+  uint64_t seed = 0;
+};
+
+class DataFeed {
+public:
+  /// Checks the data against \p inputs (names, dtypes, shapes) up front.
+  static Status create(const DataOptions &options,
+                       const std::vector<InputSlot> &inputs,
+                       std::unique_ptr<DataFeed> *result);
+  virtual ~DataFeed();
+  /// The batch of global step \p step (0-based).
+  virtual Status batch(int64_t step,
+                       std::map<std::string, HostTensor> *out) = 0;
+  /// Samples (dimension 0 of the first input) and tokens (text) per step.
+  int64_t samplesPerStep() const { return samples_; }
+  int64_t tokensPerStep() const { return tokens_; }
+  /// One line for logs and checkpoints: "text FILE (N bytes), shuffled".
+  const std::string &description() const { return description_; }
+
+protected:
+  int64_t samples_ = 0, tokens_ = 0;
+  std::string description_;
+};
+
+/// A permutation of [0, n) drawn from (\p seed, \p epoch): Fisher-Yates on
+/// SplitMix64, the same on every platform.
+std::vector<int64_t> epochPermutation(int64_t n, uint64_t seed, int64_t epoch);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_DATA_H

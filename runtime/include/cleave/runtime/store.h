@@ -1,0 +1,121 @@
+//===- store.h - Sharded tensor stores: bundles and checkpoints -*- C++ -*-===//
+//
+// A bundle's weights and a checkpoint are the same thing on disk: a table of
+// state tensors (plan::TensorEntry: global type, layout on the mesh, where
+// each rank's slice lives), one safetensors file per rank, and the digests of
+// the files. A rank reads its own file only, unless the layouts differ
+// (resuming at another tp), when each tensor is assembled from the slices it
+// needs, one tensor at a time.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_STORE_H
+#define CLEAVE_RUNTIME_STORE_H
+
+#include "cleave/runtime/executor.h"
+#include "cleave/runtime/safetensors.h"
+
+#include <google/protobuf/repeated_field.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cleave::plan {
+class TensorEntry;
+class FileDigest;
+} // namespace cleave::plan
+
+namespace cleave::rt {
+
+/// A tensor's layout on mesh axis 0: split along `dim` (-1: replicated), the
+/// dimension being `blocks` equal blocks each split across the ranks.
+struct Split {
+  int64_t dim = -1;
+  int64_t blocks = 1;
+  bool isSplit() const { return dim >= 0; }
+};
+
+/// Index ranges [first, second) of the split dimension that rank \p rank of
+/// \p parts holds, in the order its chunk concatenates them.
+std::vector<std::pair<int64_t, int64_t>>
+rankRanges(int64_t size, Split split, int64_t rank, int64_t parts);
+
+/// The part of \p global made of \p ranges along \p dim, concatenated.
+HostTensor takeRanges(const HostTensor &global, int64_t dim,
+                      const std::vector<std::pair<int64_t, int64_t>> &ranges);
+/// The inverse: writes \p part into those ranges of \p global.
+void putRanges(HostTensor *global, int64_t dim,
+               const std::vector<std::pair<int64_t, int64_t>> &ranges,
+               const HostTensor &part);
+
+/// Rank \p rank's chunk of \p global.
+HostTensor chunkOf(const HostTensor &global, Split split, int64_t rank,
+                   int64_t parts);
+
+/// The layout recorded in \p entry.
+Split splitOf(const plan::TensorEntry &entry);
+
+/// "weights/rank-3.safetensors" style names.
+std::string rankFileName(const std::string &dir, int64_t rank);
+
+/// Writes a store from global values, as `cleave compile` does: \p entries
+/// (name, global type, role, layout, key set) get their slices; the values
+/// come one at a time, in entry order, and each rank's chunk goes to that
+/// rank's file. Nothing beyond the value being written is held.
+class StoreWriter {
+public:
+  static Status
+  create(const std::string &root, const std::string &subdir, int64_t parts,
+         google::protobuf::RepeatedPtrField<plan::TensorEntry> *entries,
+         std::unique_ptr<StoreWriter> *result);
+  ~StoreWriter();
+  /// The next entry's global value.
+  Status add(const HostTensor &global);
+  /// Completes every file and appends their digests.
+  Status finish(google::protobuf::RepeatedPtrField<plan::FileDigest> *digests);
+
+private:
+  StoreWriter() = default;
+  std::string root_;
+  int64_t parts_ = 1;
+  size_t next_ = 0;
+  google::protobuf::RepeatedPtrField<plan::TensorEntry> *entries_ = nullptr;
+  std::vector<std::string> files_;
+  std::vector<std::unique_ptr<SafetensorsWriter>> writers_;
+};
+
+/// Reads tensors of a store in the directory \p root.
+class StoreReader {
+public:
+  /// Checks that the files listed in \p digests exist with their recorded
+  /// size and checksum as they are opened (lazily, the first time a slice
+  /// in them is needed).
+  StoreReader(
+      std::string root, const std::string &what,
+      const google::protobuf::RepeatedPtrField<plan::FileDigest> &digests);
+  ~StoreReader();
+  /// Rank \p rank's chunk of \p entry in layout \p want on \p parts ranks:
+  /// read straight from the rank's slice when the store has that layout,
+  /// else assembled from the slices that hold it.
+  Status readChunk(const plan::TensorEntry &entry, Split want, int64_t rank,
+                   int64_t parts, HostTensor *out);
+  /// The whole of \p entry.
+  Status readGlobal(const plan::TensorEntry &entry, HostTensor *out);
+
+private:
+  Status file(const std::string &path, const SafetensorsFile **out);
+  Status readSlice(const plan::TensorEntry &entry, int index, HostTensor *out);
+  std::string root_, what_;
+  std::map<std::string, std::pair<uint64_t, uint32_t>> digests_;
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;
+};
+
+/// Writes \p bytes to \p path atomically (temporary file, fsync, rename).
+Status writeFileAtomic(const std::string &path, const std::string &bytes);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_STORE_H

@@ -1,0 +1,409 @@
+//===- Bundle.cpp - Writing bundles, exporting trained models -------------===//
+
+#include "Bundle.h"
+
+#include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Lowering/ConstantEvaluator.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "cleave/Sharding/Sharding.h"
+#include "cleave/runtime/checkpoint.h"
+#include "cleave/runtime/safetensors.h"
+#include "cleave/runtime/store.h"
+#include "cleave/runtime/trainer.h"
+#include "plan/plan.pb.h"
+
+#include "onnx/onnx_pb.h"
+#include "llvm/ADT/ScopeExit.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <fstream>
+#include <unistd.h>
+
+using namespace mlir;
+namespace pb = ::cleave::plan;
+namespace rt = ::cleave::rt;
+
+namespace cleave::tool {
+
+namespace {
+
+pb::DType planDType(rt::DType d) {
+  switch (d) {
+  case rt::DType::F32:
+    return pb::F32;
+  case rt::DType::I64:
+    return pb::I64;
+  case rt::DType::I32:
+    return pb::I32;
+  case rt::DType::Bool:
+    return pb::BOOL;
+  }
+  return pb::F32;
+}
+
+int onnxDType(rt::DType d) {
+  switch (d) {
+  case rt::DType::F32:
+    return onnx::TensorProto::FLOAT;
+  case rt::DType::I64:
+    return onnx::TensorProto::INT64;
+  case rt::DType::I32:
+    return onnx::TensorProto::INT32;
+  case rt::DType::Bool:
+    return onnx::TensorProto::BOOL;
+  }
+  return onnx::TensorProto::FLOAT;
+}
+
+/// \p model's graph with the data of the tensors in \p trained dropped (they
+/// live in the weight files), everything else kept.
+onnx::ModelProto stripTrained(const onnx::ModelProto &model,
+                              const llvm::StringMap<bool> &trained) {
+  onnx::ModelProto out;
+  out.set_ir_version(model.ir_version());
+  *out.mutable_opset_import() = model.opset_import();
+  out.set_producer_name(model.producer_name());
+  out.set_producer_version(model.producer_version());
+  out.set_domain(model.domain());
+  out.set_model_version(model.model_version());
+  out.set_doc_string(model.doc_string());
+  *out.mutable_metadata_props() = model.metadata_props();
+  *out.mutable_training_info() = model.training_info();
+  *out.mutable_functions() = model.functions();
+  const onnx::GraphProto &g = model.graph();
+  onnx::GraphProto *graph = out.mutable_graph();
+  graph->set_name(g.name());
+  graph->set_doc_string(g.doc_string());
+  *graph->mutable_node() = g.node();
+  *graph->mutable_input() = g.input();
+  *graph->mutable_output() = g.output();
+  *graph->mutable_value_info() = g.value_info();
+  *graph->mutable_sparse_initializer() = g.sparse_initializer();
+  *graph->mutable_quantization_annotation() = g.quantization_annotation();
+  for (const onnx::TensorProto &t : g.initializer()) {
+    if (!trained.count(t.name())) {
+      *graph->add_initializer() = t;
+      continue;
+    }
+    onnx::TensorProto *copy = graph->add_initializer();
+    copy->set_name(t.name());
+    copy->set_data_type(t.data_type());
+    *copy->mutable_dims() = t.dims();
+  }
+  return out;
+}
+
+/// Moves directory \p tmp to \p target, replacing what is there last.
+rt::Status swapIn(const std::string &tmp, const std::string &target,
+                  const char *what) {
+  namespace fs = llvm::sys::fs;
+  std::string old = target + ".old-" + std::to_string(::getpid());
+  bool hadOld = fs::exists(target);
+  if (hadOld && !fs::is_directory(target))
+    return rt::Status::error("'" + target + "' exists and is not a " + what +
+                             " directory");
+  if (hadOld)
+    if (std::error_code ec = fs::rename(target, old))
+      return rt::Status::error("cannot replace '" + target +
+                               "': " + ec.message());
+  if (std::error_code ec = fs::rename(tmp, target)) {
+    if (hadOld)
+      (void)fs::rename(old, target);
+    return rt::Status::error("cannot write '" + target + "': " + ec.message());
+  }
+  if (hadOld)
+    (void)fs::remove_directories(old);
+  return rt::Status::ok();
+}
+
+} // namespace
+
+rt::Status WeightSource::useSafetensors(const std::string &path) {
+  return rt::SafetensorsFile::open(path, &file);
+}
+
+rt::Status WeightSource::read(const std::string &name,
+                              rt::HostTensor *out) const {
+  std::string error;
+  FailureOr<std::vector<int64_t>> dims = model.initializerShape(name, error);
+  if (failed(dims))
+    return rt::Status::error(error);
+  if (file) {
+    const rt::TensorInfo *info = file->find(name);
+    if (!info)
+      return rt::Status::error("--weights '" + file->path() +
+                               "' has no tensor '" + name + "'");
+    if (info->shape != *dims || info->dtype != rt::DType::F32)
+      return rt::Status::error("--weights '" + file->path() + "': tensor '" +
+                               name + "' does not have the model's shape");
+    return file->read(*info, out);
+  }
+  FailureOr<mlir::cleave::TensorData> data =
+      model.readInitializer(&ctx, name, error);
+  if (failed(data))
+    return rt::Status::error(error);
+  out->dtype = mlir::cleave::runtimeDType(data->elementType);
+  out->shape = data->shape;
+  out->bytes.assign(data->bytes.begin(), data->bytes.end());
+  return rt::Status::ok();
+}
+
+rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
+                       const WeightSource &weights, func::FuncOp main,
+                       pb::Plan &plan, const std::string &bundle,
+                       bool planOnly) {
+  namespace fs = llvm::sys::fs;
+  std::string tmp = bundle + ".tmp-" + std::to_string(::getpid());
+  (void)fs::remove_directories(tmp);
+  if (std::error_code ec = fs::create_directories(tmp))
+    return rt::Status::error("cannot create '" + tmp + "': " + ec.message());
+  auto cleanup =
+      llvm::make_scope_exit([&] { (void)fs::remove_directories(tmp); });
+
+  // The table: global shapes, layouts as the partitioner chose them.
+  llvm::StringMap<bool> trained;
+  std::string error;
+  for (BlockArgument arg : main.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto param =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
+    auto buffer =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kBufferAttr);
+    StringAttr name = param ? param : buffer;
+    if (!name)
+      continue;
+    FailureOr<std::vector<int64_t>> dims =
+        model.initializerShape(name.str(), error);
+    if (failed(dims))
+      return rt::Status::error(error);
+    pb::TensorEntry *entry = plan.add_tensors();
+    entry->set_name(name.str());
+    entry->set_key(name.str());
+    entry->set_role(param ? pb::Binding::PARAMETER : pb::Binding::BUFFER);
+    entry->mutable_type()->set_dtype(planDType(mlir::cleave::runtimeDType(
+        cast<RankedTensorType>(arg.getType()).getElementType())));
+    for (int64_t d : *dims)
+      entry->mutable_type()->add_shape(d);
+    if (auto dim = main.getArgAttrOfType<IntegerAttr>(
+            i, mlir::cleave::kSplitDimAttr)) {
+      entry->set_split_dim(dim.getInt());
+      if (auto blocks = main.getArgAttrOfType<IntegerAttr>(
+              i, mlir::cleave::kSplitBlocksAttr))
+        entry->set_split_blocks(blocks.getInt());
+    }
+    trained[name.str()] = true;
+  }
+
+  if (!planOnly) {
+    // Each rank's file: every tensor read once, its chunks written.
+    int64_t parts = plan.mesh_size() ? plan.mesh(0) : 1;
+    std::unique_ptr<rt::StoreWriter> writer;
+    if (rt::Status s = rt::StoreWriter::create(
+            tmp, rt::kBundleWeightsDir, parts, plan.mutable_tensors(), &writer);
+        !s)
+      return s;
+    for (const pb::TensorEntry &entry : plan.tensors()) {
+      rt::HostTensor value;
+      if (rt::Status s = weights.read(entry.name(), &value); !s)
+        return s;
+      if (rt::Status s = writer->add(value); !s)
+        return s;
+    }
+    if (rt::Status s = writer->finish(plan.mutable_files()); !s)
+      return s;
+    // The graph, for export.
+    std::string bytes;
+    if (!stripTrained(model.proto(), trained).SerializeToString(&bytes))
+      return rt::Status::error("cannot encode the model graph");
+    llvm::SmallString<256> path(tmp);
+    llvm::sys::path::append(path, rt::kBundleModelFile);
+    if (rt::Status s = rt::writeFileAtomic(std::string(path), bytes); !s)
+      return s;
+    pb::FileDigest *d = plan.add_files();
+    d->set_path(rt::kBundleModelFile);
+    d->set_size(bytes.size());
+    d->set_crc32(rt::crc32Update(0, bytes.data(), bytes.size()));
+    plan.set_model_file(rt::kBundleModelFile);
+  }
+
+  std::string bytes;
+  if (!plan.SerializeToString(&bytes))
+    return rt::Status::error("cannot encode the plan");
+  llvm::SmallString<256> planPath(tmp);
+  llvm::sys::path::append(planPath, rt::kBundlePlanFile);
+  if (rt::Status s = rt::writeFileAtomic(std::string(planPath), bytes); !s)
+    return s;
+  if (rt::Status s = swapIn(tmp, bundle, "bundle"); !s)
+    return s;
+  cleanup.release();
+  return rt::Status::ok();
+}
+
+rt::Status exportModel(const std::string &source, const std::string &output) {
+  namespace fs = llvm::sys::fs;
+  // The source: a bundle (its initial weights) or a checkpoint.
+  std::string dir, what, modelFile;
+  google::protobuf::RepeatedPtrField<pb::TensorEntry> tensors;
+  google::protobuf::RepeatedPtrField<pb::FileDigest> files;
+  llvm::SmallString<256> planPath(source);
+  llvm::sys::path::append(planPath, rt::kBundlePlanFile);
+  if (fs::exists(planPath)) {
+    pb::Plan plan;
+    if (rt::Status s = rt::loadBundlePlan(source, &plan); !s)
+      return s;
+    dir = source;
+    what = "bundle '" + source + "'";
+    tensors = plan.tensors();
+    files = plan.files();
+    modelFile = plan.model_file();
+  } else {
+    pb::Checkpoint ckpt;
+    if (rt::Status s = rt::findCheckpoint(source, &dir, &ckpt); !s)
+      return rt::Status::error(
+          "'" + source +
+          "' is neither a bundle nor a checkpoint: " + s.message());
+    what = "checkpoint '" + dir + "'";
+    for (const pb::TensorEntry &e : ckpt.tensors())
+      if (e.role() != pb::Binding::OPTIMIZER_STATE)
+        *tensors.Add() = e;
+    files = ckpt.files();
+    modelFile = ckpt.model_file();
+  }
+  rt::StoreReader reader(dir, what, files);
+
+  llvm::StringRef ext = llvm::sys::path::extension(output);
+  if (ext == ".safetensors") {
+    std::vector<rt::TensorInfo> infos;
+    for (const pb::TensorEntry &e : tensors) {
+      rt::TensorInfo info;
+      info.name = e.name();
+      info.dtype = rt::DType::F32;
+      info.shape.assign(e.type().shape().begin(), e.type().shape().end());
+      infos.push_back(info);
+    }
+    std::unique_ptr<rt::SafetensorsWriter> writer;
+    if (rt::Status s = rt::SafetensorsWriter::create(
+            output, infos, {{"format", "pt"}, {"cleave.source", dir}}, &writer);
+        !s)
+      return s;
+    for (const pb::TensorEntry &e : tensors) {
+      rt::HostTensor value;
+      if (rt::Status s = reader.readGlobal(e, &value); !s)
+        return s;
+      if (rt::Status s = writer->write(value.bytes.data(), value.bytes.size());
+          !s)
+        return s;
+    }
+    return writer->finish(nullptr, nullptr);
+  }
+  if (ext != ".onnx")
+    return rt::Status::error("cannot tell the format of '" + output +
+                             "': name it .onnx or .safetensors");
+
+  if (modelFile.empty())
+    return rt::Status::error(what + " carries no model graph to export into");
+  llvm::SmallString<256> modelPath(dir);
+  llvm::sys::path::append(modelPath, modelFile);
+  {
+    // The graph is checked like the weights.
+    const pb::FileDigest *digest = nullptr;
+    for (const pb::FileDigest &d : files)
+      if (d.path() == modelFile)
+        digest = &d;
+    uint64_t size;
+    uint32_t crc;
+    if (rt::Status s = rt::fileDigest(std::string(modelPath), &size, &crc); !s)
+      return rt::Status::error(what + ": " + s.message());
+    if (!digest || digest->size() != size || digest->crc32() != crc)
+      return rt::Status::error(what + ": '" + std::string(modelPath) +
+                               "' does not match its recorded checksum: it is "
+                               "corrupt or was changed");
+  }
+  onnx::ModelProto model;
+  {
+    std::ifstream in(std::string(modelPath), std::ios::binary);
+    if (!in || !model.ParseFromIstream(&in))
+      return rt::Status::error(what + ": cannot read '" +
+                               std::string(modelPath) + "'");
+  }
+  llvm::StringMap<const pb::TensorEntry *> byName;
+  for (const pb::TensorEntry &e : tensors)
+    byName[e.name()] = &e;
+  // Up to 1 GiB of weights inline; beyond, ONNX's external data (protobuf
+  // messages stop at 2 GiB), written one tensor at a time.
+  int64_t total = 0;
+  for (const pb::TensorEntry &e : tensors) {
+    int64_t n = 4;
+    for (int64_t d : e.type().shape())
+      n *= d;
+    total += n;
+  }
+  bool external = total > (int64_t(1) << 30);
+  std::string dataName =
+      std::string(llvm::sys::path::filename(output)) + ".data";
+  std::string tmp = output + ".tmp-" + std::to_string(::getpid());
+  std::string dataTmp = tmp + ".data";
+  auto cleanup = llvm::make_scope_exit([&] {
+    (void)fs::remove(tmp);
+    (void)fs::remove(dataTmp);
+  });
+  std::ofstream data;
+  if (external) {
+    data.open(dataTmp, std::ios::binary);
+    if (!data)
+      return rt::Status::error("cannot write '" + dataTmp + "'");
+  }
+  int64_t offset = 0;
+  for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
+    auto it = byName.find(t.name());
+    if (it == byName.end())
+      continue;
+    rt::HostTensor value;
+    if (rt::Status s = reader.readGlobal(*it->second, &value); !s)
+      return s;
+    t.set_data_type(onnxDType(value.dtype));
+    t.clear_raw_data();
+    t.clear_float_data();
+    t.clear_external_data();
+    if (!external) {
+      t.set_raw_data(value.bytes.data(), value.bytes.size());
+      byName.erase(it);
+      continue;
+    }
+    data.write(reinterpret_cast<const char *>(value.bytes.data()),
+               value.bytes.size());
+    t.set_data_location(onnx::TensorProto::EXTERNAL);
+    for (auto [k, v] :
+         {std::pair<std::string, std::string>{"location", dataName},
+          {"offset", std::to_string(offset)},
+          {"length", std::to_string(value.bytes.size())}}) {
+      auto *entry = t.add_external_data();
+      entry->set_key(k);
+      entry->set_value(v);
+    }
+    offset += value.bytes.size();
+    byName.erase(it);
+  }
+  if (!byName.empty())
+    return rt::Status::error(what + ": the model graph has no initializer '" +
+                             byName.begin()->first().str() + "'");
+  if (external && (!data.flush() || (data.close(), false)))
+    return rt::Status::error("cannot write '" + dataTmp + "'");
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out || !model.SerializeToOstream(&out) || !out.flush())
+      return rt::Status::error("cannot write '" + tmp + "'");
+  }
+  if (external)
+    if (std::error_code ec = fs::rename(dataTmp, output + ".data"))
+      return rt::Status::error("cannot write '" + output +
+                               ".data': " + ec.message());
+  if (std::error_code ec = fs::rename(tmp, output))
+    return rt::Status::error("cannot write '" + output + "': " + ec.message());
+  cleanup.release();
+  return rt::Status::ok();
+}
+
+} // namespace cleave::tool

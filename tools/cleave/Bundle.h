@@ -1,0 +1,52 @@
+//===- Bundle.h - Writing bundles, exporting trained models -----*- C++ -*-===//
+
+#ifndef CLEAVE_TOOLS_CLEAVE_BUNDLE_H
+#define CLEAVE_TOOLS_CLEAVE_BUNDLE_H
+
+#include "cleave/Import/OnnxImporter.h"
+#include "cleave/runtime/executor.h"
+#include "cleave/runtime/safetensors.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <string>
+
+namespace cleave::plan {
+class Plan;
+} // namespace cleave::plan
+
+namespace cleave::tool {
+
+/// Where `cleave compile` takes the weights from: the model's initializers
+/// (inline or external data), or a safetensors file with the same names.
+class WeightSource {
+public:
+  WeightSource(mlir::MLIRContext &ctx, const mlir::cleave::OnnxModel &model)
+      : ctx(ctx), model(model) {}
+  /// Uses \p path (--weights) instead of the initializers.
+  rt::Status useSafetensors(const std::string &path);
+  rt::Status read(const std::string &name, rt::HostTensor *out) const;
+
+private:
+  mlir::MLIRContext &ctx;
+  const mlir::cleave::OnnxModel &model;
+  std::unique_ptr<rt::SafetensorsFile> file;
+};
+
+/// Writes \p bundle atomically (a temporary directory swapped in): \p plan
+/// with the tensor table of \p main's parameters and buffers (global shapes,
+/// layouts, each rank's slice), weights/rank-K.safetensors read one tensor
+/// at a time from \p weights, and model.onnx (the source graph without the
+/// trained tensors' data). \p planOnly: the plan alone, nothing read.
+rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
+                       const WeightSource &weights, mlir::func::FuncOp main,
+                       plan::Plan &plan, const std::string &bundle,
+                       bool planOnly);
+
+/// `cleave export SOURCE -o OUTPUT`: the trained (or initial) parameters and
+/// buffers of a checkpoint or bundle, whole, as the original ONNX model
+/// (OUTPUT.onnx) or a safetensors file of them under their names.
+rt::Status exportModel(const std::string &source, const std::string &output);
+
+} // namespace cleave::tool
+
+#endif // CLEAVE_TOOLS_CLEAVE_BUNDLE_H
