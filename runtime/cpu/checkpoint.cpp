@@ -8,7 +8,10 @@
 #include "plan/plan.pb.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -37,6 +40,16 @@ Status agree(Communicator &comm, const Status &mine) {
   if (failed)
     return Status::error("another rank failed to write the checkpoint");
   return Status::ok();
+}
+
+/// Fault injection for the tests of atomicity: CLEAVE_TEST_KILL_IN_CHECKPOINT
+/// set to STAGE:STEP makes the process SIGKILL itself at \p stage of the
+/// checkpoint of \p step, exactly as a `kill -9` arriving then would.
+void killPoint(const char *stage, int64_t step) {
+  const char *want = std::getenv("CLEAVE_TEST_KILL_IN_CHECKPOINT");
+  if (want &&
+      std::string(want) == std::string(stage) + ":" + std::to_string(step))
+    std::raise(SIGKILL);
 }
 
 /// Copies (or hard-links) \p from to \p to.
@@ -90,10 +103,12 @@ Status saveCheckpoint(const std::string &root, int64_t step,
                                       &writer);
         !s)
       return s;
-    for (const auto &[entry, value] : state)
+    for (const auto &[entry, value] : state) {
       if (Status s = writer->write(value->bytes.data(), value->bytes.size());
           !s)
         return s;
+      killPoint("data", step);
+    }
     uint32_t crc;
     if (Status s = writer->finish(&digest[0], &crc); !s)
       return s;
@@ -156,6 +171,7 @@ Status saveCheckpoint(const std::string &root, int64_t step,
         return s;
       if (Status s = syncDirectory(tmp.string()); !s)
         return s;
+      killPoint("index", step);
       // Into place: a step directory already there (a run resumed from an
       // older checkpoint) moves aside first and goes last.
       std::error_code ec;

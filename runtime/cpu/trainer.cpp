@@ -255,8 +255,11 @@ Status train(const TrainOptions &options) {
                          "' is compiled for tp = " + std::to_string(tp) +
                          " but runs on " + std::to_string(comm->size()) +
                          " ranks");
-  if (options.steps < 1)
-    return Status::error("--steps must be at least 1");
+  if (options.steps < 0 ||
+      (options.steps == 0 &&
+       (options.resumeFrom.empty() || options.checkpointDir.empty())))
+    return Status::error("--steps must be at least 1 (0 only with --resume "
+                         "and --checkpoint: re-sharding a checkpoint)");
   int64_t rank = comm->groupRank({0});
   bool leader = comm->rank() == 0;
   std::unique_ptr<Executor> executor;
@@ -471,6 +474,9 @@ Status train(const TrainOptions &options) {
         return s;
   }
 
+  if (options.steps == 0)
+    if (Status s = save(first); !s)
+      return s;
   if (options.dumpDir.empty())
     return Status::ok();
   std::error_code ec;

@@ -285,7 +285,7 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
     }
     std::unique_ptr<rt::SafetensorsWriter> writer;
     if (rt::Status s = rt::SafetensorsWriter::create(
-            output, infos, {{"format", "pt"}, {"cleave.source", dir}}, &writer);
+            output, infos, {{"format", "pt"}}, &writer);
         !s)
       return s;
     for (const pb::TensorEntry &e : tensors) {
@@ -389,8 +389,11 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
   if (!byName.empty())
     return rt::Status::error(what + ": the model graph has no initializer '" +
                              byName.begin()->first().str() + "'");
-  if (external && (!data.flush() || (data.close(), false)))
-    return rt::Status::error("cannot write '" + dataTmp + "'");
+  if (external) {
+    data.close();
+    if (!data)
+      return rt::Status::error("cannot write '" + dataTmp + "'");
+  }
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out || !model.SerializeToOstream(&out) || !out.flush())

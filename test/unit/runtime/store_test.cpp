@@ -1,0 +1,262 @@
+//===- store_test.cpp - safetensors files, sharded stores, data feeds
+//------===//
+
+#include "cleave/runtime/data.h"
+#include "cleave/runtime/safetensors.h"
+#include "cleave/runtime/store.h"
+
+#include "plan/plan.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+namespace cleave::rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+HostTensor iota(std::vector<int64_t> shape) {
+  HostTensor t = HostTensor::zeros(DType::F32, shape);
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    t.data<float>()[i] = static_cast<float>(i);
+  return t;
+}
+
+fs::path scratch(const std::string &name) {
+  fs::path dir = fs::temp_directory_path() /
+                 ("cleave-store-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(Store, RankRangesCoverTheDimensionOnce) {
+  // 3 blocks of 8 (a fused q/k/v), 4 ranks: each rank holds 2 of each block.
+  std::vector<int> owner(24, -1);
+  for (int r = 0; r < 4; ++r)
+    for (auto [lo, hi] : rankRanges(24, {0, 3}, r, 4)) {
+      EXPECT_EQ(hi - lo, 2);
+      for (int64_t i = lo; i < hi; ++i) {
+        EXPECT_EQ(owner[i], -1);
+        owner[i] = r;
+      }
+    }
+  EXPECT_EQ(owner[0], 0);
+  EXPECT_EQ(owner[2], 1);
+  EXPECT_EQ(owner[8], 0); // the second block starts again at rank 0
+  EXPECT_EQ(owner[23], 3);
+}
+
+TEST(Store, ChunksReassembleTheTensor) {
+  HostTensor global = iota({6, 12, 2});
+  for (Split split : {Split{1, 1}, Split{1, 3}, Split{0, 1}, Split{2, 1}}) {
+    HostTensor back = HostTensor::zeros(DType::F32, global.shape);
+    for (int r = 0; r < 2; ++r) {
+      HostTensor chunk = chunkOf(global, split, r, 2);
+      EXPECT_EQ(chunk.shape[split.dim], global.shape[split.dim] / 2);
+      putRanges(&back, split.dim,
+                rankRanges(global.shape[split.dim], split, r, 2), chunk);
+    }
+    EXPECT_EQ(back.bytes, global.bytes) << "split dim " << split.dim;
+  }
+  // Blocks: rank 1's chunk of 3 blocks of 4 columns is columns 2-3, 6-7,
+  // 10-11.
+  HostTensor m = iota({1, 12});
+  HostTensor c = chunkOf(m, {1, 3}, 1, 2);
+  std::vector<float> got(c.data<float>(), c.data<float>() + 6);
+  EXPECT_EQ(got, (std::vector<float>{2, 3, 6, 7, 10, 11}));
+}
+
+TEST(Safetensors, RoundTripAndDigest) {
+  fs::path dir = scratch("roundtrip");
+  std::string path = (dir / "a.safetensors").string();
+  HostTensor a = iota({3, 5});
+  HostTensor b = HostTensor::zeros(DType::I64, {4});
+  for (int i = 0; i < 4; ++i)
+    b.data<int64_t>()[i] = 10 * i;
+  std::unique_ptr<SafetensorsWriter> w;
+  ASSERT_TRUE(SafetensorsWriter::create(
+      path, {{"a", DType::F32, {3, 5}}, {"b", DType::I64, {4}}},
+      {{"format", "pt"}}, &w));
+  // Not visible before finish().
+  EXPECT_FALSE(fs::exists(path));
+  ASSERT_TRUE(w->write(a.bytes.data(), a.bytes.size()));
+  ASSERT_TRUE(w->write(b.bytes.data(), b.bytes.size()));
+  uint64_t size;
+  uint32_t crc;
+  ASSERT_TRUE(w->finish(&size, &crc));
+  EXPECT_EQ(fs::file_size(path), size);
+  // The header is 8-aligned, as the format asks.
+  EXPECT_EQ((w->tensors()[0].begin) % 8, 0u);
+
+  std::unique_ptr<SafetensorsFile> f;
+  ASSERT_TRUE(SafetensorsFile::open(path, &f, size, crc));
+  EXPECT_EQ(f->metadata().at("format"), "pt");
+  HostTensor ra, rb;
+  ASSERT_NE(f->find("a"), nullptr);
+  ASSERT_TRUE(f->read(*f->find("a"), &ra));
+  ASSERT_TRUE(f->read(*f->find("b"), &rb));
+  EXPECT_EQ(ra.bytes, a.bytes);
+  EXPECT_EQ(rb.bytes, b.bytes);
+  EXPECT_EQ(rb.shape, (std::vector<int64_t>{4}));
+
+  // One changed byte, or a shorter file: refused, naming the file.
+  {
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(size - 3));
+    io.put('\x7f');
+  }
+  Status changed = SafetensorsFile::open(path, &f, size, crc);
+  ASSERT_FALSE(changed);
+  EXPECT_NE(changed.message().find("checksum"), std::string::npos);
+  fs::resize_file(path, size - 8);
+  Status truncated = SafetensorsFile::open(path, &f, size, crc);
+  ASSERT_FALSE(truncated);
+  EXPECT_NE(truncated.message().find("truncated"), std::string::npos);
+  // Without digests the header is still checked against the file.
+  Status outside = SafetensorsFile::open(path, &f);
+  ASSERT_FALSE(outside);
+  EXPECT_NE(outside.message().find("outside the file"), std::string::npos);
+}
+
+TEST(Safetensors, WriterRejectsWrongByteCounts) {
+  fs::path dir = scratch("counts");
+  std::unique_ptr<SafetensorsWriter> w;
+  ASSERT_TRUE(SafetensorsWriter::create((dir / "x.safetensors").string(),
+                                        {{"x", DType::F32, {2}}}, {}, &w));
+  float one = 1;
+  ASSERT_TRUE(w->write(&one, 4));
+  EXPECT_FALSE(w->finish(nullptr, nullptr)); // 4 of 8 data bytes
+  w.reset();
+  EXPECT_TRUE(fs::is_empty(dir)); // nothing left behind
+}
+
+TEST(Store, WriterAndReaderAcrossLayouts) {
+  fs::path dir = scratch("store");
+  google::protobuf::RepeatedPtrField<plan::TensorEntry> entries;
+  plan::TensorEntry *w = entries.Add();
+  w->set_name("w");
+  w->set_key("w");
+  w->mutable_type()->set_dtype(plan::F32);
+  w->mutable_type()->add_shape(8);
+  w->mutable_type()->add_shape(6);
+  w->set_split_dim(1);
+  w->set_split_blocks(3);
+  plan::TensorEntry *b = entries.Add();
+  b->set_name("b");
+  b->set_key("b");
+  b->mutable_type()->set_dtype(plan::F32);
+  b->mutable_type()->add_shape(8);
+  std::unique_ptr<StoreWriter> writer;
+  ASSERT_TRUE(
+      StoreWriter::create(dir.string(), "weights", 2, &entries, &writer));
+  HostTensor gw = iota({8, 6}), gb = iota({8});
+  ASSERT_TRUE(writer->add(gw));
+  ASSERT_TRUE(writer->add(gb));
+  google::protobuf::RepeatedPtrField<plan::FileDigest> digests;
+  ASSERT_TRUE(writer->finish(&digests));
+  ASSERT_EQ(digests.size(), 2);
+  EXPECT_EQ(entries[0].slices_size(), 2);
+  EXPECT_EQ(entries[0].slices(1).starts_size(), 3);
+
+  StoreReader reader(dir.string(), "store", digests);
+  HostTensor whole, chunk;
+  ASSERT_TRUE(reader.readGlobal(entries[0], &whole));
+  EXPECT_EQ(whole.bytes, gw.bytes);
+  // The stored layout, and others (rows over 4 ranks; replicated).
+  ASSERT_TRUE(reader.readChunk(entries[0], {1, 3}, 1, 2, &chunk));
+  EXPECT_EQ(chunk.bytes, chunkOf(gw, {1, 3}, 1, 2).bytes);
+  ASSERT_TRUE(reader.readChunk(entries[0], {0, 1}, 3, 4, &chunk));
+  EXPECT_EQ(chunk.bytes, chunkOf(gw, {0, 1}, 3, 4).bytes);
+  ASSERT_TRUE(reader.readChunk(entries[1], {}, 0, 1, &chunk));
+  EXPECT_EQ(chunk.bytes, gb.bytes);
+  Status indivisible = reader.readChunk(entries[0], {0, 1}, 0, 3, &chunk);
+  ASSERT_FALSE(indivisible);
+  EXPECT_NE(indivisible.message().find("cannot be split"), std::string::npos);
+}
+
+std::vector<int64_t> ids(const HostTensor &t) {
+  return {t.data<int64_t>(), t.data<int64_t>() + t.numElements()};
+}
+
+TEST(Data, TextFeedsIdsAndNextByteLabels) {
+  fs::path dir = scratch("text");
+  std::string text;
+  for (int i = 0; i < 41; ++i)
+    text += static_cast<char>('a' + i % 26);
+  std::ofstream(dir / "t.txt", std::ios::binary) << text;
+  DataOptions o;
+  o.textFile = (dir / "t.txt").string();
+  std::unique_ptr<DataFeed> feed;
+  std::vector<InputSlot> slots = {{"ids", DType::I64, {2, 4}},
+                                  {"labels", DType::I64, {2, 4}}};
+  ASSERT_TRUE(DataFeed::create(o, slots, &feed));
+  EXPECT_EQ(feed->tokensPerStep(), 8);
+  // 40 / 4 = 10 windows, 5 batches an epoch.
+  std::map<std::string, HostTensor> batch;
+  ASSERT_TRUE(feed->batch(1, &batch));
+  EXPECT_EQ(ids(batch["ids"]),
+            (std::vector<int64_t>{'i', 'j', 'k', 'l', 'm', 'n', 'o', 'p'}));
+  EXPECT_EQ(ids(batch["labels"]),
+            (std::vector<int64_t>{'j', 'k', 'l', 'm', 'n', 'o', 'p', 'q'}));
+  std::map<std::string, HostTensor> again;
+  ASSERT_TRUE(feed->batch(6, &again)); // the next epoch, in order
+  EXPECT_EQ(ids(again["ids"]), ids(batch["ids"]));
+
+  // Shuffled: each epoch a permutation of the windows, the same for the same
+  // seed, another for another epoch.
+  o.shuffle = true;
+  o.seed = 5;
+  ASSERT_TRUE(DataFeed::create(o, slots, &feed));
+  std::vector<int64_t> firsts;
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(feed->batch(step, &batch));
+    firsts.push_back(batch["ids"].data<int64_t>()[0]);
+    firsts.push_back(batch["ids"].data<int64_t>()[4]);
+  }
+  std::vector<int64_t> sorted = firsts;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> windows;
+  for (int w = 0; w < 10; ++w)
+    windows.push_back(text[w * 4]);
+  std::sort(windows.begin(), windows.end());
+  EXPECT_EQ(sorted, windows);
+  EXPECT_NE(epochPermutation(10, 5, 0), epochPermutation(10, 5, 1));
+  EXPECT_EQ(epochPermutation(10, 5, 1), epochPermutation(10, 5, 1));
+
+  Status tooShort = DataFeed::create(o, {{"ids", DType::I64, {8, 8}}}, &feed);
+  ASSERT_FALSE(tooShort);
+  EXPECT_NE(tooShort.message().find("needs at least 65"), std::string::npos);
+  Status notIds = DataFeed::create(o, {{"x", DType::F32, {2, 4}}}, &feed);
+  ASSERT_FALSE(notIds);
+  EXPECT_NE(notIds.message().find("byte-level"), std::string::npos);
+}
+
+TEST(Data, ArraysAreCutIntoBatchesOfRows) {
+  fs::path dir = scratch("arrays");
+  HostTensor x = iota({10, 3});
+  ASSERT_TRUE(writeNpy((dir / "x.npy").string(), x));
+  DataOptions o;
+  o.inputsDir = dir.string();
+  o.batchFromArrays = true;
+  std::unique_ptr<DataFeed> feed;
+  ASSERT_TRUE(DataFeed::create(o, {{"x", DType::F32, {4, 3}}}, &feed));
+  std::map<std::string, HostTensor> batch;
+  ASSERT_TRUE(feed->batch(1, &batch)); // rows 4-7
+  EXPECT_EQ(batch["x"].data<float>()[0], 12.0f);
+  ASSERT_TRUE(feed->batch(2, &batch)); // 2 batches an epoch: rows 0-3
+  EXPECT_EQ(batch["x"].data<float>()[0], 0.0f);
+  Status wrongRow = DataFeed::create(o, {{"x", DType::F32, {4, 2}}}, &feed);
+  ASSERT_FALSE(wrongRow);
+  EXPECT_NE(wrongRow.message().find("batches f32 [4, 2]"), std::string::npos);
+  o.batchFromArrays = false;
+  o.shuffle = true;
+  ASSERT_FALSE(DataFeed::create(o, {{"x", DType::F32, {10, 3}}}, &feed));
+}
+
+} // namespace
+} // namespace cleave::rt
