@@ -146,7 +146,7 @@ rt::Status WeightSource::read(const std::string &name,
     return rt::Status::error(error);
   out->dtype = mlir::cleave::runtimeDType(data->elementType);
   out->shape = data->shape;
-  out->bytes.assign(data->bytes.begin(), data->bytes.end());
+  out->bytes = std::move(data->bytes); // no second copy of a large weight
   return rt::Status::ok();
 }
 

@@ -49,7 +49,7 @@ struct OnnxImportOptions {
 struct TensorData {
   Type elementType;
   std::vector<int64_t> shape;
-  std::string bytes; // little-endian, row-major
+  std::vector<uint8_t> bytes; // little-endian, row-major
 };
 
 /// \p data as a constant attribute.

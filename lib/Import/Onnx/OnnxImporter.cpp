@@ -152,7 +152,7 @@ static FailureOr<TensorData> decodeTensor(MLIRContext *context,
     }
     data.bytes.resize(want);
     in.seekg(offset);
-    in.read(data.bytes.data(), want);
+    in.read(reinterpret_cast<char *>(data.bytes.data()), want);
     if (in.gcount() != want) {
       error = "has external data file '" + std::string(path) +
               "' that is truncated";
@@ -167,13 +167,13 @@ static FailureOr<TensorData> decodeTensor(MLIRContext *context,
               std::to_string(count * elementBytes);
       return failure();
     }
-    data.bytes = t.raw_data();
+    data.bytes.assign(t.raw_data().begin(), t.raw_data().end());
     return data;
   }
   FailureOr<std::string> bytes = typedFieldBytes(t, count, error);
   if (failed(bytes))
     return failure();
-  data.bytes = std::move(*bytes);
+  data.bytes.assign(bytes->begin(), bytes->end());
   return data;
 }
 
@@ -181,12 +181,13 @@ DenseElementsAttr mlir::cleave::tensorDataToAttr(const TensorData &data) {
   auto type = RankedTensorType::get(data.shape, data.elementType);
   if (data.elementType.isInteger(1)) {
     SmallVector<bool> values;
-    for (char c : data.bytes)
+    for (uint8_t c : data.bytes)
       values.push_back(c != 0);
     return DenseElementsAttr::get(type, values);
   }
   return DenseElementsAttr::getFromRawBuffer(
-      type, ArrayRef<char>(data.bytes.data(), data.bytes.size()));
+      type, ArrayRef<char>(reinterpret_cast<const char *>(data.bytes.data()),
+                           data.bytes.size()));
 }
 
 FailureOr<DenseElementsAttr>
