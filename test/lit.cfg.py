@@ -14,6 +14,9 @@ config.test_exec_root = os.path.join(config.cleave_obj_root, "test")
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%cleave_src", config.cleave_src_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
+# The TorchScript front end is built where libtorch is found.
+if config.cleave_torchscript == "1":
+    config.available_features.add("torchscript")
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()

@@ -4,7 +4,7 @@
 Usage:
   /usr/bin/python3 zoo/check_zoo.py --cleave build/bin/cleave --zoo DIR
       [--models gpt2,mlp|gpt2-opset14] [--opsets 14,17] [--optimizers sgd,adamw]
-      [--rtol 1e-4] [--keep DIR]
+      [--formats onnx,traced,scripted] [--rtol 1e-4] [--keep DIR] [--dry-run]
 
 For each DIR/M-opsetO (made by make_zoo.py) and each optimizer it runs
 
@@ -18,6 +18,18 @@ with the hyperparameters of manifest.json, and compares
   TMP/dump/NAME.grad.npy       with ref/grad/NAME.grad.npy, every parameter
   TMP/dump/NAME.npy            with ref/OPTIMIZER/NAME.npy, every parameter and buffer
 
+--formats (default onnx) picks the model file of each case: onnx model.onnx,
+traced model.traced.pt, scripted model.scripted.pt (make_zoo.py --torchscript
+writes these into each model's highest-opset directory; a case without the file
+prints a SKIP line, which is not a failure). A TorchScript module records no
+input shapes, so its compile command also gets
+
+  --input NAME=D0xD1x...xTYPE     (TYPE f32 | i64 | i32 | bool)
+
+for every model input (manifest.json's "inputs"; the shape and type of
+inputs/NAME.npy). The lines of a .pt case name the format:
+"PASS gpt2-opset17 traced sgd: ...". --dry-run prints the commands and runs nothing.
+
 A tensor passes when its shape is the reference's and
 max|a - b| <= rtol * max(max|b|, tiny). One line per model and optimizer gives
 the worst relative error and its tensor; every failing tensor is listed. The
@@ -30,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +51,9 @@ import tempfile
 import numpy as np
 
 OPTIMIZERS = ("sgd", "adamw")
+# Format -> the model file in a case directory.
+FORMATS = {"onnx": "model.onnx", "traced": "model.traced.pt", "scripted": "model.scripted.pt"}
+NPY_TYPES = {"float32": "f32", "int64": "i64", "int32": "i32", "bool": "bool"}
 
 
 def file_name(name):
@@ -57,6 +73,28 @@ def compile_args(manifest, opt):
     else:
         args += ["--lr", num(h["lr"]), "--beta1", num(h["beta1"]), "--beta2", num(h["beta2"]),
                  "--eps", num(h["eps"]), "--weight-decay", num(h["weight_decay"])]
+    return args
+
+
+def input_args(case_dir, manifest):
+    """--input NAME=D0x...xTYPE for every model input. The names are manifest.json's
+    "inputs" (the forward's arguments, in order; gpt2's "labels" is one of them, while
+    an appended loss's labels.npy is not); without that key, every inputs/*.npy but
+    labels.npy. Shape and type are those of inputs/NAME.npy."""
+    inputs_dir = os.path.join(case_dir, "inputs")
+    if manifest.get("inputs") is not None:
+        names = list(manifest["inputs"])
+    else:
+        names = sorted(f[:-4] for f in os.listdir(inputs_dir)
+                       if f.endswith(".npy") and f != "labels.npy")
+    args = []
+    for name in names:
+        arr = np.load(os.path.join(inputs_dir, file_name(name) + ".npy"), mmap_mode="r")
+        ty = NPY_TYPES.get(arr.dtype.name)
+        if ty is None:
+            raise ValueError(f"input {name}: no --input type for dtype {arr.dtype}")
+        dims = "x".join([str(d) for d in arr.shape] + [ty])
+        args += ["--input", f"{name}={dims}"]
     return args
 
 
@@ -158,8 +196,36 @@ def run_cmd(cmd, timeout):
     return p.returncode, out
 
 
-def check_case(cleave, case_dir, manifest, opt, rtol, tiny, work, timeout, verbose):
-    label = f"{os.path.basename(case_dir)} {opt}"
+def case_label(case_dir, fmt, opt):
+    """The case's name in output lines: gpt2-opset17 sgd for ONNX (as before
+    --formats), gpt2-opset17 traced sgd for TorchScript."""
+    base = os.path.basename(case_dir)
+    return f"{base} {opt}" if fmt == "onnx" else f"{base} {fmt} {opt}"
+
+
+# Tensor-parallel ranks of every compile (--tp); 1: one process.
+TP = 1
+
+
+def case_commands(cleave, case_dir, manifest, opt, work, fmt="onnx"):
+    bundle = os.path.join(work, "bundle")
+    dump = os.path.join(work, "dump")
+    compile_cmd = ([cleave, "compile", os.path.join(case_dir, FORMATS[fmt]), "-o", bundle]
+                   + compile_args(manifest, opt))
+    if fmt != "onnx":
+        compile_cmd += input_args(case_dir, manifest)
+    if TP > 1:
+        compile_cmd += ["--tp", str(TP)]
+    return [
+        compile_cmd,
+        [cleave, "run", bundle, "--steps", "1", "--inputs", os.path.join(case_dir, "inputs"),
+         "--dump", dump],
+    ]
+
+
+def check_case(cleave, case_dir, manifest, opt, rtol, tiny, work, timeout, verbose,
+               fmt="onnx"):
+    label = case_label(case_dir, fmt, opt)
     bundle = os.path.join(work, "bundle")
     dump = os.path.join(work, "dump")
     for d in (bundle, dump):
@@ -167,15 +233,15 @@ def check_case(cleave, case_dir, manifest, opt, rtol, tiny, work, timeout, verbo
             shutil.rmtree(d)
         elif os.path.exists(d):
             os.remove(d)
-    cmds = [
-        [cleave, "compile", os.path.join(case_dir, "model.onnx"), "-o", bundle]
-        + compile_args(manifest, opt),
-        [cleave, "run", bundle, "--steps", "1", "--inputs", os.path.join(case_dir, "inputs"),
-         "--dump", dump],
-    ]
+    try:
+        cmds = case_commands(cleave, case_dir, manifest, opt, work, fmt)
+    except (OSError, ValueError) as e:  # an inputs/NAME.npy missing or of an odd type
+        res = Result(label)
+        res.fail("--input", str(e))
+        return res
     for cmd in cmds:
         if verbose:
-            print("  $ " + " ".join(cmd))
+            print("  $ " + shlex.join(cmd))
         rc, out = run_cmd(cmd, timeout)
         if rc != 0:
             res = Result(label)
@@ -228,7 +294,15 @@ def main():
     ap.add_argument("--models", default="", help="comma-separated: gpt2 or gpt2-opset14")
     ap.add_argument("--opsets", default="")
     ap.add_argument("--optimizers", default=",".join(OPTIMIZERS))
+    ap.add_argument("--formats", default="onnx",
+                    help="comma-separated: onnx (model.onnx), traced (model.traced.pt), "
+                         "scripted (model.scripted.pt); default onnx")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the cleave commands of every case; run and compare nothing")
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--tp", type=int, default=1,
+                    help="compile for this many tensor-parallel ranks (the run "
+                         "starts them); the references are the same")
     ap.add_argument("--tiny", type=float, default=1e-12,
                     help="floor of max|ref| in the relative error (default 1e-12)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per cleave command")
@@ -238,6 +312,8 @@ def main():
     ap.add_argument("--case", help="a model directory DIR/M-opsetO, with --dump-dir")
     ap.add_argument("--optimizer", choices=OPTIMIZERS, help="with --dump-dir")
     args = ap.parse_args()
+    global TP
+    TP = args.tp
 
     if args.dump_dir:
         if not args.case or not args.optimizer:
@@ -255,6 +331,10 @@ def main():
     bad = [o for o in opts if o not in OPTIMIZERS]
     if bad:
         ap.error(f"unknown optimizers {bad}")
+    formats = [f for f in args.formats.split(",") if f]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        ap.error(f"unknown formats {bad}; have {', '.join(FORMATS)}")
     models = {m for m in args.models.split(",") if m}
     opsets = {int(o) for o in args.opsets.split(",") if o}
     cases = find_cases(args.zoo, models, opsets)
@@ -269,29 +349,58 @@ def main():
             print(f"check_zoo: not in the zoo: {', '.join(missing)}", file=sys.stderr)
             return 1
     cleave = os.path.abspath(args.cleave) if os.path.sep in args.cleave else args.cleave
-    if shutil.which(cleave) is None:
+    if shutil.which(cleave) is None and not args.dry_run:
         print(f"check_zoo: {args.cleave} is not an executable", file=sys.stderr)
         return 2
 
-    work_root = args.keep or tempfile.mkdtemp(prefix="check_zoo.")
+    if args.dry_run:
+        work_root = args.keep or os.path.join(tempfile.gettempdir(), "check_zoo.DRYRUN")
+    else:
+        work_root = args.keep or tempfile.mkdtemp(prefix="check_zoo.")
     failed = 0
     total = 0
+    skipped = 0
     try:
         for case in cases:
             with open(os.path.join(case, "manifest.json")) as f:
                 manifest = json.load(f)
-            for opt in opts:
-                work = os.path.join(work_root, os.path.basename(case), opt)
-                os.makedirs(work, exist_ok=True)
-                res = check_case(cleave, case, manifest, opt, args.rtol, args.tiny, work,
-                                 args.timeout, args.verbose)
-                report(res)
-                total += 1
-                failed += 0 if res.ok else 1
+            for fmt in formats:
+                if not os.path.isfile(os.path.join(case, FORMATS[fmt])):
+                    why = ""
+                    ts = manifest.get("torchscript")
+                    if fmt == "scripted" and ts and ts.get("scripted_error"):
+                        why = f" (torch.jit.script failed: {ts['scripted_error']})"
+                    elif fmt != "onnx" and not ts:
+                        why = " (no TorchScript here: make_zoo.py --torchscript writes it " \
+                              "into the highest opset)"
+                    for opt in opts:
+                        print(f"SKIP {case_label(case, fmt, opt)}: no {FORMATS[fmt]}{why}")
+                        skipped += 1
+                    continue
+                for opt in opts:
+                    sub = opt if fmt == "onnx" else f"{fmt}-{opt}"
+                    work = os.path.join(work_root, os.path.basename(case), sub)
+                    if args.dry_run:
+                        print(f"{case_label(case, fmt, opt)}:")
+                        try:
+                            for cmd in case_commands(cleave, case, manifest, opt, work, fmt):
+                                print("  $ " + shlex.join(cmd))
+                        except (OSError, ValueError) as e:
+                            print(f"    FAIL --input: {e}")
+                        continue
+                    os.makedirs(work, exist_ok=True)
+                    res = check_case(cleave, case, manifest, opt, args.rtol, args.tiny, work,
+                                     args.timeout, args.verbose, fmt)
+                    report(res)
+                    total += 1
+                    failed += 0 if res.ok else 1
     finally:
-        if not args.keep:
+        if not args.keep and not args.dry_run:
             shutil.rmtree(work_root, ignore_errors=True)
-    print(f"{total - failed} passed, {failed} failed")
+    if args.dry_run:
+        return 0
+    print(f"{total - failed} passed, {failed} failed"
+          + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 
 

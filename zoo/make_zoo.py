@@ -4,6 +4,7 @@ PyTorch's loss, gradients and one optimizer step as the reference.
 
 Usage:
   nice /usr/bin/python3 zoo/make_zoo.py --out DIR [--models a,b] [--opsets 14,17]
+      [--torchscript]
 
 For each model M and opset O it writes DIR/M-opsetO/:
   model.onnx            torch.onnx.export(training=TRAINING, do_constant_folding=False,
@@ -31,6 +32,21 @@ shape.
 
 The reference and the model do not depend on the opset: they are computed once
 per model and written into every opset directory.
+
+With --torchscript, the highest opset's directory (e.g. DIR/gpt2-opset17) also gets
+  model.traced.pt       torch.jit.trace(model, inputs in forward order,
+                        check_trace=False) in train() mode, with the initial state
+                        (the state the references start from; the trace's forward
+                        moved BatchNorm statistics, which are put back)
+  model.scripted.pt     torch.jit.script(model) in train() mode, where TorchScript
+                        compiles the model
+and its manifest.json a key "torchscript": {"traced": bool, "scripted": bool,
+"scripted_error": why scripting failed (only then), "traced_node_kinds" and
+"scripted_node_kinds": the node kinds of each inlined graph}. Each file is loaded
+back and checked: named_parameters() names (the names a compiler must use; a tied
+parameter appears once, under its first name, and stays one tensor), parameter and
+buffer values, and the first output of a forward on the inputs against the eager
+model's.
 """
 import argparse
 import collections
@@ -614,7 +630,146 @@ def value_info_shape(vi):
     return dims
 
 
-def make_model(name, opsets, out_dir, check64, failures):
+def first_output(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def node_kinds(graph):
+    """Every node kind of a TorchScript graph, nested blocks (prim::If,
+    prim::Loop) included."""
+    kinds = set()
+
+    def walk(block):
+        for n in block.nodes():
+            kinds.add(n.kind())
+            for b in n.blocks():
+                walk(b)
+    walk(graph)
+    return kinds
+
+
+def tie_groups(module):
+    """Parameters that are one tensor under several names (GPT-2's lm_head.weight
+    and wte.weight), as sorted lists of the names; named_parameters() lists only
+    the first name of each."""
+    by_tensor = collections.OrderedDict()
+    for prefix, mod in module.named_modules():
+        for k, v in mod._parameters.items():
+            if v is not None:
+                by_tensor.setdefault((v.data_ptr(), tuple(v.shape)), []).append(
+                    f"{prefix}.{k}" if prefix else k)
+    return sorted(sorted(ns) for ns in by_tensor.values() if len(ns) > 1)
+
+
+def check_torchscript(path, model0, inputs, want):
+    """Loads a saved TorchScript module and checks that it is model0: the same
+    parameter names, values and ties, the same buffers, and the same first
+    output on the zoo's inputs. Returns (problems, notes, node kinds)."""
+    problems = []
+    notes = []
+    loaded = torch.jit.load(path)
+    got_params = collections.OrderedDict(loaded.named_parameters())
+    want_params = collections.OrderedDict(model0.named_parameters())
+    if list(got_params) != list(want_params):
+        problems.append(f"named_parameters {list(got_params)} != eager {list(want_params)}")
+    want_buffers = collections.OrderedDict(model0.named_buffers())
+    got_buffers = collections.OrderedDict(loaded.named_buffers())
+    if list(got_buffers) != list(want_buffers):
+        problems.append(f"named_buffers {list(got_buffers)} != eager {list(want_buffers)}")
+    for n, t in list(want_params.items()) + list(want_buffers.items()):
+        g = got_params.get(n, got_buffers.get(n))
+        if g is not None and not torch.equal(g.detach(), t.detach()):
+            problems.append(f"{n} is not the initial value")
+    if tie_groups(loaded) != tie_groups(model0):
+        problems.append(f"tied parameters {tie_groups(loaded)}, eager {tie_groups(model0)}")
+    kinds = node_kinds(loaded.inlined_graph)
+    loaded.train()
+    got = first_output(loaded(*inputs.values())).detach()  # changes the loaded copy's BN stats
+    if got.shape != want.shape:
+        problems.append(f"first output shape {list(got.shape)}, eager {list(want.shape)}")
+    elif not torch.equal(got, want):
+        err = rel_err(got, want)
+        notes.append(f"first output differs from eager's by {err:.1e} (rel., inf-norm)")
+        if not err <= 1e-5:
+            problems.append(f"first output differs from eager's by {err:.1e}")
+    return problems, notes, kinds
+
+
+def save_torchscript(model0, inputs, name, d):
+    """Writes d/model.traced.pt and, where torch.jit.script compiles the model,
+    d/model.scripted.pt, both of model0 in train() mode with its initial state.
+    Returns (the manifest's "torchscript" entry, problems, printed lines)."""
+    info = collections.OrderedDict([("traced", False), ("scripted", False)])
+    problems = []
+    lines = []
+    before = {k: v.clone() for k, v in model0.state_dict().items()}
+    eager = copy.deepcopy(model0)
+    eager.train()
+    want = first_output(eager(*inputs.values())).detach()
+    initial = collections.OrderedDict(list(model0.named_parameters())
+                                      + list(model0.named_buffers()))
+
+    for kind in ("traced", "scripted"):
+        path = os.path.join(d, f"model.{kind}.pt")
+        m = copy.deepcopy(model0)
+        m.train()
+        try:
+            if kind == "traced":
+                mod = torch.jit.trace(m, tuple(inputs.values()), check_trace=False)
+                # The trace ran a forward on m (whose tensors mod holds): BatchNorm's
+                # running statistics and num_batches_tracked moved. Back to model0's.
+                with torch.no_grad():
+                    for n, t in list(mod.named_parameters()) + list(mod.named_buffers()):
+                        t.copy_(initial[n])
+            else:
+                mod = torch.jit.script(m)
+            mod.train()
+        except Exception as e:
+            msg = str(e).strip()
+            mlines = msg.splitlines()
+            short = mlines[0].strip().rstrip(":") if msg else type(e).__name__
+            if kind == "scripted":
+                # The reason, with the place and the source line TorchScript points at
+                # (the line above the "~~~ <--- HERE" marker).
+                where = ""
+                for i, ln in enumerate(mlines):
+                    m_at = re.match(r'\s*File "(.*)", line (\d+)', ln)
+                    if m_at:
+                        where = f"{os.path.basename(m_at.group(1))}:{m_at.group(2)}"
+                    if "<--- HERE" in ln and i > 0:
+                        where += ": " + mlines[i - 1].strip()
+                        break
+                info["scripted_error"] = f"{type(e).__name__}: {short}" + (
+                    f" at {where}" if where else "")
+                lines.append(f"  torchscript: scripting failed: {info['scripted_error']}")
+            else:
+                info["traced_error"] = f"{type(e).__name__}: {short}"
+                problems.append(f"torch.jit.trace failed: {info['traced_error']}")
+            continue
+        torch.jit.save(mod, path)
+        try:
+            errs, notes, kinds = check_torchscript(path, model0, inputs, want)
+        except Exception as e:  # torch.jit.load or the forward of the loaded module
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            errs, notes, kinds = [f"reloading failed: {type(e).__name__}: {msg}"], [], set()
+        for n in notes:
+            lines.append(f"  note: {name} {kind}: {n}")
+        if errs:
+            problems += [f"{kind}: {e}" for e in errs]
+            os.remove(path)
+            continue
+        info[kind] = True
+        info[f"{kind}_node_kinds"] = sorted(kinds)
+        lines.append(f"  torchscript {kind} ({len(kinds)} node kinds): {' '.join(sorted(kinds))}")
+
+    after = model0.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    if changed:
+        problems.append(f"saving TorchScript changed model0: {changed}")
+    return info, problems, lines
+
+
+def make_model(name, opsets, out_dir, check64, failures, torchscript=False):
     spec = SPECS[name]
     t0 = time.time()
     torch.manual_seed(spec.seed)
@@ -734,6 +889,30 @@ def make_model(name, opsets, out_dir, check64, failures):
             print(f"  {stage.upper()} FAILED {name} opset {opset}: {type(e).__name__}: {msg}")
             sys.stdout.flush()
 
+    ts_lines = []
+    if torchscript and results:
+        # After the references and the exports, from model0 (deep copies).
+        top = max(r[0] for r in results)
+        d = os.path.join(out_dir, f"{name}-opset{top}")
+        try:
+            t1 = time.time()
+            info, problems, ts_lines = save_torchscript(model0, inputs, name, d)
+            mpath = os.path.join(d, "manifest.json")
+            with open(mpath) as f:
+                manifest = json.load(f, object_pairs_hook=collections.OrderedDict)
+            manifest["torchscript"] = info
+            with open(mpath, "w") as f:
+                json.dump(manifest, f, indent=1)
+                f.write("\n")
+            ts_lines.insert(0, f"  torchscript in {os.path.basename(d)} ({time.time() - t1:.2f}s): "
+                               f"traced {info['traced']}, scripted {info['scripted']}")
+        except Exception as e:
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            problems = [f"{type(e).__name__}: {msg}"]
+        for p in problems:
+            failures.append(f"{name}: torchscript: {p}")
+            print(f"  TORCHSCRIPT FAILED {name}: {p}")
+
     nparam = sum(model0.state_dict()[n].numel() for n in params)
     print(f"{name}: loss {spec.loss} = {float(loss):.6f}, {len(params)} parameters "
           f"({nparam} values), {len(buffers)} buffers, reference {t_ref:.2f}s")
@@ -745,6 +924,8 @@ def make_model(name, opsets, out_dir, check64, failures):
         print(f"  opset {opset} ({dt:.2f}s, {how} loss rel. diff {dl:.1e}): {' '.join(ops)}")
         if extra:
             print(f"    other initializers: {extra}")
+    for line in ts_lines:
+        print(line)
     for opt, dd in diag.items():
         print(f"  f32 vs f64 {opt}: loss {dd['loss']:.1e}, grad {dd['grad'][0]:.1e} "
               f"({dd['grad'][1]}), state {dd['state'][0]:.1e} ({dd['state'][1]}), "
@@ -762,6 +943,9 @@ def main():
     ap.add_argument("--check64", action="store_true",
                     help="also run the step in float64 and print how far float32 is")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--torchscript", action="store_true",
+                    help="also write model.traced.pt and model.scripted.pt into each "
+                         "model's highest-opset directory")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in SPECS]
@@ -775,7 +959,7 @@ def main():
     t0 = time.time()
     failures = []
     for m in models:
-        make_model(m, opsets, args.out, args.check64, failures)
+        make_model(m, opsets, args.out, args.check64, failures, args.torchscript)
     print(f"total {time.time() - t0:.1f}s")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))

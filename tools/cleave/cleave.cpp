@@ -12,6 +12,7 @@
 #include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Import/OnnxImporter.h"
+#include "cleave/Import/TorchImporter.h"
 #include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
@@ -56,10 +57,10 @@ static cl::opt<bool> inspectJson("json", cl::desc("Print JSON"),
 static cl::SubCommand runCmd("run", "Train with a bundle (or run a model's "
                                     "forward pass with --forward)");
 
-static cl::opt<std::string> modelPath(cl::Positional,
-                                      cl::desc("MODEL.onnx | BUNDLE"),
-                                      cl::Required, cl::sub(importCmd),
-                                      cl::sub(compileCmd), cl::sub(runCmd));
+static cl::opt<std::string>
+    modelPath(cl::Positional, cl::desc("MODEL.onnx | MODEL.pt | BUNDLE"),
+              cl::Required, cl::sub(importCmd), cl::sub(compileCmd),
+              cl::sub(runCmd));
 static cl::list<std::string>
     inputSpecs("input", cl::desc("Fix a graph input: NAME=8x128[xi64]"),
                cl::value_desc("NAME=DIMS"), cl::sub(importCmd),
@@ -256,7 +257,12 @@ static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
   if (failed(parseInputFlags(ctx, options)))
     return nullptr;
   std::string error;
-  model = OnnxModel::load(modelPath, error);
+  llvm::StringRef ext = llvm::sys::path::extension(modelPath);
+  if (ext == ".pt" || ext == ".pth" || ext == ".torchscript")
+    model =
+        mlir::cleave::loadTorchScript(&ctx, modelPath, options.inputs, error);
+  else
+    model = OnnxModel::load(modelPath, error);
   if (!model) {
     fail(error);
     return nullptr;

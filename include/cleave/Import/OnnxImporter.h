@@ -62,6 +62,10 @@ public:
   /// naming the file and the cause.
   static std::unique_ptr<OnnxModel> load(const std::string &path,
                                          std::string &error);
+  /// Wraps a model built in memory (the TorchScript front end's); external
+  /// data would be relative to \p path's directory.
+  static std::unique_ptr<OnnxModel>
+  fromProto(std::unique_ptr<onnx::ModelProto> proto, const std::string &path);
   ~OnnxModel();
   const onnx::ModelProto &proto() const { return *proto_; }
   const std::string &path() const { return path_; }

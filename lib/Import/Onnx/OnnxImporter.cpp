@@ -206,6 +206,15 @@ onnx_import::tensorToAttr(MLIRContext *context, const onnx::TensorProto &tensor,
 OnnxModel::OnnxModel() : proto_(std::make_unique<onnx::ModelProto>()) {}
 OnnxModel::~OnnxModel() = default;
 
+std::unique_ptr<OnnxModel>
+OnnxModel::fromProto(std::unique_ptr<onnx::ModelProto> proto,
+                     const std::string &path) {
+  std::unique_ptr<OnnxModel> model(new OnnxModel());
+  model->proto_ = std::move(proto);
+  model->path_ = path;
+  return model;
+}
+
 std::unique_ptr<OnnxModel> OnnxModel::load(const std::string &path,
                                            std::string &error) {
   auto buffer = llvm::MemoryBuffer::getFile(path);

@@ -1,0 +1,38 @@
+//===- TorchImporter.h - TorchScript modules through libtorch ---*- C++ -*-===//
+//
+// `cleave import|compile MODEL.pt`: the module is loaded with libtorch, its
+// forward graph inlined, and every aten op lowered onto ONNX's operator set
+// in memory (the decomposition torch.onnx uses), which the ONNX importer
+// then turns into cleave IR. One importer thus owns shapes, constant
+// folding, training state (BatchNorm statistics), dropout streams and
+// losses for both front ends. Parameters keep their module names
+// (blocks.0.attn.qkv.weight), inputs the forward's argument names.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_IMPORT_TORCHIMPORTER_H
+#define CLEAVE_IMPORT_TORCHIMPORTER_H
+
+#include "cleave/Import/OnnxImporter.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace mlir::cleave {
+
+/// Whether this build has the TorchScript front end (libtorch was found).
+bool haveTorchScript();
+
+/// Loads the TorchScript module at \p path and translates its forward.
+/// \p inputs fixes input shapes and types (needed where the module does not
+/// record them: scripted modules). On failure returns null and sets \p error
+/// to a message naming the op, its schema and its source line.
+std::unique_ptr<OnnxModel>
+loadTorchScript(MLIRContext *context, const std::string &path,
+                const std::map<std::string, InputSpec> &inputs,
+                std::string &error);
+
+} // namespace mlir::cleave
+
+#endif // CLEAVE_IMPORT_TORCHIMPORTER_H
