@@ -902,6 +902,15 @@ void Translator::tensorOp(Node *n) {
       {"aten::sin", "Sin"},         {"aten::cos", "Cos"},
       {"aten::erf", "Erf"},         {"aten::bitwise_not", "Not"},
       {"aten::logical_not", "Not"}, {"aten::reciprocal", "Reciprocal"}};
+  // In-place unary ops (relu_, tanh_, ...): the functional op, and later
+  // reads of the operand see the result.
+  if (kind.size() > 1 && kind.back() == '_' &&
+      unaryOps.count(kind.substr(0, kind.size() - 1))) {
+    std::string r = emit(unaryOps.at(kind.substr(0, kind.size() - 1)), {T(0)});
+    out(r);
+    setTensor(ins[0], r, widest, firstType);
+    return;
+  }
   if (auto it = unaryOps.find(kind); it != unaryOps.end()) {
     bool floatOp = kind != "aten::relu" && kind != "aten::neg" &&
                    kind != "aten::abs" && kind != "aten::bitwise_not" &&
@@ -1011,6 +1020,30 @@ void Translator::tensorOp(Node *n) {
     if (ins.size() > 2 && !isNone(ins[2]))
       y = emit("Add", {y, T(2)});
     return outRD(y, rankOf(ins[0]), firstType);
+  }
+  if (kind == "aten::einsum") {
+    Item &list = item(ins[1]);
+    if (item(ins[0]).kind != Item::String || list.kind != Item::List)
+      fail("aten::einsum needs an equation and a list of tensors");
+    std::vector<std::string> operands;
+    for (const Item &e : list.elems) {
+      if (e.kind != Item::Tensor)
+        fail("aten::einsum needs an equation and a list of tensors");
+      operands.push_back(e.name);
+    }
+    std::string equation = item(ins[0]).text;
+    onnx::NodeProto *e = node("Einsum", operands);
+    attr(e, "equation", equation);
+    // The result's rank: the subscripts after "->" (or the implicit form's
+    // letters that appear once; not needed for the common explicit form).
+    size_t arrow = equation.find("->");
+    int64_t rank = -1;
+    if (arrow != std::string::npos) {
+      rank = 0;
+      for (char c : equation.substr(arrow + 2))
+        rank += std::isalpha(static_cast<unsigned char>(c)) ? 1 : 0;
+    }
+    return outRD(e->output(0), rank, list.elems[0].dtype);
   }
   if (kind == "aten::matmul" || kind == "aten::bmm" || kind == "aten::mm") {
     int64_t ra = rankOf(ins[0]), rb = rankOf(ins[1]);

@@ -61,6 +61,15 @@ class ConvBN(nn.Module):
         return self.fc(torch.flatten(y, 1))
 
 
+class EinsumRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 3))
+
+    def forward(self, x):
+        return torch.relu_(torch.einsum("bi,ij->bj", x, self.w)).sum()
+
+
 class Cumsum(nn.Module):
     def forward(self, x):
         return torch.cumsum(x, dim=0)
@@ -78,6 +87,7 @@ def main():
     torch.jit.script(m).save(os.path.join(out, "attention.scripted.pt"))
     torch.jit.script(ConvBN().train()).save(os.path.join(out, "convbn.scripted.pt"))
     torch.jit.script(Cumsum()).save(os.path.join(out, "cumsum.scripted.pt"))
+    torch.jit.script(EinsumRelu()).save(os.path.join(out, "einsum.scripted.pt"))
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         f.write(b"not a zip archive")
 
