@@ -28,6 +28,14 @@ std::string stepName(int64_t step) {
   return buf;
 }
 
+/// N of a "step-N" directory name; -1 for anything else.
+int64_t stepOf(const std::string &name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos)
+    return -1;
+  return std::stoll(name.substr(5));
+}
+
 /// Every rank agrees on whether all of them succeeded; the first failure's
 /// message is kept by the rank that had it.
 Status agree(Communicator &comm, const Status &mine) {
@@ -67,11 +75,36 @@ Status copyFile(const fs::path &from, const fs::path &to) {
 
 } // namespace
 
+namespace {
+Status saveCheckpointImpl(const std::string &root, int64_t step,
+                          const pb::Plan &plan, const std::string &bundleDir,
+                          const std::vector<StateTensor> &state,
+                          const std::string &data, Communicator &comm,
+                          std::string *written);
+} // namespace
+
 Status saveCheckpoint(const std::string &root, int64_t step,
                       const pb::Plan &plan, const std::string &bundleDir,
                       const std::vector<StateTensor> &state,
                       const std::string &data, Communicator &comm,
                       std::string *written) {
+  // Ranks wait in the checkpoint's collectives for the slowest rank's
+  // writes and fsyncs, which can take longer than the step timeout on a
+  // slow disk: an hour's grace, then the usual deadline again.
+  double timeout = comm.timeoutSeconds();
+  comm.setTimeoutSeconds(std::max(timeout, 3600.0));
+  Status s = saveCheckpointImpl(root, step, plan, bundleDir, state, data, comm,
+                                written);
+  comm.setTimeoutSeconds(timeout);
+  return s;
+}
+
+namespace {
+Status saveCheckpointImpl(const std::string &root, int64_t step,
+                          const pb::Plan &plan, const std::string &bundleDir,
+                          const std::vector<StateTensor> &state,
+                          const std::string &data, Communicator &comm,
+                          std::string *written) {
   int rank = comm.rank(), parts = comm.size();
   fs::path final = fs::path(root) / stepName(step);
   fs::path tmp = fs::path(root) / (".tmp-" + stepName(step));
@@ -176,7 +209,7 @@ Status saveCheckpoint(const std::string &root, int64_t step,
       // older checkpoint) moves aside first and goes last.
       std::error_code ec;
       fs::path old = fs::path(root) / (".old-" + stepName(step));
-      bool replace = fs::exists(final);
+      bool replace = fs::exists(final, ec);
       if (replace) {
         fs::remove_all(old, ec);
         fs::rename(final, old, ec);
@@ -192,6 +225,13 @@ Status saveCheckpoint(const std::string &root, int64_t step,
         return s;
       if (replace)
         fs::remove_all(old, ec);
+      // Steps after this one belong to a run this one abandoned (it resumed
+      // from an earlier checkpoint): --resume must not find them.
+      for (const auto &e : fs::directory_iterator(root, ec)) {
+        int64_t other = stepOf(e.path().filename().string());
+        if (other > step)
+          fs::remove_all(e.path(), ec);
+      }
       return Status::ok();
     }();
   }
@@ -200,27 +240,36 @@ Status saveCheckpoint(const std::string &root, int64_t step,
   *written = final.string();
   return Status::ok();
 }
+} // namespace
 
 Status findCheckpoint(const std::string &path, std::string *dir,
                       pb::Checkpoint *checkpoint) {
   fs::path chosen = path;
-  if (!fs::exists(chosen / kCheckpointIndexFile)) {
-    if (!fs::is_directory(path))
+  std::error_code ec;
+  if (!fs::exists(chosen / kCheckpointIndexFile, ec)) {
+    if (!fs::is_directory(path, ec))
       return Status::error("no checkpoint at '" + path + "'");
-    std::vector<std::string> steps;
-    std::error_code ec;
-    for (const auto &e : fs::directory_iterator(path, ec))
-      if (e.is_directory() &&
-          e.path().filename().string().rfind("step-", 0) == 0 &&
-          fs::exists(e.path() / kCheckpointIndexFile))
-        steps.push_back(e.path().filename().string());
-    if (steps.empty())
+    // The newest complete step; a step being replaced (moved aside to
+    // .old-step-N when a kill came before its successor was renamed in)
+    // counts too.
+    int64_t newest = -1;
+    for (const auto &e : fs::directory_iterator(path, ec)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind(".old-", 0) == 0)
+        name = name.substr(5);
+      int64_t step = stepOf(name);
+      std::error_code exists;
+      if (step > newest &&
+          fs::exists(e.path() / kCheckpointIndexFile, exists)) {
+        newest = step;
+        chosen = e.path();
+      }
+    }
+    if (newest < 0)
       return Status::error("'" + path +
                            "' holds no complete checkpoint (no step-N "
                            "directory with a " +
                            kCheckpointIndexFile + ")");
-    std::sort(steps.begin(), steps.end());
-    chosen = fs::path(path) / steps.back();
   }
   fs::path indexPath = chosen / kCheckpointIndexFile;
   std::ifstream in(indexPath, std::ios::binary);

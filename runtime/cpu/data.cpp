@@ -14,6 +14,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// \p path made absolute, so that a run resumed from another directory
+/// describes its data as the first run did.
+std::string absolute(const std::string &path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
 std::string describe(DType dtype, const std::vector<int64_t> &shape) {
   std::ostringstream os;
   os << dtypeName(dtype) << " [";
@@ -42,7 +50,8 @@ uint64_t splitMix64(uint64_t &state) {
 
 Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
   std::string file = (dir / (sanitizeFileName(slot.name) + ".npy")).string();
-  if (!fs::exists(file))
+  std::error_code ec;
+  if (!fs::exists(file, ec))
     return Status::error("missing input file '" + file + "' for model input '" +
                          slot.name + "'");
   return readNpy(file, t);
@@ -52,9 +61,10 @@ Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
 class FolderFeed : public DataFeed {
 public:
   FolderFeed(const DataOptions &o, std::vector<InputSlot> inputs)
-      : dir(o.inputsDir), inputs(std::move(inputs)),
-        perStep(fs::is_directory(dir / "step-0")) {
-    description_ = "inputs from '" + o.inputsDir + "'" +
+      : dir(o.inputsDir), inputs(std::move(inputs)) {
+    std::error_code ec;
+    perStep = fs::is_directory(dir / "step-0", ec);
+    description_ = "inputs from '" + absolute(o.inputsDir) + "'" +
                    (perStep ? " (one folder per step)" : "");
   }
 
@@ -72,7 +82,8 @@ public:
       return Status::ok();
     }
     fs::path d = dir / ("step-" + std::to_string(step));
-    if (!fs::is_directory(d))
+    std::error_code ec;
+    if (!fs::is_directory(d, ec))
       return Status::error("no data for step " + std::to_string(step) + ": '" +
                            d.string() + "' does not exist");
     return load(d, out);
@@ -119,6 +130,7 @@ public:
       std::vector<int64_t> row(
           slot.shape.begin() + (slot.shape.empty() ? 0 : 1), slot.shape.end());
       if (slot.shape.empty() || t.dtype != slot.dtype || t.shape.empty() ||
+          slot.shape[0] != inputs[0].shape[0] ||
           std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()) != row)
         return Status::error("--batch-from-arrays: input '" + slot.name +
                              "' in '" + file + "' is " +
@@ -142,7 +154,7 @@ public:
           std::to_string(batchRows));
     total = rows;
     samples_ = batchRows;
-    description_ = "arrays from '" + options.inputsDir + "' (" +
+    description_ = "arrays from '" + absolute(options.inputsDir) + "' (" +
                    std::to_string(total) + " rows, " +
                    std::to_string(total / batchRows) + " batches an epoch)" +
                    (options.shuffle
@@ -218,7 +230,7 @@ public:
           " tokens needs at least " + std::to_string(rows * seq + 1));
     samples_ = rows;
     tokens_ = rows * seq;
-    description_ = "text '" + options.textFile + "' (" +
+    description_ = "text '" + absolute(options.textFile) + "' (" +
                    std::to_string(text.size()) + " bytes, " +
                    std::to_string(windows / rows) + " batches an epoch)" +
                    (options.shuffle

@@ -4,6 +4,7 @@
 
 #include "plan/plan.pb.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -256,7 +257,8 @@ Status StoreReader::file(const std::string &path, const SafetensorsFile **out) {
     if (digest == digests_.end())
       return Status::error(what_ + " lists no digest for '" + path + "'");
     std::string full = (fs::path(root_) / path).string();
-    if (!fs::exists(full))
+    std::error_code ec;
+    if (!fs::exists(full, ec))
       return Status::error(what_ + " is missing its file '" + full + "'");
     std::unique_ptr<SafetensorsFile> f;
     if (Status s = SafetensorsFile::open(full, &f, digest->second.first,
@@ -300,6 +302,34 @@ Status StoreReader::readGlobal(const pb::TensorEntry &entry, HostTensor *out) {
     return Status::error(what_ + " holds no data for '" + entry.name() +
                          "' (compiled with --plan-only?)");
   Split split = splitOf(entry);
+  // The table is data: its slices must tile the split dimension exactly.
+  std::vector<int64_t> shape = globalShape(entry);
+  if (split.isSplit()) {
+    auto bad = [&] {
+      return Status::error(what_ + ": the slices of '" + entry.name() +
+                           "' do not tile its dimension " +
+                           std::to_string(split.dim) +
+                           " (the index is damaged)");
+    };
+    if (split.dim >= static_cast<int64_t>(shape.size()))
+      return bad();
+    std::vector<std::pair<int64_t, int64_t>> all;
+    for (const pb::RankSlice &slice : entry.slices()) {
+      if (slice.starts_size() != slice.ends_size())
+        return bad();
+      for (int k = 0; k < slice.starts_size(); ++k)
+        all.push_back({slice.starts(k), slice.ends(k)});
+    }
+    std::sort(all.begin(), all.end());
+    int64_t at = 0;
+    for (auto [lo, hi] : all) {
+      if (lo != at || hi <= lo)
+        return bad();
+      at = hi;
+    }
+    if (at != shape[split.dim])
+      return bad();
+  }
   if (!split.isSplit())
     return readSlice(entry, 0, out);
   *out = HostTensor::zeros(fromPlan(entry.type().dtype()), globalShape(entry));

@@ -331,6 +331,7 @@ Status train(const TrainOptions &options) {
   // checkpoint in whatever layout it was written.
   std::map<std::string, HostTensor> state;
   int64_t first = 0;
+  std::string resumedData;
   if (!options.resumeFrom.empty()) {
     std::string dir;
     pb::Checkpoint ckpt;
@@ -367,6 +368,7 @@ Status train(const TrainOptions &options) {
       return Status::error(what + " holds '" + saved.begin()->second->name() +
                            "', which this bundle's model does not have");
     first = ckpt.step();
+    resumedData = ckpt.data();
   } else {
     StoreReader reader(options.bundleDir, "bundle '" + options.bundleDir + "'",
                        plan.files());
@@ -401,6 +403,14 @@ Status train(const TrainOptions &options) {
   std::unique_ptr<DataFeed> feed;
   if (Status s = DataFeed::create(options.data, dataInputs, &feed); !s)
     return s;
+  // A resumed run continues the same sequence of batches only if it is fed
+  // the same way.
+  if (!options.resumeFrom.empty() && resumedData != feed->description())
+    return Status::error("the checkpoint was written by a run fed " +
+                         resumedData + "; this run is fed " +
+                         feed->description() +
+                         ": resume with the same data flags (--text, "
+                         "--inputs, --shuffle, --seed)");
   int64_t last = first + options.steps;
   Progress progress(options, first, last, *feed);
   if (leader)

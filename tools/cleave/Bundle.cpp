@@ -59,8 +59,11 @@ int onnxDType(rt::DType d) {
 
 /// \p model's graph with the data of the tensors in \p trained dropped (they
 /// live in the weight files), everything else kept.
-onnx::ModelProto stripTrained(const onnx::ModelProto &model,
-                              const llvm::StringMap<bool> &trained) {
+onnx::ModelProto stripTrained(const mlir::cleave::OnnxModel &source,
+                              const WeightSource &weights,
+                              const llvm::StringMap<bool> &trained,
+                              rt::Status &status) {
+  const onnx::ModelProto &model = source.proto();
   onnx::ModelProto out;
   out.set_ir_version(model.ir_version());
   *out.mutable_opset_import() = model.opset_import();
@@ -84,7 +87,20 @@ onnx::ModelProto stripTrained(const onnx::ModelProto &model,
   *graph->mutable_quantization_annotation() = g.quantization_annotation();
   for (const onnx::TensorProto &t : g.initializer()) {
     if (!trained.count(t.name())) {
-      *graph->add_initializer() = t;
+      onnx::TensorProto *copy = graph->add_initializer();
+      *copy = t;
+      // External data is relative to the source model: the bundle's copy
+      // carries the values inline.
+      if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+        rt::HostTensor value;
+        if (rt::Status s = weights.readFromModel(t.name(), &value); !s) {
+          status = s;
+          return out;
+        }
+        copy->clear_external_data();
+        copy->set_data_location(onnx::TensorProto::DEFAULT);
+        copy->set_raw_data(value.bytes.data(), value.bytes.size());
+      }
       continue;
     }
     onnx::TensorProto *copy = graph->add_initializer();
@@ -124,6 +140,19 @@ rt::Status WeightSource::useSafetensors(const std::string &path) {
   return rt::SafetensorsFile::open(path, &file);
 }
 
+rt::Status WeightSource::readFromModel(const std::string &name,
+                                       rt::HostTensor *out) const {
+  std::string error;
+  FailureOr<mlir::cleave::TensorData> data =
+      model.readInitializer(&ctx, name, error);
+  if (failed(data))
+    return rt::Status::error(error);
+  out->dtype = mlir::cleave::runtimeDType(data->elementType);
+  out->shape = data->shape;
+  out->bytes = std::move(data->bytes); // no second copy of a large weight
+  return rt::Status::ok();
+}
+
 rt::Status WeightSource::read(const std::string &name,
                               rt::HostTensor *out) const {
   std::string error;
@@ -140,14 +169,7 @@ rt::Status WeightSource::read(const std::string &name,
                                name + "' does not have the model's shape");
     return file->read(*info, out);
   }
-  FailureOr<mlir::cleave::TensorData> data =
-      model.readInitializer(&ctx, name, error);
-  if (failed(data))
-    return rt::Status::error(error);
-  out->dtype = mlir::cleave::runtimeDType(data->elementType);
-  out->shape = data->shape;
-  out->bytes = std::move(data->bytes); // no second copy of a large weight
-  return rt::Status::ok();
+  return readFromModel(name, out);
 }
 
 rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
@@ -215,7 +237,11 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
       return s;
     // The graph, for export.
     std::string bytes;
-    if (!stripTrained(model.proto(), trained).SerializeToString(&bytes))
+    rt::Status stripped = rt::Status::ok();
+    onnx::ModelProto graph = stripTrained(model, weights, trained, stripped);
+    if (!stripped)
+      return stripped;
+    if (!graph.SerializeToString(&bytes))
       return rt::Status::error("cannot encode the model graph");
     llvm::SmallString<256> path(tmp);
     llvm::sys::path::append(path, rt::kBundleModelFile);

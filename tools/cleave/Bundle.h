@@ -25,6 +25,8 @@ public:
   /// Uses \p path (--weights) instead of the initializers.
   rt::Status useSafetensors(const std::string &path);
   rt::Status read(const std::string &name, rt::HostTensor *out) const;
+  /// Initializer \p name from the model itself (not --weights).
+  rt::Status readFromModel(const std::string &name, rt::HostTensor *out) const;
 
 private:
   mlir::MLIRContext &ctx;

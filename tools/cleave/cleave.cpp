@@ -24,12 +24,14 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
+#include "onnx/onnx_pb.h"
 #include "plan/plan.pb.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 #include <atomic>
@@ -249,6 +251,27 @@ static LogicalResult parseInputFlags(MLIRContext &ctx,
   return success();
 }
 
+/// Loads MODEL: ONNX, or a TorchScript module translated with the --input
+/// shapes. Null with \p error on failure.
+static std::unique_ptr<OnnxModel>
+loadModel(MLIRContext &ctx, OnnxImportOptions &options, std::string &error) {
+  llvm::StringRef ext = llvm::sys::path::extension(modelPath);
+  if (ext != ".pt" && ext != ".pth" && ext != ".torchscript")
+    return OnnxModel::load(modelPath, error);
+  std::unique_ptr<OnnxModel> model =
+      mlir::cleave::loadTorchScript(&ctx, modelPath, options.inputs, error);
+  // Parameters with requires_grad=False are not trained.
+  if (model)
+    for (const auto &entry : model->proto().metadata_props())
+      if (entry.key() == "cleave.frozen")
+        for (llvm::StringRef rest = entry.value(); !rest.empty();) {
+          auto [name, tail] = rest.split(',');
+          options.frozen.push_back("^" + llvm::Regex::escape(name) + "$");
+          rest = tail;
+        }
+  return model;
+}
+
 /// Loads and imports MODEL with the --input flags; null after printing an
 /// error.
 static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
@@ -257,12 +280,7 @@ static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
   if (failed(parseInputFlags(ctx, options)))
     return nullptr;
   std::string error;
-  llvm::StringRef ext = llvm::sys::path::extension(modelPath);
-  if (ext == ".pt" || ext == ".pth" || ext == ".torchscript")
-    model =
-        mlir::cleave::loadTorchScript(&ctx, modelPath, options.inputs, error);
-  else
-    model = OnnxModel::load(modelPath, error);
+  model = loadModel(ctx, options, error);
   if (!model) {
     fail(error);
     return nullptr;
@@ -386,7 +404,7 @@ static int runForward(MLIRContext &ctx) {
   if (failed(parseInputFlags(ctx, options)))
     return 1;
   std::string error;
-  std::unique_ptr<OnnxModel> model = OnnxModel::load(modelPath, error);
+  std::unique_ptr<OnnxModel> model = loadModel(ctx, options, error);
   if (!model)
     return fail(error);
 

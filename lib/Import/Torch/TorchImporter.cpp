@@ -455,6 +455,19 @@ private:
     attr(n, "to", static_cast<int64_t>(onnxType(to)));
     return n->output(0);
   }
+  /// Python's floor division from ONNX's truncating \p q = a / b: one less
+  /// where the division was inexact and the signs differ.
+  std::string floorInt(const std::string &q, const std::string &a,
+                       const std::string &b, at::ScalarType t) {
+    std::string zero = constant(t, {}, {0.0}), one = constant(t, {}, {1.0});
+    std::string inexact =
+        emit("Not", {emit("Equal", {emit("Mul", {q, b}), a})});
+    std::string signs =
+        emit("Xor", {emit("Less", {a, zero}), emit("Less", {b, zero})});
+    return emit("Where",
+                {emit("And", {inexact, signs}), emit("Sub", {q, one}), q});
+  }
+
   // --- Translation ----------------------------------------------------------
   void translateBlock(torch::jit::Block *block);
   void translate(Node *n);
@@ -902,6 +915,18 @@ void Translator::tensorOp(Node *n) {
       {"aten::sin", "Sin"},         {"aten::cos", "Cos"},
       {"aten::erf", "Erf"},         {"aten::bitwise_not", "Not"},
       {"aten::logical_not", "Not"}, {"aten::reciprocal", "Reciprocal"}};
+  // An in-place op on a view would have to write through to the viewed
+  // tensor, which this translation (values, not storage) cannot do.
+  if (kind.size() > 1 && kind.back() == '_' && !ins.empty()) {
+    static const char *views[] = {
+        "aten::slice",   "aten::select",    "aten::view",   "aten::transpose",
+        "aten::permute", "aten::expand",    "aten::narrow", "aten::unsqueeze",
+        "aten::squeeze", "aten::as_strided"};
+    std::string producer = ins[0]->node()->kind().toQualString();
+    for (const char *v : views)
+      if (producer == v)
+        fail(kind + " on a view (" + producer + ") is not supported");
+  }
   // In-place unary ops (relu_, tanh_, ...): the functional op, and later
   // reads of the operand see the result.
   if (kind.size() > 1 && kind.back() == '_' &&
@@ -949,31 +974,35 @@ void Translator::tensorOp(Node *n) {
   }
   if (kind == "aten::add" || kind == "aten::sub" || kind == "aten::add_" ||
       kind == "aten::sub_" || kind == "aten::rsub") {
+    // rsub(a, b, alpha) = b - alpha * a; add/sub(a, b, alpha) = a +- alpha*b.
     const TValue *a = ins[0], *b = ins[1];
     if (kind == "aten::rsub")
       std::swap(a, b);
-    std::string rhs =
-        operandLike(kind == "aten::rsub" ? ins[0] : b, isTensor(a) ? a : b);
+    at::ScalarType t = promoted(a, b);
+    if (ins.size() > 2 && item(ins[2]).kind == Item::Scalar &&
+        item(ins[2]).scalar.isDouble() && t != at::kFloat && t != at::kDouble)
+      t = at::kFloat;
+    std::string rhs = as(b, t);
     if (ins.size() > 2 && item(ins[2]).isNumber() &&
-        item(ins[2]).number() != 1.0) {
-      const TValue *like = isTensor(a) ? a : b;
-      rhs = emit("Mul", {rhs, constant(dtypeOr(like, at::kFloat), {},
-                                       {item(ins[2]).number()})});
-    }
-    std::string lhs = operandLike(a, isTensor(a) ? a : b);
+        item(ins[2]).number() != 1.0)
+      rhs = emit("Mul", {rhs, constant(t, {}, {item(ins[2]).number()})});
     bool add = kind == "aten::add" || kind == "aten::add_";
-    std::string r = emit(add ? "Add" : "Sub", {lhs, rhs});
-    out(r);
+    std::string r = emit(add ? "Add" : "Sub", {as(a, t), rhs});
+    outRD(r, widest, t);
     if (kind.back() == '_')
-      setTensor(ins[0], r, widest, firstType); // in place: later reads see it
+      setTensor(ins[0], r, widest, t); // in place: later reads see it
     return;
   }
   auto binaryOut = [&](const char *op) {
     at::ScalarType t = promoted(ins[0], ins[1]);
     outRD(emit(op, {as(ins[0], t), as(ins[1], t)}), widest, t);
   };
-  if (kind == "aten::mul" || kind == "aten::mul_")
-    return binaryOut("Mul");
+  if (kind == "aten::mul" || kind == "aten::mul_") {
+    binaryOut("Mul");
+    if (kind == "aten::mul_")
+      items[ins[0]] = items[n->output()]; // in place
+    return;
+  }
   if (kind == "aten::div" || kind == "aten::true_divide") {
     at::ScalarType t = promoted(ins[0], ins[1]);
     if (ins.size() > 2 && item(ins[2]).kind == Item::String) {
@@ -983,6 +1012,8 @@ void Translator::tensorOp(Node *n) {
       // Integer division truncates (ONNX's Div); floats round after.
       if (mode == "floor" && !integer)
         q = emit("Floor", {q});
+      else if (mode == "floor")
+        q = floorInt(q, as(ins[0], t), as(ins[1], t), t);
       else if (mode == "trunc" && !integer)
         q = cast(cast(q, at::kLong), t);
       else if (mode != "floor" && mode != "trunc")
@@ -996,8 +1027,9 @@ void Translator::tensorOp(Node *n) {
   if (kind == "aten::floor_divide" || kind == "aten::floordiv") {
     at::ScalarType dt = promoted(ins[0], ins[1]);
     std::string q = emit("Div", {as(ins[0], dt), as(ins[1], dt)});
-    // Integer division truncates; sizes are never negative.
-    return outRD(dt == at::kFloat || dt == at::kDouble ? emit("Floor", {q}) : q,
+    return outRD(dt == at::kFloat || dt == at::kDouble
+                     ? emit("Floor", {q})
+                     : floorInt(q, as(ins[0], dt), as(ins[1], dt), dt),
                  widest, dt);
   }
   if (kind == "aten::pow")
@@ -1056,6 +1088,9 @@ void Translator::tensorOp(Node *n) {
     return out(t->output(0));
   }
   if (kind == "aten::embedding") {
+    if (ins.size() > 2 && item(ins[2]).isInt() && constInt(ins[2]) >= 0)
+      fail("aten::embedding with padding_idx (no gradient for that row) is "
+           "not supported");
     onnx::NodeProto *gather = node("Gather", {T(0), T(1)});
     attr(gather, "axis", int64_t(0));
     return outRD(gather->output(0), rankOf(ins[1]) + 1, dtypeOf(ins[0]));
@@ -1120,10 +1155,13 @@ void Translator::tensorOp(Node *n) {
                  static_cast<int64_t>(sizes.elems.size()), firstType);
   }
   if (kind == "aten::contiguous" || kind == "aten::clone" ||
-      kind == "aten::detach" || kind == "aten::alias")
+      kind == "aten::alias")
     return out(T(0));
+  if (kind == "aten::detach")
+    fail("aten::detach (a stop-gradient) is not supported yet: its gradient "
+         "would flow");
   if (kind == "aten::to" || kind == "aten::type_as") {
-    at::ScalarType to = dtypeOr(n->output(), at::kFloat);
+    at::ScalarType to = dtypeOr(n->output(), dtypeOr(ins[0], at::kFloat));
     if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
       to = static_cast<at::ScalarType>(constInt(d));
     else if (const TValue *other = argument(n, "other"))
@@ -1169,6 +1207,8 @@ void Translator::tensorOp(Node *n) {
       sizes = constInts(ins[1]);
     } else if (known) {
       int64_t size = (*known)[dim];
+      if (kind != "aten::unbind" && constInt(ins[1]) <= 0)
+        fail(kind + " into pieces of " + std::to_string(constInt(ins[1])));
       int64_t piece = kind == "aten::unbind" ? 1
                       : kind == "aten::chunk"
                           ? (size + constInt(ins[1]) - 1) / constInt(ins[1])
@@ -1332,6 +1372,8 @@ void Translator::tensorOp(Node *n) {
     bool train = constBool(ins[2]);
     if (p == 0.0 || !train)
       return out(T(0));
+    if (kind == "aten::feature_dropout")
+      fail("channel dropout (aten::feature_dropout) is not supported");
     onnx::NodeProto *d = node("Dropout", {T(0), constant(at::kFloat, {}, {p}),
                                           constant(at::kBool, {}, {1.0})});
     return out(d->output(0));
@@ -1419,6 +1461,8 @@ void Translator::tensorOp(Node *n) {
         fail("dilated max pooling is not supported");
     } else {
       attr(p, "count_include_pad", int64_t(constBool(ins[5])));
+      if (ins.size() > 6 && !isNone(ins[6]))
+        fail("avg_pool2d with divisor_override is not supported");
     }
     return out(p->output(0));
   }
@@ -1571,8 +1615,20 @@ static bool translateModule(const std::string &path,
     proto->mutable_graph()->set_name("torchscript");
     Translator translator(module, proto->mutable_graph());
     translator.run(*graph, names);
+    // Parameters PyTorch does not train stay as they are here too.
+    std::string frozen;
+    for (const auto &p : module.named_parameters(/*recurse=*/true))
+      if (!p.value.requires_grad())
+        frozen += (frozen.empty() ? "" : ",") + p.name;
+    if (!frozen.empty()) {
+      auto *entry = proto->add_metadata_props();
+      entry->set_key("cleave.frozen");
+      entry->set_value(frozen);
+    }
     if (!proto->SerializeToString(&bytes)) {
-      error = "cannot encode the translated model";
+      error =
+          "cannot encode the translated model (TorchScript models over 2 GB "
+          "are not supported yet: their weights are carried in one protobuf)";
       return false;
     }
     return true;

@@ -85,6 +85,13 @@ mlir::cleave::loadTorchScript(MLIRContext *, const std::string &path,
     return nullptr;
   }
   auto proto = std::make_unique<onnx::ModelProto>();
+  if (size > static_cast<size_t>(INT32_MAX)) {
+    std::free(bytes);
+    error = "'" + path +
+            "': TorchScript models over 2 GB are not supported yet (their "
+            "weights are carried in one protobuf)";
+    return nullptr;
+  }
   bool parsed = proto->ParseFromArray(bytes, static_cast<int>(size));
   std::free(bytes);
   if (!parsed) {

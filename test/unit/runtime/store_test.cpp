@@ -253,6 +253,11 @@ TEST(Data, ArraysAreCutIntoBatchesOfRows) {
   Status wrongRow = DataFeed::create(o, {{"x", DType::F32, {4, 2}}}, &feed);
   ASSERT_FALSE(wrongRow);
   EXPECT_NE(wrongRow.message().find("batches f32 [4, 2]"), std::string::npos);
+  // Every input takes the same rows: batches of one size.
+  ASSERT_TRUE(writeNpy((dir / "y.npy").string(), iota({10})));
+  Status sizes = DataFeed::create(
+      o, {{"x", DType::F32, {4, 3}}, {"y", DType::F32, {2}}}, &feed);
+  ASSERT_FALSE(sizes);
   o.batchFromArrays = false;
   o.shuffle = true;
   ASSERT_FALSE(DataFeed::create(o, {{"x", DType::F32, {10, 3}}}, &feed));

@@ -70,6 +70,31 @@ class EinsumRelu(nn.Module):
         return torch.relu_(torch.einsum("bi,ij->bj", x, self.w)).sum()
 
 
+class Frozen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 3)
+        self.a.weight.requires_grad_(False)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+class Detach(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x).detach()
+
+
+class FloorDiv(nn.Module):
+    def forward(self, x):
+        return (x // 3) * 10 + torch.div(x, 4, rounding_mode="floor")
+
+
 class Cumsum(nn.Module):
     def forward(self, x):
         return torch.cumsum(x, dim=0)
@@ -88,6 +113,9 @@ def main():
     torch.jit.script(ConvBN().train()).save(os.path.join(out, "convbn.scripted.pt"))
     torch.jit.script(Cumsum()).save(os.path.join(out, "cumsum.scripted.pt"))
     torch.jit.script(EinsumRelu()).save(os.path.join(out, "einsum.scripted.pt"))
+    torch.jit.script(Frozen()).save(os.path.join(out, "frozen.scripted.pt"))
+    torch.jit.script(Detach()).save(os.path.join(out, "detach.scripted.pt"))
+    torch.jit.script(FloorDiv()).save(os.path.join(out, "floordiv.scripted.pt"))
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         f.write(b"not a zip archive")
 
