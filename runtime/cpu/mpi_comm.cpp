@@ -19,7 +19,10 @@
 
 #include "cleave/runtime/comm.h"
 
+#include <csignal>
 #include <mpi.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -533,6 +536,13 @@ Status makeMpiCommunicator(std::vector<int64_t> meshShape,
   }
   if (meshShape.size() > 31)
     return Status::error("mesh has more than 31 axes");
+  // A rank whose launcher (mpirun, or its daemon) is killed must not run on
+  // alone: it would go on computing and writing checkpoints beside the run
+  // that resumes them.
+  pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent)
+    std::raise(SIGKILL);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
