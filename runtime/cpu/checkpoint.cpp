@@ -242,6 +242,22 @@ Status saveCheckpointImpl(const std::string &root, int64_t step,
 }
 } // namespace
 
+Status pruneCheckpoints(const std::string &root, int64_t keep) {
+  std::error_code ec;
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  for (const auto &e : fs::directory_iterator(root, ec))
+    if (int64_t step = stepOf(e.path().filename().string()); step >= 0)
+      steps.push_back({step, e.path()});
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    fs::remove_all(steps[i].second, ec);
+    if (ec)
+      return Status::error("cannot remove old checkpoint '" +
+                           steps[i].second.string() + "': " + ec.message());
+  }
+  return Status::ok();
+}
+
 Status findCheckpoint(const std::string &path, std::string *dir,
                       pb::Checkpoint *checkpoint) {
   fs::path chosen = path;

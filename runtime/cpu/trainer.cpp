@@ -426,8 +426,14 @@ Status train(const TrainOptions &options) {
                                   feed->description(), *comm, &written);
         !s)
       return s;
-    if (leader)
+    if (leader) {
       progress.note("checkpoint " + written);
+      if (options.keepCheckpoints > 0)
+        if (Status s = pruneCheckpoints(options.checkpointDir,
+                                        options.keepCheckpoints);
+            !s)
+          return s;
+    }
     return Status::ok();
   };
 

@@ -143,6 +143,11 @@ static cl::opt<std::string>
     checkpointDir("checkpoint",
                   cl::desc("Write checkpoints (step-N directories) here"),
                   cl::value_desc("DIR"), cl::sub(runCmd));
+static cl::opt<int64_t>
+    keepCheckpoints("keep-checkpoints",
+                    cl::desc("Keep only the newest N checkpoints (default: "
+                             "all)"),
+                    cl::init(0), cl::sub(runCmd));
 static cl::opt<int64_t> saveEvery("save-every",
                                   cl::desc("Checkpoint every N steps (and "
                                            "after the last)"),
@@ -324,6 +329,9 @@ static int runForward(MLIRContext &ctx) {
     options.metricsFile = metricsPath;
     options.checkpointDir = checkpointDir;
     options.saveEvery = saveEvery;
+    if (keepCheckpoints < 0)
+      return fail("--keep-checkpoints must not be negative");
+    options.keepCheckpoints = keepCheckpoints;
     options.resumeFrom = resumeFrom;
     if (progressMode != "auto" && progressMode != "live" &&
         progressMode != "lines")

@@ -47,6 +47,9 @@ Status saveCheckpoint(const std::string &root, int64_t step,
                       const std::string &data, Communicator &comm,
                       std::string *written);
 
+/// Removes all but the newest \p keep step directories under \p root.
+Status pruneCheckpoints(const std::string &root, int64_t keep);
+
 /// The checkpoint at \p path: a step directory, or a root whose newest
 /// complete step directory is taken. Reads and checks its index.
 Status findCheckpoint(const std::string &path, std::string *dir,

@@ -57,6 +57,8 @@ struct TrainOptions {
   /// steps and after the last one.
   std::string checkpointDir;
   int64_t saveEvery = 0;
+  /// Keep only the newest this many checkpoints (0: all).
+  int64_t keepCheckpoints = 0;
   /// Continue from this checkpoint (a step directory or a root: its newest).
   std::string resumeFrom;
   /// This process's rank of the bundle's mesh (tensor parallelism); null:
