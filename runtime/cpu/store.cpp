@@ -352,7 +352,8 @@ Status StoreReader::readChunk(const pb::TensorEntry &entry, Split want,
   bool sameLayout = entry.slices_size() == parts && have.dim == want.dim &&
                     (!want.isSplit() || have.blocks == want.blocks);
   if (sameLayout)
-    return readSlice(entry, want.isSplit() ? static_cast<int>(rank) : 0, out);
+    // Own bytes only: a replicated tensor has a copy in every rank's file.
+    return readSlice(entry, static_cast<int>(rank), out);
   HostTensor global;
   if (Status s = readGlobal(entry, &global); !s)
     return s;
