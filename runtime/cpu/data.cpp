@@ -22,22 +22,13 @@ std::string absolute(const std::string &path) {
   return ec ? path : p.lexically_normal().string();
 }
 
-std::string describe(DType dtype, const std::vector<int64_t> &shape) {
-  std::ostringstream os;
-  os << dtypeName(dtype) << " [";
-  for (size_t i = 0; i < shape.size(); ++i)
-    os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
-
 Status checkTensor(const HostTensor &t, const InputSlot &slot,
                    const std::string &file) {
   if (t.dtype != slot.dtype || t.shape != slot.shape)
     return Status::error("input '" + slot.name + "' in '" + file + "' is " +
-                         describe(t.dtype, t.shape) +
+                         describeTensor(t.dtype, t.shape) +
                          "; the train step needs " +
-                         describe(slot.dtype, slot.shape));
+                         describeTensor(slot.dtype, slot.shape));
   return Status::ok();
 }
 
@@ -56,6 +47,38 @@ Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
                          slot.name + "'");
   return readNpy(file, t);
 }
+
+/// Which sample each row of a step's batch is: batches of \p rows run
+/// through \p samples in order, or in each epoch's permutation; the last
+/// partial batch of an epoch is dropped (every step has the compiled size).
+class EpochOrder {
+public:
+  void init(int64_t samples, int64_t rows, bool shuffle, uint64_t seed) {
+    this->samples = samples;
+    this->rows = rows;
+    this->shuffle = shuffle;
+    this->seed = seed;
+  }
+  int64_t batchesPerEpoch() const { return samples / rows; }
+  /// Sample of row \p r of global step \p step.
+  int64_t sample(int64_t step, int64_t r) {
+    int64_t epoch = step / batchesPerEpoch();
+    int64_t first = step % batchesPerEpoch() * rows;
+    if (!shuffle)
+      return first + r;
+    if (epoch != permEpoch) {
+      perm = epochPermutation(samples, seed, epoch);
+      permEpoch = epoch;
+    }
+    return perm[first + r];
+  }
+
+private:
+  int64_t samples = 0, rows = 1, permEpoch = -1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  std::vector<int64_t> perm;
+};
 
 /// NAME.npy per input in one folder (every step), or in step-K folders.
 class FolderFeed : public DataFeed {
@@ -132,11 +155,11 @@ public:
       if (slot.shape.empty() || t.dtype != slot.dtype || t.shape.empty() ||
           slot.shape[0] != inputs[0].shape[0] ||
           std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()) != row)
-        return Status::error("--batch-from-arrays: input '" + slot.name +
-                             "' in '" + file + "' is " +
-                             describe(t.dtype, t.shape) +
-                             "; the train step takes batches " +
-                             describe(slot.dtype, slot.shape) + " of its rows");
+        return Status::error(
+            "--batch-from-arrays: input '" + slot.name + "' in '" + file +
+            "' is " + describeTensor(t.dtype, t.shape) +
+            "; the train step takes batches " +
+            describeTensor(slot.dtype, slot.shape) + " of its rows");
       if (rows >= 0 && t.shape[0] != rows)
         return Status::error("--batch-from-arrays: '" + file + "' has " +
                              std::to_string(t.shape[0]) +
@@ -154,9 +177,11 @@ public:
           std::to_string(batchRows));
     total = rows;
     samples_ = batchRows;
+    order.init(total, batchRows, options.shuffle, options.seed);
     description_ = "arrays from '" + absolute(options.inputsDir) + "' (" +
                    std::to_string(total) + " rows, " +
-                   std::to_string(total / batchRows) + " batches an epoch)" +
+                   std::to_string(order.batchesPerEpoch()) +
+                   " batches an epoch)" +
                    (options.shuffle
                         ? ", shuffled with seed " + std::to_string(options.seed)
                         : "");
@@ -164,18 +189,12 @@ public:
   }
 
   Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
-    int64_t perEpoch = total / batchRows;
-    int64_t epoch = step / perEpoch, first = step % perEpoch * batchRows;
-    if (options.shuffle && epoch != permEpoch) {
-      perm = epochPermutation(total, options.seed, epoch);
-      permEpoch = epoch;
-    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       const HostTensor &a = arrays[i];
       HostTensor t = HostTensor::zeros(inputs[i].dtype, inputs[i].shape);
       size_t rowBytes = a.bytes.size() / a.shape[0];
       for (int64_t r = 0; r < batchRows; ++r) {
-        int64_t src = options.shuffle ? perm[first + r] : first + r;
+        int64_t src = order.sample(step, r);
         std::memcpy(t.bytes.data() + r * rowBytes,
                     a.bytes.data() + src * rowBytes, rowBytes);
       }
@@ -188,8 +207,8 @@ private:
   DataOptions options;
   std::vector<InputSlot> inputs;
   std::vector<HostTensor> arrays;
-  int64_t batchRows = 0, total = 0, permEpoch = -1;
-  std::vector<int64_t> perm;
+  int64_t batchRows = 0, total = 0;
+  EpochOrder order;
 };
 
 /// A byte-level language model's data: windows of T+1 bytes of the text,
@@ -229,10 +248,12 @@ public:
           std::to_string(rows) + " sequences of " + std::to_string(seq) +
           " tokens needs at least " + std::to_string(rows * seq + 1));
     samples_ = rows;
+    order.init(windows, rows, options.shuffle, options.seed);
     tokens_ = rows * seq;
     description_ = "text '" + absolute(options.textFile) + "' (" +
                    std::to_string(text.size()) + " bytes, " +
-                   std::to_string(windows / rows) + " batches an epoch)" +
+                   std::to_string(order.batchesPerEpoch()) +
+                   " batches an epoch)" +
                    (options.shuffle
                         ? ", shuffled with seed " + std::to_string(options.seed)
                         : "");
@@ -240,16 +261,10 @@ public:
   }
 
   Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
-    int64_t perEpoch = windows / rows;
-    int64_t epoch = step / perEpoch, first = step % perEpoch * rows;
-    if (options.shuffle && epoch != permEpoch) {
-      perm = epochPermutation(windows, options.seed, epoch);
-      permEpoch = epoch;
-    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       HostTensor t = HostTensor::zeros(inputs[i].dtype, inputs[i].shape);
       for (int64_t r = 0; r < rows; ++r) {
-        int64_t w = options.shuffle ? perm[first + r] : first + r;
+        int64_t w = order.sample(step, r);
         const auto *src =
             reinterpret_cast<const uint8_t *>(text.data()) + w * seq + i;
         for (int64_t k = 0; k < seq; ++k) {
@@ -269,15 +284,15 @@ private:
     std::string s;
     for (const InputSlot &in : inputs)
       s += (s.empty() ? "" : ", ") + in.name + " " +
-           describe(in.dtype, in.shape);
+           describeTensor(in.dtype, in.shape);
     return s.empty() ? "no inputs" : s;
   }
 
   DataOptions options;
   std::vector<InputSlot> inputs;
   std::string text;
-  int64_t rows = 0, seq = 0, windows = 0, permEpoch = -1;
-  std::vector<int64_t> perm;
+  int64_t rows = 0, seq = 0, windows = 0;
+  EpochOrder order;
 };
 
 } // namespace

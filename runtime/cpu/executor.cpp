@@ -154,6 +154,13 @@ struct Executor::Impl {
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() = default;
 
+std::string describeTensor(DType dtype, const std::vector<int64_t> &shape) {
+  std::string s = std::string(dtypeName(dtype)) + " [";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 static Status convertDType(int dtype, DType *out) {
   switch (dtype) {
   case plan::F32:

@@ -108,10 +108,8 @@ std::string rankFileName(const std::string &dir, int64_t rank) {
   return dir.empty() ? name : dir + "/" + name;
 }
 
-namespace {
-
-DType fromPlan(pb::DType d) {
-  switch (d) {
+DType fromPlan(int planDType) {
+  switch (planDType) {
   case pb::I64:
     return DType::I64;
   case pb::I32:
@@ -123,15 +121,10 @@ DType fromPlan(pb::DType d) {
   }
 }
 
+namespace {
+
 std::vector<int64_t> globalShape(const pb::TensorEntry &e) {
   return {e.type().shape().begin(), e.type().shape().end()};
-}
-
-std::string describe(DType dtype, const std::vector<int64_t> &shape) {
-  std::string s = std::string(dtypeName(dtype)) + " [";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 } // namespace
@@ -161,11 +154,11 @@ Status StoreWriter::create(
       if (split.isSplit()) {
         if (split.dim >= static_cast<int64_t>(shape.size()) ||
             shape[split.dim] % (split.blocks * parts))
-          return Status::error("tensor '" + e.name() + "' of shape " +
-                               describe(fromPlan(e.type().dtype()), shape) +
-                               " cannot be split along dimension " +
-                               std::to_string(split.dim) + " into " +
-                               std::to_string(parts));
+          return Status::error(
+              "tensor '" + e.name() + "' of shape " +
+              describeTensor(fromPlan(e.type().dtype()), shape) +
+              " cannot be split along dimension " + std::to_string(split.dim) +
+              " into " + std::to_string(parts));
         shape[split.dim] /= parts;
       }
       infos.push_back({e.key(), fromPlan(e.type().dtype()), shape});
@@ -200,9 +193,10 @@ Status StoreWriter::add(const HostTensor &global) {
   const pb::TensorEntry &e = (*entries_)[next_++];
   if (global.dtype != fromPlan(e.type().dtype()) ||
       global.shape != globalShape(e))
-    return Status::error("tensor '" + e.name() + "' is " +
-                         describe(global.dtype, global.shape) + ", not " +
-                         describe(fromPlan(e.type().dtype()), globalShape(e)));
+    return Status::error(
+        "tensor '" + e.name() + "' is " +
+        describeTensor(global.dtype, global.shape) + ", not " +
+        describeTensor(fromPlan(e.type().dtype()), globalShape(e)));
   Split split = splitOf(e);
   for (int64_t r = 0; r < parts_; ++r) {
     if (!split.isSplit()) {
@@ -292,8 +286,8 @@ Status StoreReader::readSlice(const pb::TensorEntry &entry, int index,
   if (info->dtype != fromPlan(entry.type().dtype()) || info->shape != shape)
     return Status::error(what_ + ": tensor '" + entry.key() + "' in '" +
                          f->path() + "' is " +
-                         describe(info->dtype, info->shape) + ", not " +
-                         describe(fromPlan(entry.type().dtype()), shape));
+                         describeTensor(info->dtype, info->shape) + ", not " +
+                         describeTensor(fromPlan(entry.type().dtype()), shape));
   return f->read(*info, out);
 }
 
@@ -360,10 +354,11 @@ Status StoreReader::readChunk(const pb::TensorEntry &entry, Split want,
   std::vector<int64_t> shape = global.shape;
   if (want.isSplit() && (want.dim >= static_cast<int64_t>(shape.size()) ||
                          shape[want.dim] % (want.blocks * parts)))
-    return Status::error(
-        "tensor '" + entry.name() + "' of shape " +
-        describe(global.dtype, shape) + " cannot be split along dimension " +
-        std::to_string(want.dim) + " into " + std::to_string(parts));
+    return Status::error("tensor '" + entry.name() + "' of shape " +
+                         describeTensor(global.dtype, shape) +
+                         " cannot be split along dimension " +
+                         std::to_string(want.dim) + " into " +
+                         std::to_string(parts));
   *out = chunkOf(global, want, rank, parts);
   return Status::ok();
 }

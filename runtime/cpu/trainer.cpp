@@ -23,28 +23,6 @@ namespace pb = ::cleave::plan;
 
 namespace {
 
-DType fromPlan(pb::DType d) {
-  switch (d) {
-  case pb::I64:
-    return DType::I64;
-  case pb::I32:
-    return DType::I32;
-  case pb::BOOL:
-    return DType::Bool;
-  default:
-    return DType::F32;
-  }
-}
-
-std::string describe(DType dtype, const std::vector<int64_t> &shape) {
-  std::ostringstream os;
-  os << dtypeName(dtype) << " [";
-  for (size_t i = 0; i < shape.size(); ++i)
-    os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
-
 std::vector<int64_t> shapeOf(const pb::TensorType &t) {
   return {t.shape().begin(), t.shape().end()};
 }
@@ -355,9 +333,9 @@ Status train(const TrainOptions &options) {
           shapeOf(c.type()) != shapeOf(e.type()))
         return Status::error(
             what + " holds '" + label + "' as " +
-            describe(fromPlan(c.type().dtype()), shapeOf(c.type())) +
+            describeTensor(fromPlan(c.type().dtype()), shapeOf(c.type())) +
             "; this bundle's model has " +
-            describe(fromPlan(e.type().dtype()), shapeOf(e.type())));
+            describeTensor(fromPlan(e.type().dtype()), shapeOf(e.type())));
       if (Status s =
               reader.readChunk(c, splitOf(e), rank, tp, &state[stateKeyOf(e)]);
           !s)
@@ -396,8 +374,8 @@ Status train(const TrainOptions &options) {
         value.shape != executor->inputShape(i))
       return Status::error(
           "bundle '" + options.bundleDir + "': '" + b.name() + "' loads as " +
-          describe(value.dtype, value.shape) + "; the train step takes " +
-          describe(executor->inputDType(i), executor->inputShape(i)));
+          describeTensor(value.dtype, value.shape) + "; the train step takes " +
+          describeTensor(executor->inputDType(i), executor->inputShape(i)));
   }
 
   std::unique_ptr<DataFeed> feed;

@@ -21,9 +21,6 @@
 
 namespace mlir::cleave {
 
-/// Whether this build has the TorchScript front end (libtorch was found).
-bool haveTorchScript();
-
 /// Loads the TorchScript module at \p path and translates its forward.
 /// \p inputs fixes input shapes and types (needed where the module does not
 /// record them: scripted modules). On failure returns null and sets \p error

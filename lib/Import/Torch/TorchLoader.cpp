@@ -34,10 +34,6 @@ std::string pluginPath() {
 
 } // namespace
 
-bool mlir::cleave::haveTorchScript() {
-  return llvm::sys::fs::exists(pluginPath());
-}
-
 std::unique_ptr<OnnxModel>
 mlir::cleave::loadTorchScript(MLIRContext *, const std::string &path,
                               const std::map<std::string, InputSpec> &inputs,

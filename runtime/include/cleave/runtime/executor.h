@@ -28,6 +28,8 @@ enum class DType { F32, I64, I32, Bool };
 size_t dtypeSize(DType dtype);
 /// "f32", "i64", "i32", "bool".
 const char *dtypeName(DType dtype);
+/// "f32 [2, 3]", for messages.
+std::string describeTensor(DType dtype, const std::vector<int64_t> &shape);
 
 /// A dense, row-major, contiguous host tensor that owns its bytes.
 struct HostTensor {

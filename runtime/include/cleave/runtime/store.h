@@ -55,6 +55,9 @@ void putRanges(HostTensor *global, int64_t dim,
 HostTensor chunkOf(const HostTensor &global, Split split, int64_t rank,
                    int64_t parts);
 
+/// The runtime dtype of a plan dtype (plan::DType); F32 for others.
+DType fromPlan(int planDType);
+
 /// The layout recorded in \p entry.
 Split splitOf(const plan::TensorEntry &entry);
 
