@@ -18,10 +18,32 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 if config.cleave_torchscript == "1":
     config.available_features.add("torchscript")
 
+
+
+def cuda_gpu_present():
+    """True when the NVIDIA driver loads and sees a GPU (asked through the
+    driver API: no CUDA toolkit or nvidia-smi needed)."""
+    import ctypes
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 \
+        and count.value > 0
+
+
+# The CUDA backend is built where CUDA is installed; its GPU tests run where a
+# GPU is present too (elsewhere lit reports them UNSUPPORTED).
+if config.cleave_cuda == "1":
+    config.available_features.add("cuda")
+    if cuda_gpu_present():
+        config.available_features.add("cuda-gpu")
+
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.cleave_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["cleave-opt", "cleave"], tool_dirs)
+llvm_config.add_tool_substitutions(["cleave-opt", "cleave-run", "cleave"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.cleave_tools_dir, append_path=True)

@@ -35,8 +35,15 @@ max|a - b| <= rtol * max(max|b|, tiny). One line per model and optimizer gives
 the worst relative error and its tensor; every failing tensor is listed. The
 exit status is 1 if anything failed or was missing, 2 on a usage error.
 
-  --dump-dir DUMP --case DIR/M-opsetO --optimizer sgd
-compares an existing dump without running cleave.
+  --dump-dir DUMP --case DIR/M-opsetO --optimizer sgd [--cpu-dump CPUDUMP]
+compares an existing dump without running cleave (with PyTorch's reference,
+or with the CPU backend's dump CPUDUMP).
+
+  --backend cuda [--precision bf16] --against-cpu
+runs the step on that backend (cleave run --backend/--precision) and, with
+--against-cpu, compares it with the same step on the CPU backend instead of
+PyTorch: every tensor of the CPU dump, within --rtol (the GPU tests use 1e-4
+for f32 and 2e-2 for bf16).
 """
 import argparse
 import json
@@ -161,21 +168,26 @@ def compare_tensor(res, tensor, got_path, ref_path, rtol, tiny, loss=False):
         res.worst = (err, tensor)
 
 
-def compare_dump(case_dir, manifest, opt, dump_dir, rtol, tiny, label=None):
+def compare_dump(case_dir, manifest, opt, dump_dir, rtol, tiny, label=None, cpu_dump=None):
+    """Compares with the PyTorch reference, or with \p cpu_dump (a dump of
+    the same step on the CPU backend) when given."""
     res = Result(label or f"{os.path.basename(case_dir)} {opt}")
     ref = os.path.join(case_dir, "ref")
-    compare_tensor(res, "loss", os.path.join(dump_dir, "loss.npy"),
-                   os.path.join(ref, "loss.npy"), rtol, tiny, loss=True)
+    loss_ref = os.path.join(cpu_dump, "loss.npy") if cpu_dump else os.path.join(ref, "loss.npy")
+    grad_dir = cpu_dump or os.path.join(ref, "grad")
+    state_dir = cpu_dump or os.path.join(ref, opt)
+    compare_tensor(res, "loss", os.path.join(dump_dir, "loss.npy"), loss_ref, rtol, tiny,
+                   loss=True)
     expected = {"loss.npy"}
     for p in manifest["parameters"]:
         f = file_name(p) + ".grad.npy"
         expected.add(f)
         compare_tensor(res, p + ".grad", os.path.join(dump_dir, f),
-                       os.path.join(ref, "grad", f), rtol, tiny)
+                       os.path.join(grad_dir, f), rtol, tiny)
     for p in manifest["parameters"] + manifest["buffers"]:
         f = file_name(p) + ".npy"
         expected.add(f)
-        compare_tensor(res, p, os.path.join(dump_dir, f), os.path.join(ref, opt, f), rtol, tiny)
+        compare_tensor(res, p, os.path.join(dump_dir, f), os.path.join(state_dir, f), rtol, tiny)
     if os.path.isdir(dump_dir):
         extra = sorted(f for f in os.listdir(dump_dir) if f.endswith(".npy") and f not in expected)
         if extra:
@@ -205,22 +217,30 @@ def case_label(case_dir, fmt, opt):
 
 # Tensor-parallel ranks of every compile (--tp); 1: one process.
 TP = 1
+# cleave run --backend/--precision of the checked run; AGAINST_CPU: compare
+# it with the CPU backend's dump of the same step instead of PyTorch.
+BACKEND = "cpu"
+PRECISION = "f32"
+AGAINST_CPU = False
 
 
 def case_commands(cleave, case_dir, manifest, opt, work, fmt="onnx"):
     bundle = os.path.join(work, "bundle")
     dump = os.path.join(work, "dump")
+    backend = []
+    if BACKEND != "cpu" or PRECISION != "f32":
+        backend = ["--backend", BACKEND, "--precision", PRECISION]
     compile_cmd = ([cleave, "compile", os.path.join(case_dir, FORMATS[fmt]), "-o", bundle]
                    + compile_args(manifest, opt))
     if fmt != "onnx":
         compile_cmd += input_args(case_dir, manifest)
     if TP > 1:
         compile_cmd += ["--tp", str(TP)]
-    return [
-        compile_cmd,
-        [cleave, "run", bundle, "--steps", "1", "--inputs", os.path.join(case_dir, "inputs"),
-         "--dump", dump],
-    ]
+    run = [cleave, "run", bundle, "--steps", "1", "--inputs", os.path.join(case_dir, "inputs")]
+    cmds = [compile_cmd, run + ["--dump", dump] + backend]
+    if AGAINST_CPU:
+        cmds.append(run + ["--dump", os.path.join(work, "dump-cpu")])
+    return cmds
 
 
 def check_case(cleave, case_dir, manifest, opt, rtol, tiny, work, timeout, verbose,
@@ -228,7 +248,8 @@ def check_case(cleave, case_dir, manifest, opt, rtol, tiny, work, timeout, verbo
     label = case_label(case_dir, fmt, opt)
     bundle = os.path.join(work, "bundle")
     dump = os.path.join(work, "dump")
-    for d in (bundle, dump):
+    cpu_dump = os.path.join(work, "dump-cpu")
+    for d in (bundle, dump, cpu_dump):
         if os.path.isdir(d):
             shutil.rmtree(d)
         elif os.path.exists(d):
@@ -254,7 +275,8 @@ def check_case(cleave, case_dir, manifest, opt, rtol, tiny, work, timeout, verbo
             return res
         if verbose and out.strip():
             print("    " + out.strip().replace("\n", "\n    "))
-    return compare_dump(case_dir, manifest, opt, dump, rtol, tiny, label)
+    return compare_dump(case_dir, manifest, opt, dump, rtol, tiny, label,
+                        cpu_dump if AGAINST_CPU else None)
 
 
 def report(res):
@@ -300,6 +322,11 @@ def main():
     ap.add_argument("--dry-run", action="store_true",
                     help="print the cleave commands of every case; run and compare nothing")
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--backend", choices=["cpu", "cuda", "auto"], default="cpu",
+                    help="cleave run --backend of the checked run")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--against-cpu", action="store_true",
+                    help="compare with the CPU backend's step, not PyTorch's")
     ap.add_argument("--tp", type=int, default=1,
                     help="compile for this many tensor-parallel ranks (the run "
                          "starts them); the references are the same")
@@ -310,10 +337,13 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--dump-dir", help="compare this existing dump (with --case, --optimizer)")
     ap.add_argument("--case", help="a model directory DIR/M-opsetO, with --dump-dir")
+    ap.add_argument("--cpu-dump", help="with --dump-dir: compare with this dump of the "
+                    "CPU backend instead of PyTorch's reference")
     ap.add_argument("--optimizer", choices=OPTIMIZERS, help="with --dump-dir")
     args = ap.parse_args()
-    global TP
+    global TP, BACKEND, PRECISION, AGAINST_CPU
     TP = args.tp
+    BACKEND, PRECISION, AGAINST_CPU = args.backend, args.precision, args.against_cpu
 
     if args.dump_dir:
         if not args.case or not args.optimizer:
@@ -321,7 +351,7 @@ def main():
         with open(os.path.join(args.case, "manifest.json")) as f:
             manifest = json.load(f)
         res = compare_dump(args.case, manifest, args.optimizer, args.dump_dir, args.rtol,
-                           args.tiny)
+                           args.tiny, cpu_dump=args.cpu_dump)
         report(res)
         return 0 if res.ok else 1
 

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kernel.h"
+#include "program.h"
 
 #include "cleave/runtime/comm.h"
 #include "plan/plan.pb.h"
@@ -18,48 +18,6 @@
 #include <unordered_map>
 
 namespace cleave::rt {
-
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::I64:
-    return 8;
-  case DType::Bool:
-    return 1;
-  }
-  return 1;
-}
-
-const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return "f32";
-  case DType::I64:
-    return "i64";
-  case DType::I32:
-    return "i32";
-  case DType::Bool:
-    return "bool";
-  }
-  return "?";
-}
-
-int64_t HostTensor::numElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
-HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
-  HostTensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.bytes.assign(static_cast<size_t>(t.numElements()) * dtypeSize(dtype), 0);
-  return t;
-}
 
 namespace {
 
@@ -106,44 +64,19 @@ AlignedBytes allocateAligned(size_t size) {
 /// Largest element count accepted; keeps byte sizes far from overflow.
 constexpr int64_t kMaxElements = int64_t(1) << 48;
 
-struct ValueInfo {
-  TensorType type;
-  int64_t numBytes = 0;
-  plan::Value::Storage storage = plan::Value::ARENA;
-  int64_t offset = 0;
-  int32_t index = 0;
-};
-
 struct BoundInstruction {
-  std::string kernel;
-  std::string location;
-  KernelFn fn;
-  std::vector<int32_t> operands;
-  std::vector<int32_t> results;
+  const ProgramInstruction *inst = nullptr;
   // Scratch for the pointers of one run; sized once here.
   std::vector<const void *> operandPtrs;
   std::vector<void *> resultPtrs;
 };
 
-std::string describeInstruction(size_t index, const std::string &kernel,
-                                const std::string &location) {
-  std::string s = "instruction " + std::to_string(index) + " ('" + kernel + "'";
-  if (!location.empty())
-    s += " at " + location;
-  return s + ")";
-}
-
 } // namespace
 
 struct Executor::Impl {
   /// The communicator collectives use; ownedComm when none was given.
-  Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownedComm;
-  std::vector<ValueInfo> values;
-  std::vector<int32_t> inputs;
-  std::vector<int32_t> outputs;
-  std::vector<std::string> inputNames;
-  std::vector<std::string> outputNames;
+  LoadedProgram program;
   std::vector<AlignedBytes> constants;
   AlignedBytes arena;
   std::vector<BoundInstruction> instructions;
@@ -153,13 +86,6 @@ struct Executor::Impl {
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() = default;
-
-std::string describeTensor(DType dtype, const std::vector<int64_t> &shape) {
-  std::string s = std::string(dtypeName(dtype)) + " [";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 static Status convertDType(int dtype, DType *out) {
   switch (dtype) {
@@ -180,14 +106,14 @@ static Status convertDType(int dtype, DType *out) {
   }
 }
 
-static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
+static Status loadValues(const plan::Program &program, LoadedProgram &impl) {
   if (program.arena_bytes() < 0)
     return Status::error("negative arena_bytes " +
                          std::to_string(program.arena_bytes()));
   impl.values.resize(program.values_size());
   for (int i = 0; i < program.values_size(); ++i) {
     const plan::Value &v = program.values(i);
-    ValueInfo &info = impl.values[i];
+    ProgramValue &info = impl.values[i];
     auto fail = [&](const std::string &msg) {
       return Status::error("value " + std::to_string(i) + ": " + msg);
     };
@@ -211,7 +137,7 @@ static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
                   " is negative or not a multiple of the element size");
     switch (v.storage()) {
     case plan::Value::ARENA:
-      info.storage = plan::Value::ARENA;
+      info.storage = Storage::Arena;
       if (info.offset > program.arena_bytes() - info.numBytes)
         return fail("arena bytes [" + std::to_string(info.offset) + ", " +
                     std::to_string(info.offset + info.numBytes) +
@@ -219,14 +145,14 @@ static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
                     std::to_string(program.arena_bytes()));
       break;
     case plan::Value::INPUT:
-      info.storage = plan::Value::INPUT;
+      info.storage = Storage::Input;
       if (info.index < 0 || info.index >= program.inputs_size())
         return fail("input index " + std::to_string(info.index) +
                     " out of range (program has " +
                     std::to_string(program.inputs_size()) + " inputs)");
       break;
     case plan::Value::CONSTANT:
-      info.storage = plan::Value::CONSTANT;
+      info.storage = Storage::Constant;
       if (info.index < 0 || info.index >= program.constants_size())
         return fail("constant index " + std::to_string(info.index) +
                     " out of range (program has " +
@@ -253,8 +179,8 @@ static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
     if (id < 0 || id >= numValues)
       return Status::error(what + ": value id " + std::to_string(id) +
                            " out of range");
-    const ValueInfo &v = impl.values[id];
-    if (v.storage != plan::Value::INPUT || v.index != i || v.offset != 0)
+    const ProgramValue &v = impl.values[id];
+    if (v.storage != Storage::Input || v.index != i || v.offset != 0)
       return Status::error(what + ": value " + std::to_string(id) +
                            " is not INPUT storage with index " +
                            std::to_string(i) + " and offset 0");
@@ -262,10 +188,10 @@ static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
   }
   // Views of inputs must stay inside them.
   for (int i = 0; i < numValues; ++i) {
-    const ValueInfo &v = impl.values[i];
-    if (v.storage != plan::Value::INPUT)
+    const ProgramValue &v = impl.values[i];
+    if (v.storage != Storage::Input)
       continue;
-    const ValueInfo &whole = impl.values[impl.inputs[v.index]];
+    const ProgramValue &whole = impl.values[impl.inputs[v.index]];
     if (v.offset > whole.numBytes - v.numBytes)
       return Status::error("value " + std::to_string(i) + ": bytes [" +
                            std::to_string(v.offset) + ", " +
@@ -276,8 +202,8 @@ static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
   // A constant's bytes must be exactly what its values cover: the largest
   // value referring to it (its owner) ends where the constant ends.
   std::vector<int64_t> constantEnd(program.constants_size(), -1);
-  for (const ValueInfo &v : impl.values)
-    if (v.storage == plan::Value::CONSTANT)
+  for (const ProgramValue &v : impl.values)
+    if (v.storage == Storage::Constant)
       constantEnd[v.index] =
           std::max(constantEnd[v.index], v.offset + v.numBytes);
   for (int c = 0; c < program.constants_size(); ++c) {
@@ -319,7 +245,7 @@ static Status loadValues(const plan::Program &program, Executor::Impl &impl) {
 }
 
 static Status bindInstruction(const plan::Program &program, size_t index,
-                              Executor::Impl &impl) {
+                              Communicator *comm, LoadedProgram &impl) {
   const plan::Instruction &inst = program.instructions(index);
   auto fail = [&](const std::string &msg) {
     return Status::error(
@@ -332,7 +258,7 @@ static Status bindInstruction(const plan::Program &program, size_t index,
 
   KernelInfo info;
   info.kernel = inst.kernel();
-  info.comm = impl.comm;
+  info.comm = comm;
   int numValues = program.values_size();
   for (int32_t id : inst.operands()) {
     if (id == -1) {
@@ -350,7 +276,7 @@ static Status bindInstruction(const plan::Program &program, size_t index,
     }
     if (id < 0 || id >= numValues)
       return fail("result value id " + std::to_string(id) + " out of range");
-    if (impl.values[id].storage != plan::Value::ARENA)
+    if (impl.values[id].storage != Storage::Arena)
       return fail("result value " + std::to_string(id) +
                   " is not in the arena");
     info.results.push_back(impl.values[id].type);
@@ -360,20 +286,30 @@ static Status bindInstruction(const plan::Program &program, size_t index,
         Attr{std::vector<int64_t>(attr.ints().begin(), attr.ints().end()),
              std::vector<double>(attr.floats().begin(), attr.floats().end())};
 
-  BoundInstruction bound;
-  if (Status s = prepare(info, &bound.fn); !s)
+  ProgramInstruction bound;
+  if (Status s = prepare(info, &bound.cpu); !s)
     return fail(s.message());
-  bound.kernel = inst.kernel();
+  bound.info = std::move(info);
   bound.location = inst.location();
   bound.operands.assign(inst.operands().begin(), inst.operands().end());
   bound.results.assign(inst.results().begin(), inst.results().end());
-  // Optional trailing operands/results may be left out of the instruction;
-  // kernels then read null pointers there.
-  bound.operandPtrs.assign(std::max(bound.operands.size(), kMinArgSlots),
-                           nullptr);
-  bound.resultPtrs.assign(std::max(bound.results.size(), kMinArgSlots),
-                          nullptr);
   impl.instructions.push_back(std::move(bound));
+  return Status::ok();
+}
+
+Status loadProgram(const plan::Program &program, Communicator *comm,
+                   LoadedProgram *result) {
+  LoadedProgram &loaded = *result;
+  loaded.name = program.name();
+  std::string prefix = "program '" + program.name() + "': ";
+  if (Status s = loadValues(program, loaded); !s)
+    return Status::error(prefix + s.message());
+  for (size_t i = 0; i < static_cast<size_t>(program.instructions_size()); ++i)
+    if (Status s = bindInstruction(program, i, comm, loaded); !s)
+      return Status::error(prefix + s.message());
+  loaded.constants.assign(program.constants().begin(),
+                          program.constants().end());
+  loaded.arenaBytes = program.arena_bytes();
   return Status::ok();
 }
 
@@ -384,28 +320,37 @@ Status Executor::create(const plan::Program &program,
     impl->ownedComm = makeSingleProcessCommunicator({1});
     comm = impl->ownedComm.get();
   }
-  impl->comm = comm;
+  if (Status s = loadProgram(program, comm, &impl->program); !s)
+    return s;
+  LoadedProgram &loaded = impl->program;
   std::string prefix = "program '" + program.name() + "': ";
-  if (Status s = loadValues(program, *impl); !s)
-    return Status::error(prefix + s.message());
-  for (size_t i = 0; i < static_cast<size_t>(program.instructions_size()); ++i)
-    if (Status s = bindInstruction(program, i, *impl); !s)
-      return Status::error(prefix + s.message());
 
   // Copy constants into aligned storage: protobuf strings give no alignment
   // guarantee suitable for f32/i64 loads.
-  for (const std::string &c : program.constants()) {
+  for (const std::string &c : loaded.constants) {
     AlignedBytes bytes = allocateAligned(c.size());
     if (!bytes)
       return Status::error(prefix + "out of memory for constants");
     std::memcpy(bytes.get(), c.data(), c.size());
     impl->constants.push_back(std::move(bytes));
   }
-  impl->arena = allocateAligned(static_cast<size_t>(program.arena_bytes()));
+  loaded.constants.clear();
+  impl->arena = allocateAligned(static_cast<size_t>(loaded.arenaBytes));
   if (!impl->arena)
     return Status::error(prefix + "cannot allocate an arena of " +
-                         std::to_string(program.arena_bytes()) + " bytes");
-  impl->valuePtrs.resize(impl->values.size());
+                         std::to_string(loaded.arenaBytes) + " bytes");
+  for (const ProgramInstruction &inst : loaded.instructions) {
+    BoundInstruction bound;
+    bound.inst = &inst;
+    // Optional trailing operands/results may be left out of the instruction;
+    // kernels then read null pointers there.
+    bound.operandPtrs.assign(std::max(inst.operands.size(), kMinArgSlots),
+                             nullptr);
+    bound.resultPtrs.assign(std::max(inst.results.size(), kMinArgSlots),
+                            nullptr);
+    impl->instructions.push_back(std::move(bound));
+  }
+  impl->valuePtrs.resize(loaded.values.size());
   result->reset(new Executor(std::move(impl)));
   return Status::ok();
 }
@@ -413,32 +358,33 @@ Status Executor::create(const plan::Program &program,
 Status Executor::run(const std::vector<HostTensor> &inputs,
                      std::vector<HostTensor> *outputs) {
   Impl &impl = *impl_;
-  if (inputs.size() != impl.inputs.size())
-    return Status::error("expected " + std::to_string(impl.inputs.size()) +
+  const LoadedProgram &program = impl.program;
+  if (inputs.size() != program.inputs.size())
+    return Status::error("expected " + std::to_string(program.inputs.size()) +
                          " inputs, got " + std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const ValueInfo &v = impl.values[impl.inputs[i]];
+    const ProgramValue &v = program.values[program.inputs[i]];
     const HostTensor &t = inputs[i];
     TensorType given{t.dtype, t.shape};
     if (t.dtype != v.type.dtype || t.shape != v.type.shape)
       return Status::error("input " + std::to_string(i) + " ('" +
-                           impl.inputNames[i] + "'): expected " + v.type.str() +
-                           ", got " + given.str());
+                           program.inputNames[i] + "'): expected " +
+                           v.type.str() + ", got " + given.str());
     if (static_cast<int64_t>(t.bytes.size()) != v.numBytes)
       return Status::error(
-          "input " + std::to_string(i) + " ('" + impl.inputNames[i] +
+          "input " + std::to_string(i) + " ('" + program.inputNames[i] +
           "'): holds " + std::to_string(t.bytes.size()) +
           " bytes, its type needs " + std::to_string(v.numBytes));
   }
 
-  for (size_t i = 0; i < impl.values.size(); ++i) {
-    const ValueInfo &v = impl.values[i];
+  for (size_t i = 0; i < program.values.size(); ++i) {
+    const ProgramValue &v = program.values[i];
     const uint8_t *base = nullptr;
     switch (v.storage) {
-    case plan::Value::INPUT:
+    case Storage::Input:
       base = inputs[v.index].bytes.data();
       break;
-    case plan::Value::CONSTANT:
+    case Storage::Constant:
       base = impl.constants[v.index].get();
       break;
     default:
@@ -449,26 +395,28 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
   }
 
   for (size_t i = 0; i < impl.instructions.size(); ++i) {
-    BoundInstruction &inst = impl.instructions[i];
+    BoundInstruction &bound = impl.instructions[i];
+    const ProgramInstruction &inst = *bound.inst;
     for (size_t k = 0; k < inst.operands.size(); ++k)
-      inst.operandPtrs[k] =
+      bound.operandPtrs[k] =
           inst.operands[k] < 0 ? nullptr : impl.valuePtrs[inst.operands[k]];
     // Results are arena values (checked at load), so writable.
     for (size_t k = 0; k < inst.results.size(); ++k)
-      inst.resultPtrs[k] =
+      bound.resultPtrs[k] =
           inst.results[k] < 0
               ? nullptr
-              : impl.arena.get() + impl.values[inst.results[k]].offset;
-    KernelArgs args{inst.operandPtrs.data(), inst.resultPtrs.data()};
-    if (Status s = inst.fn(args); !s)
-      return Status::error(describeInstruction(i, inst.kernel, inst.location) +
-                           ": " + s.message());
+              : impl.arena.get() + program.values[inst.results[k]].offset;
+    KernelArgs args{bound.operandPtrs.data(), bound.resultPtrs.data()};
+    if (Status s = inst.cpu(args); !s)
+      return Status::error(
+          describeInstruction(i, inst.info.kernel, inst.location) + ": " +
+          s.message());
   }
 
   outputs->clear();
-  outputs->reserve(impl.outputs.size());
-  for (int32_t id : impl.outputs) {
-    const ValueInfo &v = impl.values[id];
+  outputs->reserve(program.outputs.size());
+  for (int32_t id : program.outputs) {
+    const ProgramValue &v = program.values[id];
     HostTensor t;
     t.dtype = v.type.dtype;
     t.shape = v.type.shape;
@@ -481,16 +429,16 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
 }
 
 const std::vector<std::string> &Executor::inputNames() const {
-  return impl_->inputNames;
+  return impl_->program.inputNames;
 }
 const std::vector<std::string> &Executor::outputNames() const {
-  return impl_->outputNames;
+  return impl_->program.outputNames;
 }
 DType Executor::inputDType(size_t i) const {
-  return impl_->values[impl_->inputs[i]].type.dtype;
+  return impl_->program.values[impl_->program.inputs[i]].type.dtype;
 }
 const std::vector<int64_t> &Executor::inputShape(size_t i) const {
-  return impl_->values[impl_->inputs[i]].type.shape;
+  return impl_->program.values[impl_->program.inputs[i]].type.shape;
 }
 
 } // namespace cleave::rt

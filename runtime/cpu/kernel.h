@@ -169,6 +169,13 @@ struct StridedLoop {
 std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &operand,
                                       const std::vector<int64_t> &resultShape);
 
+/// Element offsets, per batch index of \p resultBatch (row-major), of the
+/// matrices of a matmul operand whose batch dims are \p batch (broadcast to
+/// \p resultBatch); \p matrixSize elements per matrix.
+std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
+                                  const std::vector<int64_t> &resultBatch,
+                                  int64_t matrixSize);
+
 /// Copies elements of \p elemSize bytes: out (contiguous, loop's result
 /// shape) from in through loop operand 0.
 void stridedCopy(const StridedLoop &loop, size_t elemSize, const void *in,

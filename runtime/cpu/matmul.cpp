@@ -38,26 +38,6 @@ void runMatmul(const MatmulPlan &p, const float *a, const float *b, float *c) {
                 c + i * p.m * p.n, static_cast<int>(p.n));
 }
 
-/// Element offsets, per batch index of \p resultBatch (row-major), of the
-/// matrices of an operand whose batch dims are \p batch (broadcasting).
-std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
-                                  const std::vector<int64_t> &resultBatch,
-                                  int64_t matrixSize) {
-  std::vector<int64_t> strides = broadcastStrides(batch, resultBatch);
-  int64_t count = product(resultBatch, 0, resultBatch.size());
-  std::vector<int64_t> offsets(count);
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t rest = i, off = 0;
-    for (int64_t d = static_cast<int64_t>(resultBatch.size()) - 1; d >= 0;
-         --d) {
-      off += (rest % resultBatch[d]) * strides[d];
-      rest /= resultBatch[d];
-    }
-    offsets[i] = off * matrixSize;
-  }
-  return offsets;
-}
-
 } // namespace
 
 Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {

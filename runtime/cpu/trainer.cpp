@@ -1,6 +1,7 @@
 //===- trainer.cpp - Runs a compiled training bundle ----------------------===//
 
 #include "cleave/runtime/trainer.h"
+#include "cleave/runtime/runner.h"
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/store.h"
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <random>
 #include <sstream>
 
 namespace cleave::rt {
@@ -210,6 +212,19 @@ private:
   std::ofstream metrics;
 };
 
+/// Uniform values of standard deviation 0.02 (a transformer's usual
+/// initialisation scale) from a generator seeded by the tensor's name, so
+/// every rank draws the same values for a replicated tensor.
+void fillRandom(const std::string &name, HostTensor *value) {
+  if (value->dtype != DType::F32)
+    return;
+  std::mt19937_64 gen(std::hash<std::string>()(name));
+  std::uniform_real_distribution<float> dist(-0.0346f, 0.0346f);
+  float *data = value->data<float>();
+  for (int64_t i = 0; i < value->numElements(); ++i)
+    data[i] = dist(gen);
+}
+
 } // namespace
 
 Status train(const TrainOptions &options) {
@@ -240,9 +255,14 @@ Status train(const TrainOptions &options) {
                          "and --checkpoint: re-sharding a checkpoint)");
   int64_t rank = comm->groupRank({0});
   bool leader = comm->rank() == 0;
-  std::unique_ptr<Executor> executor;
-  if (Status s = Executor::create(program, &executor, comm); !s)
+  std::unique_ptr<StepRunner> executor;
+  if (Status s = createRunner(program, comm, options.backend, &executor); !s)
     return Status::error("bundle '" + options.bundleDir + "': " + s.message());
+  if (leader && options.log && options.backend.backend == Backend::Auto) {
+    std::string why = cudaUnavailableReason();
+    *options.log << "backend: " << backendName(executor->backend())
+                 << (why.empty() ? "" : " (" + why + ")") << "\n";
+  }
 
   // The state table: the bundle's parameters and buffers, then the optimizer
   // state, each with the layout the program keeps it in.
@@ -256,7 +276,7 @@ Status train(const TrainOptions &options) {
   std::vector<pb::TensorEntry> table;
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
   for (const pb::TensorEntry &t : plan.tensors()) {
-    if (t.slices_size() == 0)
+    if (t.slices_size() == 0 && !options.randomWeights)
       return Status::error("bundle '" + options.bundleDir +
                            "' holds no weights (it was compiled with "
                            "--plan-only): compile it again without it to "
@@ -352,8 +372,8 @@ Status train(const TrainOptions &options) {
                        plan.files());
     for (const pb::TensorEntry &e : table) {
       HostTensor &value = state[stateKeyOf(e)];
-      if (e.role() == pb::Binding::OPTIMIZER_STATE)
-        continue; // zeros, below
+      if (e.role() == pb::Binding::OPTIMIZER_STATE || options.randomWeights)
+        continue; // zeros or random, below
       if (Status s = reader.readChunk(*bundleEntry[stateKeyOf(e)], splitOf(e),
                                       rank, tp, &value);
           !s)
@@ -366,10 +386,13 @@ Status train(const TrainOptions &options) {
     if (key.empty())
       continue;
     HostTensor &value = state[key];
-    if (value.bytes.empty() && b.role() == pb::Binding::OPTIMIZER_STATE &&
-        options.resumeFrom.empty())
+    if (value.bytes.empty() && options.resumeFrom.empty() &&
+        (b.role() == pb::Binding::OPTIMIZER_STATE || options.randomWeights)) {
       value =
           HostTensor::zeros(executor->inputDType(i), executor->inputShape(i));
+      if (b.role() == pb::Binding::PARAMETER)
+        fillRandom(b.name(), &value);
+    }
     if (value.dtype != executor->inputDType(i) ||
         value.shape != executor->inputShape(i))
       return Status::error(
@@ -394,7 +417,40 @@ Status train(const TrainOptions &options) {
   if (leader)
     if (Status s = progress.openMetrics(!options.resumeFrom.empty()); !s)
       return s;
+  // The state lives in the runner (on the GPU for CUDA): load it there, let
+  // every state output feed its input, and copy it back only to save it.
+  std::map<std::string, size_t> stateInput;
+  for (size_t i = 0; i < numInputs; ++i) {
+    const pb::Binding &b = program.input_bindings(i);
+    std::string key = stateKey(b);
+    if (key.empty())
+      continue;
+    stateInput[key] = i;
+    if (Status s = executor->setInput(i, std::move(state[key])); !s)
+      return Status::error("'" + b.name() + "': " + s.message());
+    state[key] = HostTensor();
+  }
+  for (int o = 0; o < program.output_bindings_size(); ++o) {
+    std::string key = stateKey(program.output_bindings(o));
+    if (key.empty())
+      continue;
+    auto it = stateInput.find(key);
+    if (it == stateInput.end())
+      return Status::error("bundle '" + options.bundleDir + "': the step returns '" +
+                           program.output_bindings(o).name() +
+                           "', which it does not take");
+    if (Status s = executor->carry(it->second, o); !s)
+      return s;
+  }
+  auto fetchState = [&]() -> Status {
+    for (const auto &[key, i] : stateInput)
+      if (Status s = executor->getInput(i, &state[key]); !s)
+        return s;
+    return Status::ok();
+  };
   auto save = [&](int64_t steps) -> Status {
+    if (Status s = fetchState(); !s)
+      return s;
     std::vector<StateTensor> tensors;
     for (const pb::TensorEntry &e : table)
       tensors.push_back({&e, &state[stateKeyOf(e)]});
@@ -417,7 +473,10 @@ Status train(const TrainOptions &options) {
 
   std::vector<float> losses;
   std::map<std::string, HostTensor> lastGrads;
-  std::vector<HostTensor> args(numInputs), outputs;
+  int lossOutput = -1;
+  for (int o = 0; o < program.output_bindings_size(); ++o)
+    if (program.output_bindings(o).role() == pb::Binding::LOSS)
+      lossOutput = o;
   for (int64_t step = first; step < last; ++step) {
     auto start = std::chrono::steady_clock::now();
     std::map<std::string, HostTensor> batch;
@@ -425,35 +484,26 @@ Status train(const TrainOptions &options) {
       return s;
     for (size_t i = 0; i < numInputs; ++i) {
       const pb::Binding &b = program.input_bindings(i);
-      switch (b.role()) {
-      case pb::Binding::INPUT:
-        args[i] = std::move(batch[b.name()]);
-        break;
-      case pb::Binding::STEP:
-        args[i] = HostTensor::zeros(DType::I64, {});
-        *args[i].data<int64_t>() = step + 1;
-        break;
-      default:
-        args[i] = std::move(state[stateKey(b)]);
+      Status s = Status::ok();
+      if (b.role() == pb::Binding::INPUT) {
+        s = executor->setInput(i, std::move(batch[b.name()]));
+      } else if (b.role() == pb::Binding::STEP) {
+        HostTensor counter = HostTensor::zeros(DType::I64, {});
+        *counter.data<int64_t>() = step + 1;
+        s = executor->setInput(i, std::move(counter));
       }
+      if (!s)
+        return Status::error("step " + std::to_string(step) + ": '" +
+                             b.name() + "': " + s.message());
     }
-    if (Status s = executor->run(args, &outputs); !s)
+    if (Status s = executor->run(); !s)
       return Status::error("step " + std::to_string(step) + ": " + s.message());
-    // State not returned by the step (a frozen buffer) goes back unchanged.
-    for (size_t i = 0; i < numInputs; ++i) {
-      std::string key = stateKey(program.input_bindings(i));
-      if (!key.empty())
-        state[key] = std::move(args[i]);
-    }
     float loss = 0;
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      const pb::Binding &b = program.output_bindings(o);
-      if (b.role() == pb::Binding::LOSS)
-        loss = *outputs[o].data<float>();
-      else if (b.role() == pb::Binding::GRADIENT)
-        lastGrads[b.name()] = std::move(outputs[o]);
-      else if (std::string key = stateKey(b); !key.empty())
-        state[key] = std::move(outputs[o]);
+    if (lossOutput >= 0) {
+      HostTensor value;
+      if (Status s = executor->getOutput(lossOutput, &value); !s)
+        return s;
+      loss = *value.data<float>();
     }
     losses.push_back(loss);
     double seconds =
@@ -473,6 +523,15 @@ Status train(const TrainOptions &options) {
       return s;
   if (options.dumpDir.empty())
     return Status::ok();
+  if (Status s = fetchState(); !s)
+    return s;
+  if (options.steps > 0)
+    for (int o = 0; o < program.output_bindings_size(); ++o)
+      if (program.output_bindings(o).role() == pb::Binding::GRADIENT)
+        if (Status s = executor->getOutput(
+                o, &lastGrads[program.output_bindings(o).name()]);
+            !s)
+          return s;
   std::error_code ec;
   if (leader)
     fs::create_directories(options.dumpDir, ec);

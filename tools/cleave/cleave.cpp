@@ -168,6 +168,21 @@ static cl::opt<std::string>
                           "(default on a terminal) or a line every "
                           "--log-every steps"),
                  cl::init("auto"), cl::sub(runCmd));
+static cl::opt<std::string>
+    backendName("backend",
+                cl::desc("cpu | cuda | auto: where the step runs (auto: CUDA "
+                         "when a GPU is present, else the CPU)"),
+                cl::init("cpu"), cl::sub(runCmd));
+static cl::opt<std::string>
+    precisionName("precision",
+                  cl::desc("f32 | bf16: bf16 matmuls with f32 master "
+                           "weights, optimizer state and reductions (CUDA)"),
+                  cl::init("f32"), cl::sub(runCmd));
+static cl::opt<bool> randomWeights(
+    "random-weights",
+    cl::desc("Train from seeded random parameters instead of the bundle's "
+             "weights (benchmarks of --plan-only bundles)"),
+    cl::init(false), cl::sub(runCmd));
 static cl::opt<int64_t> ranks("ranks",
                               cl::desc("Processes to start (one per rank); "
                                        "default: the bundle's tp"),
@@ -315,99 +330,33 @@ static int runForward(MLIRContext &ctx) {
       return fail("'" + modelPath +
                   "' is not a bundle; compile one with cleave compile, or "
                   "pass --forward to run a model's forward pass");
-    rt::TrainOptions options;
-    options.bundleDir = modelPath;
-    options.steps = steps;
-    options.data.inputsDir = inputsDir;
-    options.data.batchFromArrays = batchFromArrays;
-    options.data.textFile = textPath;
-    options.data.shuffle = shuffle;
-    options.data.seed = static_cast<uint64_t>(seed);
-    options.dumpDir = dumpDir;
-    options.logEvery = logEvery;
-    options.log = &std::cout;
-    options.metricsFile = metricsPath;
-    options.checkpointDir = checkpointDir;
-    options.saveEvery = saveEvery;
-    if (keepCheckpoints < 0)
-      return fail("--keep-checkpoints must not be negative");
-    options.keepCheckpoints = keepCheckpoints;
-    options.resumeFrom = resumeFrom;
-    if (progressMode != "auto" && progressMode != "live" &&
-        progressMode != "lines")
-      return fail("--progress must be auto, live or lines, not '" +
-                  progressMode + "'");
-    options.liveProgress =
-        progressMode == "live" || (progressMode == "auto" && ::isatty(1) != 0);
-    if (saveEvery < 0)
-      return fail("--save-every must not be negative");
-    if (saveEvery > 0 && checkpointDir.empty())
-      return fail("--save-every needs --checkpoint DIR");
-    if (!checkpointDir.empty())
-      if (std::error_code ec =
-              llvm::sys::fs::create_directories(std::string(checkpointDir)))
-        return fail("cannot create --checkpoint directory '" + checkpointDir +
-                    "': " + ec.message());
-    ::cleave::plan::Plan plan;
-    if (rt::Status s = rt::loadBundlePlan(modelPath, &plan); !s)
-      return fail(s.message());
-    int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
-    if (ranks && ranks != tp)
-      return fail("bundle '" + modelPath + "' is compiled for tp = " +
-                  std::to_string(tp) + "; --ranks " + std::to_string(ranks) +
-                  " does not match (recompile with --tp " +
-                  std::to_string(ranks) + ")");
-    if (tp == 1 && !rt::launchedByMpi()) {
-      if (rt::Status s = rt::train(options); !s)
-        return fail(s.message());
-      return 0;
-    }
-    if (!rt::launchedByMpi()) {
-      // Start one process per rank running this same command; they see a
-      // pipe, not the terminal, so the progress mode is decided here.
-      std::vector<std::string> args = originalArgs;
-      args.push_back(std::string("--progress=") +
-                     (options.liveProgress ? "live" : "lines"));
-      rt::Status s = rt::launchRanks(args, tp, 0);
-      if (!s && s.message().find("mpirun") != std::string::npos &&
-          s.message().find("PATH") != std::string::npos)
-        return fail(s.message());
-      return s ? 0 : 1; // the ranks printed their errors
-    }
-    // MPI start-up waits for every rank with no deadline of its own: a
-    // watchdog bounds it too.
-    std::atomic<bool> started{false};
-    std::thread watchdog([&started, limit = static_cast<double>(timeout)] {
-      auto until = std::chrono::steady_clock::now() +
-                   std::chrono::duration<double>(limit);
-      while (!started && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!started) {
-        llvm::errs() << "cleave: error: MPI start-up timed out after " << limit
-                     << " s waiting for its peers (a rank died or hangs)\n";
-        llvm::errs().flush();
-        std::_Exit(1);
-      }
-    });
-    std::unique_ptr<rt::Communicator> comm;
-    rt::Status made = rt::makeMpiCommunicator({tp}, timeout, &comm);
-    started = true;
-    watchdog.join();
-    if (rt::Status s = made; !s) {
-      llvm::errs() << "cleave: error: " << s.message() << "\n";
-      rt::abortAllRanks(1);
-    }
-    options.comm = comm.get();
-    if (rt::Status s = rt::train(options); !s) {
-      llvm::errs() << "cleave: error: rank " << comm->rank() << ": "
-                   << s.message() << "\n";
-      llvm::errs().flush();
-      rt::abortAllRanks(1);
-    }
-    comm.reset();
-    rt::finalizeMpi();
-    return 0;
+    rt::RunBundleArgs args;
+    args.bundle = modelPath;
+    args.steps = steps;
+    args.data.inputsDir = inputsDir;
+    args.data.batchFromArrays = batchFromArrays;
+    args.data.textFile = textPath;
+    args.data.shuffle = shuffle;
+    args.data.seed = static_cast<uint64_t>(seed);
+    args.dumpDir = dumpDir;
+    args.logEvery = logEvery;
+    args.metricsFile = metricsPath;
+    args.checkpointDir = checkpointDir;
+    args.saveEvery = saveEvery;
+    args.keepCheckpoints = keepCheckpoints;
+    args.resumeFrom = resumeFrom;
+    args.progress = progressMode;
+    args.backend = backendName;
+    args.precision = precisionName;
+    args.ranks = ranks;
+    args.timeoutSeconds = timeout;
+    args.randomWeights = randomWeights;
+    args.argv = originalArgs;
+    return rt::runBundle(args);
   }
+  if (backendName != "cpu" || precisionName != "f32")
+    return fail("--backend and --precision apply to training a bundle; "
+                "--forward runs on the CPU");
   OnnxImportOptions options;
   if (failed(parseInputFlags(ctx, options)))
     return 1;

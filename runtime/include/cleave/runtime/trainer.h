@@ -15,6 +15,7 @@
 
 #include "cleave/runtime/data.h"
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/runner.h"
 
 #include <cstdint>
 #include <ostream>
@@ -65,10 +66,34 @@ struct TrainOptions {
   /// one process. Each rank loads its slices of the weights; rank 0 logs and
   /// writes the dumps (full, gathered tensors).
   Communicator *comm = nullptr;
+  /// Where the step runs (cpu, cuda, auto) and at what precision.
+  BackendOptions backend;
+  /// Start from random parameters (seeded, N(0, 0.02)-like) instead of the
+  /// bundle's weights: benchmarks of bundles compiled with --plan-only.
+  bool randomWeights = false;
 };
 
 /// Runs \p options.steps training steps. Errors name the file or tensor.
 Status train(const TrainOptions &options);
+
+/// The flags of `cleave run BUNDLE` (cleave and cleave-run parse them).
+struct RunBundleArgs {
+  std::string bundle;
+  int64_t steps = 1;
+  DataOptions data;
+  std::string dumpDir, metricsFile, checkpointDir, resumeFrom;
+  int64_t logEvery = 0, saveEvery = 0, keepCheckpoints = 0, ranks = 0;
+  std::string progress = "auto", backend = "cpu", precision = "f32";
+  double timeoutSeconds = 60;
+  bool randomWeights = false;
+  /// The whole command line with argv[0] resolved: each rank runs it again
+  /// under mpirun.
+  std::vector<std::string> argv;
+};
+
+/// Checks the flags, starts the ranks when the bundle has several, trains,
+/// and prints errors as "cleave: error: ..."; returns the exit status.
+int runBundle(const RunBundleArgs &args);
 
 } // namespace cleave::rt
 

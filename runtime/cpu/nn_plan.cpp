@@ -1,0 +1,179 @@
+//===- nn_plan.cpp - Geometry of convolution and pooling instructions -----===//
+//
+// Shared by the CPU kernels and the CUDA backend plugin (which compiles this
+// file too), so both read an instruction's window the same way.
+//
+//===----------------------------------------------------------------------===//
+
+#include "nn_common.h"
+
+#include <algorithm>
+
+namespace cleave::rt {
+namespace nn {
+
+Status checkF32(const TensorType &t, const std::string &what) {
+  if (t.dtype != DType::F32)
+    return Status::error(what + " " + t.str() + " must be f32");
+  return Status::ok();
+}
+
+Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w) {
+  const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0, 0, 0};
+  std::vector<int64_t> strides, pads, dilations;
+  if (Status s =
+          info.ints("strides", 2, &strides, stridesRequired ? nullptr : &ones);
+      !s)
+    return s;
+  if (Status s = info.ints("pads", 4, &pads, &zeros); !s)
+    return s;
+  if (Status s = info.ints("dilations", 2, &dilations, &ones); !s)
+    return s;
+  if (strides[0] < 1 || strides[1] < 1 || dilations[0] < 1 || dilations[1] < 1)
+    return Status::error("strides and dilations must be positive");
+  for (int64_t p : pads)
+    if (p < 0)
+      return Status::error("pads must be non-negative");
+  for (const std::vector<int64_t> *v : {&strides, &pads, &dilations})
+    for (int64_t x : *v)
+      if (x > kMaxGeometry)
+        return Status::error("strides, pads and dilations must be at most " +
+                             std::to_string(kMaxGeometry));
+  w->strideH = strides[0];
+  w->strideW = strides[1];
+  w->padTop = pads[0];
+  w->padLeft = pads[1];
+  w->padBottom = pads[2];
+  w->padRight = pads[3];
+  w->dilationH = dilations[0];
+  w->dilationW = dilations[1];
+  return Status::ok();
+}
+
+int64_t slidingExtent(int64_t size, int64_t padBegin, int64_t padEnd,
+                      int64_t kernel, int64_t stride, int64_t dilation) {
+  int64_t span = size + padBegin + padEnd - dilation * (kernel - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+void validOutputRange(int64_t offset, int64_t stride, int64_t size, int64_t out,
+                      int64_t *lo, int64_t *hi) {
+  // o * stride + offset >= 0  <=>  o >= ceil(-offset / stride).
+  int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  // o * stride + offset <= size - 1  <=>  o <= floor((size - 1 - offset) /
+  // stride), empty when the numerator is negative.
+  int64_t num = size - 1 - offset;
+  int64_t last = num < 0 ? -1 : num / stride;
+  *lo = std::min(first, out);
+  *hi = std::max(*lo, std::min(last + 1, out));
+}
+
+int64_t tapsInside(int64_t start, int64_t kernel, int64_t dilation, int64_t lo,
+                   int64_t hi) {
+  // Taps i with start + i * dilation in [lo, hi).
+  int64_t first, last;
+  validOutputRange(start - lo, dilation, hi - lo, kernel, &first, &last);
+  return last - first;
+}
+
+/// Whether a tensor dim is small enough for the index arithmetic.
+static Status checkExtents(const TensorType &t, const std::string &what) {
+  for (int64_t d : t.shape)
+    if (d > kMaxGeometry)
+      return Status::error(what + " " + t.str() + " has a dim above " +
+                           std::to_string(kMaxGeometry));
+  return Status::ok();
+}
+
+Status readConvPlan(const KernelInfo &info, const TensorType &x,
+                    const TensorType &w, const TensorType &y,
+                    const ConvRoles &roles, ConvPlan *p) {
+  std::string names = std::string(roles.x) + " " + x.str() + ", " + roles.w +
+                      " " + w.str() + " and " + roles.y + " " + y.str();
+  if (x.dtype != DType::F32 || w.dtype != DType::F32 || y.dtype != DType::F32)
+    return Status::error(names + " must be f32");
+  if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4)
+    return Status::error(names + " must be 4-D");
+  for (const auto &[t, what] :
+       {std::pair{&x, roles.x}, std::pair{&w, roles.w}, std::pair{&y, roles.y}})
+    if (Status s = checkExtents(*t, what); !s)
+      return s;
+  if (Status s = readWindow(info, /*stridesRequired=*/false, &p->win); !s)
+    return s;
+  if (Status s = info.intScalar("groups", &p->groups, 1); !s)
+    return s;
+  p->n = x.shape[0];
+  p->c = x.shape[1];
+  p->h = x.shape[2];
+  p->w = x.shape[3];
+  p->f = w.shape[0];
+  p->win.kh = w.shape[2];
+  p->win.kw = w.shape[3];
+  if (p->groups < 1 || p->c % p->groups != 0 || p->f % p->groups != 0 ||
+      w.shape[1] != p->c / p->groups)
+    return Status::error("groups " + std::to_string(p->groups) +
+                         " does not divide " + roles.x + " " + x.str() +
+                         " and " + roles.w + " " + w.str());
+  p->oh = slidingExtent(p->h, p->win.padTop, p->win.padBottom, p->win.kh,
+                        p->win.strideH, p->win.dilationH);
+  p->ow = slidingExtent(p->w, p->win.padLeft, p->win.padRight, p->win.kw,
+                        p->win.strideW, p->win.dilationW);
+  if (y.shape != std::vector<int64_t>{p->n, p->f, p->oh, p->ow})
+    return Status::error(std::string(roles.y) + " " + y.str() + " is not [" +
+                         std::to_string(p->n) + "," + std::to_string(p->f) +
+                         "," + std::to_string(p->oh) + "," +
+                         std::to_string(p->ow) + "] for " + roles.x + " " +
+                         x.str() + " and " + roles.w + " " + w.str());
+  int64_t kdim = 0, plane = 0;
+  if (__builtin_mul_overflow(w.shape[1] * p->win.kh, p->win.kw, &kdim) ||
+      __builtin_mul_overflow(p->oh, p->ow, &plane) || kdim > INT32_MAX ||
+      plane > INT32_MAX)
+    return Status::error("convolution exceeds the BLAS int range");
+  p->pointwise = p->win.kh == 1 && p->win.kw == 1 && p->win.strideH == 1 &&
+                 p->win.strideW == 1 && p->win.padTop == 0 &&
+                 p->win.padLeft == 0 && p->win.padBottom == 0 &&
+                 p->win.padRight == 0;
+  return Status::ok();
+}
+
+Status readPoolPlan(const KernelInfo &info, const TensorType &x,
+                    const TensorType &y, const char *xWhat, const char *yWhat,
+                    bool isMax, PoolPlan *p) {
+  if (Status s = checkF32(x, xWhat); !s)
+    return s;
+  if (Status s = checkF32(y, yWhat); !s)
+    return s;
+  if (x.rank() != 4 || y.rank() != 4 || x.shape[0] != y.shape[0] ||
+      x.shape[1] != y.shape[1])
+    return Status::error(std::string(xWhat) + " " + x.str() + " and " + yWhat +
+                         " " + y.str() + " must be [N,C,H,W] and [N,C,OH,OW]");
+  if (Status s = checkExtents(x, xWhat); !s)
+    return s;
+  if (Status s = checkExtents(y, yWhat); !s)
+    return s;
+  std::vector<int64_t> kernel;
+  if (Status s = info.ints("kernel", 2, &kernel); !s)
+    return s;
+  if (kernel[0] < 1 || kernel[1] < 1 || kernel[0] > kMaxGeometry ||
+      kernel[1] > kMaxGeometry)
+    return Status::error("attribute 'kernel' must be positive and at most " +
+                         std::to_string(kMaxGeometry));
+  if (Status s = readWindow(info, /*stridesRequired=*/true, &p->win); !s)
+    return s;
+  p->win.kh = kernel[0];
+  p->win.kw = kernel[1];
+  int64_t countIncludePad = 0;
+  if (!isMax)
+    if (Status s = info.intScalar("count_include_pad", &countIncludePad, 0); !s)
+      return s;
+  p->countIncludePad = countIncludePad != 0;
+  p->planes = x.shape[0] * x.shape[1];
+  p->h = x.shape[2];
+  p->w = x.shape[3];
+  p->oh = y.shape[2];
+  p->ow = y.shape[3];
+  return Status::ok();
+}
+
+} // namespace nn
+} // namespace cleave::rt

@@ -1,0 +1,130 @@
+//===- run_bundle.cpp - `cleave run BUNDLE`, shared by cleave and cleave-run ===//
+//
+// Everything between parsed flags and the trainer: flag checks, starting one
+// process per rank under mpirun, MPI start-up with a deadline, and the exit
+// status. cleave (the compiler) and cleave-run (the runtime alone, for
+// machines that run bundles compiled elsewhere) both call it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cleave/runtime/comm.h"
+#include "cleave/runtime/trainer.h"
+
+#include "plan/plan.pb.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+namespace cleave::rt {
+
+static int fail(const std::string &message) {
+  std::cerr << "cleave: error: " << message << "\n";
+  return 1;
+}
+
+int runBundle(const RunBundleArgs &args) {
+  TrainOptions options;
+  options.bundleDir = args.bundle;
+  options.steps = args.steps;
+  options.data = args.data;
+  options.dumpDir = args.dumpDir;
+  options.logEvery = args.logEvery;
+  options.log = &std::cout;
+  options.metricsFile = args.metricsFile;
+  options.checkpointDir = args.checkpointDir;
+  options.saveEvery = args.saveEvery;
+  options.randomWeights = args.randomWeights;
+  if (args.keepCheckpoints < 0)
+    return fail("--keep-checkpoints must not be negative");
+  options.keepCheckpoints = args.keepCheckpoints;
+  options.resumeFrom = args.resumeFrom;
+  const std::string &progress = args.progress;
+  if (progress != "auto" && progress != "live" && progress != "lines")
+    return fail("--progress must be auto, live or lines, not '" + progress +
+                "'");
+  options.liveProgress =
+      progress == "live" || (progress == "auto" && ::isatty(1) != 0);
+  if (Status s = parseBackend(args.backend, &options.backend.backend); !s)
+    return fail(s.message());
+  if (Status s = parsePrecision(args.precision, &options.backend.precision);
+      !s)
+    return fail(s.message());
+  if (args.saveEvery < 0)
+    return fail("--save-every must not be negative");
+  if (args.saveEvery > 0 && args.checkpointDir.empty())
+    return fail("--save-every needs --checkpoint DIR");
+  if (!args.checkpointDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.checkpointDir, ec);
+    if (ec)
+      return fail("cannot create --checkpoint directory '" +
+                  args.checkpointDir + "': " + ec.message());
+  }
+  plan::Plan plan;
+  if (Status s = loadBundlePlan(args.bundle, &plan); !s)
+    return fail(s.message());
+  int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
+  if (args.ranks && args.ranks != tp)
+    return fail("bundle '" + args.bundle + "' is compiled for tp = " +
+                std::to_string(tp) + "; --ranks " +
+                std::to_string(args.ranks) +
+                " does not match (recompile with --tp " +
+                std::to_string(args.ranks) + ")");
+  if (tp == 1 && !launchedByMpi()) {
+    if (Status s = train(options); !s)
+      return fail(s.message());
+    return 0;
+  }
+  if (!launchedByMpi()) {
+    // Start one process per rank running this same command; they see a
+    // pipe, not the terminal, so the progress mode is decided here.
+    std::vector<std::string> argv = args.argv;
+    argv.push_back(std::string("--progress=") +
+                   (options.liveProgress ? "live" : "lines"));
+    Status s = launchRanks(argv, static_cast<int>(tp), 0);
+    if (!s && s.message().find("mpirun") != std::string::npos &&
+        s.message().find("PATH") != std::string::npos)
+      return fail(s.message());
+    return s ? 0 : 1; // the ranks printed their errors
+  }
+  // MPI start-up waits for every rank with no deadline of its own: a
+  // watchdog bounds it too.
+  std::atomic<bool> started{false};
+  std::thread watchdog([&started, limit = args.timeoutSeconds] {
+    auto until = std::chrono::steady_clock::now() +
+                 std::chrono::duration<double>(limit);
+    while (!started && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!started) {
+      std::cerr << "cleave: error: MPI start-up timed out after " << limit
+                << " s waiting for its peers (a rank died or hangs)\n";
+      std::cerr.flush();
+      std::_Exit(1);
+    }
+  });
+  std::unique_ptr<Communicator> comm;
+  Status made = makeMpiCommunicator({tp}, args.timeoutSeconds, &comm);
+  started = true;
+  watchdog.join();
+  if (!made) {
+    std::cerr << "cleave: error: " << made.message() << "\n";
+    abortAllRanks(1);
+  }
+  options.comm = comm.get();
+  if (Status s = train(options); !s) {
+    std::cerr << "cleave: error: rank " << comm->rank() << ": " << s.message()
+              << "\n";
+    std::cerr.flush();
+    abortAllRanks(1);
+  }
+  comm.reset();
+  finalizeMpi();
+  return 0;
+}
+
+} // namespace cleave::rt

@@ -1,0 +1,657 @@
+//===- executor.cpp - Runs a validated program on one GPU -----------------===//
+//
+// The plan's layout is kept as is: one device arena of the plan's size (the
+// compiler's buffer planner already packed every intermediate), one device
+// buffer per input and per constant, so every instruction's pointers are
+// fixed at load time. A step is enqueued on a compute stream; collectives go
+// to a communication stream and the compute stream waits for one only
+// before the first later instruction that touches its bytes, so a
+// collective overlaps whatever independent work the plan puts after it. From
+// the second step on the whole step is replayed as a CUDA graph (no launch
+// overhead per kernel).
+//
+// State stays on the GPU: carried inputs are refreshed from their outputs
+// by device copies at the end of each step; the host sees tensors only when
+// it asks (loss, checkpoints, dumps).
+//
+//===----------------------------------------------------------------------===//
+
+#include "collectives.h"
+#include "cuda_kernel.h"
+#include "matmul_cache.h"
+#include "program.h"
+
+#include "cleave/runtime/runner.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+namespace cleave::rt::cuda {
+
+namespace {
+
+using PrepareFn = Status (*)(const KernelInfo &, DeviceFn *);
+
+PrepareFn findKernel(const std::string &name) {
+  static const std::unordered_map<std::string, PrepareFn> table = {
+#define CLEAVE_KERNEL(NAME) {#NAME, &prepare_##NAME},
+#include "cleave/runtime/kernels.def"
+  };
+  auto it = table.find(name);
+  return it == table.end() ? nullptr : it->second;
+}
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+bool envFlag(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+/// The GPU of this process: its rank among the ranks on this host, modulo
+/// the GPUs it sees.
+int chooseDevice(const Communicator &comm, int count) {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                          "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char *v = std::getenv(var); v && *v)
+      return std::atoi(v) % count;
+  return comm.rank() % count;
+}
+
+struct Range {
+  int64_t begin, end;
+  bool overlaps(const Range &o) const {
+    return begin < o.end && o.begin < end;
+  }
+};
+
+struct Step {
+  const ProgramInstruction *inst = nullptr;
+  /// The instruction's index in the program (of the first, when fused).
+  size_t index = 0;
+  DeviceFn fn;
+  std::vector<const void *> operands;
+  std::vector<void *> results;
+  bool collective = false;
+  /// Arena bytes the instruction reads or writes.
+  std::vector<Range> ranges;
+  /// Collectives (indices into Runner::collectiveSteps) the compute stream
+  /// must wait for before this instruction.
+  std::vector<int> waitFor;
+  /// For a collective: its index in Runner::collectiveSteps.
+  int collectiveIndex = -1;
+};
+
+/// Whether instruction \p add only adds a bias (a vector over the last dim,
+/// broadcast over the rows) to the result of matmul \p mm, which nothing
+/// else uses: then the pair is one cuBLASLt call with a bias epilogue.
+/// Returns the bias operand's position in the add, or -1.
+int biasOperand(const LoadedProgram &program, const ProgramInstruction &mm,
+                const ProgramInstruction &add, const std::vector<int> &uses) {
+  if (mm.info.kernel != "matmul" || add.info.kernel != "add" ||
+      mm.results.size() != 1 || add.operands.size() != 2 ||
+      add.results.size() != 1)
+    return -1;
+  int32_t r = mm.results[0];
+  if (r < 0 || uses[r] != 1 || add.results[0] < 0)
+    return -1;
+  int pos = add.operands[0] == r ? 1 : add.operands[1] == r ? 0 : -1;
+  if (pos < 0 || add.operands[pos] < 0 || add.operands[pos] == r)
+    return -1;
+  const ProgramValue &rv = program.values[r];
+  const ProgramValue &bias = program.values[add.operands[pos]];
+  const ProgramValue &out = program.values[add.results[0]];
+  if (bias.type.dtype != DType::F32 || out.type.shape != rv.type.shape ||
+      out.type.dtype != DType::F32 || bias.type.rank() != rv.type.rank())
+    return -1;
+  for (size_t d = 0; d + 1 < bias.type.shape.size(); ++d)
+    if (bias.type.shape[d] != 1)
+      return -1;
+  if (bias.type.shape.back() != rv.type.shape.back())
+    return -1;
+  // cuBLASLt reads the bias while it writes the result: they must not share
+  // bytes.
+  if (bias.storage == Storage::Arena && out.storage == Storage::Arena &&
+      bias.offset < out.offset + out.numBytes &&
+      out.offset < bias.offset + bias.numBytes)
+    return -1;
+  return pos;
+}
+
+class CudaRunner final : public StepRunner {
+public:
+  ~CudaRunner() override;
+  Status load(LoadedProgram program, Communicator *comm, bool bf16);
+
+  Backend backend() const override { return Backend::Cuda; }
+  Status carry(size_t input, size_t output) override;
+  Status setInput(size_t i, HostTensor value) override;
+  Status run() override;
+  Status getInput(size_t i, HostTensor *value) override;
+  Status getOutput(size_t o, HostTensor *value) override;
+  size_t numInputs() const override { return program_.inputs.size(); }
+  DType inputDType(size_t i) const override {
+    return program_.values[program_.inputs[i]].type.dtype;
+  }
+  const std::vector<int64_t> &inputShape(size_t i) const override {
+    return program_.values[program_.inputs[i]].type.shape;
+  }
+
+private:
+  Status allocate();
+  Status bind();
+  Status enqueue();
+  Status copyOut(const ProgramValue &v, const void *src, HostTensor *out);
+  std::string where(size_t i) const {
+    const ProgramInstruction &inst = program_.instructions[i];
+    return describeInstruction(i, inst.info.kernel, inst.location);
+  }
+
+  LoadedProgram program_;
+  Communicator *comm_ = nullptr;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr, commStream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void *arena_ = nullptr, *workspace_ = nullptr, *castScratch_ = nullptr;
+  int *errorFlag_ = nullptr;
+  std::vector<void *> constants_, inputs_;
+  std::unique_ptr<MatmulCache> matmuls_;
+  std::unique_ptr<Collectives> collectives_;
+  Context ctx_;
+  std::vector<Step> steps_;
+  /// Per collective: recorded on the compute stream before it (the comm
+  /// stream waits for it), and on the comm stream after it.
+  std::vector<cudaEvent_t> ready_, done_;
+  /// Collectives still unjoined after the last instruction.
+  std::vector<int> finalWaits_;
+  /// Index in steps_ of each collective.
+  std::vector<size_t> collectiveSteps_;
+  size_t collectiveStep(int c) const { return collectiveSteps_[c]; }
+  std::vector<std::pair<size_t, size_t>> carried_;
+  cudaGraphExec_t graph_ = nullptr;
+  bool useGraph_ = true, syncEach_ = false, fuseBias_ = true;
+  int64_t runs_ = 0;
+};
+
+CudaRunner::~CudaRunner() {
+  if (stream_)
+    cudaStreamSynchronize(stream_);
+  if (commStream_)
+    cudaStreamSynchronize(commStream_);
+  if (graph_)
+    cudaGraphExecDestroy(graph_);
+  for (cudaEvent_t e : ready_)
+    cudaEventDestroy(e);
+  for (cudaEvent_t e : done_)
+    cudaEventDestroy(e);
+  collectives_.reset();
+  matmuls_.reset();
+  for (void *p : constants_)
+    cudaFree(p);
+  for (void *p : inputs_)
+    cudaFree(p);
+  for (void *p : {arena_, workspace_, castScratch_,
+                  static_cast<void *>(errorFlag_)})
+    if (p)
+      cudaFree(p);
+  if (lt_)
+    cublasLtDestroy(lt_);
+  if (commStream_)
+    cudaStreamDestroy(commStream_);
+  if (stream_)
+    cudaStreamDestroy(stream_);
+}
+
+Status mallocZeroed(void **p, size_t bytes, const std::string &what) {
+  // Even empty buffers get an address, as on the CPU.
+  if (Status s = cudaStatus(cudaMalloc(p, bytes ? bytes : 256),
+                            ("cudaMalloc (" + what + ")").c_str());
+      !s)
+    return s;
+  return cudaStatus(cudaMemset(*p, 0, bytes ? bytes : 256), "cudaMemset");
+}
+
+Status CudaRunner::allocate() {
+  if (Status s = mallocZeroed(&arena_, program_.arenaBytes,
+                              "an arena of " +
+                                  std::to_string(program_.arenaBytes) +
+                                  " bytes");
+      !s)
+    return s;
+  for (const std::string &c : program_.constants) {
+    void *p = nullptr;
+    if (Status s = mallocZeroed(&p, c.size(), "constants"); !s)
+      return s;
+    constants_.push_back(p);
+    if (Status s = cudaStatus(
+            cudaMemcpy(p, c.data(), c.size(), cudaMemcpyHostToDevice),
+            "cudaMemcpy (constants)");
+        !s)
+      return s;
+  }
+  program_.constants.clear();
+  for (int32_t id : program_.inputs) {
+    void *p = nullptr;
+    if (Status s = mallocZeroed(&p, program_.values[id].numBytes, "inputs");
+        !s)
+      return s;
+    inputs_.push_back(p);
+  }
+  if (Status s = cudaStatus(cudaMalloc(&workspace_, kWorkspaceBytes),
+                            "cudaMalloc (cuBLASLt workspace)");
+      !s)
+    return s;
+  if (Status s = mallocZeroed(reinterpret_cast<void **>(&errorFlag_),
+                              2 * sizeof(int), "error flag");
+      !s)
+    return s;
+  if (ctx_.bf16) {
+    int64_t elements = 0;
+    for (const ProgramInstruction &inst : program_.instructions)
+      if (inst.info.kernel == "matmul")
+        elements = std::max(elements, bf16ScratchElements(inst.info));
+    ctx_.castScratchBytes = static_cast<size_t>(elements) * 2;
+    if (Status s =
+            mallocZeroed(&castScratch_, ctx_.castScratchBytes, "bf16 scratch");
+        !s)
+      return s;
+    ctx_.castScratch = castScratch_;
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::bind() {
+  auto pointer = [&](int32_t id) -> uint8_t * {
+    if (id < 0)
+      return nullptr;
+    const ProgramValue &v = program_.values[id];
+    switch (v.storage) {
+    case Storage::Input:
+      return static_cast<uint8_t *>(inputs_[v.index]) + v.offset;
+    case Storage::Constant:
+      return static_cast<uint8_t *>(constants_[v.index]) + v.offset;
+    default:
+      return static_cast<uint8_t *>(arena_) + v.offset;
+    }
+  };
+  std::vector<std::vector<int64_t>> axesSets;
+  size_t scratch = 0;
+  std::vector<int> outstanding;
+  std::vector<int> uses(program_.values.size(), 0);
+  for (const ProgramInstruction &inst : program_.instructions)
+    for (int32_t id : inst.operands)
+      if (id >= 0)
+        ++uses[id];
+  for (int32_t id : program_.outputs)
+    ++uses[id];
+  auto prepareOne = [&](size_t i, DeviceFn *fn) {
+    const ProgramInstruction &inst = program_.instructions[i];
+    PrepareFn prepare = findKernel(inst.info.kernel);
+    if (!prepare)
+      return Status::error(where(i) + ": no CUDA kernel");
+    if (Status s = prepare(inst.info, fn); !s)
+      return Status::error(where(i) + ": " + s.message());
+    return Status::ok();
+  };
+  for (size_t i = 0; i < program_.instructions.size(); ++i) {
+    const ProgramInstruction &inst = program_.instructions[i];
+    Step step;
+    step.inst = &inst;
+    step.index = i;
+    if (Status s = prepareOne(i, &step.fn); !s)
+      return s;
+    std::vector<int32_t> operands = inst.operands, results = inst.results;
+    // matmul + bias add: one cuBLASLt call (prepareMatmulBias).
+    int pos = fuseBias_ && i + 1 < program_.instructions.size()
+                  ? biasOperand(program_, inst, program_.instructions[i + 1],
+                                uses)
+                  : -1;
+    if (pos >= 0) {
+      const ProgramInstruction &add = program_.instructions[i + 1];
+      DeviceFn addFn, fused;
+      if (Status s = prepareOne(i + 1, &addFn); !s)
+        return s;
+      if (prepareMatmulBias(inst.info, step.fn, addFn, &fused)) {
+        step.fn = std::move(fused);
+        operands = {inst.operands[0], inst.operands[1], add.operands[pos],
+                    add.operands[0], add.operands[1]};
+        results = {add.results[0], inst.results[0]};
+        ++i;
+      }
+    }
+    step.operands.assign(std::max(operands.size(), kMinArgSlots), nullptr);
+    step.results.assign(std::max(results.size(), kMinArgSlots), nullptr);
+    for (size_t k = 0; k < operands.size(); ++k)
+      step.operands[k] = pointer(operands[k]);
+    for (size_t k = 0; k < results.size(); ++k)
+      step.results[k] = pointer(results[k]);
+    for (const std::vector<int32_t> *ids : {&operands, &results})
+      for (int32_t id : *ids)
+        if (id >= 0 && program_.values[id].storage == Storage::Arena &&
+            program_.values[id].numBytes > 0)
+          step.ranges.push_back({program_.values[id].offset,
+                                 program_.values[id].offset +
+                                     program_.values[id].numBytes});
+    step.collective = isCollective(inst.info.kernel);
+    if (step.collective) {
+      step.collectiveIndex = static_cast<int>(ready_.size());
+      cudaEvent_t ready = nullptr, done = nullptr;
+      if (Status s = cudaStatus(
+              cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+              "cudaEventCreate");
+          !s)
+        return s;
+      ready_.push_back(ready);
+      if (Status s = cudaStatus(
+              cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+              "cudaEventCreate");
+          !s)
+        return s;
+      done_.push_back(done);
+      outstanding.push_back(step.collectiveIndex);
+      axesSets.push_back(inst.info.attrs.at("axes").ints);
+      scratch = std::max(scratch, collectiveScratchBytes(inst.info));
+    } else {
+      // Wait for a collective before touching any of its bytes: reading its
+      // result, or overwriting its operand or result (arena reuse).
+      for (auto it = outstanding.begin(); it != outstanding.end();) {
+        const Step &c = steps_[collectiveStep(*it)];
+        bool touches = false;
+        for (const Range &r : step.ranges)
+          for (const Range &q : c.ranges)
+            touches |= r.overlaps(q);
+        if (touches) {
+          step.waitFor.push_back(*it);
+          it = outstanding.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    if (step.collective)
+      collectiveSteps_.push_back(steps_.size());
+    steps_.push_back(std::move(step));
+  }
+  finalWaits_ = outstanding;
+  return Collectives::create(comm_, axesSets, scratch, &collectives_);
+}
+
+Status CudaRunner::load(LoadedProgram program, Communicator *comm, bool bf16) {
+  program_ = std::move(program);
+  comm_ = comm;
+  ctx_.bf16 = bf16;
+  useGraph_ = !envFlag("CLEAVE_CUDA_NO_GRAPH");
+  // Debugging aid: synchronise after every instruction so that an
+  // asynchronous fault is reported against the instruction that caused it.
+  syncEach_ = envFlag("CLEAVE_CUDA_SYNC");
+  fuseBias_ = !envFlag("CLEAVE_CUDA_NO_FUSION");
+  if (syncEach_)
+    useGraph_ = false;
+  int count = 0;
+  if (Status s = cudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+      !s)
+    return s;
+  if (count <= 0)
+    return Status::error("no CUDA GPU is present");
+  device_ = chooseDevice(*comm, count);
+  if (Status s = cudaStatus(cudaSetDevice(device_), "cudaSetDevice"); !s)
+    return s;
+  if (Status s = cudaStatus(
+          cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+      !s)
+    return s;
+  if (Status s = cudaStatus(
+          cudaStreamCreateWithFlags(&commStream_, cudaStreamNonBlocking),
+          "cudaStreamCreate");
+      !s)
+    return s;
+  if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS)
+    return Status::error("cublasLtCreate failed");
+  if (Status s = allocate(); !s)
+    return s;
+  matmuls_ = std::make_unique<MatmulCache>(lt_, kWorkspaceBytes);
+  ctx_.stream = stream_;
+  ctx_.lt = lt_;
+  ctx_.workspace = workspace_;
+  ctx_.workspaceBytes = kWorkspaceBytes;
+  ctx_.errorFlag = errorFlag_;
+  ctx_.matmuls = matmuls_.get();
+  if (Status s = bind(); !s)
+    return s;
+  ctx_.collectives = collectives_.get();
+  return Status::ok();
+}
+
+Status CudaRunner::carry(size_t input, size_t output) {
+  if (input >= program_.inputs.size() || output >= program_.outputs.size())
+    return Status::error("carry: no input " + std::to_string(input) +
+                         " or output " + std::to_string(output));
+  const ProgramValue &in = program_.values[program_.inputs[input]];
+  const ProgramValue &out = program_.values[program_.outputs[output]];
+  if (in.type.dtype != out.type.dtype || in.type.shape != out.type.shape)
+    return Status::error("carry: input " + in.type.str() + " and output " +
+                         out.type.str() + " differ");
+  carried_.emplace_back(input, output);
+  // The graph holds the carried copies: record it again.
+  if (graph_) {
+    cudaGraphExecDestroy(graph_);
+    graph_ = nullptr;
+    runs_ = 0;
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::setInput(size_t i, HostTensor value) {
+  if (i >= program_.inputs.size())
+    return Status::error("no input " + std::to_string(i));
+  const ProgramValue &v = program_.values[program_.inputs[i]];
+  if (value.dtype != v.type.dtype || value.shape != v.type.shape ||
+      static_cast<int64_t>(value.bytes.size()) != v.numBytes)
+    return Status::error("input " + std::to_string(i) + " ('" +
+                         program_.inputNames[i] + "'): expected " +
+                         v.type.str() + ", got " +
+                         describeTensor(value.dtype, value.shape));
+  if (v.numBytes == 0)
+    return Status::ok();
+  return cudaStatus(cudaMemcpy(inputs_[i], value.bytes.data(),
+                               static_cast<size_t>(v.numBytes),
+                               cudaMemcpyHostToDevice),
+                    "cudaMemcpy (input)");
+}
+
+Status CudaRunner::enqueue() {
+  if (Status s = cudaStatus(
+          cudaMemsetAsync(errorFlag_, 0, 2 * sizeof(int), stream_),
+          "cudaMemsetAsync");
+      !s)
+    return s;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step &step = steps_[i];
+    KernelArgs args{step.operands.data(), step.results.data()};
+    ctx_.instruction = static_cast<int>(step.index);
+    Status s = Status::ok();
+    if (step.collective) {
+      int c = step.collectiveIndex;
+      s = cudaStatus(cudaEventRecord(ready_[c], stream_), "cudaEventRecord");
+      if (s)
+        s = cudaStatus(cudaStreamWaitEvent(commStream_, ready_[c], 0),
+                       "cudaStreamWaitEvent");
+      ctx_.stream = commStream_;
+      if (s)
+        s = step.fn(args, ctx_);
+      ctx_.stream = stream_;
+      if (s)
+        s = cudaStatus(cudaEventRecord(done_[c], commStream_),
+                       "cudaEventRecord");
+    } else {
+      for (int c : step.waitFor)
+        if (s)
+          s = cudaStatus(cudaStreamWaitEvent(stream_, done_[c], 0),
+                         "cudaStreamWaitEvent");
+      if (s)
+        s = step.fn(args, ctx_);
+    }
+    if (s && syncEach_) {
+      s = cudaStatus(cudaStreamSynchronize(commStream_), "cudaStreamSynchronize");
+      if (s)
+        s = cudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+    if (!s)
+      return Status::error(where(step.index) + ": " + s.message());
+  }
+  for (int c : finalWaits_)
+    if (Status s = cudaStatus(cudaStreamWaitEvent(stream_, done_[c], 0),
+                              "cudaStreamWaitEvent");
+        !s)
+      return s;
+  for (auto [input, output] : carried_) {
+    const ProgramValue &v = program_.values[program_.outputs[output]];
+    const uint8_t *src = static_cast<const uint8_t *>(arena_) + v.offset;
+    if (v.storage != Storage::Arena)
+      continue; // an output that is an input or constant never changes
+    if (v.numBytes)
+      if (Status s = cudaStatus(cudaMemcpyAsync(inputs_[input], src,
+                                                static_cast<size_t>(v.numBytes),
+                                                cudaMemcpyDeviceToDevice,
+                                                stream_),
+                                "cudaMemcpyAsync (state)");
+          !s)
+        return s;
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::run() {
+  if (useGraph_ && runs_ >= 1 && !graph_) {
+    // The first run was eager: cuBLASLt's algorithm choices are made and
+    // every launch is known to enqueue. Record the step once.
+    cudaGraph_t graph = nullptr;
+    Status s = cudaStatus(
+        cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+        "cudaStreamBeginCapture");
+    if (s)
+      s = enqueue();
+    cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (s)
+      s = cudaStatus(ended, "cudaStreamEndCapture");
+    if (s)
+      s = cudaStatus(cudaGraphInstantiate(&graph_, graph, 0),
+                     "cudaGraphInstantiate");
+    if (graph)
+      cudaGraphDestroy(graph);
+    if (!s) {
+      // Not capturable (a library that synchronises): run eagerly.
+      cudaGetLastError();
+      graph_ = nullptr;
+      useGraph_ = false;
+    }
+  }
+  Status s = graph_ ? cudaStatus(cudaGraphLaunch(graph_, stream_),
+                                 "cudaGraphLaunch")
+                    : enqueue();
+  if (!s)
+    return s;
+  if (Status done = cudaStatus(cudaStreamSynchronize(stream_),
+                               "the step on the GPU");
+      !done)
+    return Status::error(done.message() +
+                         " (set CLEAVE_CUDA_SYNC=1 to find the instruction)");
+  ++runs_;
+  int flag[2] = {0, 0};
+  if (Status e = cudaStatus(cudaMemcpy(flag, errorFlag_, sizeof(flag),
+                                       cudaMemcpyDeviceToHost),
+                            "cudaMemcpy (error flag)");
+      !e)
+    return e;
+  if (flag[0] != 0) {
+    size_t i = static_cast<size_t>(flag[0] - 1);
+    std::string what = flag[1] == kErrorIndexOutOfRange
+                           ? "an index is out of range"
+                       : flag[1] == kErrorDivisionByZero
+                           ? "integer division by zero"
+                           : "error " + std::to_string(flag[1]);
+    return Status::error((i < program_.instructions.size() ? where(i)
+                                                           : "instruction ?") +
+                         ": " + what);
+  }
+  return Status::ok();
+}
+
+Status CudaRunner::copyOut(const ProgramValue &v, const void *src,
+                           HostTensor *out) {
+  *out = HostTensor::zeros(v.type.dtype, v.type.shape);
+  if (v.numBytes == 0)
+    return Status::ok();
+  return cudaStatus(cudaMemcpy(out->bytes.data(), src,
+                               static_cast<size_t>(v.numBytes),
+                               cudaMemcpyDeviceToHost),
+                    "cudaMemcpy (to host)");
+}
+
+Status CudaRunner::getInput(size_t i, HostTensor *value) {
+  if (i >= program_.inputs.size())
+    return Status::error("no input " + std::to_string(i));
+  return copyOut(program_.values[program_.inputs[i]], inputs_[i], value);
+}
+
+Status CudaRunner::getOutput(size_t o, HostTensor *value) {
+  if (o >= program_.outputs.size())
+    return Status::error("no output " + std::to_string(o));
+  if (runs_ == 0)
+    return Status::error("output " + std::to_string(o) +
+                         " is not available before a run");
+  const ProgramValue &v = program_.values[program_.outputs[o]];
+  const uint8_t *base =
+      v.storage == Storage::Input
+          ? static_cast<const uint8_t *>(inputs_[v.index])
+      : v.storage == Storage::Constant
+          ? static_cast<const uint8_t *>(constants_[v.index])
+          : static_cast<const uint8_t *>(arena_);
+  return copyOut(v, base + v.offset, value);
+}
+
+} // namespace
+
+} // namespace cleave::rt::cuda
+
+// The plugin's entry points (runtime/cpu/runner.cpp loads them).
+
+#define CLEAVE_EXPORT extern "C" __attribute__((visibility("default")))
+
+CLEAVE_EXPORT int cleave_cuda_probe(std::string *reason) {
+  // The runtime library loads without a driver; say plainly when there is
+  // none rather than relay "driver version is insufficient".
+  if (void *driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    ::dlclose(driver);
+  } else {
+    *reason = "no NVIDIA driver on this machine (libcuda.so.1 is missing)";
+    return 0;
+  }
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    *reason = std::string("no usable CUDA GPU (") + cudaGetErrorString(e) + ")";
+    return 0;
+  }
+  if (count == 0)
+    *reason = "no CUDA GPU is present";
+  return count;
+}
+
+CLEAVE_EXPORT int cleave_cuda_create(const cleave::rt::LoadedProgram *program,
+                                     cleave::rt::Communicator *comm,
+                                     int precision,
+                                     cleave::rt::StepRunner **result,
+                                     std::string *error) {
+  auto runner = std::make_unique<cleave::rt::cuda::CudaRunner>();
+  if (cleave::rt::Status s = runner->load(*program, comm, precision == 1); !s) {
+    *error = s.message();
+    return 1;
+  }
+  *result = runner.release();
+  return 0;
+}
