@@ -29,7 +29,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 inc="-I$root/runtime/include -I$root/runtime/cpu -I$root/runtime/cuda -I$nccl_inc -I$cuda/include"
 arch="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 srcs=$(ls "$root"/runtime/cuda/*.cu "$root"/runtime/cuda/*.cpp \
-  "$root"/runtime/cpu/{kernel_support,comm,nn_plan,types}.cpp)
+  "$root"/runtime/cpu/{kernel_support,comm,fusion,nn_plan,types}.cpp)
 echo "$srcs" | xargs -P "$(nproc)" -I{} sh -c '
   f={}; o='"$work"'/$(basename "$f").o
   case "$f" in

@@ -30,8 +30,15 @@ mode=${1:-}
 shift || true
 cpu=0
 [ "${1:-}" = "--cpu" ] && cpu=1
-py=${PYTHON:-python3}
-[ -x /usr/bin/python3 ] && [ "$mode" = prepare ] && py=/usr/bin/python3
+# The first Python with NumPy (the GPU machine's python3 holds PyTorch; on a
+# Debian development machine that is /usr/bin/python3).
+py=${PYTHON:-}
+if [ -z "$py" ]; then
+  for candidate in python3 /usr/bin/python3; do
+    if "$candidate" -c 'import numpy' 2>/dev/null; then py=$candidate; break; fi
+  done
+fi
+py=${py:-python3}
 
 # Shapes: GPT-2-small, or tiny for the CPU dry run.
 gpt2=(--layers 12 --d 768 --heads 12 --mlp 3072 --vocab 50304 --seq 1024 --batch 8)

@@ -310,6 +310,7 @@ Status loadProgram(const plan::Program &program, Communicator *comm,
   loaded.constants.assign(program.constants().begin(),
                           program.constants().end());
   loaded.arenaBytes = program.arena_bytes();
+  fuseElementwise(loaded);
   return Status::ok();
 }
 

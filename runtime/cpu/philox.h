@@ -18,13 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifndef CLEAVE_HOST_DEVICE
-#ifdef __CUDACC__
-#define CLEAVE_HOST_DEVICE __host__ __device__
-#else
-#define CLEAVE_HOST_DEVICE
-#endif
-#endif
+#include "host_device.h"
 
 namespace cleave::rt::philox {
 

@@ -11,8 +11,10 @@
 #ifndef CLEAVE_RUNTIME_CPU_PROGRAM_H
 #define CLEAVE_RUNTIME_CPU_PROGRAM_H
 
+#include "fusion.h"
 #include "kernel.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,9 @@ struct ProgramInstruction {
   std::vector<int32_t> operands, results;
   /// The CPU kernel the prepare function returned.
   KernelFn cpu;
+  /// Set for a "fused_elementwise" instruction (fusion.h): operands are its
+  /// inputs, results its outputs.
+  std::shared_ptr<const FusedProgram> fused;
 };
 
 struct LoadedProgram {

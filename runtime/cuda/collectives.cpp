@@ -110,13 +110,27 @@ Status Collectives::create(Communicator *comm,
     auto g = std::make_unique<Group>();
     g->size = static_cast<int>(comm->groupSize(axes));
     if (g->size > 1) {
-      ncclUniqueId id{};
+      // The group's first member makes the id; it is broadcast with a
+      // success flag even when making it failed, so no member waits for an
+      // id that will never come.
+      struct {
+        int ok;
+        ncclUniqueId id;
+      } shared{};
       int rank = static_cast<int>(comm->groupRank(axes));
-      if (rank == 0)
-        if (Status s = ncclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"); !s)
-          return s;
-      if (Status s = comm->broadcast(&id, sizeof(id), 0, axes); !s)
+      Status made = Status::ok();
+      if (rank == 0) {
+        made = ncclStatus(ncclGetUniqueId(&shared.id), "ncclGetUniqueId");
+        shared.ok = made ? 1 : 0;
+      }
+      if (Status s = comm->broadcast(&shared, sizeof(shared), 0, axes); !s)
         return Status::error("sharing the NCCL id: " + s.message());
+      if (!made)
+        return made;
+      if (!shared.ok)
+        return Status::error("the first rank of a NCCL group could not make "
+                             "its id");
+      ncclUniqueId id = shared.id;
       if (Status s = ncclStatus(ncclCommInitRank(&g->comm, g->size, id, rank),
                                 "ncclCommInitRank");
           !s)

@@ -27,6 +27,10 @@
 #include <functional>
 #include <string>
 
+namespace cleave::rt {
+struct FusedProgram;
+} // namespace cleave::rt
+
 namespace cleave::rt::cuda {
 
 /// Largest tensor rank the indexing kernels handle.
@@ -72,6 +76,9 @@ using DeviceFn = std::function<Status(const KernelArgs &, Context &)>;
 #define CLEAVE_KERNEL(NAME)                                                    \
   Status prepare_##NAME(const KernelInfo &, DeviceFn *);
 #include "cleave/runtime/kernels.def"
+
+/// A fused elementwise chain (runtime/cpu/fusion.h).
+Status prepareFused(const rt::FusedProgram &program, DeviceFn *fn);
 
 /// Ok, or an error naming the CUDA call and its message.
 Status cudaStatus(cudaError_t error, const char *what);

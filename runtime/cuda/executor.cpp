@@ -90,13 +90,16 @@ struct Step {
 /// else uses: then the pair is one cuBLASLt call with a bias epilogue.
 /// Returns the bias operand's position in the add, or -1.
 int biasOperand(const LoadedProgram &program, const ProgramInstruction &mm,
-                const ProgramInstruction &add, const std::vector<int> &uses) {
+                const ProgramInstruction &add, const std::vector<int> &uses,
+                const std::vector<bool> &viewed) {
   if (mm.info.kernel != "matmul" || add.info.kernel != "add" ||
       mm.results.size() != 1 || add.operands.size() != 2 ||
       add.results.size() != 1)
     return -1;
   int32_t r = mm.results[0];
-  if (r < 0 || uses[r] != 1 || add.results[0] < 0)
+  // Fused, the matmul's result is never written: nothing else may read it,
+  // under its own id or through a view of its bytes.
+  if (r < 0 || uses[r] != 1 || viewed[r] || add.results[0] < 0)
     return -1;
   int pos = add.operands[0] == r ? 1 : add.operands[1] == r ? 0 : -1;
   if (pos < 0 || add.operands[pos] < 0 || add.operands[pos] == r)
@@ -114,9 +117,16 @@ int biasOperand(const LoadedProgram &program, const ProgramInstruction &mm,
     return -1;
   // cuBLASLt reads the bias while it writes the result: they must not share
   // bytes.
-  if (bias.storage == Storage::Arena && out.storage == Storage::Arena &&
-      bias.offset < out.offset + out.numBytes &&
-      out.offset < bias.offset + bias.numBytes)
+  // cuBLASLt reads the bias and the matmul's operands while it writes the
+  // add's result, which the buffer planner may have placed over an operand
+  // whose last use is the matmul.
+  auto overlaps = [&](const ProgramValue &v) {
+    return v.storage == Storage::Arena && out.storage == Storage::Arena &&
+           v.offset < out.offset + out.numBytes &&
+           out.offset < v.offset + v.numBytes;
+  };
+  if (overlaps(bias) || overlaps(program.values[mm.operands[0]]) ||
+      overlaps(program.values[mm.operands[1]]))
     return -1;
   return pos;
 }
@@ -143,6 +153,11 @@ public:
 private:
   Status allocate();
   Status bind();
+  Status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+              const char *what);
+  Status mallocZeroed(void **p, size_t bytes, const std::string &what);
+  /// The device address of value \p id (null for -1).
+  uint8_t *pointer(int32_t id) const;
   Status enqueue();
   Status copyOut(const ProgramValue &v, const void *src, HostTensor *out);
   std::string where(size_t i) const {
@@ -170,7 +185,14 @@ private:
   /// Index in steps_ of each collective.
   std::vector<size_t> collectiveSteps_;
   size_t collectiveStep(int c) const { return collectiveSteps_[c]; }
-  std::vector<std::pair<size_t, size_t>> carried_;
+  struct Carry {
+    size_t input, output;
+    /// Device staging for a source outside the arena, else null.
+    void *staging;
+  };
+  std::vector<Carry> carried_;
+  /// Record the graph on the run after this many runs (eager before).
+  int64_t graphAfter_ = 1;
   cudaGraphExec_t graph_ = nullptr;
   bool useGraph_ = true, syncEach_ = false, fuseBias_ = true;
   int64_t runs_ = 0;
@@ -193,6 +215,9 @@ CudaRunner::~CudaRunner() {
     cudaFree(p);
   for (void *p : inputs_)
     cudaFree(p);
+  for (const Carry &c : carried_)
+    if (c.staging)
+      cudaFree(c.staging);
   for (void *p : {arena_, workspace_, castScratch_,
                   static_cast<void *>(errorFlag_)})
     if (p)
@@ -205,13 +230,34 @@ CudaRunner::~CudaRunner() {
     cudaStreamDestroy(stream_);
 }
 
-Status mallocZeroed(void **p, size_t bytes, const std::string &what) {
+// Host-side copies and memsets go through the compute stream and wait for
+// it: plain cudaMemcpy from pageable memory may return before the data
+// lands, and runs on the legacy stream, which the (non-blocking) compute
+// stream does not wait for.
+Status CudaRunner::copy(void *dst, const void *src, size_t bytes,
+                        cudaMemcpyKind kind, const char *what) {
+  if (bytes == 0)
+    return Status::ok();
+  if (Status s =
+          cudaStatus(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
+      !s)
+    return s;
+  return cudaStatus(cudaStreamSynchronize(stream_), what);
+}
+
+Status CudaRunner::mallocZeroed(void **p, size_t bytes,
+                                const std::string &what) {
   // Even empty buffers get an address, as on the CPU.
-  if (Status s = cudaStatus(cudaMalloc(p, bytes ? bytes : 256),
+  size_t size = bytes ? bytes : 256;
+  if (Status s = cudaStatus(cudaMalloc(p, size),
                             ("cudaMalloc (" + what + ")").c_str());
       !s)
     return s;
-  return cudaStatus(cudaMemset(*p, 0, bytes ? bytes : 256), "cudaMemset");
+  if (Status s = cudaStatus(cudaMemsetAsync(*p, 0, size, stream_),
+                            "cudaMemsetAsync");
+      !s)
+    return s;
+  return cudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
 Status CudaRunner::allocate() {
@@ -226,9 +272,8 @@ Status CudaRunner::allocate() {
     if (Status s = mallocZeroed(&p, c.size(), "constants"); !s)
       return s;
     constants_.push_back(p);
-    if (Status s = cudaStatus(
-            cudaMemcpy(p, c.data(), c.size(), cudaMemcpyHostToDevice),
-            "cudaMemcpy (constants)");
+    if (Status s = copy(p, c.data(), c.size(), cudaMemcpyHostToDevice,
+                        "cudaMemcpy (constants)");
         !s)
       return s;
   }
@@ -263,32 +308,33 @@ Status CudaRunner::allocate() {
   return Status::ok();
 }
 
+uint8_t *CudaRunner::pointer(int32_t id) const {
+  if (id < 0)
+    return nullptr;
+  const ProgramValue &v = program_.values[id];
+  switch (v.storage) {
+  case Storage::Input:
+    return static_cast<uint8_t *>(inputs_[v.index]) + v.offset;
+  case Storage::Constant:
+    return static_cast<uint8_t *>(constants_[v.index]) + v.offset;
+  default:
+    return static_cast<uint8_t *>(arena_) + v.offset;
+  }
+}
+
 Status CudaRunner::bind() {
-  auto pointer = [&](int32_t id) -> uint8_t * {
-    if (id < 0)
-      return nullptr;
-    const ProgramValue &v = program_.values[id];
-    switch (v.storage) {
-    case Storage::Input:
-      return static_cast<uint8_t *>(inputs_[v.index]) + v.offset;
-    case Storage::Constant:
-      return static_cast<uint8_t *>(constants_[v.index]) + v.offset;
-    default:
-      return static_cast<uint8_t *>(arena_) + v.offset;
-    }
-  };
   std::vector<std::vector<int64_t>> axesSets;
   size_t scratch = 0;
   std::vector<int> outstanding;
-  std::vector<int> uses(program_.values.size(), 0);
-  for (const ProgramInstruction &inst : program_.instructions)
-    for (int32_t id : inst.operands)
-      if (id >= 0)
-        ++uses[id];
-  for (int32_t id : program_.outputs)
-    ++uses[id];
+  std::vector<int> uses = useCounts(program_);
+  std::vector<bool> viewed = viewedValues(program_);
   auto prepareOne = [&](size_t i, DeviceFn *fn) {
     const ProgramInstruction &inst = program_.instructions[i];
+    if (inst.fused) {
+      if (Status s = prepareFused(*inst.fused, fn); !s)
+        return Status::error(where(i) + ": " + s.message());
+      return Status::ok();
+    }
     PrepareFn prepare = findKernel(inst.info.kernel);
     if (!prepare)
       return Status::error(where(i) + ": no CUDA kernel");
@@ -307,8 +353,15 @@ Status CudaRunner::bind() {
     // matmul + bias add: one cuBLASLt call (prepareMatmulBias).
     int pos = fuseBias_ && i + 1 < program_.instructions.size()
                   ? biasOperand(program_, inst, program_.instructions[i + 1],
-                                uses)
+                                uses, viewed)
                   : -1;
+    // cuBLASLt wants a 16-byte aligned bias vector.
+    if (pos >= 0 &&
+        reinterpret_cast<uintptr_t>(
+            pointer(program_.instructions[i + 1].operands[pos])) %
+                16 !=
+            0)
+      pos = -1;
     if (pos >= 0) {
       const ProgramInstruction &add = program_.instructions[i + 1];
       DeviceFn addFn, fused;
@@ -396,6 +449,18 @@ Status CudaRunner::load(LoadedProgram program, Communicator *comm, bool bf16) {
     return s;
   if (count <= 0)
     return Status::error("no CUDA GPU is present");
+  // NCCL needs a GPU per rank: two ranks of one host on one GPU fail deep
+  // inside ncclCommInitRank.
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                          "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"})
+    if (const char *v = std::getenv(var); v && *v) {
+      if (std::atoi(v) > count)
+        return Status::error(std::string(v) + " ranks run on this host but it "
+                             "has " + std::to_string(count) +
+                             " GPU(s): the CUDA backend needs one GPU per "
+                             "rank");
+      break;
+    }
   device_ = chooseDevice(*comm, count);
   if (Status s = cudaStatus(cudaSetDevice(device_), "cudaSetDevice"); !s)
     return s;
@@ -435,12 +500,20 @@ Status CudaRunner::carry(size_t input, size_t output) {
   if (in.type.dtype != out.type.dtype || in.type.shape != out.type.shape)
     return Status::error("carry: input " + in.type.str() + " and output " +
                          out.type.str() + " differ");
-  carried_.emplace_back(input, output);
+  Carry c{input, output, nullptr};
+  // An output that is (a view of) an input or a constant is staged, so that
+  // carried inputs can swap values.
+  if (out.storage != Storage::Arena)
+    if (Status s = mallocZeroed(&c.staging, static_cast<size_t>(out.numBytes),
+                                "carried state");
+        !s)
+      return s;
+  carried_.push_back(c);
   // The graph holds the carried copies: record it again.
   if (graph_) {
     cudaGraphExecDestroy(graph_);
     graph_ = nullptr;
-    runs_ = 0;
+    graphAfter_ = runs_ + 1;
   }
   return Status::ok();
 }
@@ -457,10 +530,8 @@ Status CudaRunner::setInput(size_t i, HostTensor value) {
                          describeTensor(value.dtype, value.shape));
   if (v.numBytes == 0)
     return Status::ok();
-  return cudaStatus(cudaMemcpy(inputs_[i], value.bytes.data(),
-                               static_cast<size_t>(v.numBytes),
-                               cudaMemcpyHostToDevice),
-                    "cudaMemcpy (input)");
+  return copy(inputs_[i], value.bytes.data(), static_cast<size_t>(v.numBytes),
+              cudaMemcpyHostToDevice, "cudaMemcpy (input)");
 }
 
 Status CudaRunner::enqueue() {
@@ -508,25 +579,34 @@ Status CudaRunner::enqueue() {
                               "cudaStreamWaitEvent");
         !s)
       return s;
-  for (auto [input, output] : carried_) {
-    const ProgramValue &v = program_.values[program_.outputs[output]];
-    const uint8_t *src = static_cast<const uint8_t *>(arena_) + v.offset;
-    if (v.storage != Storage::Arena)
-      continue; // an output that is an input or constant never changes
-    if (v.numBytes)
-      if (Status s = cudaStatus(cudaMemcpyAsync(inputs_[input], src,
-                                                static_cast<size_t>(v.numBytes),
-                                                cudaMemcpyDeviceToDevice,
-                                                stream_),
-                                "cudaMemcpyAsync (state)");
+  auto copyAsync = [&](void *dst, const void *src, int64_t bytes) {
+    if (bytes == 0 || dst == src)
+      return Status::ok();
+    return cudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                      cudaMemcpyDeviceToDevice, stream_),
+                      "cudaMemcpyAsync (state)");
+  };
+  // Sources outside the arena are staged first: they may be carried inputs.
+  for (const Carry &c : carried_)
+    if (c.staging)
+      if (Status s =
+              copyAsync(c.staging, pointer(program_.outputs[c.output]),
+                        program_.values[program_.outputs[c.output]].numBytes);
           !s)
         return s;
+  for (const Carry &c : carried_) {
+    int32_t id = program_.outputs[c.output];
+    const void *src = c.staging ? c.staging : pointer(id);
+    if (Status s = copyAsync(inputs_[c.input], src,
+                             program_.values[id].numBytes);
+        !s)
+      return s;
   }
   return Status::ok();
 }
 
 Status CudaRunner::run() {
-  if (useGraph_ && runs_ >= 1 && !graph_) {
+  if (useGraph_ && runs_ >= graphAfter_ && !graph_) {
     // The first run was eager: cuBLASLt's algorithm choices are made and
     // every launch is known to enqueue. Record the step once.
     cudaGraph_t graph = nullptr;
@@ -562,9 +642,8 @@ Status CudaRunner::run() {
                          " (set CLEAVE_CUDA_SYNC=1 to find the instruction)");
   ++runs_;
   int flag[2] = {0, 0};
-  if (Status e = cudaStatus(cudaMemcpy(flag, errorFlag_, sizeof(flag),
-                                       cudaMemcpyDeviceToHost),
-                            "cudaMemcpy (error flag)");
+  if (Status e = copy(flag, errorFlag_, sizeof(flag), cudaMemcpyDeviceToHost,
+                      "cudaMemcpy (error flag)");
       !e)
     return e;
   if (flag[0] != 0) {
@@ -586,10 +665,8 @@ Status CudaRunner::copyOut(const ProgramValue &v, const void *src,
   *out = HostTensor::zeros(v.type.dtype, v.type.shape);
   if (v.numBytes == 0)
     return Status::ok();
-  return cudaStatus(cudaMemcpy(out->bytes.data(), src,
-                               static_cast<size_t>(v.numBytes),
-                               cudaMemcpyDeviceToHost),
-                    "cudaMemcpy (to host)");
+  return copy(out->bytes.data(), src, static_cast<size_t>(v.numBytes),
+              cudaMemcpyDeviceToHost, "cudaMemcpy (to host)");
 }
 
 Status CudaRunner::getInput(size_t i, HostTensor *value) {
@@ -604,14 +681,8 @@ Status CudaRunner::getOutput(size_t o, HostTensor *value) {
   if (runs_ == 0)
     return Status::error("output " + std::to_string(o) +
                          " is not available before a run");
-  const ProgramValue &v = program_.values[program_.outputs[o]];
-  const uint8_t *base =
-      v.storage == Storage::Input
-          ? static_cast<const uint8_t *>(inputs_[v.index])
-      : v.storage == Storage::Constant
-          ? static_cast<const uint8_t *>(constants_[v.index])
-          : static_cast<const uint8_t *>(arena_);
-  return copyOut(v, base + v.offset, value);
+  return copyOut(program_.values[program_.outputs[o]],
+                 pointer(program_.outputs[o]), value);
 }
 
 } // namespace

@@ -88,10 +88,12 @@ Status Runner::run(const float *a, const float *b, float *c, Context &ctx,
                       "cudaMemsetAsync");
   const void *aData = a, *bData = b;
   if (ctx.bf16) {
-    if (static_cast<size_t>(aElements + bElements) * 2 > ctx.castScratchBytes)
+    if (static_cast<size_t>((aElements + 7) / 8 * 8 + bElements) * 2 >
+        ctx.castScratchBytes)
       return Status::error("bf16 scratch too small for a matmul");
     auto *a16 = static_cast<__nv_bfloat16 *>(ctx.castScratch);
-    __nv_bfloat16 *b16 = a16 + aElements;
+    // B's copy starts 16-byte aligned, so cuBLASLt's fast kernels qualify.
+    __nv_bfloat16 *b16 = a16 + (aElements + 7) / 8 * 8;
     toBf16<<<gridFor(aElements), kBlock, 0, ctx.stream>>>(a, a16, aElements);
     toBf16<<<gridFor(bElements), kBlock, 0, ctx.stream>>>(b, b16, bElements);
     if (Status s = launchStatus("matmul (bf16 operands)"); !s)
@@ -109,7 +111,9 @@ Status Runner::run(const float *a, const float *b, float *c, Context &ctx,
                                             bOffsets[i] * elem,
                                         p.strideB * elem));
   }
-  align = std::min(align, alignmentOf(c, p.strideC * 4));
+  // One call per matrix (unequally spaced batches) writes C at m*n steps.
+  align = std::min(align, alignmentOf(c, calls > 1 ? p.m * p.n * 4
+                                                   : p.strideC * 4));
   const MatmulPlan *plan = nullptr;
   MatmulKey key{p.transA,  p.transB, p.m,      p.n,   p.k,
                 p.batch,   p.strideA, p.strideB, p.strideC, ctx.bf16,
@@ -256,7 +260,8 @@ Status prepareMatmulBias(const KernelInfo &matmul, DeviceFn unfusedMatmul,
 }
 
 int64_t bf16ScratchElements(const KernelInfo &info) {
-  return info.operand(0).numElements() + info.operand(1).numElements();
+  return (info.operand(0).numElements() + 7) / 8 * 8 +
+         info.operand(1).numElements();
 }
 
 } // namespace cleave::rt::cuda

@@ -1,0 +1,97 @@
+//===- fused_ops.h - Scalar semantics of fusable elementwise ops -*- C++ -*-===//
+//
+// The element functions of the f32 kernels that elementwise fusion
+// (fusion.h) may merge, written once for the host and the device: the CPU's
+// fused loop gives bit-identical results to the separate kernels (each step
+// still rounds to f32), and the CUDA interpreter computes the same formulas.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_CPU_FUSED_OPS_H
+#define CLEAVE_RUNTIME_CPU_FUSED_OPS_H
+
+#include <cmath>
+#include <cstdint>
+
+#include "host_device.h"
+
+namespace cleave::rt {
+
+enum class FusedCode : uint8_t {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Max,
+  Min,
+  Pow,
+  Neg,
+  Abs,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Reciprocal,
+  Tanh,
+  Erf,
+  Sigmoid,
+  Relu,
+};
+
+CLEAVE_HOST_DEVICE inline bool isBinary(FusedCode c) {
+  return c <= FusedCode::Pow;
+}
+
+/// The f32 result of op \p c on \p a (and \p b), as the CPU kernels compute
+/// it (runtime/cpu/elementwise.cpp).
+CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
+  switch (c) {
+  case FusedCode::Add:
+    return a + b;
+  case FusedCode::Sub:
+    return a - b;
+  case FusedCode::Mul:
+    return a * b;
+  case FusedCode::Div:
+    return a / b;
+  case FusedCode::Max:
+    // NaN propagates, as in torch.maximum.
+    return a != a ? a : b != b ? b : (a < b ? b : a);
+  case FusedCode::Min:
+    return a != a ? a : b != b ? b : (b < a ? b : a);
+  case FusedCode::Pow:
+    return ::powf(a, b);
+  case FusedCode::Neg:
+    return -a;
+  case FusedCode::Abs:
+    return ::fabsf(a);
+  case FusedCode::Exp:
+    return ::expf(a);
+  case FusedCode::Log:
+    return ::logf(a);
+  case FusedCode::Sqrt:
+    return ::sqrtf(a);
+  case FusedCode::Rsqrt:
+    return 1.0f / ::sqrtf(a);
+  case FusedCode::Reciprocal:
+    return 1.0f / a;
+  case FusedCode::Tanh:
+    return ::tanhf(a);
+  case FusedCode::Erf:
+    return ::erff(a);
+  case FusedCode::Sigmoid: {
+    // exp of a non-positive argument only, so large |x| cannot overflow.
+    if (a >= 0)
+      return 1.0f / (1.0f + ::expf(-a));
+    float e = ::expf(a);
+    return e / (1.0f + e);
+  }
+  case FusedCode::Relu:
+    return a < 0.0f ? 0.0f : a;
+  }
+  return a;
+}
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_CPU_FUSED_OPS_H

@@ -1,0 +1,69 @@
+//===- fusion.h - Merges chains of elementwise instructions -----*- C++ -*-===//
+//
+// A run of consecutive f32 elementwise instructions over one shape (the
+// optimizer update, GELU, residual and scaling chains) becomes one
+// instruction that reads each input once, keeps the chain's intermediates in
+// registers and writes only the values used after it: one pass over memory
+// instead of one per op, and intermediates never touch the arena. Both
+// backends run the same fused program (the CPU in blocks of elements, CUDA
+// one thread per element), so the rewrite is checked on every CPU test: the
+// CPU's fused results are bit-identical to the separate kernels'.
+//
+// Runs are consecutive in the plan's order, so the plan's buffer
+// assignments stay valid: writing a value later inside its own lifetime is
+// safe, and an input whose bytes a chain output reuses must cover exactly
+// the same bytes (element i is read before it is written, by the same
+// thread) or none of them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_CPU_FUSION_H
+#define CLEAVE_RUNTIME_CPU_FUSION_H
+
+#include "fused_ops.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cleave::rt {
+
+struct LoadedProgram;
+
+struct FusedOp {
+  FusedCode code;
+  uint8_t dst, a, b;
+};
+
+/// One fused instruction: registers 0..inputs-1 are loaded from the
+/// operands (a scalar operand, of one element, is broadcast), each op writes
+/// a new register, and the outputs are stored from their registers.
+struct FusedProgram {
+  static constexpr int kMaxInputs = 16;
+  static constexpr int kMaxOutputs = 8;
+  static constexpr int kMaxRegisters = 48;
+  int64_t numElements = 0;
+  int numRegisters = 0;
+  std::vector<uint8_t> inputIsScalar;
+  std::vector<FusedOp> ops;
+  std::vector<uint8_t> outputRegisters;
+};
+
+/// Per value: how many instruction operands and program outputs name it.
+std::vector<int> useCounts(const LoadedProgram &program);
+
+/// Per value: whether another value that no instruction produces (a view:
+/// a reshape shares its value's bytes) overlaps its arena bytes. A fusion
+/// that stops writing a value must not stop writing one whose bytes are
+/// read under another name.
+std::vector<bool> viewedValues(const LoadedProgram &program);
+
+/// Rewrites runs of fusable instructions of \p program into
+/// "fused_elementwise" instructions (ProgramInstruction::fused), with CPU
+/// kernels. Does nothing when $CLEAVE_NO_FUSION is set (to compare).
+void fuseElementwise(LoadedProgram &program);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_CPU_FUSION_H

@@ -1,0 +1,74 @@
+//===- fused.cu - Fused elementwise chains (runtime/cpu/fusion.h) ---------===//
+//
+// One thread per element runs the chain's ops over registers; inputs are
+// read once and only the chain's live-out values are written. The program
+// travels as a kernel parameter (a few hundred bytes), so every thread reads
+// it from the constant bank.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda_common.cuh"
+#include "fused_ops.h"
+#include "fusion.h"
+
+#include <memory>
+
+namespace cleave::rt::cuda {
+
+namespace {
+
+constexpr int kMaxOps = FusedProgram::kMaxRegisters;
+
+struct DeviceProgram {
+  int numInputs, numOutputs, numOps;
+  const float *inputs[FusedProgram::kMaxInputs];
+  float *outputs[FusedProgram::kMaxOutputs];
+  uint8_t inputIsScalar[FusedProgram::kMaxInputs];
+  uint8_t outputRegisters[FusedProgram::kMaxOutputs];
+  FusedOp ops[kMaxOps];
+};
+
+__global__ void fusedKernel(DeviceProgram p, int64_t n) {
+  CLEAVE_GRID_LOOP(i, n) {
+    float r[FusedProgram::kMaxRegisters];
+    for (int k = 0; k < p.numInputs; ++k)
+      r[k] = p.inputs[k][p.inputIsScalar[k] ? 0 : i];
+    for (int o = 0; o < p.numOps; ++o) {
+      const FusedOp &op = p.ops[o];
+      r[op.dst] = applyFused(op.code, r[op.a], r[op.b]);
+    }
+    for (int o = 0; o < p.numOutputs; ++o)
+      p.outputs[o][i] = r[p.outputRegisters[o]];
+  }
+}
+
+} // namespace
+
+Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
+  if (program.ops.size() > static_cast<size_t>(kMaxOps) ||
+      program.inputIsScalar.size() > FusedProgram::kMaxInputs ||
+      program.outputRegisters.size() > FusedProgram::kMaxOutputs)
+    return Status::error("fused chain too long");
+  DeviceProgram p{};
+  p.numInputs = static_cast<int>(program.inputIsScalar.size());
+  p.numOutputs = static_cast<int>(program.outputRegisters.size());
+  p.numOps = static_cast<int>(program.ops.size());
+  for (int k = 0; k < p.numInputs; ++k)
+    p.inputIsScalar[k] = program.inputIsScalar[k];
+  for (int o = 0; o < p.numOutputs; ++o)
+    p.outputRegisters[o] = program.outputRegisters[o];
+  for (int o = 0; o < p.numOps; ++o)
+    p.ops[o] = program.ops[o];
+  int64_t n = program.numElements;
+  *fn = [p, n](const KernelArgs &args, Context &ctx) mutable {
+    for (int k = 0; k < p.numInputs; ++k)
+      p.inputs[k] = static_cast<const float *>(args.operands[k]);
+    for (int o = 0; o < p.numOutputs; ++o)
+      p.outputs[o] = static_cast<float *>(args.results[o]);
+    fusedKernel<<<gridFor(n), kBlock, 0, ctx.stream>>>(p, n);
+    return launchStatus("fused_elementwise");
+  };
+  return Status::ok();
+}
+
+} // namespace cleave::rt::cuda

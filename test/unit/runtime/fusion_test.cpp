@@ -1,0 +1,150 @@
+//===- fusion_test.cpp - Elementwise fusion: grouping, hazards, results ---===//
+
+#include "program.h"
+#include "test_util.h"
+
+#include "cleave/runtime/comm.h"
+
+#include <cstdlib>
+
+namespace cleave::rt::test {
+namespace {
+
+/// Runs \p program with fusion on or off; returns its outputs.
+std::vector<HostTensor> runWith(bool fuse, const plan::Program &program,
+                                const std::vector<HostTensor> &inputs) {
+  if (fuse)
+    unsetenv("CLEAVE_NO_FUSION");
+  else
+    setenv("CLEAVE_NO_FUSION", "1", 1);
+  std::unique_ptr<Executor> exec;
+  Status s = Executor::create(program, &exec);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  std::vector<HostTensor> out;
+  if (s)
+    EXPECT_TRUE(exec->run(inputs, &out).isOk());
+  unsetenv("CLEAVE_NO_FUSION");
+  return out;
+}
+
+/// Kernel names of \p program after loading (fusion on).
+std::vector<std::string> loadedKernels(const plan::Program &program) {
+  auto comm = makeSingleProcessCommunicator();
+  LoadedProgram loaded;
+  Status s = loadProgram(program, comm.get(), &loaded);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  std::vector<std::string> kernels;
+  for (const ProgramInstruction &inst : loaded.instructions)
+    kernels.push_back(inst.info.kernel);
+  return kernels;
+}
+
+void expectSameBits(const std::vector<HostTensor> &a,
+                    const std::vector<HostTensor> &b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].bytes, b[i].bytes) << "output " << i;
+}
+
+// An AdamW-like chain with a scalar, a live-out intermediate and a
+// reduction after it: one fused instruction, bit-identical results.
+TEST(Fusion, ChainIsOneInstructionWithTheSameBits) {
+  ProgramBuilder b;
+  Shape s = {37, 129}; // not a multiple of the CPU's 256-element chunks
+  int x = b.input("x", DType::F32, s), y = b.input("y", DType::F32, s);
+  int scale = b.constant(f32({1, 1}, {0.9f}));
+  int t0 = b.arena(DType::F32, s), t1 = b.arena(DType::F32, s),
+      t2 = b.arena(DType::F32, s), t3 = b.arena(DType::F32, s),
+      t4 = b.arena(DType::F32, s), sum = b.arena(DType::F32, {});
+  b.instruction("mul", {x, scale}, {t0});
+  b.instruction("add", {t0, y}, {t1});
+  b.instruction("abs", {t1}, {t2});
+  b.instruction("sqrt", {t2}, {t3});
+  b.instruction("div", {t1, t3}, {t4});
+  b.instruction("reduce_sum", {t1}, {sum}, {{"axes", {{0, 1}}}});
+  b.output(t4, "out");
+  b.output(sum, "sum");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise", "reduce_sum"}));
+  std::vector<HostTensor> in = {randomF32(s, 1), randomF32(s, 2)};
+  expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
+}
+
+// A chain output may reuse the bytes of a chain input that is dead by then
+// (the buffer planner does that), but fused, element i is written before
+// element i + 4 is read: only the very same bytes are safe.
+TEST(Fusion, OverlappingBuffersAreOnlyFusedWhenIdentical) {
+  for (bool shifted : {false, true}) {
+    ProgramBuilder b;
+    Shape s = {300};
+    int in = b.input("x", DType::F32, s);
+    int x = b.addValue(DType::F32, s, plan::Value::ARENA, 0, 0);
+    int t0 = b.addValue(DType::F32, s, plan::Value::ARENA, 2048, 0);
+    int out =
+        b.addValue(DType::F32, s, plan::Value::ARENA, shifted ? 16 : 0, 0);
+    b.program.set_arena_bytes(4096);
+    b.instruction("copy", {in}, {x});
+    b.instruction("exp", {x}, {t0}); // x's last use
+    b.instruction("neg", {t0}, {out});
+    b.output(out, "out");
+    std::vector<std::string> kernels = loadedKernels(b.program);
+    if (shifted)
+      EXPECT_EQ(kernels, (std::vector<std::string>{"copy", "exp", "neg"}));
+    else
+      EXPECT_EQ(kernels,
+                (std::vector<std::string>{"copy", "fused_elementwise"}));
+    std::vector<HostTensor> inputs = {randomF32(s, 3)};
+    std::vector<HostTensor> fused = runWith(true, b.program, inputs);
+    expectSameBits(fused, runWith(false, b.program, inputs));
+    // And the value is right: -exp(x).
+    ASSERT_EQ(fused.size(), 1u);
+    std::vector<float> got = values<float>(fused[0]),
+                       x0 = values<float>(inputs[0]);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], -std::exp(x0[i])) << i;
+  }
+}
+
+// A chain value read later through a view (a reshape is a second value on
+// the same bytes, not an instruction) is still written.
+TEST(Fusion, ValuesReadThroughViewsAreStillWritten) {
+  ProgramBuilder b;
+  int x = b.input("x", DType::F32, {4, 8});
+  int t0 = b.arena(DType::F32, {4, 8}), t1 = b.arena(DType::F32, {4, 8});
+  int view = b.addValue(DType::F32, {32}, plan::Value::ARENA,
+                        b.program.values(t0).offset(), 0);
+  int sum = b.arena(DType::F32, {});
+  b.instruction("exp", {x}, {t0});
+  b.instruction("neg", {t0}, {t1});
+  b.instruction("reduce_sum", {view}, {sum}, {{"axes", {{0}}}});
+  b.output(t1, "t1");
+  b.output(sum, "sum");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise", "reduce_sum"}));
+  std::vector<HostTensor> in = {randomF32({4, 8}, 5)};
+  std::vector<HostTensor> fused = runWith(true, b.program, in);
+  expectSameBits(fused, runWith(false, b.program, in));
+  ASSERT_EQ(fused.size(), 2u);
+  EXPECT_NE(values<float>(fused[1])[0], 0.0f);
+}
+
+// Different shapes, broadcasts of more than one element and other dtypes
+// are not fused.
+TEST(Fusion, OnlySameShapeF32ChainsFuse) {
+  ProgramBuilder b;
+  int x = b.input("x", DType::F32, {4, 8}), row = b.input("r", DType::F32, {1, 8});
+  int i = b.input("i", DType::I64, {4, 8});
+  int t0 = b.arena(DType::F32, {4, 8}), t1 = b.arena(DType::F32, {4, 8});
+  int t2 = b.arena(DType::I64, {4, 8}), t3 = b.arena(DType::I64, {4, 8});
+  b.instruction("add", {x, row}, {t0}); // a row broadcast: not fused
+  b.instruction("exp", {t0}, {t1});
+  b.instruction("neg", {i}, {t2});
+  b.instruction("abs", {t2}, {t3});
+  b.output(t1, "a");
+  b.output(t3, "b");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"add", "exp", "neg", "abs"}));
+}
+
+} // namespace
+} // namespace cleave::rt::test
