@@ -22,7 +22,8 @@
 #     tiny shapes, to dry-run this script where there is no GPU.
 #
 # Budget: under 8 minutes on an H200 (the plugin build ~1 min on 16 cores,
-# the zoo ~1 min, torch.compile's compilation ~1-2 min).
+# the zoo ~1 min, torch.compile's compilation ~1-2 min); every stage runs
+# under `timeout`, so a hang costs its stage, not the machine's lease.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pack=$root/bench/gpu/pack
@@ -91,7 +92,7 @@ run() {
 
   echo "== build the CUDA backend from source ($((SECONDS - start)) s)"
   local plugin=$pack/lib/libcleave_cuda.so
-  if "$root"/bench/gpu/build_plugin.sh "$plugin"; then
+  if timeout 180 "$root"/bench/gpu/build_plugin.sh "$plugin"; then
     echo '{"check": "plugin build", "ok": true}' >> "$log"
   else
     echo "build failed: using the plugin built by 'prepare'"
@@ -101,7 +102,7 @@ run() {
   export CLEAVE_CUDA_PLUGIN=$plugin
 
   echo "== GPU unit tests: every kernel against the CPU backend ($((SECONDS - start)) s)"
-  "$pack"/bin/cleave-unit-tests --gtest_filter='Cuda*' 2>&1 | tail -25
+  timeout 150 "$pack"/bin/cleave-unit-tests --gtest_filter='Cuda*' 2>&1 | tail -25
   echo "{\"check\": \"unit\", \"ok\": $([ "${PIPESTATUS[0]}" = 0 ] && echo true || echo false)}" >> "$log"
 
   echo "== zoo: one train step, $backend vs the CPU backend ($((SECONDS - start)) s)"
@@ -114,7 +115,7 @@ run() {
       local case=$pack/zoo/$(basename "$(dirname "$run")") opt=$(basename "$run")
       local dump=/tmp/cleave-check/$(basename "$case")-$opt-$precision
       rm -rf "$dump"
-      if "$pack"/bin/cleave-run "$run"/bundle --steps 1 --inputs "$case"/inputs \
+      if timeout 60 "$pack"/bin/cleave-run "$run"/bundle --steps 1 --inputs "$case"/inputs \
           --dump "$dump" --backend $backend --precision $precision --progress lines >/dev/null 2>"$dump.err" &&
         "$py" "$root"/zoo/check_zoo.py --dump-dir "$dump" --case "$case" --optimizer "$opt" \
           --cpu-dump "$run"/dump --rtol $rtol | sed "s/^/$precision /"; then
@@ -131,10 +132,11 @@ run() {
   echo "== GPT train step: Cleave vs PyTorch ($((SECONDS - start)) s)"
   local shape=gpt2 dims=("${gpt2[@]}") device=cuda precision=bf16 steps=30
   if [ $cpu = 1 ]; then shape=tiny; dims=("${tiny[@]}"); device=cpu; precision=f32; steps=4; fi
+  rm -f /tmp/cleave-check/metrics.jsonl
   local text=/tmp/cleave-check/text
   cat "$root"/docs/*.md "$root"/README.md > "$text"
   while [ "$(stat -c %s "$text")" -lt 200000 ]; do cat "$text" "$text" > "$text.2"; mv "$text.2" "$text"; done
-  "$pack"/bin/cleave-run "$pack"/$shape.bundle --random-weights --text "$text" \
+  timeout 150 "$pack"/bin/cleave-run "$pack"/$shape.bundle --random-weights --text "$text" \
     --steps $steps --backend $backend --precision $precision --progress lines \
     --log-every 10 --metrics /tmp/cleave-check/metrics.jsonl
   "$py" - "$shape" "${dims[@]}" >> "$log" <<'PY'
@@ -143,7 +145,13 @@ sys.path.insert(0, "bench/gpu")
 from flops import flops_per_step, peak_flops
 shape, rest = sys.argv[1], sys.argv[2:]
 a = {rest[i][2:]: int(rest[i + 1]) for i in range(0, len(rest), 2)}
-steps = [json.loads(l) for l in open("/tmp/cleave-check/metrics.jsonl")]
+try:
+    steps = [json.loads(l) for l in open("/tmp/cleave-check/metrics.jsonl")]
+except OSError:
+    steps = []
+if not steps:
+    print(json.dumps({"impl": "cleave", "error": True}))
+    sys.exit(0)
 timed = steps[len(steps) // 4:] or steps  # the first steps warm up and record the graph
 s = sum(x["seconds"] for x in timed) / len(timed)
 d, L, V, T = a["d"], a["layers"], a["vocab"], a["seq"]
@@ -161,7 +169,7 @@ print(json.dumps({"impl": "cleave", "ms_per_step": s * 1e3, "tokens_per_s": a["b
                   "params": params}))
 PY
   for m in eager compile; do
-    "$py" "$root"/bench/gpu/torch_gpt.py --mode $m --device $device --precision $precision \
+    timeout 200 "$py" "$root"/bench/gpu/torch_gpt.py --mode $m --device $device --precision $precision \
       "${dims[@]}" --steps $((steps > 10 ? 20 : steps)) --warmup $((steps > 10 ? 5 : 1)) >> "$log" ||
       echo "{\"impl\": \"pytorch-$m\", \"error\": true}" >> "$log"
   done
