@@ -40,8 +40,18 @@ std::optional<FusedCode> fusedCode(const std::string &kernel) {
   return it->second;
 }
 
-/// An f32 elementwise instruction whose operands are all of its result's
-/// shape or single elements.
+/// \p operand broadcasts to \p result: same rank, each dim equal or 1.
+bool broadcasts(const TensorType &operand, const TensorType &result) {
+  if (operand.shape.size() != result.shape.size())
+    return false;
+  for (size_t d = 0; d < operand.shape.size(); ++d)
+    if (operand.shape[d] != result.shape[d] && operand.shape[d] != 1)
+      return false;
+  return true;
+}
+
+/// An f32 elementwise instruction whose operands are of its result's shape,
+/// single elements, or broadcast to it.
 bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
   std::optional<FusedCode> code = fusedCode(inst.info.kernel);
   if (!code || inst.results.size() != 1 || inst.results[0] < 0 ||
@@ -54,7 +64,8 @@ bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
     if (id < 0)
       return false;
     const TensorType &t = p.values[id].type;
-    if (t.dtype != DType::F32 || (t.shape != r.shape && t.numElements() != 1))
+    if (t.dtype != DType::F32 ||
+        (t.numElements() != 1 && !broadcasts(t, r)))
       return false;
   }
   return true;
@@ -64,6 +75,9 @@ bool overlap(const ProgramValue &a, const ProgramValue &b) {
   return a.storage == Storage::Arena && b.storage == Storage::Arena &&
          a.offset < b.offset + b.numBytes && b.offset < a.offset + a.numBytes;
 }
+
+struct Built;
+void coalesce(const LoadedProgram &p, Built &b, const TensorType &shape);
 
 /// The fused form of instructions [begin, end), or nullopt when it cannot be
 /// (too many inputs, outputs or registers, or buffers that overlap unsafely).
@@ -91,9 +105,12 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
         continue;
       reg[id] = static_cast<int>(b.inputs.size());
       b.inputs.push_back(id);
-      b.program.inputIsScalar.push_back(p.values[id].type.shape !=
-                                        shape.shape);
+      const TensorType &t = p.values[id].type;
+      b.program.inputs.push_back(t.shape == shape.shape ? FusedInput::Full
+                                 : t.numElements() == 1 ? FusedInput::Scalar
+                                                        : FusedInput::Broadcast);
     }
+  coalesce(p, b, shape);
   int next = static_cast<int>(b.inputs.size());
   for (size_t i = begin; i < end; ++i) {
     const ProgramInstruction &inst = p.instructions[i];
@@ -115,6 +132,7 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     }
   }
   if (b.inputs.size() > FusedProgram::kMaxInputs ||
+      b.program.dims.size() > FusedProgram::kMaxDims ||
       b.outputs.size() > FusedProgram::kMaxOutputs ||
       next > FusedProgram::kMaxRegisters || b.outputs.empty())
     return std::nullopt;
@@ -125,7 +143,8 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     const ProgramValue &o = p.values[out];
     for (size_t k = 0; k < b.inputs.size(); ++k) {
       const ProgramValue &in = p.values[b.inputs[k]];
-      bool same = !b.program.inputIsScalar[k] && in.storage == o.storage &&
+      bool same = b.program.inputs[k] == FusedInput::Full &&
+                  in.storage == o.storage &&
                   in.offset == o.offset && in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
@@ -137,6 +156,68 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
   return b;
 }
 
+/// The result's dims, merged where every Broadcast input's strides allow
+/// (size-1 dims dropped), and those inputs' strides along them.
+void coalesce(const LoadedProgram &p, Built &b, const TensorType &shape) {
+  FusedProgram &f = b.program;
+  f.strides.assign(f.inputs.size(), {});
+  std::vector<std::vector<int64_t>> full(f.inputs.size());
+  bool any = false;
+  for (size_t k = 0; k < f.inputs.size(); ++k)
+    if (f.inputs[k] == FusedInput::Broadcast) {
+      full[k] = broadcastStrides(p.values[b.inputs[k]].type.shape, shape.shape);
+      any = true;
+    }
+  f.dims.clear();
+  if (!any)
+    return;
+  for (size_t d = 0; d < shape.shape.size(); ++d) {
+    int64_t n = shape.shape[d];
+    if (n == 1)
+      continue;
+    bool merge = !f.dims.empty();
+    for (size_t k = 0; k < f.inputs.size() && merge; ++k)
+      if (f.inputs[k] == FusedInput::Broadcast)
+        merge = f.strides[k].back() == full[k][d] * n;
+    if (merge) {
+      f.dims.back() *= n;
+      for (size_t k = 0; k < f.inputs.size(); ++k)
+        if (f.inputs[k] == FusedInput::Broadcast)
+          f.strides[k].back() = full[k][d];
+      continue;
+    }
+    f.dims.push_back(n);
+    for (size_t k = 0; k < f.inputs.size(); ++k)
+      if (f.inputs[k] == FusedInput::Broadcast)
+        f.strides[k].push_back(full[k][d]);
+  }
+}
+
+/// Loads \p len elements from \p base on of a Broadcast input: the
+/// multi-index of \p base over \p dims, then an odometer.
+void loadBroadcast(const float *in, const std::vector<int64_t> &dims,
+                   const std::vector<int64_t> &strides, int64_t base,
+                   int64_t len, float *out) {
+  int rank = static_cast<int>(dims.size());
+  int64_t idx[FusedProgram::kMaxDims];
+  int64_t offset = 0, rest = base;
+  for (int d = rank - 1; d >= 0; --d) {
+    idx[d] = rest % dims[d];
+    rest /= dims[d];
+    offset += idx[d] * strides[d];
+  }
+  for (int64_t t = 0; t < len; ++t) {
+    out[t] = in[offset];
+    for (int d = rank - 1; d >= 0; --d) {
+      offset += strides[d];
+      if (++idx[d] < dims[d])
+        break;
+      offset -= dims[d] * strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 /// The CPU kernel: blocks of elements through registers, each op a loop the
 /// compiler vectorises.
 KernelFn cpuKernel(std::shared_ptr<const FusedProgram> fp) {
@@ -145,17 +226,24 @@ KernelFn cpuKernel(std::shared_ptr<const FusedProgram> fp) {
     const FusedProgram &f = *fp;
     int64_t n = f.numElements;
     int64_t chunks = (n + kChunk - 1) / kChunk;
-    size_t numInputs = f.inputIsScalar.size();
+    size_t numInputs = f.inputs.size();
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
     for (int64_t c = 0; c < chunks; ++c) {
       float regs[FusedProgram::kMaxRegisters][kChunk];
       int64_t base = c * kChunk, len = std::min(kChunk, n - base);
       for (size_t k = 0; k < numInputs; ++k) {
         const float *in = static_cast<const float *>(args.operands[k]);
-        if (f.inputIsScalar[k])
-          std::fill(regs[k], regs[k] + len, in[0]);
-        else
+        switch (f.inputs[k]) {
+        case FusedInput::Full:
           std::memcpy(regs[k], in + base, sizeof(float) * len);
+          break;
+        case FusedInput::Scalar:
+          std::fill(regs[k], regs[k] + len, in[0]);
+          break;
+        case FusedInput::Broadcast:
+          loadBroadcast(in, f.dims, f.strides[k], base, len, regs[k]);
+          break;
+        }
       }
       for (const FusedOp &op : f.ops) {
         float *d = regs[op.dst];

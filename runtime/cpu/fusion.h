@@ -36,16 +36,29 @@ struct FusedOp {
   uint8_t dst, a, b;
 };
 
+/// How a fused input is read for result element e.
+enum class FusedInput : uint8_t {
+  Full,      ///< the result's shape: element e
+  Scalar,    ///< one element, for every e
+  Broadcast, ///< dims of 1 broadcast: offset from e's index (dims, strides)
+};
+
 /// One fused instruction: registers 0..inputs-1 are loaded from the
-/// operands (a scalar operand, of one element, is broadcast), each op writes
-/// a new register, and the outputs are stored from their registers.
+/// operands, each op writes a new register, and the outputs are stored from
+/// their registers.
 struct FusedProgram {
   static constexpr int kMaxInputs = 16;
   static constexpr int kMaxOutputs = 8;
   static constexpr int kMaxRegisters = 48;
+  static constexpr int kMaxDims = 6;
   int64_t numElements = 0;
   int numRegisters = 0;
-  std::vector<uint8_t> inputIsScalar;
+  std::vector<FusedInput> inputs;
+  /// The result's dims, coalesced where every Broadcast input allows (outer
+  /// first), and per input the element stride along each (Broadcast inputs
+  /// only; empty for the others).
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides;
   std::vector<FusedOp> ops;
   std::vector<uint8_t> outputRegisters;
 };

@@ -20,10 +20,12 @@ namespace {
 constexpr int kMaxOps = FusedProgram::kMaxRegisters;
 
 struct DeviceProgram {
-  int numInputs, numOutputs, numOps;
+  int numInputs, numOutputs, numOps, rank;
   const float *inputs[FusedProgram::kMaxInputs];
   float *outputs[FusedProgram::kMaxOutputs];
-  uint8_t inputIsScalar[FusedProgram::kMaxInputs];
+  FusedInput kinds[FusedProgram::kMaxInputs];
+  int64_t dims[FusedProgram::kMaxDims];
+  int64_t strides[FusedProgram::kMaxInputs][FusedProgram::kMaxDims];
   uint8_t outputRegisters[FusedProgram::kMaxOutputs];
   FusedOp ops[kMaxOps];
 };
@@ -31,8 +33,20 @@ struct DeviceProgram {
 __global__ void fusedKernel(DeviceProgram p, int64_t n) {
   CLEAVE_GRID_LOOP(i, n) {
     float r[FusedProgram::kMaxRegisters];
-    for (int k = 0; k < p.numInputs; ++k)
-      r[k] = p.inputs[k][p.inputIsScalar[k] ? 0 : i];
+    for (int k = 0; k < p.numInputs; ++k) {
+      int64_t offset = i;
+      if (p.kinds[k] == FusedInput::Scalar) {
+        offset = 0;
+      } else if (p.kinds[k] == FusedInput::Broadcast) {
+        offset = 0;
+        int64_t rest = i;
+        for (int d = p.rank - 1; d >= 0; --d) {
+          offset += (rest % p.dims[d]) * p.strides[k][d];
+          rest /= p.dims[d];
+        }
+      }
+      r[k] = p.inputs[k][offset];
+    }
     for (int o = 0; o < p.numOps; ++o) {
       const FusedOp &op = p.ops[o];
       r[op.dst] = applyFused(op.code, r[op.a], r[op.b]);
@@ -46,15 +60,22 @@ __global__ void fusedKernel(DeviceProgram p, int64_t n) {
 
 Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
   if (program.ops.size() > static_cast<size_t>(kMaxOps) ||
-      program.inputIsScalar.size() > FusedProgram::kMaxInputs ||
+      program.inputs.size() > FusedProgram::kMaxInputs ||
+      program.dims.size() > FusedProgram::kMaxDims ||
       program.outputRegisters.size() > FusedProgram::kMaxOutputs)
     return Status::error("fused chain too long");
   DeviceProgram p{};
-  p.numInputs = static_cast<int>(program.inputIsScalar.size());
+  p.numInputs = static_cast<int>(program.inputs.size());
+  p.rank = static_cast<int>(program.dims.size());
+  for (int d = 0; d < p.rank; ++d)
+    p.dims[d] = program.dims[d];
   p.numOutputs = static_cast<int>(program.outputRegisters.size());
   p.numOps = static_cast<int>(program.ops.size());
-  for (int k = 0; k < p.numInputs; ++k)
-    p.inputIsScalar[k] = program.inputIsScalar[k];
+  for (int k = 0; k < p.numInputs; ++k) {
+    p.kinds[k] = program.inputs[k];
+    for (size_t d = 0; d < program.strides[k].size(); ++d)
+      p.strides[k][d] = program.strides[k][d];
+  }
   for (int o = 0; o < p.numOutputs; ++o)
     p.outputRegisters[o] = program.outputRegisters[o];
   for (int o = 0; o < p.numOps; ++o)

@@ -128,22 +128,49 @@ TEST(Fusion, ValuesReadThroughViewsAreStillWritten) {
   EXPECT_NE(values<float>(fused[1])[0], 0.0f);
 }
 
-// Different shapes, broadcasts of more than one element and other dtypes
-// are not fused.
-TEST(Fusion, OnlySameShapeF32ChainsFuse) {
+// Operands broadcast along any dims (rows, columns, a middle dim) are read
+// through their strides, across the CPU's 256-element chunk boundaries.
+TEST(Fusion, BroadcastOperandsFuseWithTheSameBits) {
   ProgramBuilder b;
-  int x = b.input("x", DType::F32, {4, 8}), row = b.input("r", DType::F32, {1, 8});
+  Shape s = {3, 37, 11};
+  int x = b.input("x", DType::F32, s);
+  int row = b.input("row", DType::F32, {1, 1, 11});
+  int col = b.input("col", DType::F32, {3, 37, 1});
+  int mid = b.input("mid", DType::F32, {3, 1, 11});
+  int t0 = b.arena(DType::F32, s), t1 = b.arena(DType::F32, s),
+      t2 = b.arena(DType::F32, s), t3 = b.arena(DType::F32, s);
+  b.instruction("mul", {x, row}, {t0});
+  b.instruction("sub", {col, t0}, {t1});
+  b.instruction("max", {t1, mid}, {t2});
+  b.instruction("tanh", {t2}, {t3});
+  b.output(t3, "out");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise"}));
+  std::vector<HostTensor> in = {randomF32(s, 1), randomF32({1, 1, 11}, 2),
+                                randomF32({3, 37, 1}, 3),
+                                randomF32({3, 1, 11}, 4)};
+  expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
+}
+
+// Other dtypes and a change of shape end a chain.
+TEST(Fusion, OnlyF32ChainsOfOneShapeFuse) {
+  ProgramBuilder b;
+  int x = b.input("x", DType::F32, {4, 8});
   int i = b.input("i", DType::I64, {4, 8});
   int t0 = b.arena(DType::F32, {4, 8}), t1 = b.arena(DType::F32, {4, 8});
-  int t2 = b.arena(DType::I64, {4, 8}), t3 = b.arena(DType::I64, {4, 8});
-  b.instruction("add", {x, row}, {t0}); // a row broadcast: not fused
-  b.instruction("exp", {t0}, {t1});
-  b.instruction("neg", {i}, {t2});
-  b.instruction("abs", {t2}, {t3});
-  b.output(t1, "a");
-  b.output(t3, "b");
+  int t2 = b.arena(DType::F32, {1, 8}), t3 = b.arena(DType::F32, {1, 8});
+  int t4 = b.arena(DType::I64, {4, 8}), t5 = b.arena(DType::I64, {4, 8});
+  b.instruction("exp", {x}, {t0});
+  b.instruction("neg", {t0}, {t1});
+  b.instruction("reduce_sum", {t1}, {t2}, {{"axes", {{0}}}});
+  b.instruction("sqrt", {t2}, {t3});
+  b.instruction("neg", {i}, {t4});
+  b.instruction("abs", {t4}, {t5});
+  b.output(t3, "a");
+  b.output(t5, "b");
   EXPECT_EQ(loadedKernels(b.program),
-            (std::vector<std::string>{"add", "exp", "neg", "abs"}));
+            (std::vector<std::string>{"fused_elementwise", "reduce_sum", "sqrt",
+                                      "neg", "abs"}));
 }
 
 } // namespace
