@@ -1,4 +1,4 @@
-//===- fused_ops.h - Scalar semantics of fusable elementwise ops -*- C++ -*-===//
+//===- fused_ops.h - Semantics of fusable elementwise ops -------*- C++ -*-===//
 //
 // The element functions of the f32 kernels that elementwise fusion
 // (fusion.h) may merge, written once for the host and the device: the CPU's

@@ -15,24 +15,15 @@ namespace {
 
 std::optional<FusedCode> fusedCode(const std::string &kernel) {
   static const std::map<std::string, FusedCode> codes = {
-      {"add", FusedCode::Add},
-      {"sub", FusedCode::Sub},
-      {"mul", FusedCode::Mul},
-      {"div", FusedCode::Div},
-      {"max", FusedCode::Max},
-      {"min", FusedCode::Min},
-      {"pow", FusedCode::Pow},
-      {"neg", FusedCode::Neg},
-      {"abs", FusedCode::Abs},
-      {"exp", FusedCode::Exp},
-      {"log", FusedCode::Log},
-      {"sqrt", FusedCode::Sqrt},
-      {"rsqrt", FusedCode::Rsqrt},
-      {"reciprocal", FusedCode::Reciprocal},
-      {"tanh", FusedCode::Tanh},
-      {"erf", FusedCode::Erf},
-      {"sigmoid", FusedCode::Sigmoid},
-      {"relu", FusedCode::Relu},
+      {"add", FusedCode::Add},         {"sub", FusedCode::Sub},
+      {"mul", FusedCode::Mul},         {"div", FusedCode::Div},
+      {"max", FusedCode::Max},         {"min", FusedCode::Min},
+      {"pow", FusedCode::Pow},         {"neg", FusedCode::Neg},
+      {"abs", FusedCode::Abs},         {"exp", FusedCode::Exp},
+      {"log", FusedCode::Log},         {"sqrt", FusedCode::Sqrt},
+      {"rsqrt", FusedCode::Rsqrt},     {"reciprocal", FusedCode::Reciprocal},
+      {"tanh", FusedCode::Tanh},       {"erf", FusedCode::Erf},
+      {"sigmoid", FusedCode::Sigmoid}, {"relu", FusedCode::Relu},
   };
   auto it = codes.find(kernel);
   if (it == codes.end())
@@ -64,8 +55,7 @@ bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
     if (id < 0)
       return false;
     const TensorType &t = p.values[id].type;
-    if (t.dtype != DType::F32 ||
-        (t.numElements() != 1 && !broadcasts(t, r)))
+    if (t.dtype != DType::F32 || (t.numElements() != 1 && !broadcasts(t, r)))
       return false;
   }
   return true;
@@ -107,8 +97,9 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
       b.inputs.push_back(id);
       const TensorType &t = p.values[id].type;
       b.program.inputs.push_back(t.shape == shape.shape ? FusedInput::Full
-                                 : t.numElements() == 1 ? FusedInput::Scalar
-                                                        : FusedInput::Broadcast);
+                                 : t.numElements() == 1
+                                     ? FusedInput::Scalar
+                                     : FusedInput::Broadcast);
     }
   coalesce(p, b, shape);
   int next = static_cast<int>(b.inputs.size());
@@ -144,8 +135,8 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     for (size_t k = 0; k < b.inputs.size(); ++k) {
       const ProgramValue &in = p.values[b.inputs[k]];
       bool same = b.program.inputs[k] == FusedInput::Full &&
-                  in.storage == o.storage &&
-                  in.offset == o.offset && in.numBytes == o.numBytes;
+                  in.storage == o.storage && in.offset == o.offset &&
+                  in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
     }
@@ -309,8 +300,8 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
   for (size_t v = 0; v < p.values.size(); ++v)
     if (!produced[v] && p.values[v].storage == Storage::Arena &&
         p.values[v].numBytes > 0)
-      views.push_back({p.values[v].offset,
-                       p.values[v].offset + p.values[v].numBytes});
+      views.push_back(
+          {p.values[v].offset, p.values[v].offset + p.values[v].numBytes});
   std::sort(views.begin(), views.end());
   std::vector<int64_t> maxEnd(views.size());
   for (size_t k = 0; k < views.size(); ++k)
@@ -330,8 +321,8 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
 }
 
 void fuseElementwise(LoadedProgram &p) {
-  if (const char *off = std::getenv("CLEAVE_NO_FUSION"); off && *off &&
-      std::strcmp(off, "0") != 0)
+  if (const char *off = std::getenv("CLEAVE_NO_FUSION");
+      off && *off && std::strcmp(off, "0") != 0)
     return;
   std::vector<int> uses = useCounts(p);
   std::vector<bool> viewed = viewedValues(p);

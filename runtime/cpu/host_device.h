@@ -1,4 +1,4 @@
-//===- host_device.h - Functions compiled for the host and the GPU -*- C++ -*-===//
+//===- host_device.h - Host and device functions ---------------*- C++ -*-===//
 //
 // CLEAVE_HOST_DEVICE marks functions that the CPU runtime and the CUDA
 // backend share (the Philox generator, the fused elementwise ops), so both

@@ -1,4 +1,5 @@
-//===- run_bundle.cpp - `cleave run BUNDLE`, shared by cleave and cleave-run ===//
+//===- run_bundle.cpp - `cleave run BUNDLE`, shared by cleave and cleave-run
+//===//
 //
 // Everything between parsed flags and the trainer: flag checks, starting one
 // process per rank under mpirun, MPI start-up with a deadline, and the exit
@@ -51,8 +52,7 @@ int runBundle(const RunBundleArgs &args) {
       progress == "live" || (progress == "auto" && ::isatty(1) != 0);
   if (Status s = parseBackend(args.backend, &options.backend.backend); !s)
     return fail(s.message());
-  if (Status s = parsePrecision(args.precision, &options.backend.precision);
-      !s)
+  if (Status s = parsePrecision(args.precision, &options.backend.precision); !s)
     return fail(s.message());
   if (args.saveEvery < 0)
     return fail("--save-every must not be negative");
@@ -71,8 +71,7 @@ int runBundle(const RunBundleArgs &args) {
   int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
   if (args.ranks && args.ranks != tp)
     return fail("bundle '" + args.bundle + "' is compiled for tp = " +
-                std::to_string(tp) + "; --ranks " +
-                std::to_string(args.ranks) +
+                std::to_string(tp) + "; --ranks " + std::to_string(args.ranks) +
                 " does not match (recompile with --tp " +
                 std::to_string(args.ranks) + ")");
   if (tp == 1 && !launchedByMpi()) {
@@ -96,8 +95,8 @@ int runBundle(const RunBundleArgs &args) {
   // watchdog bounds it too.
   std::atomic<bool> started{false};
   std::thread watchdog([&started, limit = args.timeoutSeconds] {
-    auto until = std::chrono::steady_clock::now() +
-                 std::chrono::duration<double>(limit);
+    auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
     while (!started && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!started) {

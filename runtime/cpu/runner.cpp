@@ -39,8 +39,7 @@ Status parsePrecision(const std::string &text, Precision *out) {
   else if (text == "bf16")
     *out = Precision::BF16;
   else
-    return Status::error("--precision must be f32 or bf16, not '" + text +
-                         "'");
+    return Status::error("--precision must be f32 or bf16, not '" + text + "'");
   return Status::ok();
 }
 
@@ -66,8 +65,8 @@ public:
       : executor_(std::move(executor)) {
     inputs_.resize(executor_->inputNames().size());
     for (size_t i = 0; i < inputs_.size(); ++i)
-      inputs_[i] = HostTensor::zeros(executor_->inputDType(i),
-                                     executor_->inputShape(i));
+      inputs_[i] =
+          HostTensor::zeros(executor_->inputDType(i), executor_->inputShape(i));
   }
   Backend backend() const override { return Backend::Cpu; }
   Status carry(size_t input, size_t output) override {
@@ -105,9 +104,7 @@ public:
     return Status::ok();
   }
   size_t numInputs() const override { return inputs_.size(); }
-  DType inputDType(size_t i) const override {
-    return executor_->inputDType(i);
-  }
+  DType inputDType(size_t i) const override { return executor_->inputDType(i); }
   const std::vector<int64_t> &inputShape(size_t i) const override {
     return executor_->inputShape(i);
   }

@@ -1,9 +1,9 @@
 //===- trainer.cpp - Runs a compiled training bundle ----------------------===//
 
 #include "cleave/runtime/trainer.h"
-#include "cleave/runtime/runner.h"
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/runner.h"
 #include "cleave/runtime/store.h"
 
 #include "plan/plan.pb.h"
@@ -436,9 +436,9 @@ Status train(const TrainOptions &options) {
       continue;
     auto it = stateInput.find(key);
     if (it == stateInput.end())
-      return Status::error("bundle '" + options.bundleDir + "': the step returns '" +
-                           program.output_bindings(o).name() +
-                           "', which it does not take");
+      return Status::error(
+          "bundle '" + options.bundleDir + "': the step returns '" +
+          program.output_bindings(o).name() + "', which it does not take");
     if (Status s = executor->carry(it->second, o); !s)
       return s;
   }
@@ -493,8 +493,8 @@ Status train(const TrainOptions &options) {
         s = executor->setInput(i, std::move(counter));
       }
       if (!s)
-        return Status::error("step " + std::to_string(step) + ": '" +
-                             b.name() + "': " + s.message());
+        return Status::error("step " + std::to_string(step) + ": '" + b.name() +
+                             "': " + s.message());
     }
     if (Status s = executor->run(); !s)
       return Status::error("step " + std::to_string(step) + ": " + s.message());

@@ -62,8 +62,8 @@ Status copy2D(void *dst, size_t dstPitch, const void *src, size_t srcPitch,
               size_t width, size_t rows, cudaStream_t stream) {
   if (width == 0 || rows == 0)
     return Status::ok();
-  return cudaStatus(cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, width,
-                                      rows, cudaMemcpyDeviceToDevice, stream),
+  return cudaStatus(cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, width, rows,
+                                      cudaMemcpyDeviceToDevice, stream),
                     "cudaMemcpy2DAsync");
 }
 
@@ -164,8 +164,7 @@ Status Collectives::allReduce(const void *in, void *out, int64_t count,
   if (Status s = group(axes, &g); !s)
     return s;
   if (g->size == 1 || count == 0)
-    return copy(out, in, static_cast<size_t>(count) * dtypeSize(dtype),
-                stream);
+    return copy(out, in, static_cast<size_t>(count) * dtypeSize(dtype), stream);
   return ncclStatus(ncclAllReduce(in, out, static_cast<size_t>(count),
                                   ncclType(dtype), ncclOp(reduction), g->comm,
                                   stream),
@@ -195,11 +194,10 @@ Status Collectives::reduceScatter(const void *in, void *out,
   if (g->size == 1 || countPerRank == 0)
     return copy(out, in, static_cast<size_t>(countPerRank) * dtypeSize(dtype),
                 stream);
-  return ncclStatus(ncclReduceScatter(in, out,
-                                      static_cast<size_t>(countPerRank),
-                                      ncclType(dtype), ncclSum, g->comm,
-                                      stream),
-                    "ncclReduceScatter");
+  return ncclStatus(
+      ncclReduceScatter(in, out, static_cast<size_t>(countPerRank),
+                        ncclType(dtype), ncclSum, g->comm, stream),
+      "ncclReduceScatter");
 }
 
 bool isCollective(const std::string &kernel) {
@@ -272,8 +270,7 @@ Status prepare_all_gather(const KernelInfo &info, DeviceFn *fn) {
       return Status::error("collective scratch too small");
     auto *packed = static_cast<uint8_t *>(c.scratch());
     if (Status s = c.allGather(args.operands[0], packed,
-                               static_cast<int64_t>(perRank), axes,
-                               ctx.stream);
+                               static_cast<int64_t>(perRank), axes, ctx.stream);
         !s)
       return s;
     // Member k's block o goes to result block o * group + k.
@@ -318,9 +315,9 @@ Status prepare_reduce_scatter(const KernelInfo &info, DeviceFn *fn) {
     const auto *in = static_cast<const uint8_t *>(args.operands[0]);
     // Chunk k is every outer block's k-th row run.
     for (int64_t k = 0; k < group; ++k)
-      if (Status s = copy2D(packed + k * outer * rowBytes, rowBytes,
-                            in + k * rowBytes, group * rowBytes, rowBytes,
-                            outer, ctx.stream);
+      if (Status s =
+              copy2D(packed + k * outer * rowBytes, rowBytes, in + k * rowBytes,
+                     group * rowBytes, rowBytes, outer, ctx.stream);
           !s)
         return s;
     return c.reduceScatter(packed, args.results[0], count, dtype, axes,

@@ -1,4 +1,5 @@
-//===- cuda_common.cuh - Device helpers shared by the kernels ---*- CUDA -*-===//
+//===- cuda_common.cuh - Device helpers shared by the kernels ---*- CUDA
+//-*-===//
 //
 // Private to libcleave_cuda.so: grid sizing, broadcast indexing and error
 // reporting used by every kernel file.
@@ -30,7 +31,7 @@ inline unsigned gridFor(int64_t n) {
 
 /// Grid-stride loop over [0, n).
 #define CLEAVE_GRID_LOOP(i, n)                                                 \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);   \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);    \
        i += int64_t(gridDim.x) * blockDim.x)
 
 /// Maps a result's linear index to element offsets of up to 3 operands that

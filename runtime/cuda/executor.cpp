@@ -63,9 +63,7 @@ int chooseDevice(const Communicator &comm, int count) {
 
 struct Range {
   int64_t begin, end;
-  bool overlaps(const Range &o) const {
-    return begin < o.end && o.begin < end;
-  }
+  bool overlaps(const Range &o) const { return begin < o.end && o.begin < end; }
 };
 
 struct Step {
@@ -218,8 +216,8 @@ CudaRunner::~CudaRunner() {
   for (const Carry &c : carried_)
     if (c.staging)
       cudaFree(c.staging);
-  for (void *p : {arena_, workspace_, castScratch_,
-                  static_cast<void *>(errorFlag_)})
+  for (void *p :
+       {arena_, workspace_, castScratch_, static_cast<void *>(errorFlag_)})
     if (p)
       cudaFree(p);
   if (lt_)
@@ -253,18 +251,17 @@ Status CudaRunner::mallocZeroed(void **p, size_t bytes,
                             ("cudaMalloc (" + what + ")").c_str());
       !s)
     return s;
-  if (Status s = cudaStatus(cudaMemsetAsync(*p, 0, size, stream_),
-                            "cudaMemsetAsync");
+  if (Status s =
+          cudaStatus(cudaMemsetAsync(*p, 0, size, stream_), "cudaMemsetAsync");
       !s)
     return s;
   return cudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
 Status CudaRunner::allocate() {
-  if (Status s = mallocZeroed(&arena_, program_.arenaBytes,
-                              "an arena of " +
-                                  std::to_string(program_.arenaBytes) +
-                                  " bytes");
+  if (Status s = mallocZeroed(
+          &arena_, program_.arenaBytes,
+          "an arena of " + std::to_string(program_.arenaBytes) + " bytes");
       !s)
     return s;
   for (const std::string &c : program_.constants) {
@@ -280,8 +277,7 @@ Status CudaRunner::allocate() {
   program_.constants.clear();
   for (int32_t id : program_.inputs) {
     void *p = nullptr;
-    if (Status s = mallocZeroed(&p, program_.values[id].numBytes, "inputs");
-        !s)
+    if (Status s = mallocZeroed(&p, program_.values[id].numBytes, "inputs"); !s)
       return s;
     inputs_.push_back(p);
   }
@@ -356,11 +352,10 @@ Status CudaRunner::bind() {
                                 uses, viewed)
                   : -1;
     // cuBLASLt wants a 16-byte aligned bias vector.
-    if (pos >= 0 &&
-        reinterpret_cast<uintptr_t>(
-            pointer(program_.instructions[i + 1].operands[pos])) %
-                16 !=
-            0)
+    if (pos >= 0 && reinterpret_cast<uintptr_t>(
+                        pointer(program_.instructions[i + 1].operands[pos])) %
+                            16 !=
+                        0)
       pos = -1;
     if (pos >= 0) {
       const ProgramInstruction &add = program_.instructions[i + 1];
@@ -385,9 +380,9 @@ Status CudaRunner::bind() {
       for (int32_t id : *ids)
         if (id >= 0 && program_.values[id].storage == Storage::Arena &&
             program_.values[id].numBytes > 0)
-          step.ranges.push_back({program_.values[id].offset,
-                                 program_.values[id].offset +
-                                     program_.values[id].numBytes});
+          step.ranges.push_back(
+              {program_.values[id].offset,
+               program_.values[id].offset + program_.values[id].numBytes});
     step.collective = isCollective(inst.info.kernel);
     if (step.collective) {
       step.collectiveIndex = static_cast<int>(ready_.size());
@@ -455,8 +450,10 @@ Status CudaRunner::load(LoadedProgram program, Communicator *comm, bool bf16) {
                           "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"})
     if (const char *v = std::getenv(var); v && *v) {
       if (std::atoi(v) > count)
-        return Status::error(std::string(v) + " ranks run on this host but it "
-                             "has " + std::to_string(count) +
+        return Status::error(std::string(v) +
+                             " ranks run on this host but it "
+                             "has " +
+                             std::to_string(count) +
                              " GPU(s): the CUDA backend needs one GPU per "
                              "rank");
       break;
@@ -464,9 +461,9 @@ Status CudaRunner::load(LoadedProgram program, Communicator *comm, bool bf16) {
   device_ = chooseDevice(*comm, count);
   if (Status s = cudaStatus(cudaSetDevice(device_), "cudaSetDevice"); !s)
     return s;
-  if (Status s = cudaStatus(
-          cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-          "cudaStreamCreate");
+  if (Status s =
+          cudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                     "cudaStreamCreate");
       !s)
     return s;
   if (Status s = cudaStatus(
@@ -535,9 +532,9 @@ Status CudaRunner::setInput(size_t i, HostTensor value) {
 }
 
 Status CudaRunner::enqueue() {
-  if (Status s = cudaStatus(
-          cudaMemsetAsync(errorFlag_, 0, 2 * sizeof(int), stream_),
-          "cudaMemsetAsync");
+  if (Status s =
+          cudaStatus(cudaMemsetAsync(errorFlag_, 0, 2 * sizeof(int), stream_),
+                     "cudaMemsetAsync");
       !s)
     return s;
   for (size_t i = 0; i < steps_.size(); ++i) {
@@ -567,7 +564,8 @@ Status CudaRunner::enqueue() {
         s = step.fn(args, ctx_);
     }
     if (s && syncEach_) {
-      s = cudaStatus(cudaStreamSynchronize(commStream_), "cudaStreamSynchronize");
+      s = cudaStatus(cudaStreamSynchronize(commStream_),
+                     "cudaStreamSynchronize");
       if (s)
         s = cudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     }
@@ -597,8 +595,8 @@ Status CudaRunner::enqueue() {
   for (const Carry &c : carried_) {
     int32_t id = program_.outputs[c.output];
     const void *src = c.staging ? c.staging : pointer(id);
-    if (Status s = copyAsync(inputs_[c.input], src,
-                             program_.values[id].numBytes);
+    if (Status s =
+            copyAsync(inputs_[c.input], src, program_.values[id].numBytes);
         !s)
       return s;
   }
@@ -630,13 +628,13 @@ Status CudaRunner::run() {
       useGraph_ = false;
     }
   }
-  Status s = graph_ ? cudaStatus(cudaGraphLaunch(graph_, stream_),
-                                 "cudaGraphLaunch")
-                    : enqueue();
+  Status s =
+      graph_ ? cudaStatus(cudaGraphLaunch(graph_, stream_), "cudaGraphLaunch")
+             : enqueue();
   if (!s)
     return s;
-  if (Status done = cudaStatus(cudaStreamSynchronize(stream_),
-                               "the step on the GPU");
+  if (Status done =
+          cudaStatus(cudaStreamSynchronize(stream_), "the step on the GPU");
       !done)
     return Status::error(done.message() +
                          " (set CLEAVE_CUDA_SYNC=1 to find the instruction)");
@@ -648,14 +646,13 @@ Status CudaRunner::run() {
     return e;
   if (flag[0] != 0) {
     size_t i = static_cast<size_t>(flag[0] - 1);
-    std::string what = flag[1] == kErrorIndexOutOfRange
-                           ? "an index is out of range"
-                       : flag[1] == kErrorDivisionByZero
-                           ? "integer division by zero"
-                           : "error " + std::to_string(flag[1]);
-    return Status::error((i < program_.instructions.size() ? where(i)
-                                                           : "instruction ?") +
-                         ": " + what);
+    std::string what =
+        flag[1] == kErrorIndexOutOfRange  ? "an index is out of range"
+        : flag[1] == kErrorDivisionByZero ? "integer division by zero"
+                                          : "error " + std::to_string(flag[1]);
+    return Status::error(
+        (i < program_.instructions.size() ? where(i) : "instruction ?") + ": " +
+        what);
   }
   return Status::ok();
 }

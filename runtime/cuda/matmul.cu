@@ -51,7 +51,8 @@ bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride) {
 }
 
 int alignmentOf(const void *p, int64_t byteStride) {
-  auto bits = reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(byteStride);
+  auto bits =
+      reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(byteStride);
   int align = 16;
   while (align > 1 && (bits % align))
     align /= 2;
@@ -81,11 +82,10 @@ Status Runner::run(const float *a, const float *b, float *c, Context &ctx,
   if (p.k == 0 && bias)
     return Status::error("a fused bias needs k > 0");
   if (p.k == 0)
-    return cudaStatus(cudaMemsetAsync(c, 0,
-                                      sizeof(float) * calls * p.batch * p.m *
-                                          p.n,
-                                      ctx.stream),
-                      "cudaMemsetAsync");
+    return cudaStatus(
+        cudaMemsetAsync(c, 0, sizeof(float) * calls * p.batch * p.m * p.n,
+                        ctx.stream),
+        "cudaMemsetAsync");
   const void *aData = a, *bData = b;
   if (ctx.bf16) {
     if (static_cast<size_t>((aElements + 7) / 8 * 8 + bElements) * 2 >
@@ -112,12 +112,12 @@ Status Runner::run(const float *a, const float *b, float *c, Context &ctx,
                                         p.strideB * elem));
   }
   // One call per matrix (unequally spaced batches) writes C at m*n steps.
-  align = std::min(align, alignmentOf(c, calls > 1 ? p.m * p.n * 4
-                                                   : p.strideC * 4));
+  align = std::min(align,
+                   alignmentOf(c, calls > 1 ? p.m * p.n * 4 : p.strideC * 4));
   const MatmulPlan *plan = nullptr;
-  MatmulKey key{p.transA,  p.transB, p.m,      p.n,   p.k,
-                p.batch,   p.strideA, p.strideB, p.strideC, ctx.bf16,
-                align,     bias != nullptr};
+  MatmulKey key{p.transA,  p.transB, p.m,       p.n,
+                p.k,       p.batch,  p.strideA, p.strideB,
+                p.strideC, ctx.bf16, align,     bias != nullptr};
   if (Status s = ctx.matmuls->get(key, &plan); !s)
     return s;
   if (bias) {
@@ -135,11 +135,11 @@ Status Runner::run(const float *a, const float *b, float *c, Context &ctx,
     const char *ab = static_cast<const char *>(bData) + bOffsets[i] * elem;
     const char *bb = static_cast<const char *>(aData) + aOffsets[i] * elem;
     float *cc = c + i * p.batch * p.m * p.n;
-    cublasStatus_t st = cublasLtMatmul(
-        ctx.lt, plan->desc, &alpha, ab, plan->aLayout, bb, plan->bLayout,
-        &beta, cc, plan->cLayout, cc, plan->cLayout,
-        plan->hasAlgo ? &plan->algo : nullptr, ctx.workspace,
-        ctx.workspaceBytes, ctx.stream);
+    cublasStatus_t st =
+        cublasLtMatmul(ctx.lt, plan->desc, &alpha, ab, plan->aLayout, bb,
+                       plan->bLayout, &beta, cc, plan->cLayout, cc,
+                       plan->cLayout, plan->hasAlgo ? &plan->algo : nullptr,
+                       ctx.workspace, ctx.workspaceBytes, ctx.stream);
     if (st != CUBLAS_STATUS_SUCCESS)
       return Status::error(std::string("cublasLtMatmul: ") +
                            cublasLtGetStatusName(st));

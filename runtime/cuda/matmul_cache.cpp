@@ -33,10 +33,10 @@ Status layout(cudaDataType type, int64_t rows, int64_t cols, int64_t batch,
   if (batch == 1)
     return Status::ok();
   int32_t count = static_cast<int32_t>(batch);
-  if (Status s = check(cublasLtMatrixLayoutSetAttribute(
-                           *out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                           sizeof(count)),
-                       "cublasLtMatrixLayoutSetAttribute");
+  if (Status s = check(
+          cublasLtMatrixLayoutSetAttribute(
+              *out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+          "cublasLtMatrixLayoutSetAttribute");
       !s)
     return s;
   return check(cublasLtMatrixLayoutSetAttribute(
@@ -55,24 +55,24 @@ Status MatmulCache::get(const MatmulKey &key, const MatmulPlan **result) {
   }
   auto plan = std::make_unique<MatmulPlan>();
   cudaDataType in = key.bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  if (Status s = check(cublasLtMatmulDescCreate(&plan->desc,
-                                                CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                       "cublasLtMatmulDescCreate");
+  if (Status s = check(
+          cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          "cublasLtMatmulDescCreate");
       !s)
     return s;
   // cuBLASLt's A is the row-major B and its B the row-major A (matmul.cu).
   cublasOperation_t opA = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (Status s = check(cublasLtMatmulDescSetAttribute(
-                           plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
-                           sizeof(opA)),
-                       "cublasLtMatmulDescSetAttribute");
+  if (Status s =
+          check(cublasLtMatmulDescSetAttribute(
+                    plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)),
+                "cublasLtMatmulDescSetAttribute");
       !s)
     return s;
-  if (Status s = check(cublasLtMatmulDescSetAttribute(
-                           plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
-                           sizeof(opB)),
-                       "cublasLtMatmulDescSetAttribute");
+  if (Status s =
+          check(cublasLtMatmulDescSetAttribute(
+                    plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)),
+                "cublasLtMatmulDescSetAttribute");
       !s)
     return s;
   if (key.bias) {
@@ -85,21 +85,22 @@ Status MatmulCache::get(const MatmulKey &key, const MatmulPlan **result) {
         !s)
       return s;
     if (Status s = check(cublasLtMatmulDescSetAttribute(
-                             plan->desc,
-                             CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
-                             sizeof(biasType)),
+                             plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                             &biasType, sizeof(biasType)),
                          "cublasLtMatmulDescSetAttribute");
         !s)
       return s;
   }
-  int64_t aRows = key.transB ? key.k : key.n, aCols = key.transB ? key.n : key.k;
-  int64_t bRows = key.transA ? key.m : key.k, bCols = key.transA ? key.k : key.m;
-  if (Status s = layout(in, aRows, aCols, key.batch, key.strideB,
-                        &plan->aLayout);
+  int64_t aRows = key.transB ? key.k : key.n,
+          aCols = key.transB ? key.n : key.k;
+  int64_t bRows = key.transA ? key.m : key.k,
+          bCols = key.transA ? key.k : key.m;
+  if (Status s =
+          layout(in, aRows, aCols, key.batch, key.strideB, &plan->aLayout);
       !s)
     return s;
-  if (Status s = layout(in, bRows, bCols, key.batch, key.strideA,
-                        &plan->bLayout);
+  if (Status s =
+          layout(in, bRows, bCols, key.batch, key.strideA, &plan->bLayout);
       !s)
     return s;
   if (Status s = layout(CUDA_R_32F, key.n, key.m, key.batch, key.strideC,
@@ -114,9 +115,9 @@ Status MatmulCache::get(const MatmulKey &key, const MatmulPlan **result) {
     return s;
   uint64_t workspace = workspaceBytes_;
   uint32_t align = static_cast<uint32_t>(key.alignment);
-  cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-      sizeof(workspace));
+  cublasLtMatmulPreferenceSetAttribute(pref,
+                                       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                       &workspace, sizeof(workspace));
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
@@ -131,8 +132,8 @@ Status MatmulCache::get(const MatmulKey &key, const MatmulPlan **result) {
   if (st != CUBLAS_STATUS_SUCCESS || count == 0)
     return Status::error(
         "cuBLASLt has no algorithm for a " + std::to_string(key.m) + "x" +
-        std::to_string(key.n) + "x" + std::to_string(key.k) + " matmul (batch " +
-        std::to_string(key.batch) + ", alignment " +
+        std::to_string(key.n) + "x" + std::to_string(key.k) +
+        " matmul (batch " + std::to_string(key.batch) + ", alignment " +
         std::to_string(key.alignment) + "): " + cublasLtGetStatusName(st));
   plan->algo = found.algo;
   plan->hasAlgo = true;

@@ -1,4 +1,4 @@
-//===- support.cu - Shared helpers of the CUDA kernels -----------------------===//
+//===- support.cu - Shared helpers of the CUDA kernels --------------------===//
 
 #include "cuda_common.cuh"
 

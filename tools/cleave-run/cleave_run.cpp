@@ -95,8 +95,8 @@ int main(int argc, char **argv) {
     }
     if (arg.rfind("--", 0) != 0) {
       if (!args.bundle.empty())
-        return usageError("one BUNDLE only ('" + args.bundle + "' and '" +
-                          arg + "')");
+        return usageError("one BUNDLE only ('" + args.bundle + "' and '" + arg +
+                          "')");
       args.bundle = arg;
       continue;
     }
