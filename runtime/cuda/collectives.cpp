@@ -200,11 +200,6 @@ Status Collectives::reduceScatter(const void *in, void *out,
       "ncclReduceScatter");
 }
 
-bool isCollective(const std::string &kernel) {
-  return kernel == "all_reduce" || kernel == "all_gather" ||
-         kernel == "reduce_scatter";
-}
-
 size_t collectiveScratchBytes(const KernelInfo &info) {
   Split split;
   if (info.kernel == "all_gather") {

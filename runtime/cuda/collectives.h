@@ -52,8 +52,6 @@ private:
   size_t scratchBytes_ = 0;
 };
 
-/// Kernels that run on the communication stream.
-bool isCollective(const std::string &kernel);
 /// Device scratch a collective instruction needs for packing (0 if none).
 size_t collectiveScratchBytes(const KernelInfo &info);
 

@@ -1,5 +1,4 @@
-//===- cuda_kernel.h - Interface between the CUDA executor and kernels -*- C++
-//-*-===//
+//===- cuda_kernel.h - The CUDA executor and its kernels --------*- C++ -*-===//
 //
 // Private to libcleave_cuda.so. The CUDA backend runs the same plan as the
 // CPU backend, kernel for kernel (kernels.def): before any CUDA prepare

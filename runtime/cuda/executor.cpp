@@ -20,6 +20,7 @@
 #include "cuda_kernel.h"
 #include "matmul_cache.h"
 #include "program.h"
+#include "schedule.h"
 
 #include "cleave/runtime/runner.h"
 
@@ -61,11 +62,6 @@ int chooseDevice(const Communicator &comm, int count) {
   return comm.rank() % count;
 }
 
-struct Range {
-  int64_t begin, end;
-  bool overlaps(const Range &o) const { return begin < o.end && o.begin < end; }
-};
-
 struct Step {
   const ProgramInstruction *inst = nullptr;
   /// The instruction's index in the program (of the first, when fused).
@@ -74,60 +70,11 @@ struct Step {
   std::vector<const void *> operands;
   std::vector<void *> results;
   bool collective = false;
-  /// Arena bytes the instruction reads or writes.
-  std::vector<Range> ranges;
-  /// Collectives (indices into Runner::collectiveSteps) the compute stream
-  /// must wait for before this instruction.
+  /// Collectives the compute stream must wait for before this step.
   std::vector<int> waitFor;
-  /// For a collective: its index in Runner::collectiveSteps.
+  /// For a collective: its number (ready_/done_).
   int collectiveIndex = -1;
 };
-
-/// Whether instruction \p add only adds a bias (a vector over the last dim,
-/// broadcast over the rows) to the result of matmul \p mm, which nothing
-/// else uses: then the pair is one cuBLASLt call with a bias epilogue.
-/// Returns the bias operand's position in the add, or -1.
-int biasOperand(const LoadedProgram &program, const ProgramInstruction &mm,
-                const ProgramInstruction &add, const std::vector<int> &uses,
-                const std::vector<bool> &viewed) {
-  if (mm.info.kernel != "matmul" || add.info.kernel != "add" ||
-      mm.results.size() != 1 || add.operands.size() != 2 ||
-      add.results.size() != 1)
-    return -1;
-  int32_t r = mm.results[0];
-  // Fused, the matmul's result is never written: nothing else may read it,
-  // under its own id or through a view of its bytes.
-  if (r < 0 || uses[r] != 1 || viewed[r] || add.results[0] < 0)
-    return -1;
-  int pos = add.operands[0] == r ? 1 : add.operands[1] == r ? 0 : -1;
-  if (pos < 0 || add.operands[pos] < 0 || add.operands[pos] == r)
-    return -1;
-  const ProgramValue &rv = program.values[r];
-  const ProgramValue &bias = program.values[add.operands[pos]];
-  const ProgramValue &out = program.values[add.results[0]];
-  if (bias.type.dtype != DType::F32 || out.type.shape != rv.type.shape ||
-      out.type.dtype != DType::F32 || bias.type.rank() != rv.type.rank())
-    return -1;
-  for (size_t d = 0; d + 1 < bias.type.shape.size(); ++d)
-    if (bias.type.shape[d] != 1)
-      return -1;
-  if (bias.type.shape.back() != rv.type.shape.back())
-    return -1;
-  // cuBLASLt reads the bias while it writes the result: they must not share
-  // bytes.
-  // cuBLASLt reads the bias and the matmul's operands while it writes the
-  // add's result, which the buffer planner may have placed over an operand
-  // whose last use is the matmul.
-  auto overlaps = [&](const ProgramValue &v) {
-    return v.storage == Storage::Arena && out.storage == Storage::Arena &&
-           v.offset < out.offset + out.numBytes &&
-           out.offset < v.offset + v.numBytes;
-  };
-  if (overlaps(bias) || overlaps(program.values[mm.operands[0]]) ||
-      overlaps(program.values[mm.operands[1]]))
-    return -1;
-  return pos;
-}
 
 class CudaRunner final : public StepRunner {
 public:
@@ -180,9 +127,7 @@ private:
   std::vector<cudaEvent_t> ready_, done_;
   /// Collectives still unjoined after the last instruction.
   std::vector<int> finalWaits_;
-  /// Index in steps_ of each collective.
-  std::vector<size_t> collectiveSteps_;
-  size_t collectiveStep(int c) const { return collectiveSteps_[c]; }
+
   struct Carry {
     size_t input, output;
     /// Device staging for a source outside the arena, else null.
@@ -319,11 +264,6 @@ uint8_t *CudaRunner::pointer(int32_t id) const {
 }
 
 Status CudaRunner::bind() {
-  std::vector<std::vector<int64_t>> axesSets;
-  size_t scratch = 0;
-  std::vector<int> outstanding;
-  std::vector<int> uses = useCounts(program_);
-  std::vector<bool> viewed = viewedValues(program_);
   auto prepareOne = [&](size_t i, DeviceFn *fn) {
     const ProgramInstruction &inst = program_.instructions[i];
     if (inst.fused) {
@@ -338,92 +278,56 @@ Status CudaRunner::bind() {
       return Status::error(where(i) + ": " + s.message());
     return Status::ok();
   };
-  for (size_t i = 0; i < program_.instructions.size(); ++i) {
-    const ProgramInstruction &inst = program_.instructions[i];
+  // cuBLASLt wants a 16-byte aligned bias vector.
+  Schedule plan = schedule(program_, fuseBias_, [&](int32_t bias) {
+    return reinterpret_cast<uintptr_t>(pointer(bias)) % 16 == 0;
+  });
+  std::vector<std::vector<int64_t>> axesSets;
+  size_t scratch = 0;
+  for (ScheduledStep &s : plan.steps) {
+    const ProgramInstruction &inst = program_.instructions[s.index];
     Step step;
     step.inst = &inst;
-    step.index = i;
-    if (Status s = prepareOne(i, &step.fn); !s)
-      return s;
-    std::vector<int32_t> operands = inst.operands, results = inst.results;
-    // matmul + bias add: one cuBLASLt call (prepareMatmulBias).
-    int pos = fuseBias_ && i + 1 < program_.instructions.size()
-                  ? biasOperand(program_, inst, program_.instructions[i + 1],
-                                uses, viewed)
-                  : -1;
-    // cuBLASLt wants a 16-byte aligned bias vector.
-    if (pos >= 0 && reinterpret_cast<uintptr_t>(
-                        pointer(program_.instructions[i + 1].operands[pos])) %
-                            16 !=
-                        0)
-      pos = -1;
-    if (pos >= 0) {
-      const ProgramInstruction &add = program_.instructions[i + 1];
+    step.index = s.index;
+    if (Status st = prepareOne(s.index, &step.fn); !st)
+      return st;
+    if (s.biasOperand >= 0) {
       DeviceFn addFn, fused;
-      if (Status s = prepareOne(i + 1, &addFn); !s)
-        return s;
-      if (prepareMatmulBias(inst.info, step.fn, addFn, &fused)) {
-        step.fn = std::move(fused);
-        operands = {inst.operands[0], inst.operands[1], add.operands[pos],
-                    add.operands[0], add.operands[1]};
-        results = {add.results[0], inst.results[0]};
-        ++i;
-      }
+      if (Status st = prepareOne(s.index + 1, &addFn); !st)
+        return st;
+      if (Status st = prepareMatmulBias(inst.info, step.fn, addFn, &fused); !st)
+        return Status::error(where(s.index) + ": " + st.message());
+      step.fn = std::move(fused);
     }
-    step.operands.assign(std::max(operands.size(), kMinArgSlots), nullptr);
-    step.results.assign(std::max(results.size(), kMinArgSlots), nullptr);
-    for (size_t k = 0; k < operands.size(); ++k)
-      step.operands[k] = pointer(operands[k]);
-    for (size_t k = 0; k < results.size(); ++k)
-      step.results[k] = pointer(results[k]);
-    for (const std::vector<int32_t> *ids : {&operands, &results})
-      for (int32_t id : *ids)
-        if (id >= 0 && program_.values[id].storage == Storage::Arena &&
-            program_.values[id].numBytes > 0)
-          step.ranges.push_back(
-              {program_.values[id].offset,
-               program_.values[id].offset + program_.values[id].numBytes});
-    step.collective = isCollective(inst.info.kernel);
+    step.operands.assign(std::max(s.operands.size(), kMinArgSlots), nullptr);
+    step.results.assign(std::max(s.results.size(), kMinArgSlots), nullptr);
+    for (size_t k = 0; k < s.operands.size(); ++k)
+      step.operands[k] = pointer(s.operands[k]);
+    for (size_t k = 0; k < s.results.size(); ++k)
+      step.results[k] = pointer(s.results[k]);
+    step.collective = s.collective;
+    step.collectiveIndex = s.collectiveIndex;
+    step.waitFor = s.waitFor;
     if (step.collective) {
-      step.collectiveIndex = static_cast<int>(ready_.size());
       cudaEvent_t ready = nullptr, done = nullptr;
-      if (Status s = cudaStatus(
+      if (Status st = cudaStatus(
               cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
               "cudaEventCreate");
-          !s)
-        return s;
+          !st)
+        return st;
       ready_.push_back(ready);
-      if (Status s = cudaStatus(
+      if (Status st = cudaStatus(
               cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
               "cudaEventCreate");
-          !s)
-        return s;
+          !st)
+        return st;
       done_.push_back(done);
-      outstanding.push_back(step.collectiveIndex);
       axesSets.push_back(inst.info.attrs.at("axes").ints);
       scratch = std::max(scratch, collectiveScratchBytes(inst.info));
-    } else {
-      // Wait for a collective before touching any of its bytes: reading its
-      // result, or overwriting its operand or result (arena reuse).
-      for (auto it = outstanding.begin(); it != outstanding.end();) {
-        const Step &c = steps_[collectiveStep(*it)];
-        bool touches = false;
-        for (const Range &r : step.ranges)
-          for (const Range &q : c.ranges)
-            touches |= r.overlaps(q);
-        if (touches) {
-          step.waitFor.push_back(*it);
-          it = outstanding.erase(it);
-        } else {
-          ++it;
-        }
-      }
     }
-    if (step.collective)
-      collectiveSteps_.push_back(steps_.size());
     steps_.push_back(std::move(step));
   }
-  finalWaits_ = outstanding;
+  finalWaits_ = plan.finalWaits;
   return Collectives::create(comm_, axesSets, scratch, &collectives_);
 }
 

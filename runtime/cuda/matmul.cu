@@ -226,8 +226,9 @@ Status prepareMatmulBias(const KernelInfo &matmul, DeviceFn unfusedMatmul,
   Runner run;
   if (Status s = makeRunner(matmul, &run); !s)
     return s;
+  // schedule.cpp's oneCallMatmul promised this.
   if (!run.fusedBiasOk() || run.p.k == 0)
-    return Status::error("not fusable");
+    return Status::error("internal: a matmul fused with its bias is batched");
   // Operands: a, b, bias; results: the add's result. The unfused pair
   // (operands a, b, matmul result scratch) stays as the fallback for a
   // problem cuBLASLt has no bias algorithm for; the choice is made on the

@@ -1,5 +1,4 @@
-//===- matmul_cache.h - cuBLASLt descriptors and algorithms per problem -*- C++
-//-*-===//
+//===- matmul_cache.h - cuBLASLt plans per matmul problem -------*- C++ -*-===//
 //
 // Private to libcleave_cuda.so. Matmuls of the same problem (a transformer's
 // layers repeat the same few) share one descriptor set and one algorithm,
