@@ -36,10 +36,13 @@ enum class FusedCode : uint8_t {
   Erf,
   Sigmoid,
   Relu,
+  /// a ? b : c, a being a bool condition loaded as 0 or 1.
+  Select,
 };
 
-CLEAVE_HOST_DEVICE inline bool isBinary(FusedCode c) {
-  return c <= FusedCode::Pow;
+/// Operands of op \p c.
+CLEAVE_HOST_DEVICE inline int fusedArity(FusedCode c) {
+  return c == FusedCode::Select ? 3 : c <= FusedCode::Pow ? 2 : 1;
 }
 
 /// The f32 result of op \p c on \p a (and \p b), as the CPU kernels compute
@@ -88,8 +91,15 @@ CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
   }
   case FusedCode::Relu:
     return a < 0.0f ? 0.0f : a;
+  case FusedCode::Select: // three operands: see applySelect
+    break;
   }
   return a;
+}
+
+/// select: the value itself is copied, NaN payloads included.
+CLEAVE_HOST_DEVICE inline float applySelect(float cond, float a, float b) {
+  return cond != 0.0f ? a : b;
 }
 
 } // namespace cleave::rt

@@ -24,6 +24,7 @@ std::optional<FusedCode> fusedCode(const std::string &kernel) {
       {"rsqrt", FusedCode::Rsqrt},     {"reciprocal", FusedCode::Reciprocal},
       {"tanh", FusedCode::Tanh},       {"erf", FusedCode::Erf},
       {"sigmoid", FusedCode::Sigmoid}, {"relu", FusedCode::Relu},
+      {"select", FusedCode::Select},
   };
   auto it = codes.find(kernel);
   if (it == codes.end())
@@ -46,16 +47,20 @@ bool broadcasts(const TensorType &operand, const TensorType &result) {
 bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
   std::optional<FusedCode> code = fusedCode(inst.info.kernel);
   if (!code || inst.results.size() != 1 || inst.results[0] < 0 ||
-      inst.operands.size() != (isBinary(*code) ? 2u : 1u))
+      inst.operands.size() != static_cast<size_t>(fusedArity(*code)))
     return false;
   const TensorType &r = p.values[inst.results[0]].type;
   if (r.dtype != DType::F32 || r.numElements() == 0)
     return false;
-  for (int32_t id : inst.operands) {
+  for (size_t k = 0; k < inst.operands.size(); ++k) {
+    int32_t id = inst.operands[k];
     if (id < 0)
       return false;
     const TensorType &t = p.values[id].type;
-    if (t.dtype != DType::F32 || (t.numElements() != 1 && !broadcasts(t, r)))
+    // select's condition is bool; every other operand is f32.
+    DType want =
+        *code == FusedCode::Select && k == 0 ? DType::Bool : DType::F32;
+    if (t.dtype != want || (t.numElements() != 1 && !broadcasts(t, r)))
       return false;
   }
   return true;
@@ -96,6 +101,7 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
       reg[id] = static_cast<int>(b.inputs.size());
       b.inputs.push_back(id);
       const TensorType &t = p.values[id].type;
+      b.program.inputIsBool.push_back(t.dtype == DType::Bool);
       b.program.inputs.push_back(t.shape == shape.shape ? FusedInput::Full
                                  : t.numElements() == 1
                                      ? FusedInput::Scalar
@@ -105,10 +111,13 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
   int next = static_cast<int>(b.inputs.size());
   for (size_t i = begin; i < end; ++i) {
     const ProgramInstruction &inst = p.instructions[i];
-    FusedOp op{*fusedCode(inst.info.kernel), 0, 0, 0};
+    FusedOp op{*fusedCode(inst.info.kernel), 0, 0, 0, 0};
     op.a = static_cast<uint8_t>(reg.at(inst.operands[0]));
     op.b = inst.operands.size() > 1
                ? static_cast<uint8_t>(reg.at(inst.operands[1]))
+               : op.a;
+    op.c = inst.operands.size() > 2
+               ? static_cast<uint8_t>(reg.at(inst.operands[2]))
                : op.a;
     op.dst = static_cast<uint8_t>(next);
     reg[inst.results[0]] = next++;
@@ -135,8 +144,8 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     for (size_t k = 0; k < b.inputs.size(); ++k) {
       const ProgramValue &in = p.values[b.inputs[k]];
       bool same = b.program.inputs[k] == FusedInput::Full &&
-                  in.storage == o.storage && in.offset == o.offset &&
-                  in.numBytes == o.numBytes;
+                  !b.program.inputIsBool[k] && in.storage == o.storage &&
+                  in.offset == o.offset && in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
     }
@@ -186,7 +195,8 @@ void coalesce(const LoadedProgram &p, Built &b, const TensorType &shape) {
 
 /// Loads \p len elements from \p base on of a Broadcast input: the
 /// multi-index of \p base over \p dims, then an odometer.
-void loadBroadcast(const float *in, const std::vector<int64_t> &dims,
+template <typename T>
+void loadBroadcast(const T *in, const std::vector<int64_t> &dims,
                    const std::vector<int64_t> &strides, int64_t base,
                    int64_t len, float *out) {
   int rank = static_cast<int>(dims.size());
@@ -198,7 +208,7 @@ void loadBroadcast(const float *in, const std::vector<int64_t> &dims,
     offset += idx[d] * strides[d];
   }
   for (int64_t t = 0; t < len; ++t) {
-    out[t] = in[offset];
+    out[t] = static_cast<float>(in[offset]);
     for (int d = rank - 1; d >= 0; --d) {
       offset += strides[d];
       if (++idx[d] < dims[d])
@@ -223,6 +233,15 @@ KernelFn cpuKernel(std::shared_ptr<const FusedProgram> fp) {
       float regs[FusedProgram::kMaxRegisters][kChunk];
       int64_t base = c * kChunk, len = std::min(kChunk, n - base);
       for (size_t k = 0; k < numInputs; ++k) {
+        if (f.inputIsBool[k]) {
+          const auto *in = static_cast<const uint8_t *>(args.operands[k]);
+          if (f.inputs[k] == FusedInput::Broadcast)
+            loadBroadcast(in, f.dims, f.strides[k], base, len, regs[k]);
+          else
+            for (int64_t t = 0; t < len; ++t)
+              regs[k][t] = in[f.inputs[k] == FusedInput::Scalar ? 0 : base + t];
+          continue;
+        }
         const float *in = static_cast<const float *>(args.operands[k]);
         switch (f.inputs[k]) {
         case FusedInput::Full:
@@ -264,6 +283,12 @@ KernelFn cpuKernel(std::shared_ptr<const FusedProgram> fp) {
           CLEAVE_FUSED_CASE(Sigmoid)
           CLEAVE_FUSED_CASE(Relu)
 #undef CLEAVE_FUSED_CASE
+        case FusedCode::Select: {
+          const float *c = regs[op.c];
+          for (int64_t t = 0; t < len; ++t)
+            d[t] = applySelect(a[t], b[t], c[t]);
+          break;
+        }
         }
       }
       for (size_t o = 0; o < f.outputRegisters.size(); ++o)

@@ -33,7 +33,7 @@ struct LoadedProgram;
 
 struct FusedOp {
   FusedCode code;
-  uint8_t dst, a, b;
+  uint8_t dst, a, b, c;
 };
 
 /// How a fused input is read for result element e.
@@ -54,6 +54,9 @@ struct FusedProgram {
   int64_t numElements = 0;
   int numRegisters = 0;
   std::vector<FusedInput> inputs;
+  /// Per input: bool (1 byte, loaded as 0 or 1: select's condition) rather
+  /// than f32.
+  std::vector<uint8_t> inputIsBool;
   /// The result's dims, coalesced where every Broadcast input allows (outer
   /// first), and per input the element stride along each (Broadcast inputs
   /// only; empty for the others).

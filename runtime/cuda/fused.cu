@@ -21,7 +21,8 @@ constexpr int kMaxOps = FusedProgram::kMaxRegisters;
 
 struct DeviceProgram {
   int numInputs, numOutputs, numOps, rank;
-  const float *inputs[FusedProgram::kMaxInputs];
+  const void *inputs[FusedProgram::kMaxInputs];
+  uint8_t isBool[FusedProgram::kMaxInputs];
   float *outputs[FusedProgram::kMaxOutputs];
   FusedInput kinds[FusedProgram::kMaxInputs];
   int64_t dims[FusedProgram::kMaxDims];
@@ -45,11 +46,15 @@ __global__ void fusedKernel(DeviceProgram p, int64_t n) {
           rest /= p.dims[d];
         }
       }
-      r[k] = p.inputs[k][offset];
+      r[k] = p.isBool[k] ? static_cast<float>(static_cast<const uint8_t *>(
+                               p.inputs[k])[offset])
+                         : static_cast<const float *>(p.inputs[k])[offset];
     }
     for (int o = 0; o < p.numOps; ++o) {
       const FusedOp &op = p.ops[o];
-      r[op.dst] = applyFused(op.code, r[op.a], r[op.b]);
+      r[op.dst] = op.code == FusedCode::Select
+                      ? applySelect(r[op.a], r[op.b], r[op.c])
+                      : applyFused(op.code, r[op.a], r[op.b]);
     }
     for (int o = 0; o < p.numOutputs; ++o)
       p.outputs[o][i] = r[p.outputRegisters[o]];
@@ -73,6 +78,7 @@ Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
   p.numOps = static_cast<int>(program.ops.size());
   for (int k = 0; k < p.numInputs; ++k) {
     p.kinds[k] = program.inputs[k];
+    p.isBool[k] = program.inputIsBool[k];
     for (size_t d = 0; d < program.strides[k].size(); ++d)
       p.strides[k][d] = program.strides[k][d];
   }
@@ -83,7 +89,7 @@ Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
   int64_t n = program.numElements;
   *fn = [p, n](const KernelArgs &args, Context &ctx) mutable {
     for (int k = 0; k < p.numInputs; ++k)
-      p.inputs[k] = static_cast<const float *>(args.operands[k]);
+      p.inputs[k] = args.operands[k];
     for (int o = 0; o < p.numOutputs; ++o)
       p.outputs[o] = static_cast<float *>(args.results[o]);
     fusedKernel<<<gridFor(n), kBlock, 0, ctx.stream>>>(p, n);

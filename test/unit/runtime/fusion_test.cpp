@@ -152,6 +152,36 @@ TEST(Fusion, BroadcastOperandsFuseWithTheSameBits) {
   expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
 }
 
+// select (attention's causal mask) joins chains: its bool condition is read
+// as 0 or 1, broadcast like any operand; NaN and -inf pass through intact.
+TEST(Fusion, SelectWithABroadcastMaskFusesWithTheSameBits) {
+  ProgramBuilder b;
+  Shape s = {2, 3, 19, 19};
+  int w = b.input("w", DType::F32, s);
+  int mask = b.input("mask", DType::Bool, {1, 1, 19, 19});
+  int scale = b.constant(f32({1, 1, 1, 1}, {8.0f}));
+  int ninf = b.constant(f32({1, 1, 1, 1}, {-INFINITY}));
+  int t0 = b.arena(DType::F32, s), t1 = b.arena(DType::F32, s),
+      t2 = b.arena(DType::F32, s);
+  b.instruction("div", {w, scale}, {t0});
+  b.instruction("select", {mask, t0, ninf}, {t1});
+  b.instruction("exp", {t1}, {t2});
+  b.output(t2, "out");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise"}));
+  HostTensor m = HostTensor::zeros(DType::Bool, {1, 1, 19, 19});
+  for (int i = 0; i < 19; ++i)
+    for (int j = 0; j <= i; ++j)
+      m.data<uint8_t>()[i * 19 + j] = j == 0 ? 7 : 1; // any non-zero byte
+  HostTensor x = randomF32(s, 6);
+  x.data<float>()[5] = NAN;
+  std::vector<HostTensor> in = {x, m};
+  std::vector<HostTensor> fused = runWith(true, b.program, in);
+  expectSameBits(fused, runWith(false, b.program, in));
+  ASSERT_EQ(fused.size(), 1u);
+  EXPECT_EQ(values<float>(fused[0])[1], 0.0f); // masked: exp(-inf)
+}
+
 // Other dtypes and a change of shape end a chain.
 TEST(Fusion, OnlyF32ChainsOfOneShapeFuse) {
   ProgramBuilder b;
