@@ -36,6 +36,8 @@ enum class FusedCode : uint8_t {
   Erf,
   Sigmoid,
   Relu,
+  /// a itself: broadcast and copy, which only move values.
+  Identity,
   /// a ? b : c, a being a bool condition loaded as 0 or 1.
   Select,
 };
@@ -91,6 +93,8 @@ CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
   }
   case FusedCode::Relu:
     return a < 0.0f ? 0.0f : a;
+  case FusedCode::Identity:
+    return a;
   case FusedCode::Select: // three operands: see applySelect
     break;
   }

@@ -24,7 +24,8 @@ std::optional<FusedCode> fusedCode(const std::string &kernel) {
       {"rsqrt", FusedCode::Rsqrt},     {"reciprocal", FusedCode::Reciprocal},
       {"tanh", FusedCode::Tanh},       {"erf", FusedCode::Erf},
       {"sigmoid", FusedCode::Sigmoid}, {"relu", FusedCode::Relu},
-      {"select", FusedCode::Select},
+      {"select", FusedCode::Select},   {"broadcast", FusedCode::Identity},
+      {"copy", FusedCode::Identity},
   };
   auto it = codes.find(kernel);
   if (it == codes.end())
@@ -282,6 +283,7 @@ KernelFn cpuKernel(std::shared_ptr<const FusedProgram> fp) {
           CLEAVE_FUSED_CASE(Erf)
           CLEAVE_FUSED_CASE(Sigmoid)
           CLEAVE_FUSED_CASE(Relu)
+          CLEAVE_FUSED_CASE(Identity)
 #undef CLEAVE_FUSED_CASE
         case FusedCode::Select: {
           const float *c = regs[op.c];

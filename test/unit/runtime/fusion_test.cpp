@@ -77,23 +77,23 @@ TEST(Fusion, OverlappingBuffersAreOnlyFusedWhenIdentical) {
   for (bool shifted : {false, true}) {
     ProgramBuilder b;
     Shape s = {300};
-    int in = b.input("x", DType::F32, s);
+    int in = b.input("x", DType::F32, {600});
     int x = b.addValue(DType::F32, s, plan::Value::ARENA, 0, 0);
     int t0 = b.addValue(DType::F32, s, plan::Value::ARENA, 2048, 0);
     int out =
         b.addValue(DType::F32, s, plan::Value::ARENA, shifted ? 16 : 0, 0);
     b.program.set_arena_bytes(4096);
-    b.instruction("copy", {in}, {x});
+    b.instruction("slice", {in}, {x}, {{"starts", {{0}}}});
     b.instruction("exp", {x}, {t0}); // x's last use
     b.instruction("neg", {t0}, {out});
     b.output(out, "out");
     std::vector<std::string> kernels = loadedKernels(b.program);
     if (shifted)
-      EXPECT_EQ(kernels, (std::vector<std::string>{"copy", "exp", "neg"}));
+      EXPECT_EQ(kernels, (std::vector<std::string>{"slice", "exp", "neg"}));
     else
       EXPECT_EQ(kernels,
-                (std::vector<std::string>{"copy", "fused_elementwise"}));
-    std::vector<HostTensor> inputs = {randomF32(s, 3)};
+                (std::vector<std::string>{"slice", "fused_elementwise"}));
+    std::vector<HostTensor> inputs = {randomF32({600}, 3)};
     std::vector<HostTensor> fused = runWith(true, b.program, inputs);
     expectSameBits(fused, runWith(false, b.program, inputs));
     // And the value is right: -exp(x).
@@ -180,6 +180,24 @@ TEST(Fusion, SelectWithABroadcastMaskFusesWithTheSameBits) {
   expectSameBits(fused, runWith(false, b.program, in));
   ASSERT_EQ(fused.size(), 1u);
   EXPECT_EQ(values<float>(fused[0])[1], 0.0f); // masked: exp(-inf)
+}
+
+// broadcast and copy only move values: inside a chain they become strided
+// reads, and the broadcast tensor is never written unless used elsewhere.
+TEST(Fusion, BroadcastAndCopyJoinChains) {
+  ProgramBuilder b;
+  Shape s = {300, 7};
+  int x = b.input("x", DType::F32, s), m = b.input("m", DType::F32, {300, 1});
+  int wide = b.arena(DType::F32, s), t0 = b.arena(DType::F32, s),
+      t1 = b.arena(DType::F32, s);
+  b.instruction("broadcast", {m}, {wide});
+  b.instruction("sub", {x, wide}, {t0});
+  b.instruction("copy", {t0}, {t1});
+  b.output(t1, "out");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise"}));
+  std::vector<HostTensor> in = {randomF32(s, 8), randomF32({300, 1}, 9)};
+  expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
 }
 
 // Other dtypes and a change of shape end a chain.
