@@ -34,7 +34,11 @@ def cuda_gpu_present():
 
 
 # The CUDA backend is built where CUDA is installed; its GPU tests run where a
-# GPU is present too (elsewhere lit reports them UNSUPPORTED).
+# GPU is present too (elsewhere lit reports them UNSUPPORTED). "nvcc": CUDA
+# is installed here, so the build must have made the backend.
+if os.path.exists("/usr/local/cuda/bin/nvcc"):
+    config.available_features.add("nvcc")
+config.substitutions.append(("%cleave_lib", os.path.join(config.cleave_obj_root, "lib")))
 if config.cleave_cuda == "1":
     config.available_features.add("cuda")
     if cuda_gpu_present():

@@ -51,6 +51,13 @@ Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
 /// Which sample each row of a step's batch is: batches of \p rows run
 /// through \p samples in order, or in each epoch's permutation; the last
 /// partial batch of an epoch is dropped (every step has the compiled size).
+/// How a feed's description says it is shuffled ("" when it is not).
+std::string shuffleNote(const DataOptions &options) {
+  return options.shuffle
+             ? ", shuffled with seed " + std::to_string(options.seed)
+             : "";
+}
+
 class EpochOrder {
 public:
   void init(int64_t samples, int64_t rows, bool shuffle, uint64_t seed) {
@@ -181,10 +188,7 @@ public:
     description_ = "arrays from '" + absolute(options.inputsDir) + "' (" +
                    std::to_string(total) + " rows, " +
                    std::to_string(order.batchesPerEpoch()) +
-                   " batches an epoch)" +
-                   (options.shuffle
-                        ? ", shuffled with seed " + std::to_string(options.seed)
-                        : "");
+                   " batches an epoch)" + shuffleNote(options);
     return Status::ok();
   }
 
@@ -253,10 +257,7 @@ public:
     description_ = "text '" + absolute(options.textFile) + "' (" +
                    std::to_string(text.size()) + " bytes, " +
                    std::to_string(order.batchesPerEpoch()) +
-                   " batches an epoch)" +
-                   (options.shuffle
-                        ? ", shuffled with seed " + std::to_string(options.seed)
-                        : "");
+                   " batches an epoch)" + shuffleNote(options);
     return Status::ok();
   }
 

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "fused_ops.h"
 #include "kernel.h"
 
 #include <cmath>
@@ -541,42 +542,23 @@ Status prepare_abs(const KernelInfo &info, KernelFn *fn) {
   });
 }
 
-Status prepare_exp(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::exp(x); });
-}
-Status prepare_log(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::log(x); });
-}
-Status prepare_sqrt(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::sqrt(x); });
-}
-Status prepare_rsqrt(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn,
-                           [](float x) { return 1.0f / std::sqrt(x); });
-}
-Status prepare_reciprocal(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return 1.0f / x; });
-}
-Status prepare_tanh(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::tanh(x); });
-}
-Status prepare_sigmoid(const KernelInfo &info, KernelFn *fn) {
-  // exp of a non-positive argument only, so large |x| cannot overflow.
-  return prepareFloatUnary(info, fn, [](float x) {
-    if (x >= 0)
-      return 1.0f / (1.0f + std::exp(-x));
-    float e = std::exp(x);
-    return e / (1.0f + e);
-  });
-}
-Status prepare_relu(const KernelInfo &info, KernelFn *fn) {
-  // NaN stays NaN (x > 0 is false, but x itself is returned for NaN).
-  return prepareFloatUnary(info, fn,
-                           [](float x) { return x < 0.0f ? 0.0f : x; });
-}
-Status prepare_erf(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::erf(x); });
-}
+// The formulas are fused_ops.h's, which elementwise fusion and the CUDA
+// backend use too: one definition, the same bits fused or not.
+#define FLOAT_UNARY(NAME, CODE)                                                \
+  Status prepare_##NAME(const KernelInfo &info, KernelFn *fn) {                \
+    return prepareFloatUnary(                                                  \
+        info, fn, [](float x) { return applyFused(FusedCode::CODE, x, x); });  \
+  }
+FLOAT_UNARY(exp, Exp)
+FLOAT_UNARY(log, Log)
+FLOAT_UNARY(sqrt, Sqrt)
+FLOAT_UNARY(rsqrt, Rsqrt)
+FLOAT_UNARY(reciprocal, Reciprocal)
+FLOAT_UNARY(tanh, Tanh)
+FLOAT_UNARY(sigmoid, Sigmoid)
+FLOAT_UNARY(relu, Relu)
+FLOAT_UNARY(erf, Erf)
+#undef FLOAT_UNARY
 Status prepare_sin(const KernelInfo &info, KernelFn *fn) {
   return prepareFloatUnary(info, fn, [](float x) { return std::sin(x); });
 }

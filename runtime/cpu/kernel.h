@@ -176,6 +176,22 @@ std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
                                   const std::vector<int64_t> &resultBatch,
                                   int64_t matrixSize);
 
+/// Where random_uniform's result lies in its global tensor, which fixes its
+/// values (philox.h): `rows` runs of `run` contiguous global elements, run r
+/// starting at base + sum_d index_d(r) * rowStrides[d], index(r) being r's
+/// multi-index over rowDims. rows * run == 0 for an empty result.
+struct RandomGeometry {
+  uint32_t key[2] = {0, 0};
+  uint32_t stream = 0;
+  int64_t rows = 0, run = 0, base = 0;
+  std::vector<int64_t> rowDims, rowStrides;
+};
+
+/// Checks a random_uniform instruction (an i64 scalar step, an f32 result,
+/// 'offsets' inside 'global_shape') and reads its geometry; both backends
+/// use it, so they draw the same elements.
+Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out);
+
 /// Copies elements of \p elemSize bytes: out (contiguous, loop's result
 /// shape) from in through loop operand 0.
 void stridedCopy(const StridedLoop &loop, size_t elemSize, const void *in,

@@ -276,5 +276,73 @@ std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
   return offsets;
 }
 
+Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &step = info.operand(0), &r = info.result(0);
+  if (step.dtype != DType::I64 || step.rank() != 0)
+    return Status::error("step " + step.str() +
+                         " must be an i64 scalar (i64[])");
+  if (r.dtype != DType::F32)
+    return Status::error("result " + r.str() + " must be f32");
+  int64_t seed = 0, stream = 0;
+  if (Status s = info.intScalar("seed", &seed); !s)
+    return s;
+  if (Status s = info.intScalar("stream", &stream); !s)
+    return s;
+  RandomGeometry &p = *out;
+  p = RandomGeometry();
+  uint64_t useed = static_cast<uint64_t>(seed);
+  p.key[0] = static_cast<uint32_t>(useed);
+  p.key[1] = static_cast<uint32_t>(useed >> 32);
+  p.stream = static_cast<uint32_t>(static_cast<uint64_t>(stream));
+
+  size_t rank = r.shape.size();
+  bool hasOffsets = info.attrs.count("offsets") != 0;
+  bool hasGlobal = info.attrs.count("global_shape") != 0;
+  if (hasOffsets != hasGlobal)
+    return Status::error("attributes 'offsets' and 'global_shape' must be "
+                         "given together");
+  std::vector<int64_t> offsets(rank, 0), global = r.shape;
+  if (hasOffsets) {
+    if (Status s = info.ints("offsets", rank, &offsets); !s)
+      return s;
+    if (Status s = info.ints("global_shape", rank, &global); !s)
+      return s;
+    for (size_t d = 0; d < rank; ++d)
+      if (global[d] < 0 || offsets[d] < 0 || r.shape[d] > global[d] ||
+          offsets[d] > global[d] - r.shape[d])
+        return Status::error(
+            "result " + r.str() + " at 'offsets' " +
+            std::to_string(offsets[d]) + " of dim " + std::to_string(d) +
+            " does not fit in 'global_shape' " + std::to_string(global[d]));
+  }
+  for (int64_t d : r.shape)
+    if (d == 0)
+      return Status::ok(); // nothing to write: rows = run = 0
+  // Row-major strides of the global tensor, whose element indices must fit
+  // in int64 (every global dim is at least the result's, so non-zero).
+  std::vector<int64_t> gStrides(rank, 1);
+  int64_t count = 1;
+  for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+    gStrides[d] = count;
+    if (__builtin_mul_overflow(count, global[d], &count))
+      return Status::error("attribute 'global_shape' has more than 2^63 "
+                           "elements");
+  }
+  // Trailing dims that the result spans entirely are contiguous in the global
+  // tensor, together with the dim just before them.
+  size_t k = rank;
+  while (k > 0 && r.shape[k - 1] == global[k - 1])
+    --k;
+  size_t runFrom = k == 0 ? 0 : k - 1;
+  p.run = product(r.shape, runFrom, rank);
+  p.rows = product(r.shape, 0, runFrom);
+  p.rowDims.assign(r.shape.begin(), r.shape.begin() + runFrom);
+  p.rowStrides.assign(gStrides.begin(), gStrides.begin() + runFrom);
+  for (size_t d = 0; d < rank; ++d)
+    p.base += offsets[d] * gStrides[d];
+  return Status::ok();
+}
 
 } // namespace cleave::rt

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda_common.cuh"
+#include "fused_ops.h"
 
 #include <string>
 #include <type_traits>
@@ -417,33 +418,37 @@ enum class UnaryOp {
   GeluTanh,
 };
 
-/// Float-only unary ops. The precise (non-intrinsic) functions are used, and
-/// rsqrt is 1 / sqrt rather than rsqrtf, to stay within rounding of the CPU.
+/// Float-only unary ops: fused_ops.h's formulas where it has them (the ones
+/// elementwise fusion runs, and the CPU's), the precise (non-intrinsic)
+/// functions otherwise, to stay within rounding of the CPU.
 template <UnaryOp Op> struct FloatUnary {
+  static constexpr FusedCode code() {
+    switch (Op) {
+    case UnaryOp::Exp:
+      return FusedCode::Exp;
+    case UnaryOp::Log:
+      return FusedCode::Log;
+    case UnaryOp::Sqrt:
+      return FusedCode::Sqrt;
+    case UnaryOp::Rsqrt:
+      return FusedCode::Rsqrt;
+    case UnaryOp::Reciprocal:
+      return FusedCode::Reciprocal;
+    case UnaryOp::Tanh:
+      return FusedCode::Tanh;
+    case UnaryOp::Sigmoid:
+      return FusedCode::Sigmoid;
+    case UnaryOp::Relu:
+      return FusedCode::Relu;
+    case UnaryOp::Erf:
+      return FusedCode::Erf;
+    default:
+      return FusedCode::Identity;
+    }
+  }
   __device__ float operator()(float x) const {
-    if constexpr (Op == UnaryOp::Exp) {
-      return expf(x);
-    } else if constexpr (Op == UnaryOp::Log) {
-      return logf(x);
-    } else if constexpr (Op == UnaryOp::Sqrt) {
-      return sqrtf(x);
-    } else if constexpr (Op == UnaryOp::Rsqrt) {
-      return 1.0f / sqrtf(x);
-    } else if constexpr (Op == UnaryOp::Reciprocal) {
-      return 1.0f / x;
-    } else if constexpr (Op == UnaryOp::Tanh) {
-      return tanhf(x);
-    } else if constexpr (Op == UnaryOp::Sigmoid) {
-      // exp of a non-positive argument only, so large |x| cannot overflow.
-      if (x >= 0)
-        return 1.0f / (1.0f + expf(-x));
-      float e = expf(x);
-      return e / (1.0f + e);
-    } else if constexpr (Op == UnaryOp::Relu) {
-      // NaN stays NaN.
-      return x < 0.0f ? 0.0f : x;
-    } else if constexpr (Op == UnaryOp::Erf) {
-      return erff(x);
+    if constexpr (code() != FusedCode::Identity) {
+      return applyFused(code(), x, x);
     } else if constexpr (Op == UnaryOp::Sin) {
       return sinf(x);
     } else if constexpr (Op == UnaryOp::Cos) {

@@ -73,62 +73,34 @@ __global__ void randomUniformKernel(RandomPlan p, const int64_t *stepPtr,
 } // namespace
 
 Status prepare_random_uniform(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &r = info.result(0);
-  int64_t seed = 0, stream = 0;
-  if (Status s = info.intScalar("seed", &seed); !s)
+  RandomGeometry g;
+  if (Status s = readRandomGeometry(info, &g); !s)
     return s;
-  if (Status s = info.intScalar("stream", &stream); !s)
-    return s;
+  if (g.rows * g.run == 0) {
+    *fn = [](const KernelArgs &, Context &) { return Status::ok(); };
+    return Status::ok();
+  }
   RandomPlan p;
-  uint64_t useed = static_cast<uint64_t>(seed);
-  p.key = {static_cast<uint32_t>(useed), static_cast<uint32_t>(useed >> 32)};
-  p.stream = static_cast<uint32_t>(static_cast<uint64_t>(stream));
-
-  size_t rank = r.shape.size();
-  std::vector<int64_t> offsets(rank, 0), global = r.shape;
-  if (info.attrs.count("offsets")) {
-    if (Status s = info.ints("offsets", rank, &offsets); !s)
-      return s;
-    if (Status s = info.ints("global_shape", rank, &global); !s)
-      return s;
-  }
-  for (int64_t d : r.shape)
-    if (d == 0) {
-      *fn = [](const KernelArgs &, Context &) { return Status::ok(); };
-      return Status::ok();
-    }
-  // As on the CPU: the result is runs over its trailing dims that span the
-  // global tensor entirely, together with the dim just before them; the
-  // global row-major index fits in int64 (checked by the CPU prepare).
-  std::vector<int64_t> gStrides(rank, 1);
-  int64_t count = 1;
-  for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
-    gStrides[d] = count;
-    count *= global[d];
-  }
-  size_t k = rank;
-  while (k > 0 && r.shape[k - 1] == global[k - 1])
-    --k;
-  size_t runFrom = k == 0 ? 0 : k - 1;
-  p.run = product(r.shape, runFrom, rank);
-  p.rows = product(r.shape, 0, runFrom);
-  for (size_t d = 0; d < rank; ++d)
-    p.base += offsets[d] * gStrides[d];
+  p.key = {g.key[0], g.key[1]};
+  p.stream = g.stream;
+  p.rows = g.rows;
+  p.run = g.run;
+  p.base = g.base;
   // Row dims of extent 1 add nothing to a row's start.
-  for (size_t d = 0; d < runFrom; ++d) {
-    if (r.shape[d] == 1)
+  for (size_t d = 0; d < g.rowDims.size(); ++d) {
+    if (g.rowDims[d] == 1)
       continue;
     if (p.rowRank == kMaxRank)
-      return Status::error("random_uniform: result " + r.str() +
+      return Status::error("random_uniform: result " + info.result(0).str() +
                            " has more than " + std::to_string(kMaxRank) +
                            " non-contiguous dims");
-    p.rowDims[p.rowRank] = r.shape[d];
-    p.rowStrides[p.rowRank] = gStrides[d];
+    p.rowDims[p.rowRank] = g.rowDims[d];
+    p.rowStrides[p.rowRank] = g.rowStrides[d];
     ++p.rowRank;
   }
   p.blocksPerRun = (p.run + 6) / 4;
   if (p.rows > INT64_MAX / p.blocksPerRun)
-    return Status::error("random_uniform: result " + r.str() +
+    return Status::error("random_uniform: result " + info.result(0).str() +
                          " is too large for the CUDA backend");
   *fn = [p](const KernelArgs &args, Context &ctx) {
     int64_t threads = p.rows * p.blocksPerRun;

@@ -552,6 +552,24 @@ __device__ float softmaxShift(float maxValue) {
   return maxValue;
 }
 
+/// The row this thread works on, its lane in the row's group and the
+/// group's width: a warp per row (several rows per block) or a block per
+/// row. False for the surplus warps of the last block.
+template <bool kWarpRow>
+__device__ bool rowOfThread(int64_t outer, int64_t *row, int *lane,
+                            int *width) {
+  if constexpr (kWarpRow) {
+    *row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
+    *lane = threadIdx.x % kWarp;
+    *width = kWarp;
+    return *row < outer;
+  }
+  *row = blockIdx.x;
+  *lane = threadIdx.x;
+  *width = blockDim.x;
+  return true;
+}
+
 /// Softmax over contiguous rows of \p extent: a warp per row (several rows
 /// per block) or a block per row.
 template <bool kWarpRow>
@@ -559,17 +577,8 @@ __global__ void softmaxRowsKernel(const float *x, float *y, int64_t outer,
                                   int64_t extent, bool logSoftmax) {
   int64_t row;
   int lane, width;
-  if constexpr (kWarpRow) {
-    row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
-    lane = threadIdx.x % kWarp;
-    width = kWarp;
-    if (row >= outer)
-      return;
-  } else {
-    row = blockIdx.x;
-    lane = threadIdx.x;
-    width = blockDim.x;
-  }
+  if (!rowOfThread<kWarpRow>(outer, &row, &lane, &width))
+    return;
   const float *in = x + row * extent;
   float *out = y + row * extent;
   float maxValue = MaxOp::identity();
@@ -669,17 +678,8 @@ __global__ void layerNormKernel(const float *x, const float *scale,
                                 float eps) {
   int64_t row;
   int lane, width;
-  if constexpr (kWarpRow) {
-    row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
-    lane = threadIdx.x % kWarp;
-    width = kWarp;
-    if (row >= outer)
-      return;
-  } else {
-    row = blockIdx.x;
-    lane = threadIdx.x;
-    width = blockDim.x;
-  }
+  if (!rowOfThread<kWarpRow>(outer, &row, &lane, &width))
+    return;
   const float *in = x + row * inner;
   float *out = y + row * inner;
   double sum = 0;
