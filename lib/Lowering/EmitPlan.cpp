@@ -180,6 +180,8 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
         b.ints("axis", {static_cast<int64_t>(g.getAxis())});
         if (auto shard = g->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
           b.ints("shard_axes", shard.asArrayRef());
+        if (auto size = g->getAttrOfType<IntegerAttr>(kShardSizeAttr))
+          b.ints("shard_size", {size.getInt()});
         return "gather";
       })
       .Case<Conv2DOp>([&](Conv2DOp c) {
@@ -204,6 +206,8 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
         b.ints("axis", {static_cast<int64_t>(g.getAxis())});
         if (auto shard = g->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
           b.ints("shard_axes", shard.asArrayRef());
+        if (auto size = g->getAttrOfType<IntegerAttr>(kShardSizeAttr))
+          b.ints("shard_size", {size.getInt()});
         return "scatter_add";
       })
       .Case<SliceScatterOp>([&](SliceScatterOp s) {

@@ -114,7 +114,8 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
             {Layout::replicated()}};
     for (int64_t d = 0; d < p.type.getRank(); ++d) {
       int64_t size = p.type.getDimSize(d);
-      if (size % tp == 0 && size >= tp)
+      // A size tp does not divide is split in padded chunks.
+      if (size >= tp)
         p.candidates.push_back(Layout::split(d));
       for (int64_t blocks : blockCounts[size])
         if (blocks > 1 && size % (blocks * tp) == 0)

@@ -70,6 +70,7 @@ struct PartitionIndex::Impl {
   /// phase its collectives belong to.
   std::vector<StringRef> resultParameter;
   std::vector<const char *> resultPhase;
+  std::vector<uint8_t> resultIsGradient;
 
   explicit Impl(func::FuncOp func) {
     auto add = [&](Value v) {
@@ -139,6 +140,8 @@ struct PartitionIndex::Impl {
       resultParameter.push_back(param);
       // Gradients are formed in the backward pass and updates in the
       // optimizer; their collectives belong there.
+      resultIsGradient.push_back(
+          static_cast<bool>(func.getResultAttr(i, kGradientAttr)));
       resultPhase.push_back(func.getResultAttr(i, kGradientAttr) ? "backward"
                             : func.getResultAttr(i, kLossAttr)   ? "forward"
                                                                  : "optimizer");
@@ -166,13 +169,28 @@ std::string locationString(Location loc) {
 using Index = PartitionIndex::Impl;
 using OpEntry = Index::OpEntry;
 
+/// A dimension that tp does not divide is split in chunks of ceil(size / tp)
+/// (Megatron pads its vocabulary the same way): the chunks of the last ranks
+/// end in padding. What a padded value holds there: garbage, or a known
+/// constant (parameters and optimizer state are kept zero-padded; masks make
+/// a reduction's identity).
+enum class Pad : uint8_t { Unknown, Zero, NegInf, PosInf };
+
+/// The identity of \p combine, which a reduction over a padded dimension
+/// needs in the padding.
+Pad identityOf(ReduceKind combine) {
+  return combine == ReduceKind::max   ? Pad::NegInf
+         : combine == ReduceKind::min ? Pad::PosInf
+                                      : Pad::Zero;
+}
+
 class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
               bool rewrite, const Index &index)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
-        builder(func.getContext()), index(index), layouts(index.values.size()) {
-  }
+        builder(func.getContext()), index(index), layouts(index.values.size()),
+        pads(index.values.size(), Pad::Unknown) {}
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -186,6 +204,12 @@ private:
   PartitionResult result;
   /// By value id.
   std::vector<Layout> layouts;
+  /// By value id: what a padded split value holds in its padding.
+  std::vector<Pad> pads;
+  /// The padding of converted values, by key(value id, target layout).
+  llvm::DenseMap<uint64_t, Pad> convertedPads;
+  /// Masked copies of local values, by (value, fill).
+  llvm::DenseMap<std::pair<Value, int>, Value> masks;
   IRMapping mapping;
   /// Conversions done (a partial value is reduced once for all its users),
   /// by key(value id, target layout); the converted values when rewriting.
@@ -228,9 +252,24 @@ private:
     if (!l.isSplit())
       return t;
     SmallVector<int64_t> shape(t.getShape());
-    shape[l.dim] /= tp;
+    shape[l.dim] = l.blocks * llvm::divideCeil(shape[l.dim] / l.blocks, tp);
     return RankedTensorType::get(shape, t.getElementType());
   }
+  /// Whether \p l splits \p t along a dimension tp does not divide.
+  bool isPadded(RankedTensorType t, Layout l) const {
+    return l.isSplit() && (t.getDimSize(l.dim) / l.blocks) % tp != 0;
+  }
+  bool isPadded(int32_t id, Layout l) const {
+    return isPadded(typeOf(index.values[id]), l);
+  }
+  /// The padding of value \p id once converted to \p to.
+  Pad padAfter(int32_t id, Layout to) const {
+    if (layoutOf(id) == to)
+      return pads[id];
+    return convertedPads.lookup(key(id, to));
+  }
+  /// \p local (value \p id in layout \p l) with \p fill in its padding.
+  Value mask(Value local, int32_t id, Layout l, Pad fill);
 
   double collectiveCost(double wireBytes) const {
     return cost.alpha + cost.beta * wireBytes;
@@ -289,6 +328,10 @@ private:
   /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
   LogicalResult visitBlockSliceScatter(const OpEntry &e);
   LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
+  /// For a split along a padded factor \p f: masks the operands a reduction
+  /// over it reads, or records the padding of the results.
+  void padOperandsAndResults(const OpEntry &e, const ShardingFactor &f,
+                             ArrayRef<Layout> to, SmallVector<Value> &operands);
   /// Replicates every operand and runs the op whole (ops without a rule).
   LogicalResult visitReplicated(const OpEntry &e);
   /// Sets the results' layouts and, rewriting, clones the op on
@@ -311,6 +354,19 @@ Value Partitioner::convert(int32_t id, Layout to) {
     if (auto it = converted.find(k); it != converted.end())
       return it->second;
   bool counted = !countedConversions.insert(k).second;
+  if (to.isSplit() && isPadded(id, to)) {
+    // A splat keeps its value in the padding, a slice of the zero-padded
+    // whole has zeros there.
+    auto splat = v.getDefiningOp<ConstantOp>();
+    auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
+                       : DenseElementsAttr();
+    bool zero = !dense || !dense.isSplat() ||
+                (isa<FloatType>(dense.getElementType())
+                     ? dense.getSplatValue<APFloat>().isZero()
+                     : dense.getElementType().isIntOrIndex() &&
+                           dense.getSplatValue<APInt>().isZero());
+    convertedPads[k] = zero ? Pad::Zero : Pad::Unknown;
+  }
   if (!rewrite && counted)
     return Value();
   auto global = typeOf(v);
@@ -343,9 +399,18 @@ Value Partitioner::convert(int32_t id, Layout to) {
         result.gatheredParameters.push_back(id);
     }
     if (rewrite) {
-      full = AllGatherOp::create(builder, loc, global, local, axes, from.dim,
-                                 from.blocks);
+      // A padded split gathers the padded whole and drops the padding.
+      auto gathered = typeOf(local);
+      SmallVector<int64_t> shape(gathered.getShape());
+      shape[from.dim] *= tp;
+      full = AllGatherOp::create(
+          builder, loc, RankedTensorType::get(shape, global.getElementType()),
+          local, axes, from.dim, from.blocks);
       full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+      if (shape[from.dim] != global.getDimSize(from.dim))
+        full = SliceOp::create(builder, loc, global, full,
+                               SmallVector<int64_t>(global.getRank(), 0),
+                               SmallVector<int64_t>(global.getRank(), 1));
     }
   } else if (from.isPartial()) {
     if (!counted) {
@@ -364,16 +429,79 @@ Value Partitioner::convert(int32_t id, Layout to) {
     auto splat = v.getDefiningOp<ConstantOp>();
     auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
                        : DenseElementsAttr();
-    if (dense && dense.isSplat())
+    RankedTensorType part = localType(global, to);
+    if (dense && dense.isSplat()) {
       out = ConstantOp::create(
           builder, loc,
-          DenseElementsAttr::get(localType(global, to),
-                                 dense.getSplatValue<Attribute>()));
-    else
-      out = ShardSliceOp::create(builder, loc, localType(global, to), full,
-                                 axes, to.dim, to.blocks);
+          DenseElementsAttr::get(part, dense.getSplatValue<Attribute>()));
+    } else {
+      if (isPadded(global, to)) {
+        // Zeros up to a multiple of tp, then each rank's chunk.
+        SmallVector<int64_t> shape(global.getShape());
+        shape[to.dim] = part.getDimSize(to.dim) * tp - shape[to.dim];
+        auto zerosType = RankedTensorType::get(shape, global.getElementType());
+        Value zeros = ConstantOp::create(
+            builder, loc,
+            DenseElementsAttr::get(
+                zerosType, builder.getZeroAttr(global.getElementType())));
+        shape[to.dim] = part.getDimSize(to.dim) * tp;
+        full = ConcatOp::create(
+            builder, loc, RankedTensorType::get(shape, global.getElementType()),
+            ValueRange{full, zeros}, static_cast<uint64_t>(to.dim));
+      }
+      out = ShardSliceOp::create(builder, loc, part, full, axes, to.dim,
+                                 to.blocks);
+    }
   }
   converted[k] = out;
+  return out;
+}
+
+Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
+  if (!rewrite)
+    return Value(); // masks are local: the dry run has nothing to add
+  auto [it, fresh] = masks.try_emplace({local, static_cast<int>(fill)});
+  if (!fresh)
+    return it->second;
+  auto global = typeOf(index.values[id]);
+  auto part = typeOf(local);
+  Type elem = part.getElementType();
+  int64_t d = l.dim, size = global.getDimSize(d), chunk = part.getDimSize(d);
+  // Which of the padded whole's indices are real, as a constant every rank
+  // takes its chunk of.
+  SmallVector<int64_t> shape(part.getRank(), 1);
+  shape[d] = chunk * tp;
+  SmallVector<bool> real(chunk * tp, false);
+  std::fill(real.begin(), real.begin() + size, true);
+  Type i1 = builder.getI1Type();
+  Value all = ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(RankedTensorType::get(shape, i1), real));
+  shape[d] = chunk;
+  SmallVector<int64_t> axes{0};
+  Value mine = ShardSliceOp::create(
+      builder, loc, RankedTensorType::get(shape, i1), all, axes, d, 1);
+  Attribute value;
+  bool negative = fill == Pad::NegInf;
+  if (auto f = dyn_cast<FloatType>(elem))
+    value = fill == Pad::Zero
+                ? builder.getFloatAttr(f, 0.0)
+                : builder.getFloatAttr(
+                      f, APFloat::getInf(f.getFloatSemantics(), negative));
+  else if (elem.isInteger(1))
+    value = builder.getIntegerAttr(elem, fill == Pad::PosInf ? 1 : 0);
+  else
+    value = builder.getIntegerAttr(
+        elem, fill == Pad::Zero ? APInt::getZero(elem.getIntOrFloatBitWidth())
+              : negative
+                  ? APInt::getSignedMinValue(elem.getIntOrFloatBitWidth())
+                  : APInt::getSignedMaxValue(elem.getIntOrFloatBitWidth()));
+  SmallVector<int64_t> ones(part.getRank(), 1);
+  Value fillValue = ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(RankedTensorType::get(ones, elem), value));
+  Value out = SelectOp::create(builder, loc, part, mine, local, fillValue);
+  it->second = out;
   return out;
 }
 
@@ -400,13 +528,21 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
   // shift the indices into their range and skip the others.
   if (auto gather = dyn_cast<GatherOp>(op)) {
     Layout data = layoutOf(idOf(gather.getData()));
-    if (data.isSplit() && data.dim == static_cast<int64_t>(gather.getAxis()))
+    if (data.isSplit() && data.dim == static_cast<int64_t>(gather.getAxis())) {
       copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
+      copy->setAttr(kShardSizeAttr,
+                    builder.getI64IntegerAttr(
+                        typeOf(gather.getData()).getDimSize(data.dim)));
+    }
   }
   if (auto scatter = dyn_cast<ScatterAddOp>(op))
     if (outs[0].isSplit() &&
-        outs[0].dim == static_cast<int64_t>(scatter.getAxis()))
+        outs[0].dim == static_cast<int64_t>(scatter.getAxis())) {
       copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
+      copy->setAttr(kShardSizeAttr,
+                    builder.getI64IntegerAttr(
+                        typeOf(scatter.getResult()).getDimSize(outs[0].dim)));
+    }
   for (auto [i, r] : llvm::enumerate(copy->getResults())) {
     r.setType(localType(typeOf(op->getResult(i)), outs[i]));
     mapping.map(op->getResult(i), r);
@@ -453,6 +589,21 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
       ++i, ++j;
     if (in.dim < static_cast<int64_t>(i0) || in.dim >= static_cast<int64_t>(i))
       continue;
+    if (isPadded(input, in)) {
+      // The padding stays at the end of one dimension of the same extent
+      // (logits [b*s, V] <-> [b, s, V]); merged with others it would land
+      // inside the merged dimension.
+      int64_t others = 1;
+      for (size_t d = i0; d < i; ++d)
+        if (static_cast<int64_t>(d) != in.dim)
+          others *= a[d];
+      for (size_t d = j0; d < j && others == 1; ++d)
+        if (b[d] == a[in.dim]) {
+          target = {static_cast<int64_t>(d), 1};
+          break;
+        }
+      break;
+    }
     int64_t outer = in.blocks;
     for (int64_t d = i0; d < in.dim; ++d)
       outer *= a[d];
@@ -472,6 +623,7 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
   if (target) {
     emit(e, {convert(input, in)},
          {Layout::split(target->first, target->second)});
+    pads[e.firstResult] = pads[input];
     return success();
   }
   emit(e, {convert(input, Layout::replicated())}, {Layout::replicated()});
@@ -481,7 +633,7 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
 LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
   auto op = cast<SliceOp>(e.op);
   Layout in = layoutOf(operandId(e, 0));
-  if (!in.isSplit())
+  if (!in.isSplit() || isPadded(operandId(e, 0), in))
     return failure();
   int64_t d = in.dim;
   ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
@@ -509,7 +661,7 @@ LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
 LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
   auto op = cast<SliceScatterOp>(e.op);
   Layout in = layoutOf(operandId(e, 0));
-  if (!in.isSplit())
+  if (!in.isSplit() || isPadded(operandId(e, 0), in))
     return failure();
   int64_t d = in.dim;
   ArrayRef<int64_t> a = typeOf(op.getResult()).getShape();
@@ -542,7 +694,7 @@ LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {
   for (unsigned i = 0; i < e.numOperands; ++i) {
     Layout l = layoutOf(operandId(e, i));
     int64_t size = typeOf(op->getOperand(i)).getDimSize(axis);
-    if (!l.isSplit() || l.dim != axis ||
+    if (!l.isSplit() || l.dim != axis || isPadded(operandId(e, i), l) ||
         (block >= 0 && size / l.blocks != block))
       return failure();
     block = size / l.blocks;
@@ -616,7 +768,7 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
       best = kPartial, bestCost = c;
   }
   for (auto [c, f] : llvm::enumerate(rule.factors)) {
-    if (f.kind == ShardingFactor::Kind::Whole || f.size % tp || f.size < tp)
+    if (f.kind == ShardingFactor::Kind::Whole || f.size < tp)
       continue;
     int64_t blocks = blocksOf(f);
     double cost = costOf(c, blocks);
@@ -645,8 +797,52 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
                        ? Layout::partial(f.combine)
                        : Layout::replicated());
   }
-  emit(e, convertOperands(e, to), outs);
+  SmallVector<Value> operands = convertOperands(e, to);
+  if (best >= 0 && rule.factors[best].size % tp)
+    padOperandsAndResults(e, rule.factors[best], to, operands);
+  emit(e, operands, outs);
   return success();
+}
+
+void Partitioner::padOperandsAndResults(const OpEntry &e,
+                                        const ShardingFactor &f,
+                                        ArrayRef<Layout> to,
+                                        SmallVector<Value> &operands) {
+  // A reduction over the padded factor must see its identity there; a
+  // gather never reads the rows past the table's size.
+  bool reduces = f.kind == ShardingFactor::Kind::Reduction;
+  if (reduces && !isa<GatherOp>(e.op)) {
+    Pad want = identityOf(f.combine);
+    for (unsigned i = 0; i < e.numOperands; ++i) {
+      int32_t id = operandId(e, i);
+      if (f.operandDims[i] >= 0 && padAfter(id, to[i]) != want)
+        operands[i] = mask(operands[i], id, to[i], want);
+    }
+    return;
+  }
+  // What the results hold in the padding, where it is known: zeros
+  // scattered nowhere, products and sums of zeros, moved zeros.
+  auto carried = [&](unsigned i) { return f.operandDims[i] >= 0; };
+  auto zero = [&](unsigned i) {
+    return padAfter(operandId(e, i), to[i]) == Pad::Zero;
+  };
+  bool anyZero = false, allZero = true, allCarry = true;
+  for (unsigned i = 0; i < e.numOperands; ++i) {
+    if (!carried(i)) {
+      allCarry = false;
+      continue;
+    }
+    anyZero |= zero(i);
+    allZero &= zero(i);
+  }
+  Pad out = Pad::Unknown;
+  if (isa<ScatterAddOp>(e.op) || (isa<MatmulOp, MulOp>(e.op) && anyZero) ||
+      (isa<AddOp, SubOp, ConcatOp>(e.op) && allCarry && allZero) ||
+      (isa<TransposeOp, NegOp, SliceOp>(e.op) && allZero))
+    out = Pad::Zero;
+  for (unsigned r = 0; r < e.numResults; ++r)
+    if (f.resultDims[r] >= 0)
+      pads[e.firstResult + r] = out;
 }
 
 LogicalResult Partitioner::visit(const OpEntry &e) {
@@ -700,16 +896,19 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
     if (l.isSplit()) {
       int64_t size = typeOf(arg).getDimSize(l.dim);
-      if (size % tp)
+      if (size < tp || (l.blocks > 1 && size % (l.blocks * tp)))
         return func.emitError("parameter ")
                << func.getArgAttr(i, kParameterAttr) << " of type "
                << arg.getType() << ": dimension " << l.dim << " of size "
-               << size << " is not divisible by tp = " << tp;
+               << size << " cannot be split "
+               << (l.blocks > 1 ? "in blocks " : "") << "over tp = " << tp;
     }
     layouts[i] = l;
+    // The runtime loads parameters and optimizer state zero-padded.
+    pads[i] = Pad::Zero;
     argLayouts.push_back(l);
     if (!param.empty())
-      result.memoryBytes += bytesOf(i) / (l.isSplit() ? tp : 1) *
+      result.memoryBytes += storageBytes(localType(typeOf(arg), l)) *
                             (index.argIsParameter[i] ? 2 : 1);
   }
 
@@ -739,7 +938,14 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     StringRef param = index.resultParameter[i];
     Layout want = param.empty() ? Layout() : layoutOfParameter(param);
     phase = index.resultPhase[i];
-    results.push_back(convert(idOf(v), want));
+    int32_t id = idOf(v);
+    Value out = convert(id, want);
+    // State carried into the next step stays zero-padded (gradients are
+    // only read back trimmed).
+    if (isPadded(id, want) && padAfter(id, want) != Pad::Zero &&
+        !index.resultIsGradient[i])
+      out = mask(out, id, want, Pad::Zero);
+    results.push_back(out);
     resultLayouts.push_back(want);
   }
   if (!rewrite)

@@ -108,11 +108,14 @@ LogicalResult PartitionPass::readPlan(func::FuncOp func,
         else
           l = Layout::split(kind == "rowwise" ? *contracted : 1 - *contracted);
       }
-      if (l.isSplit() && type.getDimSize(l.dim) % tp)
+      // A dimension tp does not divide is split in padded chunks; one
+      // smaller than tp would leave ranks with nothing but padding.
+      if (l.isSplit() && type.getDimSize(l.dim) < tp)
         return func.emitError(where())
                << ": parameter '" << name.getValue() << "' of shape ["
-               << type.getShape() << "]: dimension " << l.dim
-               << " is not divisible by tp = " << static_cast<int64_t>(tp);
+               << type.getShape() << "]: dimension " << l.dim << " of size "
+               << type.getDimSize(l.dim)
+               << " is smaller than tp = " << static_cast<int64_t>(tp);
       layouts[name.getValue()] = l;
     }
     if (!any)

@@ -122,9 +122,23 @@ Status saveCheckpointImpl(const std::string &root, int64_t step,
 
   // This rank's file: its value of every state tensor.
   std::string file = rankFileName("", rank);
+  // Files hold each rank's real rows: padded chunks are trimmed.
+  std::vector<HostTensor> trimmed(state.size());
+  std::vector<const HostTensor *> values;
   std::vector<TensorInfo> infos;
-  for (const auto &[entry, value] : state)
-    infos.push_back({entry->key(), value->dtype, value->shape});
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto &[entry, value] = state[i];
+    Split split = splitOf(*entry);
+    const HostTensor *v = value;
+    if (split.isSplit() &&
+        isPadded(entry->type().shape(split.dim), split, parts)) {
+      trimmed[i] =
+          fromLocal(*value, split, entry->type().shape(split.dim), rank, parts);
+      v = &trimmed[i];
+    }
+    values.push_back(v);
+    infos.push_back({entry->key(), v->dtype, v->shape});
+  }
   uint64_t digest[2] = {0, 0};
   Status wrote = [&]() -> Status {
     std::unique_ptr<SafetensorsWriter> writer;
@@ -136,7 +150,7 @@ Status saveCheckpointImpl(const std::string &root, int64_t step,
                                       &writer);
         !s)
       return s;
-    for (const auto &[entry, value] : state) {
+    for (const HostTensor *value : values) {
       if (Status s = writer->write(value->bytes.data(), value->bytes.size());
           !s)
         return s;

@@ -446,6 +446,16 @@ Status shardRange(const KernelInfo &info, int64_t extent, int64_t *offset,
     return s;
   *offset = info.comm->groupRank(axes) * extent;
   *global = info.comm->groupSize(axes) * extent;
+  // Chunks padded to a common extent: the real rows end at shard_size.
+  int64_t size = *global;
+  if (Status s = info.intScalar("shard_size", &size, *global); !s)
+    return s;
+  if (size > *global || size < 0)
+    return Status::error("attribute 'shard_size' " + std::to_string(size) +
+                         " does not fit chunks of " + std::to_string(extent) +
+                         " rows on " +
+                         std::to_string(info.comm->groupSize(axes)) + " ranks");
+  *global = size;
   return Status::ok();
 }
 

@@ -20,12 +20,19 @@ std::vector<std::pair<int64_t, int64_t>>
 rankRanges(int64_t size, Split split, int64_t rank, int64_t parts) {
   if (!split.isSplit())
     return {{0, size}};
-  int64_t block = size / split.blocks, chunk = block / parts;
+  int64_t block = size / split.blocks, chunk = (block + parts - 1) / parts;
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (int64_t b = 0; b < split.blocks; ++b)
-    ranges.push_back(
-        {b * block + rank * chunk, b * block + (rank + 1) * chunk});
+    ranges.push_back({b * block + std::min(block, rank * chunk),
+                      b * block + std::min(block, (rank + 1) * chunk)});
   return ranges;
+}
+
+int64_t localExtent(int64_t size, Split split, int64_t parts) {
+  if (!split.isSplit())
+    return size;
+  int64_t block = size / split.blocks;
+  return split.blocks * ((block + parts - 1) / parts);
 }
 
 namespace {
@@ -84,6 +91,73 @@ void putRanges(HostTensor *global, int64_t dim,
       at += (hi - lo) * inner;
     }
   }
+}
+
+namespace {
+
+/// Copies index ranges of dim \p dim between tensors that agree in the other
+/// dims: range b from offset fromAt(b) of \p from to offset toAt(b) of \p to.
+template <typename F, typename G>
+void copyBlocks(const HostTensor &from, HostTensor *to, int64_t dim,
+                const std::vector<std::pair<int64_t, int64_t>> &ranges,
+                F fromAt, G toAt) {
+  auto [outer, inner] = geometry(from.shape, dim, from.dtype);
+  size_t fromRow = from.shape[dim] * inner, toRow = to->shape[dim] * inner;
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t b = 0; b < ranges.size(); ++b)
+      std::memcpy(to->bytes.data() + o * toRow + toAt(b) * inner,
+                  from.bytes.data() + o * fromRow + fromAt(b) * inner,
+                  (ranges[b].second - ranges[b].first) * inner);
+}
+
+/// Where each range starts in a file's chunk (the ranges back to back).
+std::vector<int64_t>
+fileOffsets(const std::vector<std::pair<int64_t, int64_t>> &ranges) {
+  std::vector<int64_t> at;
+  int64_t sum = 0;
+  for (auto [lo, hi] : ranges)
+    at.push_back(sum), sum += hi - lo;
+  return at;
+}
+
+} // namespace
+
+HostTensor toLocal(const HostTensor &chunk, Split split, int64_t size,
+                   int64_t rank, int64_t parts) {
+  int64_t extent = localExtent(size, split, parts);
+  if (!split.isSplit() || chunk.shape.empty() ||
+      chunk.shape[split.dim] == extent)
+    return chunk;
+  std::vector<int64_t> shape = chunk.shape;
+  shape[split.dim] = extent;
+  HostTensor local = HostTensor::zeros(chunk.dtype, shape);
+  auto ranges = rankRanges(size, split, rank, parts);
+  std::vector<int64_t> at = fileOffsets(ranges);
+  int64_t per = extent / split.blocks;
+  copyBlocks(
+      chunk, &local, split.dim, ranges, [&](size_t b) { return at[b]; },
+      [&](size_t b) { return static_cast<int64_t>(b) * per; });
+  return local;
+}
+
+HostTensor fromLocal(const HostTensor &local, Split split, int64_t size,
+                     int64_t rank, int64_t parts) {
+  auto ranges = rankRanges(size, split, rank, parts);
+  int64_t real = 0;
+  for (auto [lo, hi] : ranges)
+    real += hi - lo;
+  if (!split.isSplit() || local.shape.empty() || local.shape[split.dim] == real)
+    return local;
+  std::vector<int64_t> shape = local.shape;
+  shape[split.dim] = real;
+  HostTensor chunk = HostTensor::zeros(local.dtype, shape);
+  std::vector<int64_t> at = fileOffsets(ranges);
+  int64_t per = local.shape[split.dim] / split.blocks;
+  copyBlocks(
+      local, &chunk, split.dim, ranges,
+      [&](size_t b) { return static_cast<int64_t>(b) * per; },
+      [&](size_t b) { return at[b]; });
+  return chunk;
 }
 
 HostTensor chunkOf(const HostTensor &global, Split split, int64_t rank,
@@ -153,13 +227,17 @@ Status StoreWriter::create(
       std::vector<int64_t> shape = globalShape(e);
       if (split.isSplit()) {
         if (split.dim >= static_cast<int64_t>(shape.size()) ||
-            shape[split.dim] % (split.blocks * parts))
+            shape[split.dim] % split.blocks)
           return Status::error(
               "tensor '" + e.name() + "' of shape " +
               describeTensor(fromPlan(e.type().dtype()), shape) +
               " cannot be split along dimension " + std::to_string(split.dim) +
-              " into " + std::to_string(parts));
-        shape[split.dim] /= parts;
+              " in " + std::to_string(split.blocks) + " blocks");
+        // The file holds the rank's real rows, no padding.
+        shape[split.dim] = 0;
+        for (auto [lo, hi] :
+             rankRanges(e.type().shape(split.dim), split, r, parts))
+          shape[split.dim] += hi - lo;
       }
       infos.push_back({e.key(), fromPlan(e.type().dtype()), shape});
       pb::RankSlice *slice = e.add_slices();
@@ -353,7 +431,7 @@ Status StoreReader::readChunk(const pb::TensorEntry &entry, Split want,
     return s;
   std::vector<int64_t> shape = global.shape;
   if (want.isSplit() && (want.dim >= static_cast<int64_t>(shape.size()) ||
-                         shape[want.dim] % (want.blocks * parts)))
+                         shape[want.dim] % want.blocks))
     return Status::error("tensor '" + entry.name() + "' of shape " +
                          describeTensor(global.dtype, shape) +
                          " cannot be split along dimension " +

@@ -44,7 +44,7 @@ std::string stateKey(const pb::Binding &b) {
 
 /// The full tensor from every rank's chunk (collective).
 Status gatherAlong(Communicator &comm, const HostTensor &local, Split split,
-                   HostTensor *full) {
+                   int64_t size, HostTensor *full) {
   std::vector<int64_t> axes{0};
   int64_t parts = comm.groupSize(axes);
   std::vector<uint8_t> all(local.bytes.size() * parts);
@@ -53,14 +53,14 @@ Status gatherAlong(Communicator &comm, const HostTensor &local, Split split,
       !s)
     return s;
   std::vector<int64_t> shape = local.shape;
-  shape[split.dim] *= parts;
+  shape[split.dim] = size;
   *full = HostTensor::zeros(local.dtype, shape);
   HostTensor part = HostTensor::zeros(local.dtype, local.shape);
   for (int64_t k = 0; k < parts; ++k) {
     std::copy(all.begin() + k * local.bytes.size(),
               all.begin() + (k + 1) * local.bytes.size(), part.bytes.begin());
-    putRanges(full, split.dim, rankRanges(shape[split.dim], split, k, parts),
-              part);
+    putRanges(full, split.dim, rankRanges(size, split, k, parts),
+              fromLocal(part, split, size, k, parts));
   }
   return Status::ok();
 }
@@ -325,6 +325,13 @@ Status train(const TrainOptions &options) {
     }
   }
 
+  // Stores hold each rank's real rows; the program sees chunks padded to a
+  // common extent where tp does not divide a dimension.
+  auto padChunk = [&](const pb::TensorEntry &e, HostTensor *value) {
+    Split split = splitOf(e);
+    if (split.isSplit() && isPadded(e.type().shape(split.dim), split, tp))
+      *value = toLocal(*value, split, e.type().shape(split.dim), rank, tp);
+  };
   // Initial state: from the bundle (optimizer state zero), or from a
   // checkpoint in whatever layout it was written.
   std::map<std::string, HostTensor> state;
@@ -360,6 +367,7 @@ Status train(const TrainOptions &options) {
               reader.readChunk(c, splitOf(e), rank, tp, &state[stateKeyOf(e)]);
           !s)
         return s;
+      padChunk(e, &state[stateKeyOf(e)]);
       saved.erase(it);
     }
     if (!saved.empty())
@@ -378,6 +386,7 @@ Status train(const TrainOptions &options) {
                                       rank, tp, &value);
           !s)
         return s;
+      padChunk(e, &value);
     }
   }
   for (size_t i = 0; i < numInputs; ++i) {
@@ -539,12 +548,18 @@ Status train(const TrainOptions &options) {
     return Status::error("cannot create '" + options.dumpDir +
                          "': " + ec.message());
   // Every rank takes part in gathering split tensors; rank 0 writes.
+  std::map<std::string, const pb::TensorEntry *> entryOf;
+  for (const pb::TensorEntry &t : plan.tensors())
+    entryOf[stateKeyOf(t)] = &t;
   auto writeFull = [&](const std::string &file, const HostTensor &t,
                        const std::string &key) -> Status {
     HostTensor full;
     const HostTensor *out = &t;
     if (auto it = layoutOf.find(key); it != layoutOf.end()) {
-      if (Status s = gatherAlong(*comm, t, it->second, &full); !s)
+      int64_t dim = it->second.dim;
+      int64_t size = entryOf.count(key) ? entryOf[key]->type().shape(dim)
+                                        : t.shape[dim] * tp;
+      if (Status s = gatherAlong(*comm, t, it->second, size, &full); !s)
         return s;
       out = &full;
     }

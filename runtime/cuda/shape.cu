@@ -307,6 +307,14 @@ Status shardRows(const KernelInfo &info, int64_t extent, Rows *rows) {
   const std::vector<int64_t> &axes = it->second.ints;
   rows->offset = info.comm->groupRank(axes) * extent;
   rows->global = info.comm->groupSize(axes) * extent;
+  // Chunks padded to a common extent: the real rows end at shard_size.
+  auto size = info.attrs.find("shard_size");
+  if (size != info.attrs.end() && size->second.ints.size() == 1) {
+    int64_t n = size->second.ints[0];
+    if (n > rows->global || n < 0)
+      return Status::error("attribute 'shard_size' does not fit the chunks");
+    rows->global = n;
+  }
   return Status::ok();
 }
 

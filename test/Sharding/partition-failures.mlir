@@ -3,8 +3,8 @@
 // KIND: bad-kind.txt:1: expected 'REGEX KIND' with KIND colwise, rowwise, replicate or vocab
 // RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/no-match.txt" 2>&1 | FileCheck %s --check-prefix=MATCH
 // MATCH: no-match.txt:1: 'nothing' matches no parameter
-// RUN: not cleave-opt %s --cleave-partition="tp=3 plan=%S/Inputs/w-colwise.txt" 2>&1 | FileCheck %s --check-prefix=DIVIDE
-// DIVIDE: w-colwise.txt:1: parameter 'w' of shape [16, 8]: dimension 0 is not divisible by tp = 3
+// RUN: not cleave-opt %s --cleave-partition="tp=32 plan=%S/Inputs/w-colwise.txt" 2>&1 | FileCheck %s --check-prefix=DIVIDE
+// DIVIDE: w-colwise.txt:1: parameter 'w' of shape [16, 8]: dimension 0 of size 16 is smaller than tp = 32
 // RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/missing.txt" 2>&1 | FileCheck %s --check-prefix=FILE
 // FILE: cannot read --plan '{{.*}}missing.txt'
 // RUN: not cleave-opt %s --cleave-partition="tp=0" 2>&1 | FileCheck %s --check-prefix=TP

@@ -75,8 +75,9 @@ int runInspect(const std::string &bundle, bool json) {
                      (blocks > 1 ? ", " + std::to_string(blocks) + " blocks"
                                  : std::string()) +
                      ")";
-      row.local[dim] /= tp;
-      bytes /= tp;
+      // A dimension tp does not divide is split in padded chunks.
+      row.local[dim] = blocks * ((row.local[dim] / blocks + tp - 1) / tp);
+      bytes = bytes / row.shape[dim] * row.local[dim];
     }
     paramBytes += bytes;
     params.push_back(row);

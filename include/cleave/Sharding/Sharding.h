@@ -38,6 +38,9 @@ constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
 /// (result) is split along the gather axis; the rank's rows start at its
 /// group rank times the local extent.
 constexpr llvm::StringLiteral kShardAxesAttr = "cleave.shard_axes";
+/// With kShardAxesAttr: the table's real extent along the gathered axis
+/// when the ranks' chunks are padded (ids at or past it are out of range).
+constexpr llvm::StringLiteral kShardSizeAttr = "cleave.shard_size";
 
 /// A value's state on the tp axis: replicated, split along one dimension, or
 /// a pending partial result (each rank holds an addend, or a candidate for

@@ -71,6 +71,40 @@ TEST(Store, ChunksReassembleTheTensor) {
   EXPECT_EQ(got, (std::vector<float>{2, 3, 6, 7, 10, 11}));
 }
 
+TEST(Store, PaddedChunksWhereTpDoesNotDivide) {
+  // 10 rows on 4 ranks: chunks of 3 in memory; rank 3 holds row 9 and two
+  // rows of padding, files hold the real rows only.
+  EXPECT_EQ(localExtent(10, {0, 1}, 4), 3);
+  EXPECT_TRUE(isPadded(10, {0, 1}, 4));
+  EXPECT_FALSE(isPadded(12, {0, 1}, 4));
+  EXPECT_EQ(rankRanges(10, {0, 1}, 3, 4),
+            (std::vector<std::pair<int64_t, int64_t>>{{9, 10}}));
+  // 5 rows on 4 ranks (chunks of 2): rank 3 holds nothing but padding.
+  EXPECT_EQ(rankRanges(5, {0, 1}, 3, 4),
+            (std::vector<std::pair<int64_t, int64_t>>{{5, 5}}));
+  HostTensor global = iota({10, 2});
+  HostTensor back = HostTensor::zeros(DType::F32, global.shape);
+  for (int r = 0; r < 4; ++r) {
+    HostTensor chunk = chunkOf(global, {0, 1}, r, 4);
+    EXPECT_EQ(chunk.shape[0], r < 3 ? 3 : 1);
+    HostTensor local = toLocal(chunk, {0, 1}, 10, r, 4);
+    ASSERT_EQ(local.shape, (std::vector<int64_t>{3, 2}));
+    if (r == 3) {
+      std::vector<float> got(local.data<float>(), local.data<float>() + 6);
+      EXPECT_EQ(got, (std::vector<float>{18, 19, 0, 0, 0, 0}));
+    }
+    HostTensor trimmed = fromLocal(local, {0, 1}, 10, r, 4);
+    EXPECT_EQ(trimmed.bytes, chunk.bytes);
+    putRanges(&back, 0, rankRanges(10, {0, 1}, r, 4), trimmed);
+  }
+  EXPECT_EQ(back.bytes, global.bytes);
+  // A padded inner dimension: [2, 5] split along 1 on 2 ranks.
+  HostTensor m = iota({2, 5});
+  HostTensor local = toLocal(chunkOf(m, {1, 1}, 1, 2), {1, 1}, 5, 1, 2);
+  std::vector<float> got(local.data<float>(), local.data<float>() + 6);
+  EXPECT_EQ(got, (std::vector<float>{3, 4, 0, 8, 9, 0}));
+}
+
 TEST(Safetensors, RoundTripAndDigest) {
   fs::path dir = scratch("roundtrip");
   std::string path = (dir / "a.safetensors").string();
@@ -174,7 +208,10 @@ TEST(Store, WriterAndReaderAcrossLayouts) {
   EXPECT_EQ(chunk.bytes, chunkOf(gw, {0, 1}, 3, 4).bytes);
   ASSERT_TRUE(reader.readChunk(entries[1], {}, 0, 1, &chunk));
   EXPECT_EQ(chunk.bytes, gb.bytes);
-  Status indivisible = reader.readChunk(entries[0], {0, 1}, 0, 3, &chunk);
+  // Rows over 3 ranks: padded chunks (3, 3, 2 real rows).
+  ASSERT_TRUE(reader.readChunk(entries[0], {0, 1}, 2, 3, &chunk));
+  EXPECT_EQ(chunk.shape, (std::vector<int64_t>{2, 6}));
+  Status indivisible = reader.readChunk(entries[0], {1, 4}, 0, 2, &chunk);
   ASSERT_FALSE(indivisible);
   EXPECT_NE(indivisible.message().find("cannot be split"), std::string::npos);
 }

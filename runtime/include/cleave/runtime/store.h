@@ -51,7 +51,26 @@ void putRanges(HostTensor *global, int64_t dim,
                const std::vector<std::pair<int64_t, int64_t>> &ranges,
                const HostTensor &part);
 
-/// Rank \p rank's chunk of \p global.
+/// The extent along the split dimension of every rank's chunk in memory: a
+/// dimension (or block) that \p parts does not divide is padded, the last
+/// ranks' chunks ending in zeros (or, past the end, all padding).
+int64_t localExtent(int64_t size, Split split, int64_t parts);
+
+/// Whether chunks of a dimension of \p size split so on \p parts ranks are
+/// padded in memory.
+inline bool isPadded(int64_t size, Split split, int64_t parts) {
+  return split.isSplit() && (size / split.blocks) % parts != 0;
+}
+
+/// Rank \p rank's \p chunk (its real ranges, as files hold them) padded to
+/// the extent the program sees; \p size is the global extent.
+HostTensor toLocal(const HostTensor &chunk, Split split, int64_t size,
+                   int64_t rank, int64_t parts);
+/// The inverse: the real ranges of the program's padded \p local.
+HostTensor fromLocal(const HostTensor &local, Split split, int64_t size,
+                     int64_t rank, int64_t parts);
+
+/// Rank \p rank's chunk of \p global: its real ranges, no padding.
 HostTensor chunkOf(const HostTensor &global, Split split, int64_t rank,
                    int64_t parts);
 

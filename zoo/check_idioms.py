@@ -1,0 +1,198 @@
+#!/usr/bin/python3
+"""Checks Cleave's automatic tensor parallelism on the idiom models of
+zoo/idioms.py (issue 13).
+
+Usage:
+  /usr/bin/python3 zoo/check_idioms.py --cleave CLEAVE --models DIR --work DIR
+      [--only a,b] [--tp 2,4] [--optimizers adamw] [--steps 10] [--rtol 1e-5]
+      [--megatron-tp 2,4] [--stores]
+
+For each model and optimizer it compiles the train step with no --plan at
+tp=1 and at each tp, trains --steps steps and compares the losses, the last
+step's gradients and every final parameter (gathered to the model's own
+shape by --dump) with the tp=1 run: max|a - b| <= rtol * max|b| per tensor.
+The dumps must have the model's shapes.
+
+At each --megatron-tp (with AdamW) it reads `cleave inspect --json` and checks
+Megatron's optimum: no all-gather at all, and collective bytes per step at
+most 1.05 x the optimum computed from the model's shapes (manifest.json):
+2 + 2 activation all-reduces per sequential layer (1 + 1 per parallel
+block), one for the vocab-parallel embedding forward and one for the LM
+head's input gradient, three [batch*seq] floats for the vocab-parallel loss,
+and the per-layer reduction a replicated K/V projection's gradient needs.
+
+--stores also checkpoints the tp run, checks that the checkpoint, a
+resume at tp=1 from it, and an export keep the model's shapes and values.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_tp import compare, run  # noqa: E402
+
+
+def compile_flags(man, opt):
+    f = ["--loss", man["loss"], "--optimizer", opt]
+    for k, v in man[opt].items():
+        f += ["--" + k.replace("_", "-"), str(v)]
+    if man["freeze"]:
+        f += ["--freeze", "|".join(man["freeze"])]
+    return f
+
+
+def train(cleave, case, man, opt, tp, steps, work):
+    """Trains --steps steps (dump: losses, final state) and, for the
+    gradients, one step (dump1: before 10 steps of drift amplify summation
+    order into them)."""
+    bundle = os.path.join(work, f"bundle-tp{tp}-{opt}")
+    dump = os.path.join(work, f"dump-tp{tp}-{opt}")
+    run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle,
+         "--tp", str(tp)] + compile_flags(man, opt))
+    run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
+         os.path.join(case, "inputs"), "--dump", dump])
+    run([cleave, "run", bundle, "--steps", "1", "--inputs",
+         os.path.join(case, "inputs"), "--dump", dump + "-1"])
+    return bundle, dump
+
+
+def compare_all(ref, got, rtol):
+    """compare() of check_tp for losses and state after the run, and the
+    first step's gradients."""
+    worst, failures = compare(ref, got, rtol)
+    ref, got = ref + "-1", got + "-1"
+    for name in sorted(os.listdir(ref)):
+        if not name.endswith(".grad.npy"):
+            continue
+        a, b = np.load(os.path.join(ref, name)), np.load(os.path.join(got, name))
+        if a.shape != b.shape:
+            failures.append(f"{name}: shape {b.shape}, want {a.shape}")
+            continue
+        err = float(np.abs(a - b).max() / max(float(np.abs(a).max()), 1e-30))
+        worst = max(worst, (err, name))
+        if not err <= rtol:
+            failures.append(f"{name}: relative error {err:.2e}")
+    return worst, failures
+
+
+def optimum_bytes(cfg):
+    """Megatron's collective bytes per step for the model's shapes."""
+    act = cfg["batch"] * cfg["seq"] * cfg["d"] * 4
+    per_layer = 1 if cfg["parallel"] else 2
+    fwd = per_layer * cfg["layers"] * act + act + 3 * cfg["batch"] * cfg["seq"] * 4
+    bwd = per_layer * cfg["layers"] * act + act
+    return fwd + bwd + cfg["layers"] * cfg.get("kv_reduce_bytes", 0)
+
+
+def megatron(cleave, bundle, cfg):
+    info = json.loads(run([cleave, "inspect", bundle, "--json"]))
+    coll = info["collectives"]
+    total = sum(c["bytes"] for c in coll)
+    want = optimum_bytes(cfg)
+    gathers = [c for c in coll if c["kind"] != "all_reduce"]
+    problems = []
+    if gathers:
+        problems.append(f"{len(gathers)} {gathers[0]['kind']}s, e.g. of "
+                        f"{gathers[0]['bytes']} bytes at {gathers[0]['source']}")
+    if total > 1.05 * want:
+        problems.append(f"{total} collective bytes per step, {total / want:.2f}x "
+                        f"Megatron's {want}")
+    emb = [p for p in info["parameters"] if p["name"] in cfg.get("vocab_parallel", [])]
+    for p in emb:
+        if p["sharding"] != "split(0)":
+            problems.append(f"{p['name']} is {p['sharding']}, not vocab-parallel")
+    return f"{len(coll)} collectives, {total} bytes = {total / want:.3f}x optimum", problems
+
+
+def check_stores(cleave, case, man, tp, work, steps):
+    """Checkpoint at tp, resume at tp=1 and export: the model's shapes."""
+    problems = []
+    opt = "adamw"
+    bundle = os.path.join(work, f"bundle-tp{tp}-{opt}")
+    ckpt = os.path.join(work, f"ckpt-tp{tp}")
+    run([cleave, "run", bundle, "--steps", str(steps // 2), "--inputs",
+         os.path.join(case, "inputs"), "--checkpoint", ckpt, "--save-every",
+         str(steps // 2)])
+    one = os.path.join(work, f"bundle-tp1-{opt}")
+    resumed = os.path.join(work, "dump-resumed")
+    run([cleave, "run", one, "--steps", str(steps - steps // 2), "--inputs",
+         os.path.join(case, "inputs"), "--resume", ckpt, "--dump", resumed])
+    # The resumed run's losses are its own steps only: compare the state.
+    np.save(os.path.join(resumed, "loss.npy"),
+            np.load(os.path.join(work, f"dump-tp1-{opt}", "loss.npy")))
+    worst, failures = compare(os.path.join(work, f"dump-tp1-{opt}"), resumed, 1e-5)
+    problems += [f"resumed at tp=1 from a tp={tp} checkpoint: {f}" for f in failures]
+    out = os.path.join(work, "exported.safetensors")
+    run([cleave, "export", ckpt, "-o", out])
+    with open(out, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    import onnx
+    model = onnx.load(os.path.join(case, "model.onnx"))
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for name in man["parameters"]:
+        if header.get(name, {}).get("shape") != shapes.get(name):
+            problems.append(f"export: {name} is {header.get(name, {}).get('shape')}, "
+                            f"the model's is {shapes.get(name)}")
+    return f"resume worst {worst[0]:.1e}", problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cleave", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--tp", default="2,4")
+    ap.add_argument("--optimizers", default="adamw")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--megatron-tp", default="4",
+                    help="the tps (comma-separated) at which the plan is checked")
+    ap.add_argument("--stores", action="store_true")
+    args = ap.parse_args()
+    megatron_tps = [int(t) for t in args.megatron_tp.split(",")]
+    names = args.only.split(",") if args.only else sorted(os.listdir(args.models))
+    failed = 0
+    for name in names:
+        case = os.path.join(args.models, name)
+        man = json.load(open(os.path.join(case, "manifest.json")))
+        work = os.path.join(args.work, name)
+        os.makedirs(work, exist_ok=True)
+        for opt in args.optimizers.split(","):
+            try:
+                _, ref = train(args.cleave, case, man, opt, 1, args.steps, work)
+                for tp in [int(t) for t in args.tp.split(",")]:
+                    bundle, got = train(args.cleave, case, man, opt, tp, args.steps, work)
+                    worst, failures = compare_all(ref, got, args.rtol)
+                    print(f"{'FAIL' if failures else 'PASS'} {name} tp={tp} {opt}: "
+                          f"worst {worst[0]:.2e} ({worst[1]})")
+                    checks = [("", failures)]
+                    if tp in megatron_tps and opt == "adamw":
+                        summary, problems = megatron(args.cleave, bundle, man["config"])
+                        print(f"{'FAIL' if problems else 'PASS'} {name} tp={tp} megatron: {summary}")
+                        checks.append(("", problems))
+                        if args.stores and tp == max(megatron_tps):
+                            summary, problems = check_stores(args.cleave, case, man, tp,
+                                                             work, args.steps)
+                            print(f"{'FAIL' if problems else 'PASS'} {name} tp={tp} "
+                                  f"stores: {summary}")
+                            checks.append(("", problems))
+                    for _, probs in checks:
+                        for p in probs:
+                            print("    " + p)
+                        failed += bool(probs)
+            except RuntimeError as e:
+                print(f"FAIL {name} {opt}: {e}")
+                failed += 1
+    print(f"{failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
