@@ -102,6 +102,119 @@ class BertLMHead(nn.Module):
                                ignore_index=-100)
 
 
+# ---------------------------------------------------------------------------
+# LLaMA-2/3, Mistral, Qwen2 (Touvron et al. 2023; the model cards): RMSNorm,
+# SwiGLU, rotary embeddings on q and k (rotate-half: the two halves of each
+# head), grouped-query attention whose K/V heads are repeated for the query
+# heads by expand + reshape (the transformers library's repeat_kv). Qwen2
+# adds biases to q, k and v. Multi-query attention (one K/V head, PaLM,
+# Falcon-7B) is the same with kv_heads = 1.
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(x, n_rep):
+    b, kvh, t, hd = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, kvh, n_rep, t, hd).reshape(b, kvh * n_rep, t, hd)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, heads, kv_heads, hidden, qkv_bias=False, repeat="expand"):
+        super().__init__()
+        self.h, self.kvh, self.hd = heads, kv_heads, d // heads
+        self.repeat = repeat
+        self.input_layernorm = RMSNorm(d)
+        self.q_proj = nn.Linear(d, heads * self.hd, bias=qkv_bias)
+        self.k_proj = nn.Linear(d, kv_heads * self.hd, bias=qkv_bias)
+        self.v_proj = nn.Linear(d, kv_heads * self.hd, bias=qkv_bias)
+        self.o_proj = nn.Linear(heads * self.hd, d, bias=False)
+        self.post_attention_layernorm = RMSNorm(d)
+        self.gate_proj = nn.Linear(d, hidden, bias=False)
+        self.up_proj = nn.Linear(d, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d, bias=False)
+
+    def attn(self, x, cos, sin, mask):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        n_rep = self.h // self.kvh
+        if self.repeat == "expand":
+            k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+        else:
+            k = torch.repeat_interleave(k, n_rep, dim=1)
+            v = torch.repeat_interleave(v, n_rep, dim=1)
+        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.hd) + mask
+        w = F.softmax(w, dim=-1)
+        y = torch.matmul(w, v).transpose(1, 2).reshape(b, t, self.h * self.hd)
+        return self.o_proj(y)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.input_layernorm(x), cos, sin, mask)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab=96, ctx=16, d=64, heads=8, kv_heads=2, hidden=96, layers=2,
+                 qkv_bias=False, repeat="expand", theta=10000.0):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList([LlamaBlock(d, heads, kv_heads, hidden, qkv_bias, repeat)
+                                     for _ in range(layers)])
+        self.norm = RMSNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        hd = d // heads
+        inv = 1.0 / (theta ** (torch.arange(0, hd, 2).float() / hd))
+        freqs = torch.outer(torch.arange(ctx).float(), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_cached", emb.cos()[None, None])
+        self.register_buffer("sin_cached", emb.sin()[None, None])
+        mask = torch.full((ctx, ctx), float("-inf")).triu(1)
+        self.register_buffer("causal_mask", mask[None, None])
+
+    def forward(self, input_ids, labels):
+        t = input_ids.shape[1]
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.cos_cached[:, :, :t], self.sin_cached[:, :, :t]
+        mask = self.causal_mask[:, :, :t, :t]
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def llama_model(kv_heads, **kw):
+    d, heads, layers = 64, 8, 2
+    hd = d // heads
+    cfg = {"layers": layers, "d": d, "batch": 2, "seq": 16, "parallel": False,
+           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"]}
+    if kv_heads < 4:
+        # At tp 4 the K/V projections cannot be split by head: their
+        # gradients are reduced once per layer.
+        cfg["kv_reduce_bytes"] = 2 * kv_heads * hd * d * 4 + (2 * kv_heads * hd * 4
+                                                             if kw.get("qkv_bias") else 0)
+    return Model(lambda: Llama(kv_heads=kv_heads, **kw), lambda g: lm_inputs(96, g),
+                 ["cos_cached", "sin_cached", "causal_mask"], cfg)
+
+
 def lm_inputs(vocab, gen, b=2, t=16, masked=False):
     ids = torch.randint(0, vocab, (b, t), generator=gen)
     # The largest ids, which live in the last rank's rows, must be looked up
@@ -127,6 +240,11 @@ MODELS = collections.OrderedDict([
     ("bert_v30522", vocab_model(30522, BertLMHead, masked=True)),
     ("gpt2_v250", vocab_model(250)),
     ("gpt2_v151", vocab_model(151)),
+    ("llama3_gqa4", llama_model(4)),
+    ("llama2_gqa2", llama_model(2)),
+    ("qwen2_gqa_bias", llama_model(4, qkv_bias=True)),
+    ("gqa_repeat_interleave", llama_model(4, repeat="interleave")),
+    ("mqa", llama_model(1)),
 ])
 
 
