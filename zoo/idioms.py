@@ -25,6 +25,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_zoo import RMSNorm, rotate_half  # noqa: E402
+
 ADAMW = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-3, "weight_decay": 0.1}
 SGD = {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.01}
 
@@ -109,21 +112,6 @@ class BertLMHead(nn.Module):
 # heads by expand + reshape (the transformers library's repeat_kv). Qwen2
 # adds biases to q, k and v. Multi-query attention (one K/V head, PaLM,
 # Falcon-7B) is the same with kv_heads = 1.
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-
-def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def repeat_kv(x, n_rep):

@@ -354,17 +354,19 @@ Value Partitioner::convert(int32_t id, Layout to) {
     if (auto it = converted.find(k); it != converted.end())
       return it->second;
   bool counted = !countedConversions.insert(k).second;
+  // A splat constant becomes a local splat; anything else is sliced.
+  auto constant = v.getDefiningOp<ConstantOp>();
+  auto dense = constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
+                        : DenseElementsAttr();
+  if (dense && !dense.isSplat())
+    dense = DenseElementsAttr();
   if (to.isSplit() && isPadded(id, to)) {
     // A splat keeps its value in the padding, a slice of the zero-padded
     // whole has zeros there.
-    auto splat = v.getDefiningOp<ConstantOp>();
-    auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
-                       : DenseElementsAttr();
-    bool zero = !dense || !dense.isSplat() ||
-                (isa<FloatType>(dense.getElementType())
-                     ? dense.getSplatValue<APFloat>().isZero()
-                     : dense.getElementType().isIntOrIndex() &&
-                           dense.getSplatValue<APInt>().isZero());
+    bool zero = !dense || (isa<FloatType>(dense.getElementType())
+                               ? dense.getSplatValue<APFloat>().isZero()
+                               : dense.getElementType().isIntOrIndex() &&
+                                     dense.getSplatValue<APInt>().isZero());
     convertedPads[k] = zero ? Pad::Zero : Pad::Unknown;
   }
   if (!rewrite && counted)
@@ -426,11 +428,8 @@ Value Partitioner::convert(int32_t id, Layout to) {
     return Value();
   Value out = full;
   if (to.isSplit()) {
-    auto splat = v.getDefiningOp<ConstantOp>();
-    auto dense = splat ? dyn_cast<DenseElementsAttr>(splat.getValue())
-                       : DenseElementsAttr();
     RankedTensorType part = localType(global, to);
-    if (dense && dense.isSplat()) {
+    if (dense) {
       out = ConstantOp::create(
           builder, loc,
           DenseElementsAttr::get(part, dense.getSplatValue<Attribute>()));
