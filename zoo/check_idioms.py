@@ -5,7 +5,7 @@ zoo/idioms.py (issue 13).
 Usage:
   /usr/bin/python3 zoo/check_idioms.py --cleave CLEAVE --models DIR --work DIR
       [--only a,b] [--tp 2,4] [--optimizers adamw] [--steps 10] [--rtol 1e-5]
-      [--megatron-tp 2,4] [--stores]
+      [--megatron-tp 2,4] [--explain-tp 4] [--stores]
 
 For each model and optimizer it compiles the train step with no --plan at
 tp=1 and at each tp, trains --steps steps and compares the losses, the last
@@ -20,6 +20,11 @@ most 1.05 x the optimum computed from the model's shapes (manifest.json):
 block), one for the vocab-parallel embedding forward and one for the LM
 head's input gradient, three [batch*seq] floats for the vocab-parallel loss,
 and the per-layer reduction a replicated K/V projection's gradient needs.
+
+Both there and at each --explain-tp every collective must carry a reason
+that names the op needing it (or the parameter whose gradient it reduces),
+and no all-gather may be marked as one of Megatron's; at --megatron-tp the
+ones outside Megatron's pattern may only be the K/V projections' reductions.
 
 --stores also checkpoints the tp run, checks that the checkpoint, a
 resume at tp=1 from it, and an export keep the model's shapes and values.
@@ -102,13 +107,32 @@ def optimum_bytes(cfg):
     return fwd + bwd + cfg["layers"] * cfg.get("kv_reduce_bytes", 0)
 
 
+def explain(coll):
+    """Every collective carries the partitioner's reason, naming the op that
+    needed it or the parameter whose gradient it reduces; an all-gather is
+    never one of Megatron's. Returns those outside Megatron's pattern."""
+    problems = []
+    for c in coll:
+        reason = c.get("reason", "")
+        if "(cleave." not in reason and "gradient of parameter" not in reason:
+            problems.append(f"{c['kind']} at {c['source']}: reason {reason!r} names no op")
+        if c["kind"] != "all_reduce" and c.get("megatron"):
+            problems.append(f"{c['kind']} at {c['source']} counted as Megatron's")
+    return [c for c in coll if not c.get("megatron")], problems
+
+
 def megatron(cleave, bundle, cfg):
     info = json.loads(run([cleave, "inspect", bundle, "--json"]))
     coll = info["collectives"]
+    outside, problems = explain(coll)
+    # Beyond Megatron's reductions only the replicated K/V projections'.
+    extra = sum(c["bytes"] for c in outside)
+    if extra > cfg["layers"] * cfg.get("kv_reduce_bytes", 0):
+        problems.append(f"{len(outside)} collectives ({extra} bytes) outside "
+                        f"Megatron's pattern, e.g. {outside[0]['reason']}")
     total = sum(c["bytes"] for c in coll)
     want = optimum_bytes(cfg)
     gathers = [c for c in coll if c["kind"] != "all_reduce"]
-    problems = []
     if gathers:
         problems.append(f"{len(gathers)} {gathers[0]['kind']}s, e.g. of "
                         f"{gathers[0]['bytes']} bytes at {gathers[0]['source']}")
@@ -120,6 +144,14 @@ def megatron(cleave, bundle, cfg):
         if p["sharding"] != "split(0)":
             problems.append(f"{p['name']} is {p['sharding']}, not vocab-parallel")
     return f"{len(coll)} collectives, {total} bytes = {total / want:.3f}x optimum", problems
+
+
+def explained(cleave, bundle):
+    """For plans that are not yet Megatron's: every collective explained."""
+    coll = json.loads(run([cleave, "inspect", bundle, "--json"]))["collectives"]
+    outside, problems = explain(coll)
+    gathers = sum(c["kind"] == "all_gather" for c in outside)
+    return f"{len(outside)} outside Megatron's pattern ({gathers} all-gathers)", problems
 
 
 def check_stores(cleave, case, man, tp, work, steps):
@@ -168,9 +200,12 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-5)
     ap.add_argument("--megatron-tp", default="4",
                     help="the tps (comma-separated) at which the plan is checked, or none")
+    ap.add_argument("--explain-tp", default="",
+                    help="tps (comma-separated) at which every collective must be explained")
     ap.add_argument("--stores", action="store_true")
     args = ap.parse_args()
     megatron_tps = [int(t) for t in args.megatron_tp.split(",") if t != "none"]
+    explain_tps = [int(t) for t in args.explain_tp.split(",") if t]
     names = args.only.split(",") if args.only else sorted(os.listdir(args.models))
     failed = 0
     for name in names:
@@ -187,6 +222,11 @@ def main():
                     print(f"{'FAIL' if failures else 'PASS'} {name} tp={tp} {opt}: "
                           f"worst {worst[0]:.2e} ({worst[1]})")
                     checks = [("", failures)]
+                    if tp in explain_tps and opt == "adamw":
+                        summary, problems = explained(args.cleave, bundle)
+                        print(f"{'FAIL' if problems else 'PASS'} {name} tp={tp} explained: "
+                              f"{summary}")
+                        checks.append(("", problems))
                     if tp in megatron_tps and opt == "adamw":
                         summary, problems = megatron(args.cleave, bundle, man["config"])
                         print(f"{'FAIL' if problems else 'PASS'} {name} tp={tp} megatron: {summary}")

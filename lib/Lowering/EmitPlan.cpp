@@ -424,6 +424,9 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
     inst.set_location(locationString(op.getLoc()));
     if (auto phase = op.getAttrOfType<StringAttr>(kPhaseAttr))
       inst.set_phase(phase.str());
+    if (auto reason = op.getAttrOfType<StringAttr>(kReasonAttr))
+      inst.set_reason(reason.str());
+    inst.set_megatron(op.hasAttr(kMegatronAttr));
     // Optional operands that are absent are encoded as -1 (kernels.def).
     auto appendOperand = [&](Value v) {
       inst.add_operands(v ? ids.lookup(v) : -1);

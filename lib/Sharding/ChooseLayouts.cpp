@@ -17,8 +17,10 @@
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Sharding/Sharding.h"
 
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -63,12 +65,45 @@ void signature(Value v, int depth, std::string &out) {
   os << "}";
 }
 
+/// Per group: its cheapest other layout with the rest of the plan kept, and
+/// what that would add to the step's score.
+template <typename Score>
+void explainChoices(const std::vector<Param> &params,
+                    const ParameterLayouts &plan, Score &score, double best,
+                    LayoutAlternatives &out) {
+  for (const Param &p : params) {
+    Layout chosen = plan.lookup(p.names.front());
+    double cheapest = std::numeric_limits<double>::infinity();
+    Layout other;
+    for (const Layout &l : p.candidates) {
+      if (l == chosen)
+        continue;
+      ParameterLayouts trial = plan;
+      for (const std::string &n : p.names)
+        trial[n] = l;
+      if (double s = score(trial); s < cheapest)
+        cheapest = s, other = l;
+    }
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "the search keeps it " << chosen.str();
+    if (cheapest == std::numeric_limits<double>::infinity())
+      os << "; no other layout of it avoids gathering it whole";
+    else
+      os << "; its cheapest other layout, " << other.str() << ", would "
+         << (cheapest >= best ? "add " : "save ")
+         << llvm::format("%.1f", std::abs(cheapest - best) * 1e6)
+         << " us per step (communication plus memory charge)";
+    for (const std::string &n : p.names)
+      out[n] = text;
+  }
+}
+
 } // namespace
 
-FailureOr<ParameterLayouts>
-mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
-                            const ParameterLayouts &fixed,
-                            const CostModel &cost) {
+FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
+    func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
+    const CostModel &cost, LayoutAlternatives *alternatives) {
   // Fused projections: a dimension of size D that the step slices into
   // B aligned pieces is a candidate for a split in B blocks.
   std::map<int64_t, std::set<int64_t>> blockCounts;
@@ -218,5 +253,7 @@ mlir::cleave::chooseLayouts(func::FuncOp func, int64_t tp,
     if (!improved)
       break;
   }
+  if (alternatives)
+    explainChoices(params, plan, score, best, *alternatives);
   return plan;
 }

@@ -17,6 +17,7 @@
 #include "cleave/Lowering/PlanBuffers.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <limits>
@@ -71,6 +72,8 @@ struct PartitionIndex::Impl {
   std::vector<StringRef> resultParameter;
   std::vector<const char *> resultPhase;
   std::vector<uint8_t> resultIsGradient;
+  /// Values the step returns as a parameter's gradient, by value id.
+  llvm::DenseMap<int32_t, StringRef> gradientOf;
 
   explicit Impl(func::FuncOp func) {
     auto add = [&](Value v) {
@@ -142,6 +145,10 @@ struct PartitionIndex::Impl {
       // optimizer; their collectives belong there.
       resultIsGradient.push_back(
           static_cast<bool>(func.getResultAttr(i, kGradientAttr)));
+      if (auto name = func.getResultAttrOfType<StringAttr>(i, kGradientAttr))
+        gradientOf[ids.lookup(
+            func.getBody().front().getTerminator()->getOperand(i))] =
+            name.getValue();
       resultPhase.push_back(func.getResultAttr(i, kGradientAttr) ? "backward"
                             : func.getResultAttr(i, kLossAttr)   ? "forward"
                                                                  : "optimizer");
@@ -184,13 +191,71 @@ Pad identityOf(ReduceKind combine) {
                                       : Pad::Zero;
 }
 
+/// An op as a user reads it: the model's node name where the importer kept
+/// one, with the cleave op.
+std::string describe(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto fused = dyn_cast<FusedLoc>(loc);
+      fused && !fused.getLocations().empty())
+    loc = fused.getLocations().front();
+  std::string name;
+  if (auto named = dyn_cast<NameLoc>(loc))
+    name = "'" + named.getName().str() + "'";
+  else if (auto file = dyn_cast<FileLineColLoc>(loc))
+    name = (file.getFilename().str() + ":" + std::to_string(file.getLine()) +
+            ":" + std::to_string(file.getColumn()));
+  else
+    name = locationString(loc);
+  return name + " (" + op->getName().getStringRef().str() + ")";
+}
+
+/// Whether \p v is a parameter, seen through the ops that only move it
+/// (the transposed weight of a backward matmul).
+bool isParameterValue(Value v, const PartitionIndex::Impl &index) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ReshapeOp, TransposeOp, BroadcastOp, CastOp>(def))
+      return false;
+    v = def->getOperand(0);
+  }
+  auto arg = cast<BlockArgument>(v);
+  return index.argIsParameter[arg.getArgNumber()];
+}
+
+/// Whether the value \p op reduces comes from a weight's product: looks
+/// up through elementwise ops to the first matmul or gather on each path
+/// (the vocab-parallel loss reduces the LM head's logits; a softmax over
+/// scores reduces a product of two activations).
+bool reducesWeightProduct(Operation *op, const PartitionIndex::Impl &index) {
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  SmallVector<Operation *> work{op};
+  while (!work.empty() && seen.size() < 64) {
+    Operation *at = work.pop_back_val();
+    if (!seen.insert(at).second)
+      continue;
+    if (auto mm = dyn_cast<MatmulOp>(at); mm && at != op) {
+      if (isParameterValue(mm.getLhs(), index) ||
+          isParameterValue(mm.getRhs(), index))
+        return true;
+      continue;
+    }
+    if (auto gather = dyn_cast<GatherOp>(at))
+      if (isParameterValue(gather.getData(), index))
+        return true;
+    for (Value v : at->getOperands())
+      if (Operation *def = v.getDefiningOp())
+        work.push_back(def);
+  }
+  return false;
+}
+
 class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
-              bool rewrite, const Index &index)
+              bool rewrite, const Index &index,
+              const LayoutAlternatives *alternatives)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
         builder(func.getContext()), index(index), layouts(index.values.size()),
-        pads(index.values.size(), Pad::Unknown) {}
+        pads(index.values.size(), Pad::Unknown), alternatives(alternatives) {}
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -210,6 +275,29 @@ private:
   llvm::DenseMap<uint64_t, Pad> convertedPads;
   /// Masked copies of local values, by (value, fill).
   llvm::DenseMap<std::pair<Value, int>, Value> masks;
+  /// Rewriting only: the reasons `cleave inspect` shows. The op being
+  /// visited (as the user needing a conversion), why it gathers the operand
+  /// being converted, and the op whose split contraction made each partial
+  /// value.
+  const LayoutAlternatives *alternatives;
+  std::string user, why;
+  llvm::DenseMap<int32_t, Operation *> partialFrom;
+  /// The reason for reducing partial value \p id, and whether the
+  /// reduction is one of Megatron's.
+  std::pair<std::string, bool> reduceReason(int32_t id) const;
+  std::string alternativeOf(StringRef param) const {
+    if (alternatives)
+      if (auto it = alternatives->find(param); it != alternatives->end())
+        return it->second;
+    return "its layout was fixed by --plan";
+  }
+  /// Sets the phase and the reason on a collective just built.
+  void tag(Operation *collective, StringRef reason, bool megatron) {
+    collective->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+    collective->setAttr(kReasonAttr, builder.getStringAttr(reason));
+    if (megatron)
+      collective->setAttr(kMegatronAttr, builder.getUnitAttr());
+  }
   IRMapping mapping;
   /// Conversions done (a partial value is reduced once for all its users),
   /// by key(value id, target layout); the converted values when rewriting.
@@ -302,7 +390,8 @@ private:
     return to.isReplicated() ? toReplicated : toReplicated + slice;
   }
 
-  void record(StringRef kind, int32_t id) {
+  void record(StringRef kind, int32_t id, StringRef reason = "",
+              bool megatron = false) {
     if (!rewrite)
       return; // the dry run only adds up the cost
     Collective c;
@@ -310,6 +399,8 @@ private:
     c.phase = phase;
     c.bytes = bytesOf(id);
     c.source = locationString(loc);
+    c.reason = reason.str();
+    c.megatron = megatron;
     result.collectives.push_back(c);
   }
 
@@ -327,6 +418,7 @@ private:
   LogicalResult visitBlockConcat(const OpEntry &e);
   /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
   LogicalResult visitBlockSliceScatter(const OpEntry &e);
+  struct Candidates;
   LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
   /// For a split along a padded factor \p f: masks the operands a reduction
   /// over it reads, or records the padding of the results.
@@ -395,7 +487,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
   if (from.isSplit()) {
     if (!counted) {
       result.seconds += allGatherCost(bytesOf(id));
-      record("all_gather", id);
+      record("all_gather", id, why);
       if (static_cast<size_t>(id) < index.argIsParameter.size() &&
           index.argIsParameter[id])
         result.gatheredParameters.push_back(id);
@@ -408,20 +500,23 @@ Value Partitioner::convert(int32_t id, Layout to) {
       full = AllGatherOp::create(
           builder, loc, RankedTensorType::get(shape, global.getElementType()),
           local, axes, from.dim, from.blocks);
-      full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+      tag(full.getDefiningOp(), why, /*megatron=*/false);
       if (shape[from.dim] != global.getDimSize(from.dim))
         full = SliceOp::create(builder, loc, global, full,
                                SmallVector<int64_t>(global.getRank(), 0),
                                SmallVector<int64_t>(global.getRank(), 1));
     }
   } else if (from.isPartial()) {
+    std::pair<std::string, bool> reason;
+    if (rewrite)
+      reason = reduceReason(id);
     if (!counted) {
       result.seconds += allReduceCost(bytesOf(id));
-      record("all_reduce", id);
+      record("all_reduce", id, reason.first, reason.second);
     }
     if (rewrite) {
       full = AllReduceOp::create(builder, loc, from.combine, local, axes);
-      full.getDefiningOp()->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+      tag(full.getDefiningOp(), reason.first, reason.second);
     }
   }
   if (!rewrite)
@@ -454,6 +549,34 @@ Value Partitioner::convert(int32_t id, Layout to) {
   }
   converted[k] = out;
   return out;
+}
+
+std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
+  if (auto it = index.gradientOf.find(id); it != index.gradientOf.end())
+    return {"the gradient of parameter '" + it->second.str() +
+                "' is a partial sum on every rank (its uses see the value "
+                "whole but each rank's share of the result); " +
+                alternativeOf(it->second),
+            false};
+  Operation *source = partialFrom.lookup(id);
+  if (!source)
+    return {user + " needs a partial sum whole", false};
+  // Megatron's reductions: a split contraction with a weight (row-parallel
+  // forward, column-parallel input gradient), a split table or a reduction
+  // over a split vocabulary. Two activations contracted over a split
+  // dimension (scores over a head's dimensions) are not.
+  auto matmul = dyn_cast<MatmulOp>(source);
+  bool megatron = matmul ? isParameterValue(matmul.getLhs(), index) ||
+                               isParameterValue(matmul.getRhs(), index)
+                         : isa<GatherOp, ScatterAddOp>(source) ||
+                               reducesWeightProduct(source, index);
+  return {"sums the partial results of " + describe(source) +
+              (matmul ? ", which contracts a split dimension" +
+                            std::string(megatron ? " with a weight"
+                                                 : " of two activations")
+                      : ", which reduces over a split dimension") +
+              "; " + user + " needs them whole",
+          megatron};
 }
 
 Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
@@ -518,6 +641,17 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
     layouts[e.firstResult + i] = outs[i];
   if (!rewrite)
     return;
+  // A partial result carries on its partial operand's source, or is new.
+  for (unsigned r = 0; r < e.numResults; ++r) {
+    if (!outs[r].isPartial())
+      continue;
+    Operation *source = e.op;
+    for (unsigned i = 0; i < e.numOperands; ++i)
+      if (layoutOf(operandId(e, i)).isPartial())
+        if (Operation *s = partialFrom.lookup(operandId(e, i)))
+          source = s;
+    partialFrom[e.firstResult + r] = source;
+  }
   Operation *op = e.op;
   IRMapping local;
   for (auto [old, now] : llvm::zip(op->getOperands(), operands))
@@ -549,6 +683,8 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
 }
 
 LogicalResult Partitioner::visitReplicated(const OpEntry &e) {
+  if (rewrite)
+    why = user + " has no sharding rule, so it runs whole on every rank";
   SmallVector<Layout, 4> to(e.numOperands, Layout::replicated());
   SmallVector<Layout, 2> outs(e.numResults, Layout::replicated());
   emit(e, convertOperands(e, to), outs);
@@ -624,6 +760,19 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
          {Layout::split(target->first, target->second)});
     pads[e.firstResult] = pads[input];
     return success();
+  }
+  if (rewrite) {
+    llvm::raw_string_ostream os(why);
+    why.clear();
+    os << user << " reshapes [";
+    llvm::interleaveComma(a, os);
+    os << "] to [";
+    llvm::interleaveComma(b, os);
+    os << "]: the split of dimension " << in.dim
+       << " has no dimension to stay on"
+       << (isPadded(input, in) ? " (its padding would land inside a merged "
+                                 "dimension)"
+                               : "");
   }
   emit(e, {convert(input, Layout::replicated())}, {Layout::replicated()});
   return success();
@@ -704,45 +853,28 @@ LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {
   return success();
 }
 
-LogicalResult Partitioner::visitWithRule(const OpEntry &e,
-                                         const ShardingRule &rule) {
-  unsigned numOperands = e.numOperands;
-  // Candidates, cheapest first wins on a tie: everything replicated, partial
-  // sums flowing through, one per splittable factor. Costed without being
-  // built: the dry runs of the search visit every op many times.
+/// The layouts visitWithRule chooses among for one op: everything
+/// replicated, partial sums flowing through, or a split of one factor.
+struct Partitioner::Candidates {
   enum : int { kReplicated = -2, kPartial = -1 };
-  // Partial sums flowing through a linear op.
-  // A partial value with several users is reduced once, before it fans
-  // out: each user keeping it partial would need its own reduction later
-  // (the LayerNorm backward reads its incoming gradient three times).
-  int partialOperand = -1, numPartial = 0;
-  bool fansOut = false;
-  for (unsigned i = 0; i < numOperands; ++i) {
-    int32_t id = operandId(e, i);
-    Layout l = layoutOf(id);
-    if (l.isPartial() && l.combine == ReduceKind::sum) {
-      partialOperand = i;
-      ++numPartial;
-      fansOut |= !index.oneUse[id];
-    }
-  }
-  bool partialCandidate =
-      numPartial > 0 && !fansOut &&
-      (rule.additive ||
-       (numPartial == 1 && rule.scalingOperands[partialOperand]));
-  // Blocks of a fused projection carry over from an operand split so.
-  auto blocksOf = [&](const ShardingFactor &f) {
+  const Partitioner &p;
+  const OpEntry &e;
+  const ShardingRule &rule;
+  int partialOperand = -1;
+
+  /// Blocks of a fused projection carry over from an operand split so.
+  int64_t blocksOf(const ShardingFactor &f) const {
     int64_t blocks = 1;
     for (auto [i, d] : llvm::enumerate(f.operandDims)) {
-      Layout l = layoutOf(operandId(e, i));
+      Layout l = p.layoutOf(p.operandId(e, i));
       if (d >= 0 && l.isSplit() && l.dim == d) {
         blocks = l.blocks;
         break;
       }
     }
-    return f.size % (blocks * tp) ? 1 : blocks;
-  };
-  auto operandLayout = [&](int c, int64_t blocks, unsigned i) {
+    return f.size % (blocks * p.tp) ? 1 : blocks;
+  }
+  Layout operandLayout(int c, int64_t blocks, unsigned i) const {
     if (c == kReplicated)
       return Layout::replicated();
     if (c == kPartial)
@@ -751,26 +883,105 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
                  : Layout::replicated();
     int64_t d = rule.factors[c].operandDims[i];
     return d >= 0 ? Layout::split(d, blocks) : Layout::replicated();
-  };
-  auto costOf = [&](int c, int64_t blocks) {
-    double sum = 0;
-    for (unsigned i = 0; i < numOperands; ++i)
-      sum += conversionCost(operandId(e, i), operandLayout(c, blocks, i));
-    return sum;
-  };
-  int best = kReplicated;
-  int64_t bestBlocks = 1;
-  double bestCost = costOf(kReplicated, 1);
-  if (partialCandidate) {
-    double c = costOf(kPartial, 1);
-    if (c < bestCost)
-      best = kPartial, bestCost = c;
   }
+  double cost(int c, int64_t blocks) const {
+    double sum = 0;
+    for (unsigned i = 0; i < e.numOperands; ++i)
+      sum += p.conversionCost(p.operandId(e, i), operandLayout(c, blocks, i));
+    return sum;
+  }
+  bool splittable(const ShardingFactor &f) const {
+    return f.kind != ShardingFactor::Kind::Whole && f.size >= p.tp;
+  }
+  std::string str(int c, int64_t blocks) const {
+    if (c == kReplicated)
+      return "every operand whole";
+    if (c == kPartial)
+      return "partial sums passed through";
+    const ShardingFactor &f = rule.factors[c];
+    std::string s =
+        f.kind == ShardingFactor::Kind::Reduction
+            ? "a split of its reduced dimension"
+            : "a split of result dimension " +
+                  std::to_string(f.resultDims.empty() ? -1
+                                                      : f.resultDims.front());
+    s += " (size " + std::to_string(f.size) + ")";
+    if (blocks > 1)
+      s += " in " + std::to_string(blocks) + " blocks";
+    return s;
+  }
+  /// Why operand \p i, split now, is gathered for the choice \p best.
+  std::string gatherReason(unsigned i, int best, int64_t bestBlocks,
+                           double bestCost) const;
+};
+
+std::string Partitioner::Candidates::gatherReason(unsigned i, int best,
+                                                  int64_t bestBlocks,
+                                                  double bestCost) const {
+  Layout have = p.layoutOf(p.operandId(e, i));
+  int keep = kReplicated;
+  int64_t keepBlocks = 1;
+  double keepCost = kInfinity;
   for (auto [c, f] : llvm::enumerate(rule.factors)) {
-    if (f.kind == ShardingFactor::Kind::Whole || f.size < tp)
+    if (!splittable(f))
       continue;
     int64_t blocks = blocksOf(f);
-    double cost = costOf(c, blocks);
+    if (operandLayout(c, blocks, i) != have)
+      continue;
+    if (double t = cost(c, blocks); t < keepCost)
+      keep = c, keepBlocks = blocks, keepCost = t;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << p.user << " takes operand #" << i << " whole: its cheapest layout, "
+     << str(best, bestBlocks) << ", costs "
+     << llvm::format("%.1f", bestCost * 1e6) << " us here";
+  if (keepCost == kInfinity)
+    os << "; none of its layouts keeps the operand " << have.str();
+  else
+    os << "; keeping the operand " << have.str() << ", "
+       << str(keep, keepBlocks) << ", would cost "
+       << llvm::format("%.1f", keepCost * 1e6) << " us";
+  return s;
+}
+
+LogicalResult Partitioner::visitWithRule(const OpEntry &e,
+                                         const ShardingRule &rule) {
+  unsigned numOperands = e.numOperands;
+  // Costed without being built: the dry runs of the search visit every op
+  // many times. Cheapest wins, the earlier on a tie.
+  // A partial value with several users is reduced once, before it fans
+  // out: each user keeping it partial would need its own reduction later
+  // (the LayerNorm backward reads its incoming gradient three times).
+  Candidates cands{*this, e, rule};
+  int numPartial = 0;
+  bool fansOut = false;
+  for (unsigned i = 0; i < numOperands; ++i) {
+    int32_t id = operandId(e, i);
+    Layout l = layoutOf(id);
+    if (l.isPartial() && l.combine == ReduceKind::sum) {
+      cands.partialOperand = i;
+      ++numPartial;
+      fansOut |= !index.oneUse[id];
+    }
+  }
+  bool partialCandidate =
+      numPartial > 0 && !fansOut &&
+      (rule.additive ||
+       (numPartial == 1 && rule.scalingOperands[cands.partialOperand]));
+  int best = Candidates::kReplicated;
+  int64_t bestBlocks = 1;
+  double bestCost = cands.cost(best, 1);
+  if (partialCandidate) {
+    double c = cands.cost(Candidates::kPartial, 1);
+    if (c < bestCost)
+      best = Candidates::kPartial, bestCost = c;
+  }
+  for (auto [c, f] : llvm::enumerate(rule.factors)) {
+    if (!cands.splittable(f))
+      continue;
+    int64_t blocks = cands.blocksOf(f);
+    double cost = cands.cost(c, blocks);
     if (cost < bestCost)
       best = c, bestBlocks = blocks, bestCost = cost;
   }
@@ -778,14 +989,14 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
     return e.op->emitOpError("has no layout its operands can reach");
   SmallVector<Layout, 4> to;
   for (unsigned i = 0; i < numOperands; ++i)
-    to.push_back(operandLayout(best, bestBlocks, i));
+    to.push_back(cands.operandLayout(best, bestBlocks, i));
   SmallVector<Layout, 2> outs;
   for (unsigned r = 0; r < e.numResults; ++r) {
-    if (best == kReplicated) {
+    if (best == Candidates::kReplicated) {
       outs.push_back(Layout::replicated());
       continue;
     }
-    if (best == kPartial) {
+    if (best == Candidates::kPartial) {
       outs.push_back(Layout::partial());
       continue;
     }
@@ -796,7 +1007,13 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
                        ? Layout::partial(f.combine)
                        : Layout::replicated());
   }
-  SmallVector<Value> operands = convertOperands(e, to);
+  SmallVector<Value> operands;
+  for (unsigned i = 0; i < numOperands; ++i) {
+    int32_t id = operandId(e, i);
+    if (rewrite && layoutOf(id).isSplit() && layoutOf(id) != to[i])
+      why = cands.gatherReason(i, best, bestBlocks, bestCost);
+    operands.push_back(convert(id, to[i]));
+  }
   if (best >= 0 && rule.factors[best].size % tp)
     padOperandsAndResults(e, rule.factors[best], to, operands);
   emit(e, operands, outs);
@@ -848,6 +1065,8 @@ LogicalResult Partitioner::visit(const OpEntry &e) {
   if (rewrite) {
     loc = e.op->getLoc();
     phase = phaseOf.lookup(e.op);
+    user = describe(e.op);
+    why = user + " needs it whole";
   }
   using Kind = Index::Kind;
   switch (e.kind) {
@@ -938,6 +1157,13 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     Layout want = param.empty() ? Layout() : layoutOfParameter(param);
     phase = index.resultPhase[i];
     int32_t id = idOf(v);
+    if (rewrite) {
+      user = "the step's result #" + std::to_string(i);
+      why = param.empty()
+                ? user + " is returned whole"
+                : user + " is kept like parameter '" + param.str() + "' (" +
+                      want.str() + "); " + alternativeOf(param);
+    }
     Value out = convert(id, want);
     // State carried into the next step stays zero-padded (gradients are
     // only read back trimmed).
@@ -1020,10 +1246,11 @@ void Partitioner::classifyPhases() {
 FailureOr<PartitionResult>
 mlir::cleave::partition(func::FuncOp func, int64_t tp,
                         const ParameterLayouts &layouts, const CostModel &cost,
-                        bool rewrite, const PartitionIndex *index) {
+                        bool rewrite, const PartitionIndex *index,
+                        const LayoutAlternatives *alternatives) {
   std::optional<PartitionIndex> own;
   if (!index)
     index = &own.emplace(func);
-  Partitioner p(func, tp, cost, rewrite, *index->impl);
+  Partitioner p(func, tp, cost, rewrite, *index->impl, alternatives);
   return p.run(layouts);
 }

@@ -141,9 +141,12 @@ void PartitionPass::runOnOperation() {
     ParameterLayouts fixed;
     if (!planFile.empty() && failed(readPlan(func, fixed)))
       return signalPassFailure();
-    FailureOr<ParameterLayouts> layouts = chooseLayouts(func, tp, fixed, cost);
+    LayoutAlternatives alternatives;
+    FailureOr<ParameterLayouts> layouts =
+        chooseLayouts(func, tp, fixed, cost, &alternatives);
     if (failed(layouts) ||
-        failed(partition(func, tp, *layouts, cost, /*rewrite=*/true)))
+        failed(partition(func, tp, *layouts, cost,
+                         /*rewrite=*/true, nullptr, &alternatives)))
       return signalPassFailure();
   }
 }

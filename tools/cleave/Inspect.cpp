@@ -88,8 +88,9 @@ int runInspect(const std::string &bundle, bool json) {
       stateBytes += bytesOf(program.values(program.inputs(i)).type());
 
   struct CollectiveRow {
-    std::string kind, phase, source;
+    std::string kind, phase, source, reason;
     int64_t bytes;
+    bool megatron;
   };
   std::vector<CollectiveRow> collectives;
   for (const pb::Instruction &inst : program.instructions()) {
@@ -99,9 +100,9 @@ int runInspect(const std::string &bundle, bool json) {
     // The payload: the larger side (the gathered or reduced tensor).
     int64_t bytes = std::max(bytesOf(program.values(inst.operands(0)).type()),
                              bytesOf(program.values(inst.results(0)).type()));
-    collectives.push_back({inst.kernel(),
-                           inst.phase().empty() ? "forward" : inst.phase(),
-                           inst.location(), bytes});
+    collectives.push_back(
+        {inst.kernel(), inst.phase().empty() ? "forward" : inst.phase(),
+         inst.location(), inst.reason(), bytes, inst.megatron()});
   }
 
   if (json) {
@@ -119,7 +120,9 @@ int runInspect(const std::string &bundle, bool json) {
       cs.push_back(llvm::json::Object{{"kind", c.kind},
                                       {"phase", c.phase},
                                       {"bytes", c.bytes},
-                                      {"source", c.source}});
+                                      {"source", c.source},
+                                      {"megatron", c.megatron},
+                                      {"reason", c.reason}});
     root["collectives"] = std::move(cs);
     root["memory_per_rank"] =
         llvm::json::Object{{"parameters", paramBytes},
@@ -153,6 +156,25 @@ int runInspect(const std::string &bundle, bool json) {
                  << llvm::left_justify(key.second, 15)
                  << llvm::format("%4d", s.first) << "  " << s.second
                  << " bytes\n";
+  // The collectives a user should look at: the ones Megatron's own plan
+  // would not have, each with the partitioner's reason.
+  std::vector<const CollectiveRow *> others;
+  for (const CollectiveRow &c : collectives)
+    if (!c.megatron)
+      others.push_back(&c);
+  if (!others.empty()) {
+    constexpr size_t kShown = 20;
+    llvm::outs() << "\noutside Megatron's pattern (" << others.size() << ")\n";
+    for (size_t i = 0; i < others.size() && i < kShown; ++i)
+      llvm::outs() << "  " << others[i]->phase << " " << others[i]->kind << " "
+                   << others[i]->bytes << " bytes: "
+                   << (others[i]->reason.empty() ? "(no reason recorded)"
+                                                 : others[i]->reason)
+                   << "\n";
+    if (others.size() > kShown)
+      llvm::outs() << "  ... " << others.size() - kShown
+                   << " more; --json lists every collective with its reason\n";
+  }
   llvm::outs() << "\nmemory per rank (bytes)\n"
                << "  parameters       " << paramBytes << "\n"
                << "  gradients        " << paramBytes << "\n"

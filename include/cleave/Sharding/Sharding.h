@@ -33,6 +33,12 @@ constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
 /// Collective attribute set by the partitioner: the phase of the train step
 /// that needs it ("forward", "backward", "optimizer").
 constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
+/// Collective attributes: why the partitioner needed it (which op needed the
+/// value whole or summed, and what keeping it split would have cost), and a
+/// unit attribute where it is one of Megatron's own (the sum of a split
+/// contraction with a weight, a vocab-parallel table or loss).
+constexpr llvm::StringLiteral kReasonAttr = "cleave.reason";
+constexpr llvm::StringLiteral kMegatronAttr = "cleave.megatron";
 
 /// On a partitioned gather / scatter_add: the mesh axes over which its table
 /// (result) is split along the gather axis; the rank's rows start at its
@@ -89,10 +95,15 @@ struct Collective {
   std::string phase;  // forward | backward | optimizer
   int64_t bytes = 0;  // per-rank payload
   std::string source; // location of the op that needed it
+  std::string reason; // why (kReasonAttr)
+  bool megatron = false;
 };
 
 /// Parameter layouts by parameter name.
 using ParameterLayouts = llvm::StringMap<Layout>;
+/// Per parameter the search chose: what its cheapest other layout would
+/// have cost, in words (for the reasons of the collectives it causes).
+using LayoutAlternatives = llvm::StringMap<std::string>;
 
 struct PartitionResult {
   double seconds = 0;      // communication cost of one step
@@ -119,17 +130,21 @@ public:
   std::unique_ptr<Impl> impl;
 };
 
-FailureOr<PartitionResult> partition(func::FuncOp func, int64_t tp,
-                                     const ParameterLayouts &layouts,
-                                     const CostModel &cost, bool rewrite,
-                                     const PartitionIndex *index = nullptr);
+/// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
+/// the collectives that a parameter's layout causes.
+FailureOr<PartitionResult>
+partition(func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
+          const CostModel &cost, bool rewrite,
+          const PartitionIndex *index = nullptr,
+          const LayoutAlternatives *alternatives = nullptr);
 
 /// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
 /// the others are searched to minimise communication plus the cost model's
-/// memory charge.
-FailureOr<ParameterLayouts> chooseLayouts(func::FuncOp func, int64_t tp,
-                                          const ParameterLayouts &fixed,
-                                          const CostModel &cost);
+/// memory charge. Fills \p alternatives, when given, for the searched ones.
+FailureOr<ParameterLayouts>
+chooseLayouts(func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
+              const CostModel &cost,
+              LayoutAlternatives *alternatives = nullptr);
 
 /// Attaches the ShardingRuleOpInterface models of the cleave ops.
 void registerShardingRules(DialectRegistry &registry);
