@@ -2,9 +2,9 @@
 """Measures `cleave compile --tp N` time on GPT-shaped models of growing depth.
 
 Usage: /usr/bin/python3 bench/compile_gpt.py --cleave build/bin/cleave
-           [--layers 12,24,48] [--d 2048] [--heads 32] [--mlp 8192]
-           [--vocab 50304] [--seq 1024] [--batch 8] [--tp 8]
-           [--work /tmp/cleave-bench]
+           [--arch gpt|llama] [--layers 12,24,48] [--d 2048] [--heads 32]
+           [--kv-heads H] [--mlp 8192] [--vocab 50304] [--seq 1024]
+           [--batch 8] [--tp 8] [--work /tmp/cleave-bench]
 
 The defaults are issue 4's target: a 48-layer GPT (d 2048, 32 heads, MLP 8192,
 vocab 50304, sequence 1024; 2.5B parameters) at tp = 8. Each model is written
@@ -15,7 +15,13 @@ partitioning, buffer planning and writing the plan (no weights are read or
 written). Prints one line per depth: layers, parameters, wall seconds, peak
 RSS (from /usr/bin/time), and the step's collectives from `cleave inspect
 --json` (all-reduces per layer in forward and backward; Megatron's optimum
-is 2 and 2).
+is 2 and 2). --arch llama writes LLaMA's decoder (GQA, rotary, SwiGLU,
+RMSNorm; see gpt_onnx.py) and compiles it with `--freeze rotary`.
+LLaMA-3-8B at tp = 8:
+
+    bench/compile_gpt.py --cleave build/bin/cleave --arch llama --layers 32 \
+        --d 4096 --heads 32 --kv-heads 8 --mlp 14336 --vocab 128256 \
+        --seq 2048 --batch 1
 """
 import argparse
 import collections
@@ -47,7 +53,8 @@ def main():
         bundle = os.path.join(args.work, f"gpt{layers}.bundle")
         r = subprocess.run(["/usr/bin/time", "-f", "%e %M", args.cleave, "compile",
                             gen.out, "-o", bundle, "--optimizer", "adamw",
-                            "--tp", str(args.tp), "--plan-only"],
+                            "--tp", str(args.tp), "--plan-only"]
+                           + (["--freeze", "rotary"] if args.arch == "llama" else []),
                            capture_output=True, text=True)
         if r.returncode:
             print(r.stderr)

@@ -1,14 +1,22 @@
 #!/usr/bin/python3
 """Writes a GPT-shaped ONNX training graph without materialising its weights.
 
-Usage: /usr/bin/python3 bench/gpt_onnx.py OUT.onnx [--layers 48] [--d 2048]
-           [--heads 32] [--mlp 8192] [--vocab 50304] [--seq 1024] [--batch 8]
+Usage: /usr/bin/python3 bench/gpt_onnx.py OUT.onnx [--arch gpt|llama]
+           [--layers 48] [--d 2048] [--heads 32] [--kv-heads H] [--mlp 8192]
+           [--vocab 50304] [--seq 1024] [--batch 8]
 
-The graph is the zoo's GPT-2-style decoder (pre-LayerNorm blocks, fused QKV
-projection with bias, causal softmax attention, erf GELU MLP, tied LM head,
-SoftmaxCrossEntropyLoss) built node by node with onnx.helper, the way
-torch.onnx.export writes it (Linear = Transpose of the [out, in] weight,
-MatMul, Add). Every float initializer is declared as external data in
+--arch gpt (default) is the zoo's GPT-2-style decoder (pre-LayerNorm
+blocks, fused QKV projection with bias, causal softmax attention, erf GELU
+MLP, tied LM head). --arch llama is LLaMA's as the transformers library
+writes it: RMSNorm (x * 1/sqrt(mean(x^2) + eps) * w), separate q/k/v
+projections without bias and --kv-heads K/V heads repeated to the query
+heads by repeat_kv (unsqueeze, expand, reshape), rotate-half rotary
+embeddings from cos/sin tables (buffers `rotary.cos` / `rotary.sin`: pass
+`--freeze rotary` when compiling), SwiGLU MLP (down(silu(gate(x)) *
+up(x))), untied LM head. Both end in SoftmaxCrossEntropyLoss and are built
+node by node with onnx.helper, the way torch.onnx.export writes them
+(Linear = Transpose of the [out, in] weight, MatMul, Add). Every float
+initializer is declared as external data in
 OUT.weights (offsets and lengths, ONNX's external-data convention), and that
 file is created sparse: it reads as zeros and takes no disk space, so a
 2.5B-parameter model costs a few kilobytes. Compile it with
@@ -74,10 +82,18 @@ class Graph:
                        [x, self.weight(f"{name}.weight", [d]),
                         self.weight(f"{name}.bias", [d])], axis=-1, epsilon=1e-5)
 
+    def rms_norm(self, x, name, d, eps):
+        var = self.op("ReduceMean", [self.op("Pow", [x, eps["two"]])], axes=[-1],
+                      keepdims=1)
+        x = self.op("Div", [x, self.op("Sqrt", [self.op("Add", [var, eps["eps"]])])])
+        return self.op("Mul", [x, self.weight(f"{name}.weight", [d])])
+
 
 def build(args):
     weights = os.path.splitext(args.out)[0] + ".weights"
     g = Graph(weights)
+    if args.arch == "llama":
+        return finish(g, args, llama_logits(g, args))
     b, t, d, h = args.batch, args.seq, args.d, args.heads
     hd = d // h
     shape4 = g.const(np.array([b, t, h, hd], np.int64), "shape4")
@@ -114,13 +130,77 @@ def build(args):
         x = g.op("Add", [x, g.linear(m, f"{p}.mlp_proj", args.mlp, d)])
     x = g.layer_norm(x, "ln_f", d)
     logits = g.op("MatMul", [x, g.op("Transpose", ["wte.weight"], perm=[1, 0])])
+    return finish(g, args, logits)
+
+
+def llama_logits(g, args):
+    """LLaMA's decoder, as the transformers library writes it."""
+    b, t, d, h = args.batch, args.seq, args.d, args.heads
+    kv = args.kv_heads or h
+    hd, rep = d // h, h // kv
+    consts = {"two": g.const(np.array(2.0, np.float32), "two"),
+              "eps": g.const(np.array(1e-5, np.float32), "eps")}
+    shape = lambda *dims: g.const(np.array(dims, np.int64), "shape")  # noqa: E731
+    scale = g.const(np.array(math.sqrt(hd), np.float32), "scale")
+    ninf = g.const(np.array(-np.inf, np.float32), "ninf")
+    causal = g.op("Trilu", [g.const(np.ones((t, t), np.bool_), "ones")], upper=0)
+    cos = g.weight("rotary.cos", [1, 1, t, hd])  # buffers, not parameters
+    sin = g.weight("rotary.sin", [1, 1, t, hd])
+    g.params -= 2 * t * hd
+    starts = [g.const(np.array([v], np.int64), "start") for v in (0, hd // 2)]
+    ends = [g.const(np.array([v], np.int64), "end") for v in (hd // 2, hd)]
+    last = g.const(np.array([-1], np.int64), "axis")
+
+    def rotary(x):
+        x1 = g.op("Slice", [x, starts[0], ends[0], last])
+        x2 = g.op("Slice", [x, starts[1], ends[1], last])
+        rotated = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
+        return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])])
+
+    def heads(x, n):
+        return g.op("Transpose", [g.op("Reshape", [x, shape(b, t, n, hd)])],
+                    perm=[0, 2, 1, 3])
+
+    def repeat_kv(x):
+        if rep == 1:
+            return x
+        x = g.op("Unsqueeze", [x, g.const(np.array([2], np.int64), "axis")])
+        x = g.op("Expand", [x, shape(b, kv, rep, t, hd)])
+        return g.op("Reshape", [x, shape(b, h, t, hd)])
+
+    x = g.op("Gather", [g.weight("embed_tokens.weight", [args.vocab, d]), "input_ids"])
+    for i in range(args.layers):
+        p = f"layers.{i}"
+        a = g.rms_norm(x, f"{p}.input_layernorm", d, consts)
+        q = rotary(heads(g.linear(a, f"{p}.self_attn.q_proj", d, h * hd, False), h))
+        k = rotary(heads(g.linear(a, f"{p}.self_attn.k_proj", d, kv * hd, False), kv))
+        v = heads(g.linear(a, f"{p}.self_attn.v_proj", d, kv * hd, False), kv)
+        k, v = repeat_kv(k), repeat_kv(v)
+        w = g.op("Div", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]),
+                         scale])
+        w = g.op("Softmax", [g.op("Where", [causal, w, ninf])], axis=-1)
+        y = g.op("Transpose", [g.op("MatMul", [w, v])], perm=[0, 2, 1, 3])
+        y = g.op("Reshape", [y, shape(b, t, h * hd)])
+        x = g.op("Add", [x, g.linear(y, f"{p}.self_attn.o_proj", h * hd, d, False)])
+        a = g.rms_norm(x, f"{p}.post_attention_layernorm", d, consts)
+        gate = g.linear(a, f"{p}.mlp.gate_proj", d, args.mlp, False)
+        up = g.linear(a, f"{p}.mlp.up_proj", d, args.mlp, False)
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
+        x = g.op("Add", [x, g.linear(act, f"{p}.mlp.down_proj", args.mlp, d, False)])
+    x = g.rms_norm(x, "norm", d, consts)
+    return g.linear(x, "lm_head", d, args.vocab, False)
+
+
+def finish(g, args, logits):
+    """The loss over the logits, and the files."""
+    b, t = args.batch, args.seq
     flat = g.op("Reshape", [logits, g.const(np.array([b * t, args.vocab], np.int64),
                                             "shape2")])
     labels = g.op("Reshape", ["labels", g.const(np.array([b * t], np.int64), "shape1")])
     g.nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", [flat, labels], ["loss"],
                                     reduction="mean"))
     graph = helper.make_graph(
-        g.nodes, "gpt",
+        g.nodes, args.arch,
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [b, t]),
          helper.make_tensor_value_info("labels", TensorProto.INT64, [b, t])],
         [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
@@ -128,15 +208,18 @@ def build(args):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, args.out)
-    with open(weights, "wb") as f:  # sparse: holes read as zeros
+    with open(g.weights_file, "wb") as f:  # sparse: holes read as zeros
         f.truncate(g.offset)
     return g.params
 
 
 def add_shape_arguments(ap):
     """The model's shape options (issue 4's 2.5B target by default)."""
+    ap.add_argument("--arch", choices=["gpt", "llama"], default="gpt")
     ap.add_argument("--d", type=int, default=2048)
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="llama: K/V heads (default: --heads)")
     ap.add_argument("--mlp", type=int, default=8192)
     ap.add_argument("--vocab", type=int, default=50304)
     ap.add_argument("--seq", type=int, default=1024)
