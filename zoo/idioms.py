@@ -3,6 +3,7 @@
 
 Usage:
   /usr/bin/python3 zoo/idioms.py OUT_DIR [--models gpt2_v50257,...] [--list]
+      [--torchscript TS_DIR]
 
 Each model is written in the idiom of its family's paper or model card (there
 is no transformers library in Debian, so the idioms are written out here),
@@ -12,6 +13,12 @@ inputs/*.npy (one batch: input_ids and labels), and manifest.json: the loss,
 optimizer settings, the float buffers to --freeze (rotary tables, masks,
 ALiBi slopes: ONNX cannot tell them from weights), and the shapes that
 Megatron's collective optimum is computed from (see check_idioms.py).
+
+--torchscript TS_DIR also writes, per model, TS_DIR/NAME-opset17 in the
+layout of make_zoo.py (so zoo/check_zoo.py --formats traced,scripted checks
+it): model.traced.pt (torch.jit.trace) and, where torch.jit.script compiles
+the model, model.scripted.pt, the inputs, and PyTorch's one-step references
+(loss, every gradient, every parameter after one SGD and one AdamW step).
 """
 import argparse
 import collections
@@ -26,6 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_zoo  # noqa: E402
 from make_zoo import RMSNorm, rotate_half  # noqa: E402
 
 ADAMW = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-3, "weight_decay": 0.1}
@@ -114,7 +122,7 @@ class BertLMHead(nn.Module):
 # Falcon-7B) is the same with kv_heads = 1.
 
 
-def repeat_kv(x, n_rep):
+def repeat_kv(x, n_rep: int):
     b, kvh, t, hd = x.shape
     if n_rep == 1:
         return x
@@ -223,6 +231,331 @@ def vocab_model(vocab, cls=GPT2, masked=False):
                   "parallel": False, "vocab_parallel": ["wte.weight", "word_embeddings.weight", "decoder.weight"]})
 
 
+# ---------------------------------------------------------------------------
+# GPT-NeoX / Pythia (Black et al. 2022) and BLOOM (BigScience 2022): one
+# fused query_key_value projection whose output is per head [h, 3, hd]
+# (interleaved: q, k, v of head 0, then of head 1, ...). NeoX applies rotary
+# to the first quarter of each head (rotary_pct 0.25), its tables looked up
+# at position ids, and runs attention and MLP in parallel from two norms
+# (use_parallel_residual); BLOOM adds ALiBi slopes per head to the scores
+# instead of positions and normalizes the embeddings.
+
+
+class NeoXBlock(nn.Module):
+    def __init__(self, d, heads, rotary_pct=0.25, alibi=False):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        self.rot = int(self.hd * rotary_pct)
+        self.alibi = alibi
+        self.input_layernorm = nn.LayerNorm(d)
+        self.post_attention_layernorm = nn.LayerNorm(d)
+        self.query_key_value = nn.Linear(d, 3 * d)
+        self.dense = nn.Linear(d, d)
+        self.dense_h_to_4h = nn.Linear(d, 4 * d)
+        self.dense_4h_to_h = nn.Linear(4 * d, d)
+
+    def rope(self, x, cos, sin):
+        """Rotary on the first `rot` dimensions of each head only."""
+        xr, xp = x[..., :self.rot], x[..., self.rot:]
+        return torch.cat([xr * cos + rotate_half(xr) * sin, xp], dim=-1)
+
+    def attn(self, x, cos, sin, bias):
+        b, t, d = x.shape
+        qkv = self.query_key_value(x).view(b, t, self.h, 3 * self.hd)
+        q, k, v = qkv.permute(0, 2, 1, 3).chunk(3, dim=-1)
+        if not self.alibi:
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.hd) + bias
+        y = torch.matmul(F.softmax(w, dim=-1), v)
+        return self.dense(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x, cos, sin, bias):
+        if self.alibi:  # BLOOM: sequential
+            x = x + self.attn(self.input_layernorm(x), cos, sin, bias)
+            return x + self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(
+                self.post_attention_layernorm(x)), approximate="tanh"))
+        a = self.attn(self.input_layernorm(x), cos, sin, bias)
+        m = self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(self.post_attention_layernorm(x))))
+        return x + a + m
+
+
+def alibi_slopes(heads):
+    """Press et al. 2022: a geometric sequence starting at 2^(-8/heads)."""
+    start = 2 ** (-8 / heads)
+    return torch.tensor([start ** (i + 1) for i in range(heads)])
+
+
+class NeoX(nn.Module):
+    def __init__(self, vocab=96, ctx=16, d=64, heads=4, layers=2, alibi=False):
+        super().__init__()
+        self.use_alibi = alibi
+        self.embed_in = nn.Embedding(vocab, d)
+        self.word_embeddings_layernorm = nn.LayerNorm(d) if alibi else nn.Identity()
+        self.layers = nn.ModuleList([NeoXBlock(d, heads, alibi=alibi) for _ in range(layers)])
+        self.final_layer_norm = nn.LayerNorm(d)
+        self.embed_out = nn.Linear(d, vocab, bias=False)
+        rot = int(d // heads * 0.25)
+        inv = 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+        emb = torch.cat([torch.outer(torch.arange(ctx).float(), inv)] * 2, dim=-1)
+        self.register_buffer("cos_cached", emb.cos())
+        self.register_buffer("sin_cached", emb.sin())
+        causal = torch.full((ctx, ctx), float("-inf")).triu(1)
+        if alibi:
+            # The slope times the key's position (softmax ignores the
+            # query's constant), under the causal mask: [h, ctx, ctx].
+            causal = (alibi_slopes(heads)[:, None, None]
+                      * torch.arange(ctx).float()[None, None, :] + causal)
+        self.register_buffer("attn_bias", causal)
+
+    def forward(self, input_ids, labels):
+        t = input_ids.shape[1]
+        x = self.word_embeddings_layernorm(self.embed_in(input_ids))
+        bias = self.attn_bias[..., :t, :t]
+        position_ids = torch.arange(t).unsqueeze(0)
+        cos = self.cos_cached[position_ids].unsqueeze(1)
+        sin = self.sin_cached[position_ids].unsqueeze(1)
+        for layer in self.layers:
+            x = layer(x, cos, sin, bias)
+        logits = self.embed_out(self.final_layer_norm(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+# ---------------------------------------------------------------------------
+# GPT-J (Wang & Komatsuzaki 2021) and Phi-2: one norm feeding attention and
+# MLP in parallel. GPT-J's rotary is interleaved (rotate_every_two: even and
+# odd dimensions of the first rotary_dim of each head, its sin/cos repeated
+# twice by repeat_interleave); Phi-2's is rotate-half on the first 40% of
+# each head, with q/k/v biases. Both have a biased, untied LM head.
+
+
+def rotate_every_two(x):
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+class GPTJBlock(nn.Module):
+    def __init__(self, d, heads, rotary_dim, style):
+        super().__init__()
+        self.h, self.hd, self.rot, self.style = heads, d // heads, rotary_dim, style
+        bias = style == "phi"
+        self.ln_1 = nn.LayerNorm(d)
+        self.q_proj = nn.Linear(d, d, bias=bias)
+        self.k_proj = nn.Linear(d, d, bias=bias)
+        self.v_proj = nn.Linear(d, d, bias=bias)
+        self.out_proj = nn.Linear(d, d, bias=bias)
+        self.fc_in = nn.Linear(d, 4 * d)
+        self.fc_out = nn.Linear(4 * d, d)
+
+    def heads(self, y):
+        return y.view(y.shape[0], y.shape[1], self.h, self.hd).transpose(1, 2)
+
+    def rope(self, x, sin, cos):
+        xr, xp = x[..., :self.rot], x[..., self.rot:]
+        turned = rotate_every_two(xr) if self.style == "gptj" else rotate_half(xr)
+        return torch.cat([xr * cos + turned * sin, xp], dim=-1)
+
+    def forward(self, x, sin, cos, mask):
+        b, t, d = x.shape
+        h = self.ln_1(x)
+        q = self.rope(self.heads(self.q_proj(h)), sin, cos)
+        k = self.rope(self.heads(self.k_proj(h)), sin, cos)
+        v = self.heads(self.v_proj(h))
+        w = F.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.hd) + mask, -1)
+        a = self.out_proj(torch.matmul(w, v).transpose(1, 2).reshape(b, t, d))
+        m = self.fc_out(F.gelu(self.fc_in(h), approximate="tanh"))
+        return x + a + m
+
+
+class GPTJ(nn.Module):
+    def __init__(self, style, vocab=96, ctx=16, d=64, heads=4, layers=2):
+        super().__init__()
+        hd = d // heads
+        rot = hd // 2 if style == "gptj" else int(hd * 0.4) // 2 * 2
+        self.style = style
+        self.wte = nn.Embedding(vocab, d)
+        self.h = nn.ModuleList([GPTJBlock(d, heads, rot, style) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab)
+        inv = 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+        sinusoid = torch.outer(torch.arange(ctx).float(), inv)
+        self.register_buffer("embed_positions", torch.cat([sinusoid.sin(), sinusoid.cos()], 1))
+        self.register_buffer("causal_mask", torch.full((ctx, ctx), float("-inf")).triu(1))
+
+    def forward(self, input_ids, labels):
+        t = input_ids.shape[1]
+        x = self.wte(input_ids)
+        sincos = self.embed_positions[torch.arange(t).unsqueeze(0)]
+        sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+        if self.style == "gptj":
+            sin = torch.repeat_interleave(sin[:, None], 2, 3)
+            cos = torch.repeat_interleave(cos[:, None], 2, 3)
+        else:
+            sin, cos = torch.cat([sin, sin], -1)[:, None], torch.cat([cos, cos], -1)[:, None]
+        mask = self.causal_mask[:t, :t]
+        for block in self.h:
+            x = block(x, sin, cos, mask)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+# ---------------------------------------------------------------------------
+# T5 (Raffel et al. 2020): no position embeddings; a learned table of
+# per-head biases looked up by bucketed relative position, owned by the
+# first layer and shared by all; unscaled scores, RMS norm, ReLU MLP, no
+# biases anywhere.
+
+
+def relative_buckets(t: int, num_buckets: int = 32, max_distance: int = 64):
+    """T5's bidirectional bucketing of key - query offsets."""
+    rel = torch.arange(t)[None, :] - torch.arange(t)[:, None]
+    num_buckets = num_buckets // 2
+    out = (rel > 0).long() * num_buckets
+    rel = rel.abs()
+    exact = num_buckets // 2
+    large = exact + (torch.log(rel.float().clamp(min=1) / exact)
+                     / math.log(max_distance / exact) * (num_buckets - exact)).long()
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return out + torch.where(rel < exact, rel, large)
+
+
+class T5Block(nn.Module):
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        self.layer_norm = RMSNorm(d)
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.ff_layer_norm = RMSNorm(d)
+        self.wi = nn.Linear(d, ff, bias=False)
+        self.wo = nn.Linear(ff, d, bias=False)
+
+    def heads(self, y):
+        return y.view(y.shape[0], y.shape[1], self.h, self.hd).transpose(1, 2)
+
+    def forward(self, x, position_bias):
+        b, t, d = x.shape
+        h = self.layer_norm(x)
+        q, k, v = self.heads(self.q(h)), self.heads(self.k(h)), self.heads(self.v(h))
+        w = F.softmax(torch.matmul(q, k.transpose(3, 2)) + position_bias, dim=-1)
+        x = x + self.o(torch.matmul(w, v).transpose(1, 2).reshape(b, t, d))
+        return x + self.wo(F.relu(self.wi(self.ff_layer_norm(x))))
+
+
+class T5(nn.Module):
+    def __init__(self, vocab=96, ctx=16, d=64, heads=8, layers=2, ff=128):
+        super().__init__()
+        self.shared = nn.Embedding(vocab, d)
+        self.relative_attention_bias = nn.Embedding(32, heads)
+        self.block = nn.ModuleList([T5Block(d, heads, ff) for _ in range(layers)])
+        self.final_layer_norm = RMSNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, input_ids, labels):
+        t = input_ids.shape[1]
+        bias = self.relative_attention_bias(relative_buckets(t))  # [t, t, h]
+        bias = bias.permute(2, 0, 1).unsqueeze(0)
+        x = self.shared(input_ids)
+        for block in self.block:
+            x = block(x, bias)
+        logits = self.lm_head(self.final_layer_norm(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+# ---------------------------------------------------------------------------
+# Falcon-7B (Almazrouei et al. 2023): multi-query attention from one fused
+# projection q|k|v with h query heads and one K/V head, attention and MLP in
+# parallel from one norm, rotary, GELU MLP, no biases. Mistral (Jiang et al.
+# 2023): LLaMA with a sliding-window causal mask and a padding mask input.
+
+
+class FalconBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        self.input_layernorm = nn.LayerNorm(d)
+        self.query_key_value = nn.Linear(d, d + 2 * self.hd, bias=False)
+        self.dense = nn.Linear(d, d, bias=False)
+        self.dense_h_to_4h = nn.Linear(d, 4 * d, bias=False)
+        self.dense_4h_to_h = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        b, t, d = x.shape
+        h = self.input_layernorm(x)
+        q, k, v = self.query_key_value(h).split([d, self.hd, self.hd], dim=-1)
+        q = q.view(b, t, self.h, self.hd).transpose(1, 2)
+        k = k.view(b, t, 1, self.hd).transpose(1, 2)
+        v = v.view(b, t, 1, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # One K/V head broadcast against every query head.
+        w = F.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.hd) + mask, -1)
+        a = self.dense(torch.matmul(w, v).transpose(1, 2).reshape(b, t, d))
+        return x + a + self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(h)))
+
+
+class Falcon(nn.Module):
+    def __init__(self, vocab=96, ctx=16, d=64, heads=8, layers=2):
+        super().__init__()
+        hd = d // heads
+        self.word_embeddings = nn.Embedding(vocab, d)
+        self.h = nn.ModuleList([FalconBlock(d, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+        emb = torch.cat([torch.outer(torch.arange(ctx).float(), inv)] * 2, dim=-1)
+        self.register_buffer("cos_cached", emb.cos()[None, None])
+        self.register_buffer("sin_cached", emb.sin()[None, None])
+        self.register_buffer("causal_mask", torch.full((ctx, ctx), float("-inf")).triu(1))
+
+    def forward(self, input_ids, labels):
+        x = self.word_embeddings(input_ids)
+        for block in self.h:
+            x = block(x, self.cos_cached, self.sin_cached, self.causal_mask)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+class Mistral(Llama):
+    def __init__(self, window=6, ctx=16, **kw):
+        super().__init__(ctx=ctx, kv_heads=4, **kw)
+        i = torch.arange(ctx)
+        keep = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+        self.causal_mask = torch.where(keep, 0.0, float("-inf"))[None, None]
+
+    def forward(self, input_ids, labels, attention_mask):
+        t = input_ids.shape[1]
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.cos_cached[:, :, :t], self.sin_cached[:, :, :t]
+        # Padding: keys where attention_mask is 0 are never attended to.
+        pad = (1.0 - attention_mask[:, None, None, :].float()) * -1e9
+        mask = self.causal_mask[:, :, :t, :t] + pad
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                               ignore_index=-100)
+
+
+def mistral_inputs(gen):
+    inputs = lm_inputs(96, gen)
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, :3] = 0  # left padding
+    inputs["labels"][1, :3] = -100
+    inputs["attention_mask"] = mask
+    return inputs
+
+
+def family(build, freeze, parallel, vocab_parallel, d=64, kv_reduce_bytes=0,
+           inputs=None):
+    cfg = {"layers": 2, "d": d, "batch": 2, "seq": 16, "parallel": parallel,
+           "vocab_parallel": vocab_parallel}
+    if kv_reduce_bytes:
+        cfg["kv_reduce_bytes"] = kv_reduce_bytes
+    return Model(build, inputs or (lambda g: lm_inputs(96, g)), freeze, cfg)
+
+
 MODELS = collections.OrderedDict([
     ("gpt2_v50257", vocab_model(50257)),
     ("bert_v30522", vocab_model(30522, BertLMHead, masked=True)),
@@ -233,12 +566,27 @@ MODELS = collections.OrderedDict([
     ("qwen2_gqa_bias", llama_model(4, qkv_bias=True)),
     ("gqa_repeat_interleave", llama_model(4, repeat="interleave")),
     ("mqa", llama_model(1)),
+    ("neox_parallel", family(NeoX, ["cos_cached", "sin_cached", "attn_bias"], True,
+                             ["embed_in.weight", "embed_out.weight"])),
+    ("bloom_alibi", family(lambda: NeoX(alibi=True), ["cos_cached", "sin_cached", "attn_bias"],
+                           False, ["embed_in.weight", "embed_out.weight"])),
+    ("gptj_interleaved", family(lambda: GPTJ("gptj"), ["embed_positions", "causal_mask"],
+                                True, ["wte.weight", "lm_head.weight"])),
+    ("phi_partial", family(lambda: GPTJ("phi"), ["embed_positions", "causal_mask"], True,
+                           ["wte.weight", "lm_head.weight"])),
+    ("t5_relbias", family(T5, [], False, ["shared.weight", "lm_head.weight"])),
+    # The one K/V head's slice of the fused projection: 2 x [8, 64] floats.
+    ("falcon_mqa_fused", family(Falcon, ["cos_cached", "sin_cached", "causal_mask"], True,
+                                ["word_embeddings.weight", "lm_head.weight"],
+                                kv_reduce_bytes=2 * 8 * 64 * 4)),
+    ("mistral_sliding", family(Mistral, ["cos_cached", "sin_cached", "causal_mask"], False,
+                               ["embed_tokens.weight", "lm_head.weight"],
+                               inputs=mistral_inputs)),
 ])
 
 
-def write(name, spec, out):
-    d = os.path.join(out, name)
-    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+def build(spec):
+    """The model with the idioms' initial values, and its inputs."""
     torch.manual_seed(7)
     model = spec.build()
     with torch.no_grad():
@@ -250,8 +598,14 @@ def write(name, spec, out):
             if isinstance(m, nn.LayerNorm):
                 nn.init.normal_(m.weight, 1.0, 0.2)
                 nn.init.normal_(m.bias, 0.0, 0.1)
-    inputs = spec.inputs(torch.Generator().manual_seed(11))
     model.train()
+    return model, spec.inputs(torch.Generator().manual_seed(11))
+
+
+def write(name, spec, out):
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    model, inputs = build(spec)
     path = os.path.join(d, "model.onnx")
     torch.onnx.export(model, tuple(inputs.values()), path, input_names=list(inputs),
                       output_names=["loss"], opset_version=17, do_constant_folding=False,
@@ -265,23 +619,68 @@ def write(name, spec, out):
         json.dump(manifest, f, indent=1)
 
 
+def write_torchscript(name, spec, out):
+    """The model traced and scripted, with PyTorch's references, as
+    make_zoo.py lays out a case. Returns the problems and the lines to print."""
+    d = os.path.join(out, f"{name}-opset17")
+    model, inputs = build(spec)
+    zspec = make_zoo.Spec(None, None, "auto", 0, ["loss"])
+    refs = {opt: make_zoo.reference(model, zspec, inputs, None, opt, torch.float32, hp)
+            for opt, hp in (("sgd", SGD), ("adamw", ADAMW))}
+    params = [n for n, _ in model.named_parameters()]
+    # The idioms' buffers (rotary tables, masks, ALiBi slopes) are never
+    # written: the TorchScript importer makes them constants of the step,
+    # so there is no state of theirs to compare.
+    buffers = []
+    loss, grads, _ = refs["sgd"]
+    for k, v in inputs.items():
+        make_zoo.save(os.path.join(d, "inputs", k + ".npy"), v)
+    make_zoo.save(os.path.join(d, "ref", "loss.npy"), loss.reshape(1))
+    for n in params:
+        make_zoo.save(os.path.join(d, "ref", "grad", make_zoo.file_name(n) + ".grad.npy"),
+                      grads[n])
+    for opt, (_, _, state) in refs.items():
+        for n in params + buffers:
+            make_zoo.save(os.path.join(d, "ref", opt, make_zoo.file_name(n) + ".npy"),
+                          state[n])
+    info, problems, lines = make_zoo.save_torchscript(model, inputs, name, d)
+    manifest = {"model": name, "opset": 17, "loss": "auto", "sgd": SGD, "adamw": ADAMW,
+                "parameters": params, "buffers": buffers,
+                "inputs": {k: {"dtype": str(v.dtype).replace("torch.", ""),
+                               "shape": list(v.shape)} for k, v in inputs.items()},
+                "labels": None, "reference_loss": float(loss), "torchscript": info}
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return problems, [f"torchscript {name}: traced {info['traced']}, "
+                      f"scripted {info['scripted']}"] + lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", nargs="?")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--torchscript", metavar="TS_DIR")
     args = ap.parse_args()
     if args.list:
         print("\n".join(MODELS))
         return
     if not args.out:
         ap.error("OUT_DIR is required")
+    failed = False
     for name in args.models.split(","):
         if name not in MODELS:
             sys.exit(f"idioms.py: unknown model '{name}'")
         write(name, MODELS[name], args.out)
         print(f"wrote {name}")
+        if args.torchscript:
+            problems, lines = write_torchscript(name, MODELS[name], args.torchscript)
+            print("\n".join(lines))
+            failed |= bool(problems)
+            for p in problems:
+                print(f"  TORCHSCRIPT FAILED {name}: {p}")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

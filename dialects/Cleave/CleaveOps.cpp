@@ -411,6 +411,82 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+namespace {
+/// concat_i(reshape(broadcast(reshape(slice_i x)))) along d, where slice_i
+/// is x's i-th unit slice along d for every i in order and each piece
+/// repeats it r times in place, is x with every index along d repeated r
+/// times: reshape x to [.., n, 1, ..], broadcast to [.., n, r, ..], merge.
+/// That is repeat_interleave as torch.onnx exports it (Split into unit
+/// slices, Unsqueeze, Expand, Reshape, Concat), and the whole-value form is
+/// what a split of d (K/V heads across ranks) survives.
+struct ConcatOfRepeatedSlices : OpRewritePattern<ConcatOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(ConcatOp op,
+                                PatternRewriter &rewriter) const override {
+    int64_t d = op.getAxis();
+    Value source;
+    int64_t repeats = -1;
+    for (auto [i, piece] : llvm::enumerate(op.getInputs())) {
+      auto merge = piece.getDefiningOp<ReshapeOp>();
+      auto wide =
+          merge ? merge.getInput().getDefiningOp<BroadcastOp>() : BroadcastOp();
+      auto unit =
+          wide ? wide.getInput().getDefiningOp<ReshapeOp>() : ReshapeOp();
+      auto slice = unit ? unit.getInput().getDefiningOp<SliceOp>() : SliceOp();
+      if (!slice || (source && slice.getInput() != source))
+        return failure();
+      source = slice.getInput();
+      ArrayRef<int64_t> x = shapeOf(source), s = shapeOf(slice.getResult());
+      // The i-th unit slice along d, everything else whole.
+      for (size_t k = 0; k < x.size(); ++k)
+        if (slice.getSteps()[k] != 1 ||
+            (static_cast<int64_t>(k) == d
+                 ? s[k] != 1 || slice.getStarts()[k] != static_cast<int64_t>(i)
+                 : s[k] != x[k] || slice.getStarts()[k] != 0))
+          return failure();
+      // [.., 1, 1, ..] at d, d+1; broadcast to [.., a, b, ..]; merged to
+      // [.., a*b, ..]: a*b copies of the slice.
+      SmallVector<int64_t> twoUnits(s);
+      twoUnits.insert(twoUnits.begin() + d, 1);
+      ArrayRef<int64_t> w = shapeOf(wide.getResult());
+      if (shapeOf(unit.getResult()) != ArrayRef<int64_t>(twoUnits) ||
+          w.size() != x.size() + 1)
+        return failure();
+      int64_t r = w[d] * w[d + 1];
+      for (size_t k = 0; k < w.size(); ++k)
+        if (static_cast<int64_t>(k) != d && static_cast<int64_t>(k) != d + 1 &&
+            w[k] != twoUnits[k])
+          return failure();
+      SmallVector<int64_t> merged(s);
+      merged[d] = r;
+      if (shapeOf(merge.getResult()) != ArrayRef<int64_t>(merged) ||
+          (repeats >= 0 && r != repeats))
+        return failure();
+      repeats = r;
+    }
+    if (!source ||
+        static_cast<int64_t>(op.getInputs().size()) != shapeOf(source)[d])
+      return failure();
+    ArrayRef<int64_t> x = shapeOf(source);
+    Type element = elementTypeOf(source);
+    SmallVector<int64_t> shape(x);
+    shape.insert(shape.begin() + d + 1, 1);
+    Value v = ReshapeOp::create(rewriter, op.getLoc(),
+                                RankedTensorType::get(shape, element), source);
+    shape[d + 1] = repeats;
+    v = BroadcastOp::create(rewriter, op.getLoc(),
+                            RankedTensorType::get(shape, element), v);
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, op.getType(), v);
+    return success();
+  }
+};
+} // namespace
+
+void ConcatOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                           MLIRContext *context) {
+  patterns.add<ConcatOfRepeatedSlices>(context);
+}
+
 /// Checks that reading `starts[d] + i * steps[d]` for every index `i` of
 /// \p window stays inside \p whole. \p verb says whether the op reads or
 /// writes those positions, for the message.

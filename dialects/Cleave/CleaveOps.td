@@ -362,6 +362,9 @@ def Cleave_ConcatOp : Cleave_Op<"concat", [InferTypeOpAdaptor]> {
   }];
   let arguments = (ins Variadic<Cleave_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs Cleave_Tensor:$result);
+  // Unit slices of one value along `axis`, each repeated in place, joined
+  // in order: the value repeated in place (see ConcatOfRepeatedSlices).
+  let hasCanonicalizer = 1;
   let assemblyFormat = [{
     $inputs `axis` `=` $axis attr-dict `:` functional-type(operands, results)
   }];

@@ -24,6 +24,9 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
 
 void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
                                       const TrainOptions &options) {
+  // The forward canonicalized first, so the backward is derived from its
+  // simplest form (torch.onnx's repeat_interleave becomes one broadcast).
+  pm.addPass(createCanonicalizerPass());
   OpPassManager &fpm = pm.nest<func::FuncOp>();
   fpm.addPass(createAppendLossPass({options.loss}));
   fpm.addPass(createAutodiffPass());

@@ -18,13 +18,26 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <iostream>
+#include <sstream>
 #include <thread>
 
 namespace cleave::rt {
 
+/// One `cleave: error:` line in one write: a rank's stderr reaches the
+/// user through mpirun, which interleaves its own abort banner between the
+/// pieces of a line written piecemeal.
+static void printError(const std::string &message) {
+  std::string line = "cleave: error: " + message + "\n";
+  for (size_t done = 0; done < line.size();) {
+    ssize_t n = ::write(2, line.data() + done, line.size() - done);
+    if (n <= 0)
+      break;
+    done += static_cast<size_t>(n);
+  }
+}
+
 static int fail(const std::string &message) {
-  std::cerr << "cleave: error: " << message << "\n";
+  printError(message);
   return 1;
 }
 
@@ -100,9 +113,10 @@ int runBundle(const RunBundleArgs &args) {
     while (!started && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!started) {
-      std::cerr << "cleave: error: MPI start-up timed out after " << limit
-                << " s waiting for its peers (a rank died or hangs)\n";
-      std::cerr.flush();
+      std::ostringstream seconds;
+      seconds << limit;
+      printError("MPI start-up timed out after " + seconds.str() +
+                 " s waiting for its peers (a rank died or hangs)");
       std::_Exit(1);
     }
   });
@@ -111,14 +125,12 @@ int runBundle(const RunBundleArgs &args) {
   started = true;
   watchdog.join();
   if (!made) {
-    std::cerr << "cleave: error: " << made.message() << "\n";
+    printError(made.message());
     abortAllRanks(1);
   }
   options.comm = comm.get();
   if (Status s = train(options); !s) {
-    std::cerr << "cleave: error: rank " << comm->rank() << ": " << s.message()
-              << "\n";
-    std::cerr.flush();
+    printError("rank " + std::to_string(comm->rank()) + ": " + s.message());
     abortAllRanks(1);
   }
   comm.reset();

@@ -81,6 +81,15 @@ void Translator::getAttr(Node *n) {
     items[out] = Item();
     return;
   }
+  // A configuration string (an activation's or a rotary style's name),
+  // which the scripted forward compares.
+  if (v.isString()) {
+    Item i;
+    i.kind = Item::String;
+    i.text = v.toStringRef();
+    items[out] = i;
+    return;
+  }
   fail("attribute '" + path + "' of kind " + v.tagKind() + " is not supported");
 }
 
@@ -140,6 +149,12 @@ bool Translator::foldScalar(Node *n) {
       (in(0).kind == Item::List || in(0).kind == Item::String)) {
     items[out] = Item::of(static_cast<int64_t>(
         in(0).kind == Item::List ? in(0).elems.size() : in(0).text.size()));
+    return true;
+  }
+  if ((kind == "aten::eq" || kind == "aten::ne") && n->inputs().size() == 2 &&
+      in(0).kind == Item::String && in(1).kind == Item::String) {
+    bool equal = in(0).text == in(1).text;
+    items[out] = Item::of(kind == "aten::eq" ? equal : !equal);
     return true;
   }
   if ((kind == "aten::eq" || kind == "aten::ne") && n->inputs().size() == 2 &&

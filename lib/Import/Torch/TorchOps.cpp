@@ -85,6 +85,24 @@ void Translator::tensorOp(Node *n) {
       if (producer == v)
         fail(kind + " on a view (" + producer + ") is not supported");
   }
+  // In-place activations (SiLU(inplace=True), torchvision's Hardswish):
+  // the functional op, and later reads of the operand see the result.
+  static const std::unordered_set<std::string> inPlaceActivations = {
+      "aten::silu_", "aten::gelu_", "aten::hardswish_", "aten::hardsigmoid_",
+      "aten::leaky_relu_"};
+  struct WriteBack {
+    Translator &t;
+    const TValue *to = nullptr, *from = nullptr;
+    ~WriteBack() {
+      if (to && t.items.count(from))
+        t.items[to] = t.items[from];
+    }
+  } writeBack{*this};
+  if (inPlaceActivations.count(kind)) {
+    kind.pop_back();
+    writeBack.to = ins[0];
+    writeBack.from = n->output();
+  }
   // In-place unary ops (relu_, tanh_, ...): the functional op, and later
   // reads of the operand see the result.
   if (kind.size() > 1 && kind.back() == '_' &&
@@ -108,6 +126,21 @@ void Translator::tensorOp(Node *n) {
     return out(emit("Reciprocal", {emit("Sqrt", {T(0)})}));
   if (kind == "aten::silu")
     return out(emit("Mul", {T(0), emit("Sigmoid", {T(0)})}));
+  if (kind == "aten::hardswish" || kind == "aten::hardsigmoid") {
+    // x * relu6(x + 3) / 6 and relu6(x + 3) / 6, as PyTorch defines them.
+    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+    std::string relu6 =
+        emit("Clip", {emit("Add", {T(0), constant(dt, {}, {3.0})}),
+                      constant(dt, {}, {0.0}), constant(dt, {}, {6.0})});
+    std::string y = emit("Div", {relu6, constant(dt, {}, {6.0})});
+    return out(kind == "aten::hardsigmoid" ? y : emit("Mul", {T(0), y}));
+  }
+  if (kind == "aten::leaky_relu") {
+    onnx::NodeProto *r = node("LeakyRelu", {T(0)});
+    attr(r, "alpha",
+         static_cast<float>(ins.size() > 1 ? constDouble(ins[1]) : 0.01));
+    return out(r->output(0));
+  }
   if (kind == "aten::gelu") {
     std::string approx = ins.size() > 1 && item(ins[1]).kind == Item::String
                              ? item(ins[1]).text
@@ -194,6 +227,11 @@ void Translator::tensorOp(Node *n) {
     return binaryOut("Pow");
   if (kind == "aten::maximum" || kind == "aten::minimum")
     return binaryOut(kind == "aten::maximum" ? "Max" : "Min");
+  // max(a, b) / min(a, b) of two tensors (max.other); the reductions
+  // (max(x), max(x, dim)) are other overloads.
+  if ((kind == "aten::max" || kind == "aten::min") && ins.size() == 2 &&
+      isTensor(ins[1]))
+    return binaryOut(kind == "aten::max" ? "Max" : "Min");
   if (kind == "aten::eq" || kind == "aten::gt" || kind == "aten::lt" ||
       kind == "aten::ge" || kind == "aten::le") {
     static const std::unordered_map<std::string, const char *> cmp = {
@@ -361,8 +399,23 @@ void Translator::tensorOp(Node *n) {
         pieces = use.user->outputs().size();
     auto known = knownShape(ins[0]);
     std::vector<int64_t> sizes;
-    if (kind == "aten::split_with_sizes") {
-      sizes = constInts(ins[1]);
+    // Sizes computed from shapes (q|k|v of a fused projection split by
+    // [d, head_dim, head_dim] read off x.shape) go to Split as a tensor the
+    // ONNX importer folds once the shapes are fixed.
+    std::string computedSizes;
+    // x.split([a, b, c]) in a scripted module is aten::split with a list.
+    if (kind == "aten::split_with_sizes" ||
+        (kind == "aten::split" && item(ins[1]).kind == Item::List)) {
+      const Item &list = item(ins[1]);
+      bool allKnown = list.kind == Item::List;
+      for (const Item &e : list.elems)
+        allKnown &= e.isInt();
+      if (allKnown) {
+        sizes = constInts(ins[1]);
+      } else {
+        computedSizes = intList(ins[1]);
+        pieces = static_cast<int64_t>(list.elems.size());
+      }
     } else if (known) {
       int64_t size = (*known)[dim];
       if (kind != "aten::unbind" && constInt(ins[1]) <= 0)
@@ -383,11 +436,12 @@ void Translator::tensorOp(Node *n) {
     }
     int count = sizes.empty() ? pieces : static_cast<int>(sizes.size());
     // Without sizes ONNX's Split cuts equal pieces (chunk, unbind).
-    onnx::NodeProto *s =
-        node("Split",
-             sizes.empty() ? std::vector<std::string>{T(0)}
-                           : std::vector<std::string>{T(0), ints(sizes)},
-             count);
+    std::vector<std::string> splitInputs{T(0)};
+    if (!sizes.empty())
+      splitInputs.push_back(ints(sizes));
+    else if (!computedSizes.empty())
+      splitInputs.push_back(computedSizes);
+    onnx::NodeProto *s = node("Split", splitInputs, count);
     attr(s, "axis", dim);
     Item list;
     list.kind = Item::List;
@@ -424,6 +478,25 @@ void Translator::tensorOp(Node *n) {
                           : int1(ins[3]);
     std::string step = ins.size() > 4 ? int1(ins[4]) : ints({1});
     return out(emit("Slice", {T(0), start, end, ints({dim}), step}));
+  }
+  if (kind == "aten::stack") {
+    // Each tensor unsqueezed at dim, then concatenated there.
+    Item &list = item(ins[0]);
+    if (list.kind != Item::List || list.elems.empty())
+      fail("aten::stack of something that is not a list of tensors");
+    int64_t r = list.elems[0].rank;
+    if (r < 0)
+      fail("aten::stack needs its tensors' rank");
+    int64_t dim = axis(constInt(ins[1]), r + 1);
+    std::vector<std::string> parts;
+    for (const Item &e : list.elems) {
+      if (e.kind != Item::Tensor || e.rank != r)
+        fail("aten::stack of tensors of different ranks");
+      parts.push_back(emit("Unsqueeze", {e.name, ints({dim})}));
+    }
+    onnx::NodeProto *c = node("Concat", parts);
+    attr(c, "axis", dim);
+    return outRD(c->output(0), r + 1, list.elems[0].dtype);
   }
   if (kind == "aten::cat") {
     Item &list = item(ins[0]);
@@ -630,24 +703,72 @@ void Translator::tensorOp(Node *n) {
       fail("adaptive average pooling to anything but 1x1 is not supported");
     return out(emit("GlobalAveragePool", {T(0)}));
   }
-  if (kind == "aten::repeat_interleave") {
-    // repeat_interleave(x, repeats: int, dim): each index along dim repeated.
-    auto known = knownShape(ins[0]);
-    if (!known)
-      fail("aten::repeat_interleave needs its input's shape");
-    std::vector<int64_t> shape = *known;
-    int64_t dim = axis(constInt(ins[2]), shape.size());
-    int64_t repeats = constInt(ins[1]);
-    std::vector<double> index;
-    for (int64_t i = 0; i < shape[dim]; ++i)
-      for (int64_t k = 0; k < repeats; ++k)
-        index.push_back(i);
-    onnx::NodeProto *gather =
-        node("Gather",
-             {T(0), constant(at::kLong, {static_cast<int64_t>(index.size())},
-                             index)});
+  if (kind == "aten::index") {
+    // x[idx], x[:, idx]: one tensor index (None elsewhere) gathers along its
+    // dimension, PyTorch's and ONNX's result shape alike (cos[position_ids]).
+    const Item &list = item(ins[1]);
+    if (list.kind != Item::List)
+      fail("aten::index without a list of indices");
+    int64_t dim = -1;
+    const Item *index = nullptr;
+    for (size_t i = 0; i < list.elems.size(); ++i) {
+      const Item &e = list.elems[i];
+      if (e.kind == Item::None)
+        continue;
+      if (e.kind != Item::Tensor || index)
+        fail("aten::index with more than one tensor index (advanced "
+             "indexing that broadcasts them together) is not supported");
+      if (e.dtype == at::kBool)
+        fail("aten::index with a boolean mask (a result whose shape depends "
+             "on the data) is not supported");
+      dim = static_cast<int64_t>(i);
+      index = &e;
+    }
+    if (!index)
+      fail("aten::index with no tensor index");
+    onnx::NodeProto *gather = node("Gather", {T(0), index->name});
     attr(gather, "axis", dim);
-    return out(gather->output(0));
+    int64_t r = rankOf(ins[0]) < 0 || index->rank < 0
+                    ? -1
+                    : rankOf(ins[0]) - 1 + index->rank;
+    return outRD(gather->output(0), r, firstType);
+  }
+  if (kind == "aten::repeat_interleave") {
+    // repeat_interleave(x, repeats: int, dim): x unsqueezed after dim,
+    // broadcast to `repeats` there and the two dimensions merged, which is
+    // how transformers' repeat_kv writes it (and what the partitioner keeps
+    // split by head). The merged shape is read off x's at run time, so
+    // shapes fixed only later (--input) work too.
+    int64_t r = rankOf(ins[0]);
+    if (r < 0 || isNone(ins[2]))
+      fail("aten::repeat_interleave needs its input's rank and a dim "
+           "(a flattening repeat_interleave is not supported)");
+    if (!item(ins[1]).isInt())
+      fail("aten::repeat_interleave with a tensor of repeats (a data-"
+           "dependent shape) is not supported");
+    int64_t dim = axis(constInt(ins[2]), r);
+    std::vector<int64_t> ones(r + 1, 1);
+    ones[dim + 1] = constInt(ins[1]);
+    std::string wide = emit(
+        "Expand", {emit("Unsqueeze", {T(0), ints({dim + 1})}), ints(ones)});
+    std::string shape = emit("Shape", {T(0)});
+    auto part = [&](int64_t from, int64_t to) {
+      return emit("Slice", {shape, ints({from}), ints({to})});
+    };
+    onnx::NodeProto *target =
+        node("Concat", {part(0, dim), ints({-1}), part(dim + 1, r)});
+    attr(target, "axis", int64_t(0));
+    return out(emit("Reshape", {wide, target->output(0)}));
+  }
+  if (kind == "aten::clamp") {
+    // PyTorch's clamp: max(x, min) then min(., max), either bound optional.
+    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+    std::string y = T(0);
+    if (ins.size() > 1 && !isNone(ins[1]))
+      y = emit("Max", {y, operandLike(ins[1], ins[0])});
+    if (ins.size() > 2 && !isNone(ins[2]))
+      y = emit("Min", {y, operandLike(ins[2], ins[0])});
+    return outRD(y, widest, dt);
   }
   fail("unsupported TorchScript op '" + kind + "'");
 }

@@ -27,6 +27,7 @@
 #include <optional>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace cleave_torch {
 using torch::jit::Node;

@@ -6,6 +6,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -100,6 +101,41 @@ class Cumsum(nn.Module):
         return torch.cumsum(x, dim=0)
 
 
+class InPlace(nn.Module):
+    """In-place activations (nn.SiLU(inplace=True), torchvision's
+    Hardswish(inplace=True), LeakyReLU): later reads see the new value."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.SiLU(inplace=True)
+        self.hs = nn.Hardswish(inplace=True)
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.act(h)
+        y = self.hs(h * 3.0)
+        F.leaky_relu(y, 0.2, inplace=True)
+        return h + y + F.hardsigmoid(x)
+
+
+class Index(nn.Module):
+    """A table looked up at position ids (cos_cached[position_ids]) and
+    along a later dimension (x[:, idx])."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(24.0).reshape(6, 4))
+
+    def forward(self, x, ids):
+        return self.table[ids] * x[:, ids[0]].sum() + torch.stack([x, x * 2], 1).sum(1)
+
+
+class AdvancedIndex(nn.Module):
+    def forward(self, x, ids):
+        return x[ids, ids]
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -116,6 +152,21 @@ def main():
     torch.jit.script(Frozen()).save(os.path.join(out, "frozen.scripted.pt"))
     torch.jit.script(Detach()).save(os.path.join(out, "detach.scripted.pt"))
     torch.jit.script(FloorDiv()).save(os.path.join(out, "floordiv.scripted.pt"))
+    m = InPlace()
+    x = torch.randn(3, 4)
+    want = m(x.clone())
+    torch.jit.trace(m, (x.clone(),)).save(os.path.join(out, "inplace.traced.pt"))
+    os.makedirs(os.path.join(out, "inplace"), exist_ok=True)
+    np.save(os.path.join(out, "inplace", "x.npy"), x.numpy())
+    np.save(os.path.join(out, "inplace_want.npy"), want.detach().numpy())
+    ids = torch.tensor([[0, 2, 3, 1]])
+    x = torch.randn(4, 4)
+    torch.jit.trace(Index(), (x, ids)).save(os.path.join(out, "index.traced.pt"))
+    os.makedirs(os.path.join(out, "index"), exist_ok=True)
+    np.save(os.path.join(out, "index", "x.npy"), x.numpy())
+    np.save(os.path.join(out, "index", "ids.npy"), ids.numpy())
+    np.save(os.path.join(out, "index_want.npy"), Index()(x, ids).numpy())
+    torch.jit.trace(AdvancedIndex(), (x, ids[0])).save(os.path.join(out, "advanced.traced.pt"))
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         f.write(b"not a zip archive")
 

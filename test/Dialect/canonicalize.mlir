@@ -1,0 +1,63 @@
+// RUN: cleave-opt %s --split-input-file --canonicalize | FileCheck %s
+
+// repeat_interleave(x, 2, dim = 1) as torch.onnx exports it: each unit
+// slice along dim 1 unsqueezed, expanded and merged, then concatenated in
+// order. It is x repeated in place: one reshape, broadcast and reshape.
+// CHECK-LABEL: func.func @repeat_interleave
+// CHECK-SAME: (%[[X:.*]]: tensor<2x3x5xf32>)
+// CHECK-NEXT: %[[U:.*]] = cleave.reshape %[[X]] : tensor<2x3x5xf32> -> tensor<2x3x1x5xf32>
+// CHECK-NEXT: %[[B:.*]] = cleave.broadcast %[[U]] : tensor<2x3x1x5xf32> -> tensor<2x3x2x5xf32>
+// CHECK-NEXT: %[[R:.*]] = cleave.reshape %[[B]] : tensor<2x3x2x5xf32> -> tensor<2x6x5xf32>
+// CHECK-NEXT: return %[[R]]
+func.func @repeat_interleave(%x: tensor<2x3x5xf32>) -> tensor<2x6x5xf32> {
+  %s0 = cleave.slice %x starts = [0, 0, 0] steps = [1, 1, 1] : tensor<2x3x5xf32> -> tensor<2x1x5xf32>
+  %s1 = cleave.slice %x starts = [0, 1, 0] steps = [1, 1, 1] : tensor<2x3x5xf32> -> tensor<2x1x5xf32>
+  %s2 = cleave.slice %x starts = [0, 2, 0] steps = [1, 1, 1] : tensor<2x3x5xf32> -> tensor<2x1x5xf32>
+  %u0 = cleave.reshape %s0 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %u1 = cleave.reshape %s1 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %u2 = cleave.reshape %s2 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %b0 = cleave.broadcast %u0 : tensor<2x1x1x5xf32> -> tensor<2x1x2x5xf32>
+  %b1 = cleave.broadcast %u1 : tensor<2x1x1x5xf32> -> tensor<2x1x2x5xf32>
+  %b2 = cleave.broadcast %u2 : tensor<2x1x1x5xf32> -> tensor<2x1x2x5xf32>
+  %r0 = cleave.reshape %b0 : tensor<2x1x2x5xf32> -> tensor<2x2x5xf32>
+  %r1 = cleave.reshape %b1 : tensor<2x1x2x5xf32> -> tensor<2x2x5xf32>
+  %r2 = cleave.reshape %b2 : tensor<2x1x2x5xf32> -> tensor<2x2x5xf32>
+  %c = cleave.concat %r0, %r1, %r2 axis = 1 : (tensor<2x2x5xf32>, tensor<2x2x5xf32>, tensor<2x2x5xf32>) -> tensor<2x6x5xf32>
+  return %c : tensor<2x6x5xf32>
+}
+
+// -----
+
+// Out of order (or a slice missing) it is a permutation, not a repeat.
+// CHECK-LABEL: func.func @out_of_order
+// CHECK: cleave.concat
+func.func @out_of_order(%x: tensor<2x2x5xf32>) -> tensor<2x4x5xf32> {
+  %s0 = cleave.slice %x starts = [0, 0, 0] steps = [1, 1, 1] : tensor<2x2x5xf32> -> tensor<2x1x5xf32>
+  %s1 = cleave.slice %x starts = [0, 1, 0] steps = [1, 1, 1] : tensor<2x2x5xf32> -> tensor<2x1x5xf32>
+  %u0 = cleave.reshape %s0 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %u1 = cleave.reshape %s1 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %b0 = cleave.broadcast %u0 : tensor<2x1x1x5xf32> -> tensor<2x1x2x5xf32>
+  %b1 = cleave.broadcast %u1 : tensor<2x1x1x5xf32> -> tensor<2x1x2x5xf32>
+  %r0 = cleave.reshape %b0 : tensor<2x1x2x5xf32> -> tensor<2x2x5xf32>
+  %r1 = cleave.reshape %b1 : tensor<2x1x2x5xf32> -> tensor<2x2x5xf32>
+  %c = cleave.concat %r1, %r0 axis = 1 : (tensor<2x2x5xf32>, tensor<2x2x5xf32>) -> tensor<2x4x5xf32>
+  return %c : tensor<2x4x5xf32>
+}
+
+// -----
+
+// Pieces repeated a different number of times are not one repeat.
+// CHECK-LABEL: func.func @uneven
+// CHECK: cleave.concat
+func.func @uneven(%x: tensor<2x2x5xf32>) -> tensor<2x5x5xf32> {
+  %s0 = cleave.slice %x starts = [0, 0, 0] steps = [1, 1, 1] : tensor<2x2x5xf32> -> tensor<2x1x5xf32>
+  %s1 = cleave.slice %x starts = [0, 1, 0] steps = [1, 1, 1] : tensor<2x2x5xf32> -> tensor<2x1x5xf32>
+  %u0 = cleave.reshape %s0 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %u1 = cleave.reshape %s1 : tensor<2x1x5xf32> -> tensor<2x1x1x5xf32>
+  %b0 = cleave.broadcast %u0 : tensor<2x1x1x5xf32> -> tensor<2x1x2x5xf32>
+  %b1 = cleave.broadcast %u1 : tensor<2x1x1x5xf32> -> tensor<2x1x3x5xf32>
+  %r0 = cleave.reshape %b0 : tensor<2x1x2x5xf32> -> tensor<2x2x5xf32>
+  %r1 = cleave.reshape %b1 : tensor<2x1x3x5xf32> -> tensor<2x3x5xf32>
+  %c = cleave.concat %r0, %r1 axis = 1 : (tensor<2x2x5xf32>, tensor<2x3x5xf32>) -> tensor<2x5x5xf32>
+  return %c : tensor<2x5x5xf32>
+}
