@@ -65,135 +65,14 @@ void signature(Value v, int depth, std::string &out) {
   os << "}";
 }
 
-/// Per group: its cheapest other layout with the rest of the plan kept, and
-/// what that would add to the step's score.
+/// Coordinate descent of \p plan under \p score (see chooseLayouts).
 template <typename Score>
-void explainChoices(const std::vector<Param> &params,
-                    const ParameterLayouts &plan, Score &score, double best,
-                    LayoutAlternatives &out) {
-  for (const Param &p : params) {
-    Layout chosen = plan.lookup(p.names.front());
-    double cheapest = std::numeric_limits<double>::infinity();
-    Layout other;
-    for (const Layout &l : p.candidates) {
-      if (l == chosen)
-        continue;
-      ParameterLayouts trial = plan;
-      for (const std::string &n : p.names)
-        trial[n] = l;
-      if (double s = score(trial); s < cheapest)
-        cheapest = s, other = l;
-    }
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << "the search keeps it " << chosen.str();
-    if (cheapest == std::numeric_limits<double>::infinity())
-      os << "; no other layout of it avoids gathering it whole";
-    else
-      os << "; its cheapest other layout, " << other.str() << ", would "
-         << (cheapest >= best ? "add " : "save ")
-         << llvm::format("%.1f", std::abs(cheapest - best) * 1e6)
-         << " us per step (communication plus memory charge)";
-    for (const std::string &n : p.names)
-      out[n] = text;
-  }
-}
-
-} // namespace
-
-FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
-    func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
-    const CostModel &cost, LayoutAlternatives *alternatives) {
-  // Fused projections: a dimension of size D that the step slices into
-  // B aligned pieces is a candidate for a split in B blocks.
-  std::map<int64_t, std::set<int64_t>> blockCounts;
-  func.walk([&](SliceOp slice) {
-    ArrayRef<int64_t> a =
-        cast<RankedTensorType>(slice.getInput().getType()).getShape();
-    ArrayRef<int64_t> b = slice.getType().getShape();
-    for (size_t d = 0; d < a.size(); ++d)
-      if (a[d] != b[d] && b[d] > 0 && slice.getSteps()[d] == 1 &&
-          a[d] % b[d] == 0 && slice.getStarts()[d] % b[d] == 0)
-        blockCounts[a[d]].insert(a[d] / b[d]);
-  });
-  // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front).
-  func.walk([&](ReshapeOp reshape) {
-    ArrayRef<int64_t> a =
-        cast<RankedTensorType>(reshape.getInput().getType()).getShape();
-    ArrayRef<int64_t> b = reshape.getType().getShape();
-    if (b.size() <= a.size())
-      return;
-    // A single input dim split into several: find it by matching prefixes.
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size() && a[i] == b[j])
-      ++i, ++j;
-    if (i < a.size() && j < b.size() && b[j] > 1 && a[i] % b[j] == 0 &&
-        a[i] != b[j])
-      blockCounts[a[i]].insert(b[j]);
-  });
-  std::vector<Param> params;
-  std::map<std::string, size_t> groupOf;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
-    if (!name || fixed.count(name.getValue()))
-      continue;
-    std::string sig;
-    signature(func.getArgument(i), 3, sig);
-    auto [it, fresh] = groupOf.try_emplace(sig, params.size());
-    if (!fresh) {
-      params[it->second].names.push_back(name.str());
-      continue;
-    }
-    Param p{{name.str()},
-            cast<RankedTensorType>(func.getArgument(i).getType()),
-            {Layout::replicated()}};
-    for (int64_t d = 0; d < p.type.getRank(); ++d) {
-      int64_t size = p.type.getDimSize(d);
-      // A size tp does not divide is split in padded chunks.
-      if (size >= tp)
-        p.candidates.push_back(Layout::split(d));
-      for (int64_t blocks : blockCounts[size])
-        if (blocks > 1 && size % (blocks * tp) == 0)
-          p.candidates.push_back(Layout::split(d, blocks));
-    }
-    params.push_back(std::move(p));
-  }
+void descend(const std::vector<Param> &params, ParameterLayouts &plan,
+             double &best, Score score) {
   auto assign = [](ParameterLayouts &layouts, const Param &p, Layout l) {
     for (const std::string &n : p.names)
       layouts[n] = l;
   };
-  ParameterLayouts plan = fixed;
-  PartitionIndex index(func);
-  // Moves revisit assignments (a neighbour's kept layout, the next sweep):
-  // each distinct assignment of the groups is scored once.
-  std::map<std::string, double> scored;
-  auto score = [&](const ParameterLayouts &layouts) -> double {
-    std::string key;
-    for (const Param &p : params)
-      key += layouts.lookup(p.names.front()).str() + ";";
-    if (auto it = scored.find(key); it != scored.end())
-      return it->second;
-    FailureOr<PartitionResult> r =
-        partition(func, tp, layouts, cost, /*rewrite=*/false, &index);
-    // Tensor parallelism splits computation: a parameter stored split but
-    // gathered whole for a use saves memory only (ZeRO's trade, which
-    // belongs to a data-parallel axis) at the price of a collective on the
-    // critical path every step. Plans that do so are not candidates, unless
-    // the user fixed that parameter's layout.
-    bool gathers =
-        succeeded(r) && llvm::any_of(r->gatheredParameters, [&](unsigned arg) {
-          return !fixed.count(
-              func.getArgAttrOfType<StringAttr>(arg, kParameterAttr)
-                  .getValue());
-        });
-    double s =
-        failed(r) || gathers
-            ? std::numeric_limits<double>::infinity()
-            : r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
-    scored[key] = s;
-    return s;
-  };
-  double best = score(plan);
   // A move sets one parameter's layout and then lets its neighbours in
   // argument order (a layer's weights are adjacent) adapt to it, twice over:
   // a column split alone pays for an all-gather that only the matching bias
@@ -253,7 +132,194 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     if (!improved)
       break;
   }
+}
+
+/// Score of each gather of a value that carries a parameter's split (see
+/// chooseLayouts): seconds, beyond any real step.
+constexpr double kGatherPenalty = 1e6;
+/// How much worse (communication plus memory charge) a plan without such
+/// gathers may be than the first phase's plan with them.
+constexpr double kGatherTolerance = 0.25;
+
+/// Per group: its cheapest other layout with the rest of the plan kept, and
+/// what that would add to the step's score.
+template <typename Score>
+void explainChoices(const std::vector<Param> &params,
+                    const ParameterLayouts &plan, Score &score, double best,
+                    LayoutAlternatives &out) {
+  for (const Param &p : params) {
+    Layout chosen = plan.lookup(p.names.front());
+    double cheapest = std::numeric_limits<double>::infinity();
+    Layout other;
+    for (const Layout &l : p.candidates) {
+      if (l == chosen)
+        continue;
+      ParameterLayouts trial = plan;
+      for (const std::string &n : p.names)
+        trial[n] = l;
+      if (double s = score(trial); s < cheapest)
+        cheapest = s, other = l;
+    }
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "the search keeps it " << chosen.str();
+    if (cheapest - best >= kGatherPenalty / 2)
+      os << "; every other layout of it gathers a value it splits whole "
+            "again, or fails";
+    else
+      os << "; its cheapest other layout, " << other.str() << ", would "
+         << (cheapest >= best ? "add " : "save ")
+         << llvm::format("%.1f", std::abs(cheapest - best) * 1e6)
+         << " us per step (communication plus memory charge)";
+    for (const std::string &n : p.names)
+      out[n] = text;
+  }
+}
+
+} // namespace
+
+FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
+    func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
+    const CostModel &cost, LayoutAlternatives *alternatives,
+    bool *embedProducts) {
+  // Fused projections: a dimension of size D that the step slices into
+  // B aligned pieces is a candidate for a split in B blocks.
+  std::map<int64_t, std::set<int64_t>> blockCounts;
+  func.walk([&](SliceOp slice) {
+    ArrayRef<int64_t> a =
+        cast<RankedTensorType>(slice.getInput().getType()).getShape();
+    ArrayRef<int64_t> b = slice.getType().getShape();
+    for (size_t d = 0; d < a.size(); ++d)
+      if (a[d] != b[d] && b[d] > 0 && slice.getSteps()[d] == 1 &&
+          a[d] % b[d] == 0 && slice.getStarts()[d] % b[d] == 0)
+        blockCounts[a[d]].insert(a[d] / b[d]);
+  });
+  // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front).
+  func.walk([&](ReshapeOp reshape) {
+    ArrayRef<int64_t> a =
+        cast<RankedTensorType>(reshape.getInput().getType()).getShape();
+    ArrayRef<int64_t> b = reshape.getType().getShape();
+    if (b.size() <= a.size())
+      return;
+    // A single input dim split into several: find it by matching prefixes.
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size() && a[i] == b[j])
+      ++i, ++j;
+    if (i < a.size() && j < b.size() && b[j] > 1 && a[i] % b[j] == 0 &&
+        a[i] != b[j])
+      blockCounts[a[i]].insert(b[j]);
+  });
+  std::vector<Param> params;
+  std::map<std::string, size_t> groupOf;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+    if (!name || fixed.count(name.getValue()))
+      continue;
+    std::string sig;
+    signature(func.getArgument(i), 3, sig);
+    auto [it, fresh] = groupOf.try_emplace(sig, params.size());
+    if (!fresh) {
+      params[it->second].names.push_back(name.str());
+      continue;
+    }
+    Param p{{name.str()},
+            cast<RankedTensorType>(func.getArgument(i).getType()),
+            {Layout::replicated()}};
+    for (int64_t d = 0; d < p.type.getRank(); ++d) {
+      int64_t size = p.type.getDimSize(d);
+      // A size tp does not divide is split in padded chunks.
+      if (size >= tp)
+        p.candidates.push_back(Layout::split(d));
+      for (int64_t blocks : blockCounts[size])
+        if (blocks > 1 && size % (blocks * tp) == 0)
+          p.candidates.push_back(Layout::split(d, blocks));
+    }
+    params.push_back(std::move(p));
+  }
+  ParameterLayouts plan = fixed;
+  PartitionIndex index(func);
+  // Moves revisit assignments (a neighbour's kept layout, the next sweep):
+  // each distinct assignment of the groups is scored once per phase.
+  auto notFixed = [&](unsigned arg) {
+    return !fixed.count(
+        func.getArgAttrOfType<StringAttr>(arg, kParameterAttr).getValue());
+  };
+  // Tensor parallelism splits computation: a parameter stored split but
+  // gathered whole for a use saves memory only (ZeRO's trade, which belongs
+  // to a data-parallel axis) at the price of a collective on the critical
+  // path every step. Plans that do so are not candidates, unless the user
+  // fixed that parameter's layout. The same holds for a value that carries
+  // a parameter's split (its column-parallel product, that product's
+  // activation or gradient) gathered whole again: it rebuilds on every rank
+  // what the replicated parameter computes locally (a K/V head split inside
+  // and gathered for attention). Such plans are often the way to a plan
+  // without (a column split gathers until the row split follows, in
+  // another group), so the first phase of the search only charges their
+  // collectives; the second starts from its plan and charges each such
+  // gather more than any plan without one, so that the moves removing them
+  // win and none is left (the replicated plan has none).
+  // A plan's communication plus memory charge (infinite where it gathers a
+  // parameter or fails) and its gathers of products, with or without
+  // embedding (partition()'s embedProducts).
+  struct Evaluation {
+    double base;
+    size_t gathers;
+  };
+  std::map<std::string, Evaluation> evaluated;
+  auto evaluate = [&](const ParameterLayouts &layouts,
+                      bool embed) -> Evaluation {
+    std::string key = embed ? "e:" : "g:";
+    for (const Param &p : params)
+      key += layouts.lookup(p.names.front()).str() + ";";
+    if (auto it = evaluated.find(key); it != evaluated.end())
+      return it->second;
+    FailureOr<PartitionResult> r =
+        partition(func, tp, layouts, cost, /*rewrite=*/false, &index,
+                  /*alternatives=*/nullptr, embed);
+    Evaluation v{std::numeric_limits<double>::infinity(), 0};
+    if (succeeded(r) && llvm::none_of(r->gatheredParameters, notFixed)) {
+      v.base = r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
+      v.gathers = llvm::count_if(r->gatheredProducts, notFixed);
+    }
+    evaluated[key] = v;
+    return v;
+  };
+  auto score = [&](const ParameterLayouts &layouts, int phase) -> double {
+    if (phase == 1)
+      return evaluate(layouts, false).base;
+    Evaluation v = evaluate(layouts, true);
+    return v.base + kGatherPenalty * static_cast<double>(v.gathers);
+  };
+  double best = 0;
+  auto search = [&](int phase) {
+    best = score(plan, phase);
+    descend(params, plan, best,
+            [&](const ParameterLayouts &l) { return score(l, phase); });
+  };
+  search(1);
+  bool embed = false;
+  if (evaluate(plan, false).gathers > 0) {
+    // Removing the gathers may cost memory (the replicated K/V projection
+    // of multi-query attention: a few percent) or much more (attention
+    // left whole where heads do not divide tp, which a head-aligned split
+    // would avoid): the second phase's plan is taken when it costs at most
+    // kGatherTolerance more by the first phase's own measure.
+    ParameterLayouts first = plan;
+    double firstBase = evaluate(first, false).base;
+    search(2);
+    embed = true;
+    if (!(evaluate(plan, true).base <= (1 + kGatherTolerance) * firstBase)) {
+      plan = std::move(first);
+      embed = false;
+      best = firstBase;
+    }
+  }
+  if (embedProducts)
+    *embedProducts = embed;
+  auto finalScore = [&](const ParameterLayouts &l) {
+    return embed ? score(l, 2) : score(l, 1);
+  };
   if (alternatives)
-    explainChoices(params, plan, score, best, *alternatives);
+    explainChoices(params, plan, finalScore, best, *alternatives);
   return plan;
 }

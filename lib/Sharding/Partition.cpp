@@ -252,10 +252,12 @@ class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
               bool rewrite, const Index &index,
-              const LayoutAlternatives *alternatives)
+              const LayoutAlternatives *alternatives, bool embedProducts)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
-        builder(func.getContext()), index(index), layouts(index.values.size()),
-        pads(index.values.size(), Pad::Unknown), alternatives(alternatives) {}
+        embedProducts(embedProducts), builder(func.getContext()), index(index),
+        layouts(index.values.size()), pads(index.values.size(), Pad::Unknown),
+        splitSource(index.values.size(), -1),
+        embedOrigin(index.values.size(), -1), alternatives(alternatives) {}
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -264,6 +266,7 @@ private:
   int64_t tp;
   const CostModel &cost;
   bool rewrite;
+  bool embedProducts;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;
@@ -271,6 +274,13 @@ private:
   std::vector<Layout> layouts;
   /// By value id: what a padded split value holds in its padding.
   std::vector<Pad> pads;
+  /// By value id: the parameter (argument number) whose split a split
+  /// value carries (a column-parallel product, its activation, its
+  /// gradient), or -1 (a split sliced from a whole value).
+  std::vector<int32_t> splitSource;
+  /// Results of \p e split as their operands: the source of the first
+  /// operand that stays split.
+  void carrySplitSource(const OpEntry &e, ArrayRef<Layout> to);
   /// The padding of converted values, by key(value id, target layout).
   llvm::DenseMap<uint64_t, Pad> convertedPads;
   /// Masked copies of local values, by (value, fill).
@@ -407,6 +417,13 @@ private:
   /// Value \p id in layout \p to: the new value when rewriting, null in a
   /// dry run. Adds the communication to the result.
   Value convert(int32_t id, Layout to);
+  /// Split value \p id as a partial sum: each rank's chunk in place, zeros
+  /// elsewhere (local; null in a dry run).
+  Value embed(int32_t id, Layout from);
+  llvm::DenseMap<int32_t, Value> embedded;
+  /// By value id: for a partial sum that descends from an embedded split,
+  /// the split value; -1 otherwise.
+  std::vector<int32_t> embedOrigin;
 
   LogicalResult visit(const OpEntry &e);
   LogicalResult visitReshape(const OpEntry &e);
@@ -488,9 +505,10 @@ Value Partitioner::convert(int32_t id, Layout to) {
     if (!counted) {
       result.seconds += allGatherCost(bytesOf(id));
       record("all_gather", id, why);
-      if (static_cast<size_t>(id) < index.argIsParameter.size() &&
-          index.argIsParameter[id])
+      if (splitSource[id] == id)
         result.gatheredParameters.push_back(id);
+      else if (splitSource[id] >= 0)
+        result.gatheredProducts.push_back(splitSource[id]);
     }
     if (rewrite) {
       // A padded split gathers the padded whole and drops the padding.
@@ -513,6 +531,11 @@ Value Partitioner::convert(int32_t id, Layout to) {
     if (!counted) {
       result.seconds += allReduceCost(bytesOf(id));
       record("all_reduce", id, reason.first, reason.second);
+      // An embedded split summed before anything shrank it to half is a
+      // gather at more traffic: the same trade as one.
+      if (int32_t origin = embedOrigin[id];
+          origin >= 0 && 2 * bytesOf(id) > bytesOf(origin))
+        result.gatheredProducts.push_back(splitSource[origin]);
     }
     if (rewrite) {
       full = AllReduceOp::create(builder, loc, from.combine, local, axes);
@@ -574,9 +597,58 @@ std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
               (matmul ? ", which contracts a split dimension" +
                             std::string(megatron ? " with a weight"
                                                  : " of two activations")
-                      : ", which reduces over a split dimension") +
+               : isa<ReshapeOp>(source)
+                   ? ", which cannot keep its operand's split (each rank "
+                     "gives its chunk, zeros elsewhere)"
+                   : ", which reduces over a split dimension") +
               "; " + user + " needs them whole",
           megatron};
+}
+
+Value Partitioner::embed(int32_t id, Layout from) {
+  if (!rewrite)
+    return Value();
+  if (Value done = embedded.lookup(id))
+    return done;
+  Value local = mapping.lookup(index.values[id]);
+  auto global = typeOf(index.values[id]);
+  auto part = typeOf(local);
+  Type elem = global.getElementType();
+  int64_t d = from.dim, chunk = part.getDimSize(d), rank = part.getRank();
+  // Every rank's chunk position holds a copy of the local chunk ...
+  SmallVector<int64_t> shape(part.getShape());
+  shape.insert(shape.begin() + d, 1);
+  Value v = ReshapeOp::create(builder, loc, RankedTensorType::get(shape, elem),
+                              local);
+  shape[d] = tp;
+  v = BroadcastOp::create(builder, loc, RankedTensorType::get(shape, elem), v);
+  v = ReshapeOp::create(builder, loc, global, v);
+  // ... and a row of a [tp, size] constant, each rank taking its own, keeps
+  // only the rank's own.
+  int64_t size = global.getDimSize(d);
+  SmallVector<bool> rows(tp * size, false);
+  for (int64_t r = 0; r < tp; ++r)
+    std::fill(rows.begin() + r * size + r * chunk,
+              rows.begin() + r * size + (r + 1) * chunk, true);
+  Type i1 = builder.getI1Type();
+  Value all = ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(RankedTensorType::get({tp, size}, i1), rows));
+  SmallVector<int64_t> axes{0};
+  Value mine = ShardSliceOp::create(
+      builder, loc, RankedTensorType::get({1, size}, i1), all, axes, 0, 1);
+  SmallVector<int64_t> maskShape(rank, 1);
+  maskShape[d] = size;
+  mine = ReshapeOp::create(builder, loc, RankedTensorType::get(maskShape, i1),
+                           mine);
+  SmallVector<int64_t> ones(rank, 1);
+  Value zero = ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(RankedTensorType::get(ones, elem),
+                             builder.getZeroAttr(elem)));
+  Value out = SelectOp::create(builder, loc, global, mine, v, zero);
+  embedded[id] = out;
+  return out;
 }
 
 Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
@@ -639,6 +711,20 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
                        ArrayRef<Layout> outs) {
   for (unsigned i = 0; i < e.numResults; ++i)
     layouts[e.firstResult + i] = outs[i];
+  // A partial result of an embedded split keeps its origin, unless it
+  // joins a partial sum of another kind, whose reduction it then shares.
+  for (unsigned r = 0; r < e.numResults; ++r) {
+    if (!outs[r].isPartial())
+      continue;
+    int32_t origin = -1;
+    bool onlyEmbedded = true;
+    for (unsigned i = 0; i < e.numOperands; ++i)
+      if (layoutOf(operandId(e, i)).isPartial()) {
+        origin = embedOrigin[operandId(e, i)];
+        onlyEmbedded &= origin >= 0;
+      }
+    embedOrigin[e.firstResult + r] = onlyEmbedded ? origin : -1;
+  }
   if (!rewrite)
     return;
   // A partial result carries on its partial operand's source, or is new.
@@ -759,6 +845,17 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
     emit(e, {convert(input, in)},
          {Layout::split(target->first, target->second)});
     pads[e.firstResult] = pads[input];
+    splitSource[e.firstResult] = splitSource[input];
+    return success();
+  }
+  // A parameter's split the reshape cannot keep (a head split by query
+  // heads reshaped into [K/V heads, repeats]): each rank's chunk as a partial
+  // sum, reduced where something needs it whole (often after the reduction
+  // over the repeats shrinks it), rather than gathered.
+  if (embedProducts && splitSource[input] >= 0 && in.blocks == 1 &&
+      !isPadded(input, in) && index.isFloat[input]) {
+    emit(e, {embed(input, in)}, {Layout::partial()});
+    embedOrigin[e.firstResult] = input;
     return success();
   }
   if (rewrite) {
@@ -795,6 +892,7 @@ LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
     return failure();
   Layout out = Layout::split(d, b[d] / block);
   layouts[e.firstResult] = out;
+  splitSource[e.firstResult] = splitSource[operandId(e, 0)];
   if (!rewrite)
     return success();
   SmallVector<int64_t> starts(op.getStarts());
@@ -824,6 +922,7 @@ LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
     return failure();
   Layout out = Layout::split(d, a[d] / block);
   layouts[e.firstResult] = out;
+  splitSource[e.firstResult] = splitSource[operandId(e, 0)];
   if (!rewrite)
     return success();
   SmallVector<int64_t> starts(op.getStarts());
@@ -849,6 +948,7 @@ LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {
     blocks += l.blocks;
     ins.push_back(l);
   }
+  carrySplitSource(e, ins);
   emit(e, convertOperands(e, ins), {Layout::split(axis, blocks)});
   return success();
 }
@@ -1016,8 +1116,20 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
   }
   if (best >= 0 && rule.factors[best].size % tp)
     padOperandsAndResults(e, rule.factors[best], to, operands);
+  carrySplitSource(e, to);
   emit(e, operands, outs);
   return success();
+}
+
+void Partitioner::carrySplitSource(const OpEntry &e, ArrayRef<Layout> to) {
+  int32_t source = -1;
+  for (unsigned i = 0; i < e.numOperands && source < 0; ++i) {
+    int32_t id = operandId(e, i);
+    if (to[i].isSplit() && layoutOf(id) == to[i])
+      source = splitSource[id];
+  }
+  for (unsigned r = 0; r < e.numResults; ++r)
+    splitSource[e.firstResult + r] = source;
 }
 
 void Partitioner::padOperandsAndResults(const OpEntry &e,
@@ -1122,6 +1234,8 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
                << (l.blocks > 1 ? "in blocks " : "") << "over tp = " << tp;
     }
     layouts[i] = l;
+    if (l.isSplit() && index.argIsParameter[i])
+      splitSource[i] = static_cast<int32_t>(i);
     // The runtime loads parameters and optimizer state zero-padded.
     pads[i] = Pad::Zero;
     argLayouts.push_back(l);
@@ -1243,14 +1357,14 @@ void Partitioner::classifyPhases() {
 
 } // namespace
 
-FailureOr<PartitionResult>
-mlir::cleave::partition(func::FuncOp func, int64_t tp,
-                        const ParameterLayouts &layouts, const CostModel &cost,
-                        bool rewrite, const PartitionIndex *index,
-                        const LayoutAlternatives *alternatives) {
+FailureOr<PartitionResult> mlir::cleave::partition(
+    func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
+    const CostModel &cost, bool rewrite, const PartitionIndex *index,
+    const LayoutAlternatives *alternatives, bool embedProducts) {
   std::optional<PartitionIndex> own;
   if (!index)
     index = &own.emplace(func);
-  Partitioner p(func, tp, cost, rewrite, *index->impl, alternatives);
+  Partitioner p(func, tp, cost, rewrite, *index->impl, alternatives,
+                embedProducts);
   return p.run(layouts);
 }

@@ -19,35 +19,49 @@ using namespace mlir::cleave;
 namespace {
 
 /// How a weight is used by its (first, i.e. forward) matmul: which of its
-/// dims is contracted. Looks through reshapes that only add leading 1s.
+/// dims is contracted. Looks through reshapes that only add leading 1s and
+/// through transposes (torch.onnx writes a Linear as Transpose + MatMul).
 std::optional<int64_t> contractedDim(BlockArgument param) {
   auto type = cast<RankedTensorType>(param.getType());
   if (type.getRank() != 2)
     return std::nullopt;
   MatmulOp first;
   Value firstOperand;
-  SmallVector<Value> work{param};
+  bool firstFlipped = false;
+  SmallVector<std::pair<Value, bool>> work{
+      {param, false}}; // (value, transposed)
   while (!work.empty()) {
-    Value v = work.pop_back_val();
+    auto [v, flipped] = work.pop_back_val();
     for (Operation *user : v.getUsers()) {
       if (auto r = dyn_cast<ReshapeOp>(user)) {
         auto t = cast<RankedTensorType>(r.getType());
-        if (t.getRank() > 2 && t.getShape().take_back(2) == type.getShape())
-          work.push_back(r.getResult());
+        auto shape = t.getShape().take_back(2);
+        if (t.getRank() > 2 &&
+            (flipped ? shape == ArrayRef<int64_t>{type.getDimSize(1),
+                                                  type.getDimSize(0)}
+                     : shape == type.getShape()))
+          work.push_back({r.getResult(), flipped});
+        continue;
+      }
+      if (auto t = dyn_cast<TransposeOp>(user)) {
+        if (t.getPermutation().size() == 2 && t.getPermutation()[0] == 1)
+          work.push_back({t.getResult(), !flipped});
         continue;
       }
       auto mm = dyn_cast<MatmulOp>(user);
       if (mm && (!first || mm->isBeforeInBlock(first))) {
         first = mm;
         firstOperand = v;
+        firstFlipped = flipped;
       }
     }
   }
   if (!first)
     return std::nullopt;
-  if (first.getRhs() == firstOperand)
-    return first.getTransposeRhs() ? 1 : 0;
-  return first.getTransposeLhs() ? 0 : 1;
+  int64_t dim = first.getRhs() == firstOperand
+                    ? (first.getTransposeRhs() ? 1 : 0)
+                    : (first.getTransposeLhs() ? 0 : 1);
+  return firstFlipped ? 1 - dim : dim;
 }
 
 struct PartitionPass
@@ -142,11 +156,12 @@ void PartitionPass::runOnOperation() {
     if (!planFile.empty() && failed(readPlan(func, fixed)))
       return signalPassFailure();
     LayoutAlternatives alternatives;
+    bool embedProducts = false;
     FailureOr<ParameterLayouts> layouts =
-        chooseLayouts(func, tp, fixed, cost, &alternatives);
+        chooseLayouts(func, tp, fixed, cost, &alternatives, &embedProducts);
     if (failed(layouts) ||
-        failed(partition(func, tp, *layouts, cost,
-                         /*rewrite=*/true, nullptr, &alternatives)))
+        failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,
+                         &alternatives, embedProducts)))
       return signalPassFailure();
   }
 }

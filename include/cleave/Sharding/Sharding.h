@@ -112,6 +112,10 @@ struct PartitionResult {
   /// all-gather of the parameter itself every step): state sharding in the
   /// manner of ZeRO, which the search does not choose (see chooseLayouts).
   std::vector<unsigned> gatheredParameters;
+  /// Argument numbers of split parameters a value carrying whose split (a
+  /// column-parallel product, its activation, its gradient) is gathered
+  /// whole: the same trade, which the search removes (see chooseLayouts).
+  std::vector<unsigned> gatheredProducts;
   std::vector<Collective> collectives;
 };
 
@@ -131,20 +135,26 @@ public:
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
-/// the collectives that a parameter's layout causes.
+/// the collectives that a parameter's layout causes. With \p embedProducts,
+/// a reshape that a value carrying a parameter's split cannot keep split
+/// makes each rank's chunk a partial sum (zeros elsewhere) instead of
+/// gathering it (see chooseLayouts).
 FailureOr<PartitionResult>
 partition(func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
           const CostModel &cost, bool rewrite,
           const PartitionIndex *index = nullptr,
-          const LayoutAlternatives *alternatives = nullptr);
+          const LayoutAlternatives *alternatives = nullptr,
+          bool embedProducts = false);
 
 /// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
 /// the others are searched to minimise communication plus the cost model's
 /// memory charge. Fills \p alternatives, when given, for the searched ones.
+/// \p embedProducts, when given, says how partition() must rewrite the
+/// chosen plan.
 FailureOr<ParameterLayouts>
 chooseLayouts(func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
-              const CostModel &cost,
-              LayoutAlternatives *alternatives = nullptr);
+              const CostModel &cost, LayoutAlternatives *alternatives = nullptr,
+              bool *embedProducts = nullptr);
 
 /// Attaches the ShardingRuleOpInterface models of the cleave ops.
 void registerShardingRules(DialectRegistry &registry);
