@@ -27,3 +27,25 @@ func.func @mlp(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<16x8xf32> {c
   %4 = cleave.reduce sum %3 dims = [0, 1] : (tensor<4x8xf32>) -> tensor<f32>
   return %4 : tensor<f32>
 }
+
+// -----
+
+// The same MLP as torch.onnx writes a Linear (Transpose of the [out, in]
+// weight, then MatMul): colwise and rowwise see through the transpose.
+// PLAN-LABEL: func.func @mlp_transposed
+// PLAN-SAME: tensor<8x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
+// PLAN-SAME: tensor<8x8xf32> {cleave.parameter = "v", cleave.split_dim = 1 : i64}
+// PLAN: cleave.all_reduce sum
+// PLAN-NOT: cleave.all_gather
+// PLAN: return
+// ONE-LABEL: func.func @mlp_transposed
+func.func @mlp_transposed(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<16x8xf32> {cleave.parameter = "w"}, %v: tensor<8x16xf32> {cleave.parameter = "v"}) -> (tensor<f32> {cleave.loss}) {
+  %wt = cleave.transpose %w perm = [1, 0] : (tensor<16x8xf32>) -> tensor<8x16xf32>
+  %0 = cleave.matmul %x, %wt : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %1 = cleave.relu %0 : tensor<4x16xf32>
+  %vt = cleave.transpose %v perm = [1, 0] : (tensor<8x16xf32>) -> tensor<16x8xf32>
+  %2 = cleave.matmul %1, %vt : (tensor<4x16xf32>, tensor<16x8xf32>) -> tensor<4x8xf32>
+  %3 = cleave.tanh %2 : tensor<4x8xf32>
+  %4 = cleave.reduce sum %3 dims = [0, 1] : (tensor<4x8xf32>) -> tensor<f32>
+  return %4 : tensor<f32>
+}
