@@ -129,17 +129,42 @@ def repeat_kv(x, n_rep: int):
     return x[:, :, None, :, :].expand(b, kvh, n_rep, t, hd).reshape(b, kvh * n_rep, t, hd)
 
 
-class LlamaBlock(nn.Module):
-    def __init__(self, d, heads, kv_heads, hidden, qkv_bias=False, repeat="expand"):
+def rope_pairs(x, cos, sin):
+    """Meta's reference apply_rotary_emb in real arithmetic: dimensions
+    (2i, 2i + 1) of each head are one complex number, through a reshape to
+    [..., hd / 2, 2]; cos/sin hold one frequency per pair."""
+    b, h, t, hd = x.shape
+    x = x.reshape(b, h, t, hd // 2, 2)
+    x0, x1 = x[..., 0], x[..., 1]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(b, h, t, hd)
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma's RMSNorm scales by (1 + weight), the weight starting at 0."""
+
+    def __init__(self, d, eps=1e-6):
         super().__init__()
-        self.h, self.kvh, self.hd = heads, kv_heads, d // heads
-        self.repeat = repeat
-        self.input_layernorm = RMSNorm(d)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * (1.0 + self.weight)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, heads, kv_heads, hidden, qkv_bias=False, repeat="expand",
+                 rope="half", head_dim=0, gemma=False):
+        super().__init__()
+        self.h, self.kvh, self.hd = heads, kv_heads, head_dim or d // heads
+        self.repeat, self.rope, self.gemma = repeat, rope, gemma
+        norm = GemmaRMSNorm if gemma else RMSNorm
+        self.input_layernorm = norm(d)
         self.q_proj = nn.Linear(d, heads * self.hd, bias=qkv_bias)
         self.k_proj = nn.Linear(d, kv_heads * self.hd, bias=qkv_bias)
         self.v_proj = nn.Linear(d, kv_heads * self.hd, bias=qkv_bias)
         self.o_proj = nn.Linear(heads * self.hd, d, bias=False)
-        self.post_attention_layernorm = RMSNorm(d)
+        self.post_attention_layernorm = norm(d)
         self.gate_proj = nn.Linear(d, hidden, bias=False)
         self.up_proj = nn.Linear(d, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, d, bias=False)
@@ -149,8 +174,11 @@ class LlamaBlock(nn.Module):
         q = self.q_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if self.rope == "pairs":
+            q, k = rope_pairs(q, cos, sin), rope_pairs(k, cos, sin)
+        else:
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         n_rep = self.h // self.kvh
         if self.repeat == "expand":
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
@@ -165,22 +193,31 @@ class LlamaBlock(nn.Module):
     def forward(self, x, cos, sin, mask):
         x = x + self.attn(self.input_layernorm(x), cos, sin, mask)
         h = self.post_attention_layernorm(x)
+        if self.gemma:  # GeGLU
+            return x + self.down_proj(F.gelu(self.gate_proj(h), approximate="tanh")
+                                      * self.up_proj(h))
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
 class Llama(nn.Module):
     def __init__(self, vocab=96, ctx=16, d=64, heads=8, kv_heads=2, hidden=96, layers=2,
-                 qkv_bias=False, repeat="expand", theta=10000.0):
+                 qkv_bias=False, repeat="expand", theta=10000.0, rope="half", head_dim=0,
+                 gemma=False):
         super().__init__()
+        self.gemma = gemma
         self.embed_tokens = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList([LlamaBlock(d, heads, kv_heads, hidden, qkv_bias, repeat)
+        self.layers = nn.ModuleList([LlamaBlock(d, heads, kv_heads, hidden, qkv_bias, repeat,
+                                                rope, head_dim, gemma)
                                      for _ in range(layers)])
-        self.norm = RMSNorm(d)
+        self.norm = GemmaRMSNorm(d) if gemma else RMSNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
-        hd = d // heads
+        if gemma:  # tied, and the embeddings scaled by sqrt(d)
+            self.lm_head.weight = self.embed_tokens.weight
+        self.scale = math.sqrt(d) if gemma else 1.0
+        hd = head_dim or d // heads
         inv = 1.0 / (theta ** (torch.arange(0, hd, 2).float() / hd))
         freqs = torch.outer(torch.arange(ctx).float(), inv)
-        emb = torch.cat((freqs, freqs), dim=-1)
+        emb = freqs if rope == "pairs" else torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos_cached", emb.cos()[None, None])
         self.register_buffer("sin_cached", emb.sin()[None, None])
         mask = torch.full((ctx, ctx), float("-inf")).triu(1)
@@ -188,7 +225,7 @@ class Llama(nn.Module):
 
     def forward(self, input_ids, labels):
         t = input_ids.shape[1]
-        x = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids) * self.scale
         cos, sin = self.cos_cached[:, :, :t], self.sin_cached[:, :, :t]
         mask = self.causal_mask[:, :, :t, :t]
         for layer in self.layers:
@@ -199,7 +236,7 @@ class Llama(nn.Module):
 
 def llama_model(kv_heads, **kw):
     d, heads, layers = 64, 8, 2
-    hd = d // heads
+    hd = kw.get("head_dim") or d // heads
     cfg = {"layers": layers, "d": d, "batch": 2, "seq": 16, "parallel": False,
            "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"]}
     if kv_heads < 4:
@@ -566,6 +603,12 @@ MODELS = collections.OrderedDict([
     ("qwen2_gqa_bias", llama_model(4, qkv_bias=True)),
     ("gqa_repeat_interleave", llama_model(4, repeat="interleave")),
     ("mqa", llama_model(1)),
+    # Meta's reference LLaMA: rotary on (2i, 2i + 1) pairs through a
+    # reshape to [..., hd / 2, 2] and a stack back.
+    ("llama_meta_rope", llama_model(4, rope="pairs")),
+    # Gemma-7B's shape: head_dim 16 with 8 heads, so q/o project 64 <-> 128;
+    # GeGLU, (1 + w) RMSNorm, embeddings scaled by sqrt(d) and tied.
+    ("gemma_head_dim", llama_model(4, head_dim=16, gemma=True)),
     ("neox_parallel", family(NeoX, ["cos_cached", "sin_cached", "attn_bias"], True,
                              ["embed_in.weight", "embed_out.weight"])),
     ("bloom_alibi", family(lambda: NeoX(alibi=True), ["cos_cached", "sin_cached", "attn_bias"],
