@@ -7,9 +7,12 @@
 // backward and optimizer together, so forward and backward agree: the score
 // is the step's communication time plus the cost model's charge for per-rank
 // memory. The search is coordinate descent from the replicated plan, with
-// moves that change one parameter, or the parameters of one producer-consumer
-// pair of matmuls together (a lone column split pays an all-gather that only
-// the matching row split removes).
+// moves that change one parameter and let its neighbours adapt (a lone
+// column split pays an all-gather that only the matching row split
+// removes). A second descent, from the first one's plan, removes the
+// gathers of values that carry a parameter's split where that costs little
+// (chooseLayouts), and every collective's reason gets what the cheapest
+// other layout of its parameter would have cost.
 //
 //===----------------------------------------------------------------------===//
 

@@ -20,7 +20,10 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     communication for its operands' layouts; values are rebuilt on local
     shapes, and `cleave.all_reduce` / `cleave.all_gather` /
     `cleave.shard_slice` are inserted where layouts meet. Partial sums stay
-    pending through linear ops. The result is one SPMD program: every rank
+    pending through linear ops. Every collective carries `cleave.reason`
+    (the op that needed it and what keeping the split would have cost) and,
+    where it is one of Megatron's reductions, `cleave.megatron`. The result
+    is one SPMD program: every rank
     runs it, collectives and `shard_slice` find the rank at run time. Split
     arguments and results are marked `cleave.split_dim`; the module gets
     `cleave.mesh`.
@@ -41,7 +44,7 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
         %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
         %1 = cleave.relu %0 : tensor<4x8xf32>
         %2 = cleave.matmul %1, %v {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
-        %3 = cleave.all_reduce sum %2 axes = [0] : tensor<4x8xf32>
+        %3 = cleave.all_reduce sum %2 axes = [0] {cleave.megatron, cleave.reason = "sums the partial results of ... (cleave.matmul), which contracts a split dimension with a weight; ... needs them whole"} : tensor<4x8xf32>
         return %3 : tensor<4x8xf32>
       }
     }
