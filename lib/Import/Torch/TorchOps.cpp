@@ -10,69 +10,107 @@
 
 namespace cleave_torch {
 
-void Translator::tensorOp(Node *n) {
-  std::string kind = n->kind().toQualString();
-  const auto &ins = n->inputs();
-  auto T = [&](size_t i) { return tensor(ins[i]); };
-  // Results: by default as wide as the widest tensor operand and of the
-  // first tensor operand's dtype (elementwise ops); others say theirs.
+/// What every part of tensorOp reads an aten op through: its kind (an
+/// in-place activation's functional one), operands, the default result rank
+/// and dtype (the widest tensor operand's, the first one's), and the helpers
+/// below. Each part defines the same names with ATEN_LOCALS, so the branches
+/// read alike in all of them.
+struct Translator::AtenCall {
+  Translator &t;
+  Node *n;
+  std::string kind;
+  at::ArrayRef<torch::jit::Value *> ins;
   int64_t widest = -1;
   std::optional<at::ScalarType> firstType;
-  for (const TValue *v : ins) {
-    auto it = items.find(v);
-    if (it == items.end() || it->second.kind != Item::Tensor)
-      continue;
-    widest = std::max(widest, rankOf(v));
-    if (!firstType)
-      firstType = dtypeOr(v, at::kFloat);
+
+  AtenCall(Translator &t, Node *n)
+      : t(t), n(n), kind(n->kind().toQualString()), ins(n->inputs()) {
+    for (const TValue *v : ins) {
+      auto it = t.items.find(v);
+      if (it == t.items.end() || it->second.kind != Item::Tensor)
+        continue;
+      widest = std::max(widest, t.rankOf(v));
+      if (!firstType)
+        firstType = t.dtypeOr(v, at::kFloat);
+    }
   }
-  auto outRD = [&](std::string name, int64_t rank,
-                   std::optional<at::ScalarType> dtype, size_t i = 0) {
-    setTensor(n->outputs()[i], std::move(name), rank, dtype);
-  };
-  auto out = [&](std::string name, size_t i = 0) {
+  std::string T(size_t i) { return t.tensor(ins[i]); }
+  void outRD(std::string name, int64_t rank,
+             std::optional<at::ScalarType> dtype, size_t i = 0) {
+    t.setTensor(n->outputs()[i], std::move(name), rank, dtype);
+  }
+  void out(std::string name, size_t i = 0) {
     outRD(std::move(name), widest, firstType, i);
-  };
-  auto unary = [&](const char *op) { out(emit(op, {T(0)})); };
-  // Elementwise binary ops on tensors and Python scalars.
-  // PyTorch's promotion: numbers and 0-d tensors take the dtype of a
-  // dimensioned operand; otherwise integers meet floats as floats.
-  auto promoted = [&](const TValue *a, const TValue *b) {
+  }
+  void unary(const char *op) { out(t.emit(op, {T(0)})); }
+  /// PyTorch's promotion: numbers and 0-d tensors take the dtype of a
+  /// dimensioned operand; otherwise integers meet floats as floats.
+  at::ScalarType promoted(const TValue *a, const TValue *b) {
     auto kindOf = [&](const TValue *v) {
-      return !isTensor(v) ? 0 : rankOf(v) == 0 ? 1 : 2;
+      return !t.isTensor(v) ? 0 : t.rankOf(v) == 0 ? 1 : 2;
     };
     const TValue *lead = kindOf(a) >= kindOf(b) ? a : b;
     const TValue *other = lead == a ? b : a;
-    at::ScalarType t = dtypeOr(lead, at::kFloat);
-    bool leadFloat = t == at::kFloat || t == at::kDouble;
-    bool otherFloat =
-        isTensor(other)
-            ? (dtypeOr(other, at::kFloat) == at::kFloat ||
-               dtypeOr(other, at::kFloat) == at::kDouble)
-            : item(other).kind == Item::Scalar && item(other).scalar.isDouble();
+    at::ScalarType r = t.dtypeOr(lead, at::kFloat);
+    bool leadFloat = r == at::kFloat || r == at::kDouble;
+    bool otherFloat = t.isTensor(other)
+                          ? (t.dtypeOr(other, at::kFloat) == at::kFloat ||
+                             t.dtypeOr(other, at::kFloat) == at::kDouble)
+                          : t.item(other).kind == Item::Scalar &&
+                                t.item(other).scalar.isDouble();
     if (!leadFloat && otherFloat)
-      t = at::kFloat;
-    return t;
-  };
-  auto as = [&](const TValue *v, at::ScalarType t) {
-    if (!isTensor(v))
-      return tensor(v, t);
-    return dtypeOr(v, at::kFloat) == t
+      r = at::kFloat;
+    return r;
+  }
+  /// \p v (an operand) as a tensor of \p type.
+  std::string as(const TValue *v, at::ScalarType type) {
+    if (!t.isTensor(v))
+      return t.tensor(v, type);
+    return t.dtypeOr(v, at::kFloat) == type
                ? T(std::find(ins.begin(), ins.end(), v) - ins.begin())
-               : cast(item(v).name, t);
-  };
-  auto binary = [&](const char *op, const TValue *a, const TValue *b) {
-    at::ScalarType t = promoted(a, b);
-    return emit(op, {as(a, t), as(b, t)});
-  };
-  static const std::unordered_map<std::string, const char *> unaryOps = {
-      {"aten::relu", "Relu"},       {"aten::tanh", "Tanh"},
-      {"aten::sigmoid", "Sigmoid"}, {"aten::exp", "Exp"},
-      {"aten::log", "Log"},         {"aten::sqrt", "Sqrt"},
-      {"aten::neg", "Neg"},         {"aten::abs", "Abs"},
-      {"aten::sin", "Sin"},         {"aten::cos", "Cos"},
-      {"aten::erf", "Erf"},         {"aten::bitwise_not", "Not"},
-      {"aten::logical_not", "Not"}, {"aten::reciprocal", "Reciprocal"}};
+               : t.cast(t.item(v).name, type);
+  }
+  /// An elementwise binary op on tensors and Python scalars.
+  std::string binary(const char *op, const TValue *a, const TValue *b) {
+    at::ScalarType type = promoted(a, b);
+    return t.emit(op, {as(a, type), as(b, type)});
+  }
+  void binaryOut(const char *op) {
+    at::ScalarType type = promoted(ins[0], ins[1]);
+    outRD(t.emit(op, {as(ins[0], type), as(ins[1], type)}), widest, type);
+  }
+};
+
+// The names every part of tensorOp reads the op through (see AtenCall).
+#define ATEN_LOCALS(c)                                                         \
+  [[maybe_unused]] const std::string &kind = (c).kind;                         \
+  [[maybe_unused]] const auto &ins = (c).ins;                                  \
+  [[maybe_unused]] Node *n = (c).n;                                            \
+  [[maybe_unused]] int64_t widest = (c).widest;                                \
+  [[maybe_unused]] std::optional<at::ScalarType> firstType = (c).firstType;    \
+  [[maybe_unused]] auto T = [&](size_t i) { return (c).T(i); };                \
+  [[maybe_unused]] auto out = [&](std::string s, size_t i = 0) {               \
+    (c).out(std::move(s), i);                                                  \
+  };                                                                           \
+  [[maybe_unused]] auto outRD =                                                \
+      [&](std::string s, int64_t r, std::optional<at::ScalarType> d,           \
+          size_t i = 0) { (c).outRD(std::move(s), r, d, i); };                 \
+  [[maybe_unused]] auto unary = [&](const char *op) { (c).unary(op); };        \
+  [[maybe_unused]] auto promoted = [&](const TValue *a, const TValue *b) {     \
+    return (c).promoted(a, b);                                                 \
+  };                                                                           \
+  [[maybe_unused]] auto as = [&](const TValue *v, at::ScalarType d) {          \
+    return (c).as(v, d);                                                       \
+  };                                                                           \
+  [[maybe_unused]] auto binary = [&](const char *op, const TValue *a,          \
+                                     const TValue *b) {                        \
+    return (c).binary(op, a, b);                                               \
+  };                                                                           \
+  [[maybe_unused]] auto binaryOut = [&](const char *op) { (c).binaryOut(op); }
+
+void Translator::tensorOp(Node *node) {
+  AtenCall c(*this, node);
+  ATEN_LOCALS(c);
   // An in-place op on a view would have to write through to the viewed
   // tensor, which this translation (values, not storage) cannot do.
   if (kind.size() > 1 && kind.back() == '_' && !ins.empty()) {
@@ -99,10 +137,36 @@ void Translator::tensorOp(Node *n) {
     }
   } writeBack{*this};
   if (inPlaceActivations.count(kind)) {
-    kind.pop_back();
+    c.kind.pop_back();
     writeBack.to = ins[0];
     writeBack.from = n->output();
   }
+  if (node->outputs().empty())
+    fail("unsupported TorchScript op '" + c.kind + "' (it has no result)");
+  // Each part translates the ops it knows and leaves the rest: an op is
+  // done once its result is set.
+  using Part = void (Translator::*)(AtenCall &);
+  for (Part part :
+       {&Translator::elementwiseOp, &Translator::matrixOp,
+        &Translator::reshapeOp, &Translator::pieceOp, &Translator::creationOp,
+        &Translator::layerOp, &Translator::indexOp}) {
+    (this->*part)(c);
+    if (items.count(n->outputs()[0]))
+      return;
+  }
+  fail("unsupported TorchScript op '" + c.kind + "'");
+}
+
+void Translator::elementwiseOp(AtenCall &c) {
+  ATEN_LOCALS(c);
+  static const std::unordered_map<std::string, const char *> unaryOps = {
+      {"aten::relu", "Relu"},       {"aten::tanh", "Tanh"},
+      {"aten::sigmoid", "Sigmoid"}, {"aten::exp", "Exp"},
+      {"aten::log", "Log"},         {"aten::sqrt", "Sqrt"},
+      {"aten::neg", "Neg"},         {"aten::abs", "Abs"},
+      {"aten::sin", "Sin"},         {"aten::cos", "Cos"},
+      {"aten::erf", "Erf"},         {"aten::bitwise_not", "Not"},
+      {"aten::logical_not", "Not"}, {"aten::reciprocal", "Reciprocal"}};
   // In-place unary ops (relu_, tanh_, ...): the functional op, and later
   // reads of the operand see the result.
   if (kind.size() > 1 && kind.back() == '_' &&
@@ -184,10 +248,6 @@ void Translator::tensorOp(Node *n) {
       setTensor(ins[0], r, widest, t); // in place: later reads see it
     return;
   }
-  auto binaryOut = [&](const char *op) {
-    at::ScalarType t = promoted(ins[0], ins[1]);
-    outRD(emit(op, {as(ins[0], t), as(ins[1], t)}), widest, t);
-  };
   if (kind == "aten::mul" || kind == "aten::mul_") {
     binaryOut("Mul");
     if (kind == "aten::mul_")
@@ -242,6 +302,10 @@ void Translator::tensorOp(Node *n) {
         {"aten::le", "LessOrEqual"}};
     return outRD(binary(cmp.at(kind), ins[0], ins[1]), widest, at::kBool);
   }
+}
+
+void Translator::matrixOp(AtenCall &c) {
+  ATEN_LOCALS(c);
   if (kind == "aten::linear") {
     std::string y =
         emit("MatMul", {T(0), node("Transpose", {T(1)})->output(0)});
@@ -310,6 +374,10 @@ void Translator::tensorOp(Node *n) {
       y = cast(y, static_cast<at::ScalarType>(constInt(ins[2])));
     return out(y);
   }
+}
+
+void Translator::reshapeOp(AtenCall &c) {
+  ATEN_LOCALS(c);
   if (kind == "aten::view" || kind == "aten::reshape") {
     int64_t r = item(ins[1]).kind == Item::List
                     ? static_cast<int64_t>(item(ins[1]).elems.size())
@@ -386,6 +454,10 @@ void Translator::tensorOp(Node *n) {
     attr(t, "perm", perm);
     return out(t->output(0));
   }
+}
+
+void Translator::pieceOp(AtenCall &c) {
+  ATEN_LOCALS(c);
   if (kind == "aten::split" || kind == "aten::split_with_sizes" ||
       kind == "aten::chunk" || kind == "aten::unbind") {
     int64_t r = rankOf(ins[0]);
@@ -512,6 +584,10 @@ void Translator::tensorOp(Node *n) {
     attr(c, "axis", constInt(ins[1]));
     return outRD(c->output(0), list.elems[0].rank, list.elems[0].dtype);
   }
+}
+
+void Translator::creationOp(AtenCall &c) {
+  ATEN_LOCALS(c);
   if (kind == "aten::masked_fill") {
     std::string value = operandLike(ins[2], ins[0]);
     return out(emit("Where", {T(1), value, T(0)}));
@@ -598,6 +674,10 @@ void Translator::tensorOp(Node *n) {
     attr(s, "keepdims", int64_t(keep));
     return outRD(s->output(0), rank, firstType);
   }
+}
+
+void Translator::layerOp(AtenCall &c) {
+  ATEN_LOCALS(c);
   if (kind == "aten::dropout" || kind == "aten::feature_dropout") {
     double p = constDouble(ins[1]);
     bool train = constBool(ins[2]);
@@ -703,6 +783,10 @@ void Translator::tensorOp(Node *n) {
       fail("adaptive average pooling to anything but 1x1 is not supported");
     return out(emit("GlobalAveragePool", {T(0)}));
   }
+}
+
+void Translator::indexOp(AtenCall &c) {
+  ATEN_LOCALS(c);
   if (kind == "aten::index") {
     // x[idx], x[:, idx]: one tensor index (None elsewhere) gathers along its
     // dimension, PyTorch's and ONNX's result shape alike (cos[position_ids]).
@@ -770,7 +854,6 @@ void Translator::tensorOp(Node *n) {
       y = emit("Min", {y, operandLike(ins[2], ins[0])});
     return outRD(y, widest, dt);
   }
-  fail("unsupported TorchScript op '" + kind + "'");
 }
 
 } // namespace cleave_torch

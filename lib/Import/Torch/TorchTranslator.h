@@ -468,6 +468,16 @@ private:
   bool foldScalar(Node *n);
   void getAttr(Node *n);
   void tensorOp(Node *n);
+  /// The parts of tensorOp, by op family; each sets the op's result or
+  /// leaves it for the next.
+  struct AtenCall;
+  void elementwiseOp(AtenCall &c);
+  void matrixOp(AtenCall &c);
+  void reshapeOp(AtenCall &c);
+  void pieceOp(AtenCall &c);
+  void creationOp(AtenCall &c);
+  void layerOp(AtenCall &c);
+  void indexOp(AtenCall &c);
   std::string initializer(const std::string &name, const at::Tensor &t);
 };
 
