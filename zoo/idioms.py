@@ -180,6 +180,15 @@ class LlamaBlock(nn.Module):
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
         n_rep = self.h // self.kvh
+        if self.repeat == "broadcast":
+            # No repeat: the query heads grouped by their K/V head and the
+            # one K/V head broadcast across its group in the matmuls.
+            qg = q.reshape(b, self.kvh, n_rep, t, self.hd)
+            w = torch.matmul(qg, k[:, :, None].transpose(3, 4)) / math.sqrt(self.hd)
+            w = F.softmax(w + mask[:, :, None], dim=-1)
+            y = torch.matmul(w, v[:, :, None]).reshape(b, self.h, t, self.hd)
+            y = y.transpose(1, 2).reshape(b, t, self.h * self.hd)
+            return self.o_proj(y)
         if self.repeat == "expand":
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
         else:
@@ -603,6 +612,9 @@ MODELS = collections.OrderedDict([
     ("qwen2_gqa_bias", llama_model(4, qkv_bias=True)),
     ("gqa_repeat_interleave", llama_model(4, repeat="interleave")),
     ("mqa", llama_model(1)),
+    # GQA without any repeat: query heads grouped [b, kv, rep, t, hd], the
+    # K/V head broadcast in the score and value matmuls.
+    ("gqa_broadcast", llama_model(4, repeat="broadcast")),
     # Meta's reference LLaMA: rotary on (2i, 2i + 1) pairs through a
     # reshape to [..., hd / 2, 2] and a stack back.
     ("llama_meta_rope", llama_model(4, rope="pairs")),

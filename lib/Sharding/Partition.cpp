@@ -400,20 +400,6 @@ private:
     return to.isReplicated() ? toReplicated : toReplicated + slice;
   }
 
-  void record(StringRef kind, int32_t id, StringRef reason = "",
-              bool megatron = false) {
-    if (!rewrite)
-      return; // the dry run only adds up the cost
-    Collective c;
-    c.kind = kind.str();
-    c.phase = phase;
-    c.bytes = bytesOf(id);
-    c.source = locationString(loc);
-    c.reason = reason.str();
-    c.megatron = megatron;
-    result.collectives.push_back(c);
-  }
-
   /// Value \p id in layout \p to: the new value when rewriting, null in a
   /// dry run. Adds the communication to the result.
   Value convert(int32_t id, Layout to);
@@ -504,7 +490,6 @@ Value Partitioner::convert(int32_t id, Layout to) {
   if (from.isSplit()) {
     if (!counted) {
       result.seconds += allGatherCost(bytesOf(id));
-      record("all_gather", id, why);
       if (splitSource[id] == id)
         result.gatheredParameters.push_back(id);
       else if (splitSource[id] >= 0)
@@ -525,12 +510,8 @@ Value Partitioner::convert(int32_t id, Layout to) {
                                SmallVector<int64_t>(global.getRank(), 1));
     }
   } else if (from.isPartial()) {
-    std::pair<std::string, bool> reason;
-    if (rewrite)
-      reason = reduceReason(id);
     if (!counted) {
       result.seconds += allReduceCost(bytesOf(id));
-      record("all_reduce", id, reason.first, reason.second);
       // An embedded split summed before anything shrank it to half is a
       // gather at more traffic: the same trade as one.
       if (int32_t origin = embedOrigin[id];
@@ -539,7 +520,8 @@ Value Partitioner::convert(int32_t id, Layout to) {
     }
     if (rewrite) {
       full = AllReduceOp::create(builder, loc, from.combine, local, axes);
-      tag(full.getDefiningOp(), reason.first, reason.second);
+      auto [reason, megatron] = reduceReason(id);
+      tag(full.getDefiningOp(), reason, megatron);
     }
   }
   if (!rewrite)

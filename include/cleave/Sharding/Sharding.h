@@ -89,16 +89,6 @@ struct CostModel {
   double memory = 100.0 / 25e9;
 };
 
-/// One collective of the partitioned step.
-struct Collective {
-  std::string kind;   // all_reduce | all_gather
-  std::string phase;  // forward | backward | optimizer
-  int64_t bytes = 0;  // per-rank payload
-  std::string source; // location of the op that needed it
-  std::string reason; // why (kReasonAttr)
-  bool megatron = false;
-};
-
 /// Parameter layouts by parameter name.
 using ParameterLayouts = llvm::StringMap<Layout>;
 /// Per parameter the search chose: what its cheapest other layout would
@@ -116,7 +106,6 @@ struct PartitionResult {
   /// column-parallel product, its activation, its gradient) is gathered
   /// whole: the same trade, which the search removes (see chooseLayouts).
   std::vector<unsigned> gatheredProducts;
-  std::vector<Collective> collectives;
 };
 
 /// Scores (\p rewrite false) or applies (\p rewrite true) \p layouts to the
