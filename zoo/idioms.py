@@ -607,6 +607,11 @@ MODELS = collections.OrderedDict([
     ("bert_v30522", vocab_model(30522, BertLMHead, masked=True)),
     ("gpt2_v250", vocab_model(250)),
     ("gpt2_v151", vocab_model(151)),
+    # GPT-2-XL's 25 heads in miniature: 5 heads that 2, 4 and 8 ranks do not
+    # divide, so whole heads go to each rank (3 + 2, 2 + 2 + 1 + 0, ...).
+    ("gpt2_heads5", Model(lambda: GPT2(96, d=40, heads=5), lambda g: lm_inputs(96, g), [],
+                          {"layers": 2, "d": 40, "batch": 2, "seq": 16, "vocab": 96,
+                           "parallel": False, "vocab_parallel": ["wte.weight"]})),
     ("llama3_gqa4", llama_model(4)),
     ("llama2_gqa2", llama_model(2)),
     ("qwen2_gqa_bias", llama_model(4, qkv_bias=True)),

@@ -287,6 +287,8 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
       b.set_split_dim(split.getInt());
       if (auto blocks = attrs.getAs<IntegerAttr>(kSplitBlocksAttr))
         b.set_split_blocks(blocks.getInt());
+      if (auto granule = attrs.getAs<IntegerAttr>(kSplitGranuleAttr))
+        b.set_split_granule(granule.getInt());
     }
   if (!attrs) {
     b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);

@@ -21,10 +21,12 @@
 #include "cleave/Sharding/Sharding.h"
 
 #include "llvm/Support/Format.h"
+#include "llvm/Support/Parallel.h"
 #include "llvm/Support/raw_ostream.h"
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <set>
 
 using namespace mlir;
@@ -71,7 +73,8 @@ void signature(Value v, int depth, std::string &out) {
 /// Coordinate descent of \p plan under \p score (see chooseLayouts).
 template <typename Score>
 void descend(const std::vector<Param> &params, ParameterLayouts &plan,
-             double &best, Score score) {
+             double &best, Score score,
+             const std::vector<bool> *focus = nullptr) {
   auto assign = [](ParameterLayouts &layouts, const Param &p, Layout l) {
     for (const std::string &n : p.names)
       layouts[n] = l;
@@ -84,8 +87,13 @@ void descend(const std::vector<Param> &params, ParameterLayouts &plan,
   // Moves are retried only where the plan changed within their window since
   // they were last tried ("don't look bits" of local search): elsewhere the
   // same trials would only be scored again on a plan that differs far away.
+  // With a focus, the other groups wait for a change near them.
   std::vector<int64_t> changedAt(params.size(), 0), triedAt(params.size(), -1);
-  int64_t clock = 0;
+  int64_t clock = 1;
+  if (focus)
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!(*focus)[i])
+        triedAt[i] = 1;
   for (int sweep = 0; sweep < 4; ++sweep) {
     bool improved = false;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -95,7 +103,8 @@ void descend(const std::vector<Param> &params, ParameterLayouts &plan,
           triedAt[i])
         continue;
       triedAt[i] = ++clock;
-      for (const Layout &l : params[i].candidates) {
+      // One move: group i set to l, its neighbours adapted.
+      auto tryMove = [&, lo = lo, hi = hi](const Layout &l) {
         ParameterLayouts trial = plan;
         assign(trial, params[i], l);
         double s = score(trial);
@@ -120,7 +129,24 @@ void descend(const std::vector<Param> &params, ParameterLayouts &plan,
             assign(trial, params[j], keep);
           }
         }
+        return std::make_pair(s, std::move(trial));
+      };
+      // The moves of one group start from the same plan until one is
+      // taken: they run in parallel, speculatively, and a move after a
+      // taken one runs again from the new plan (the result is that of
+      // trying them in order).
+      const SmallVector<Layout> &candidates = params[i].candidates;
+      std::vector<std::pair<double, ParameterLayouts>> speculative(
+          candidates.size());
+      llvm::parallelFor(0, candidates.size(), [&](size_t c) {
+        speculative[c] = tryMove(candidates[c]);
+      });
+      bool taken = false;
+      for (size_t c = 0; c < candidates.size(); ++c) {
+        auto [s, trial] =
+            taken ? tryMove(candidates[c]) : std::move(speculative[c]);
         if (s + 1e-12 < best) {
+          taken = true;
           ++clock;
           for (size_t j = lo; j < hi; ++j)
             if (trial.lookup(params[j].names.front()) !=
@@ -197,7 +223,10 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
           a[d] % b[d] == 0 && slice.getStarts()[d] % b[d] == 0)
         blockCounts[a[d]].insert(a[d] / b[d]);
   });
-  // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front).
+  // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front). The
+  // extent after B is a granule: where tp does not divide B (25 heads on 4
+  // ranks), each rank takes whole heads, the last ranks' chunks padded.
+  std::map<int64_t, std::set<int64_t>> granules;
   func.walk([&](ReshapeOp reshape) {
     ArrayRef<int64_t> a =
         cast<RankedTensorType>(reshape.getInput().getType()).getShape();
@@ -209,8 +238,14 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     while (i < a.size() && j < b.size() && a[i] == b[j])
       ++i, ++j;
     if (i < a.size() && j < b.size() && b[j] > 1 && a[i] % b[j] == 0 &&
-        a[i] != b[j])
+        a[i] != b[j]) {
       blockCounts[a[i]].insert(b[j]);
+      // Granules where the dim is cut in two, [B, m], into at least one
+      // unit per rank (fewer would leave ranks idle where a split of each
+      // unit would not): the search's time goes with its candidates.
+      if (j + 1 < b.size() && b[j] * b[j + 1] == a[i] && b[j] >= tp)
+        granules[a[i]].insert(b[j + 1]);
+    }
   });
   std::vector<Param> params;
   std::map<std::string, size_t> groupOf;
@@ -236,6 +271,19 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
       for (int64_t blocks : blockCounts[size])
         if (blocks > 1 && size % (blocks * tp) == 0)
           p.candidates.push_back(Layout::split(d, blocks));
+      // Head-aligned splits, of the whole dimension or of each block.
+      std::set<int64_t> blockings{1};
+      for (int64_t blocks : blockCounts[size])
+        if (size % blocks == 0)
+          blockings.insert(blocks);
+      for (int64_t blocks : blockings)
+        for (int64_t g : granules[size / blocks]) {
+          Layout l = Layout::split(d, blocks, g);
+          int64_t block = size / blocks;
+          if (block % g == 0 && block / g > 1 && l.canonical(size, tp) == l &&
+              !llvm::is_contained(p.candidates, l))
+            p.candidates.push_back(l);
+        }
     }
     params.push_back(std::move(p));
   }
@@ -267,23 +315,33 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   struct Evaluation {
     double base;
     size_t gathers;
+    std::vector<unsigned> gathered; // the parameters whose products they are
   };
+  // Moves are scored from several threads (descend): dry runs only read
+  // the step and the index.
   std::map<std::string, Evaluation> evaluated;
+  std::mutex evaluatedMutex;
   auto evaluate = [&](const ParameterLayouts &layouts,
                       bool embed) -> Evaluation {
     std::string key = embed ? "e:" : "g:";
     for (const Param &p : params)
       key += layouts.lookup(p.names.front()).str() + ";";
-    if (auto it = evaluated.find(key); it != evaluated.end())
-      return it->second;
+    {
+      std::lock_guard<std::mutex> lock(evaluatedMutex);
+      if (auto it = evaluated.find(key); it != evaluated.end())
+        return it->second;
+    }
     FailureOr<PartitionResult> r =
         partition(func, tp, layouts, cost, /*rewrite=*/false, &index,
                   /*alternatives=*/nullptr, embed);
-    Evaluation v{std::numeric_limits<double>::infinity(), 0};
+    Evaluation v{std::numeric_limits<double>::infinity(), 0, {}};
     if (succeeded(r) && llvm::none_of(r->gatheredParameters, notFixed)) {
       v.base = r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
-      v.gathers = llvm::count_if(r->gatheredProducts, notFixed);
+      llvm::copy_if(r->gatheredProducts, std::back_inserter(v.gathered),
+                    notFixed);
+      v.gathers = v.gathered.size();
     }
+    std::lock_guard<std::mutex> lock(evaluatedMutex);
     evaluated[key] = v;
     return v;
   };
@@ -294,12 +352,13 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     return v.base + kGatherPenalty * static_cast<double>(v.gathers);
   };
   double best = 0;
-  auto search = [&](int phase) {
+  auto search = [&](int phase, const std::vector<bool> *focus) {
     best = score(plan, phase);
-    descend(params, plan, best,
-            [&](const ParameterLayouts &l) { return score(l, phase); });
+    descend(
+        params, plan, best,
+        [&](const ParameterLayouts &l) { return score(l, phase); }, focus);
   };
-  search(1);
+  search(1, nullptr);
   bool embed = false;
   if (evaluate(plan, false).gathers > 0) {
     // Removing the gathers may cost memory (the replicated K/V projection
@@ -307,9 +366,19 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     // left whole where heads do not divide tp, which a head-aligned split
     // would avoid): the second phase's plan is taken when it costs at most
     // kGatherTolerance more by the first phase's own measure.
+    // Its moves start at the groups whose products are gathered; the
+    // others are tried once a move changes the plan near them.
     ParameterLayouts first = plan;
     double firstBase = evaluate(first, false).base;
-    search(2);
+    std::set<std::string> sources;
+    for (unsigned arg : evaluate(first, false).gathered)
+      sources.insert(
+          func.getArgAttrOfType<StringAttr>(arg, kParameterAttr).str());
+    std::vector<bool> focus;
+    for (const Param &p : params)
+      focus.push_back(llvm::any_of(
+          p.names, [&](const std::string &n) { return sources.count(n); }));
+    search(2, &focus);
     embed = true;
     if (!(evaluate(plan, true).base <= (1 + kGatherTolerance) * firstBase)) {
       plan = std::move(first);

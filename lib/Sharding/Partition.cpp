@@ -31,7 +31,8 @@ std::string Layout::str() const {
     return "R";
   case Kind::Split:
     return "S(" + std::to_string(dim) +
-           (blocks > 1 ? "," + std::to_string(blocks) : std::string()) + ")";
+           (blocks > 1 ? "," + std::to_string(blocks) : std::string()) +
+           (granule > 1 ? ";" + std::to_string(granule) : std::string()) + ")";
   case Kind::Partial:
     return ("P(" + stringifyReduceKind(combine) + ")").str();
   }
@@ -248,6 +249,9 @@ bool reducesWeightProduct(Operation *op, const PartitionIndex::Impl &index) {
   return false;
 }
 
+/// A value in a layout: (value id and layout code, granule).
+using ConversionKey = std::pair<uint64_t, int64_t>;
+
 class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
@@ -256,8 +260,8 @@ public:
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
         embedProducts(embedProducts), builder(func.getContext()), index(index),
         layouts(index.values.size()), pads(index.values.size(), Pad::Unknown),
-        splitSource(index.values.size(), -1),
-        embedOrigin(index.values.size(), -1), alternatives(alternatives) {}
+        splitSource(index.values.size(), -1), alternatives(alternatives),
+        embedOrigin(index.values.size(), -1) {}
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -282,7 +286,7 @@ private:
   /// operand that stays split.
   void carrySplitSource(const OpEntry &e, ArrayRef<Layout> to);
   /// The padding of converted values, by key(value id, target layout).
-  llvm::DenseMap<uint64_t, Pad> convertedPads;
+  llvm::DenseMap<ConversionKey, Pad> convertedPads;
   /// Masked copies of local values, by (value, fill).
   llvm::DenseMap<std::pair<Value, int>, Value> masks;
   /// Rewriting only: the reasons `cleave inspect` shows. The op being
@@ -311,15 +315,15 @@ private:
   IRMapping mapping;
   /// Conversions done (a partial value is reduced once for all its users),
   /// by key(value id, target layout); the converted values when rewriting.
-  llvm::DenseSet<uint64_t> countedConversions;
-  llvm::DenseMap<uint64_t, Value> converted;
-  static uint64_t key(int32_t id, Layout l) {
+  llvm::DenseSet<ConversionKey> countedConversions;
+  llvm::DenseMap<ConversionKey, Value> converted;
+  static ConversionKey key(int32_t id, Layout l) {
     assert(l.dim < 63 && l.blocks < (1 << 20) && "layout code overflow");
     uint64_t code = (static_cast<uint64_t>(l.kind) << 30) |
                     (static_cast<uint64_t>(l.combine) << 26) |
                     (static_cast<uint64_t>(l.dim + 1) << 20) |
                     static_cast<uint64_t>(l.blocks);
-    return (static_cast<uint64_t>(id) << 32) | code;
+    return {(static_cast<uint64_t>(id) << 32) | code, l.granule};
   }
   std::string phase = "forward";
   /// forward: the loss depends on it; optimizer: it depends on optimizer
@@ -350,12 +354,16 @@ private:
     if (!l.isSplit())
       return t;
     SmallVector<int64_t> shape(t.getShape());
-    shape[l.dim] = l.blocks * llvm::divideCeil(shape[l.dim] / l.blocks, tp);
+    shape[l.dim] = l.blocks * l.chunk(shape[l.dim] / l.blocks, tp);
     return RankedTensorType::get(shape, t.getElementType());
   }
-  /// Whether \p l splits \p t along a dimension tp does not divide.
+  /// Whether \p l splits \p t in chunks that end in padding (tp, or tp
+  /// granules, do not divide a block).
   bool isPadded(RankedTensorType t, Layout l) const {
-    return l.isSplit() && (t.getDimSize(l.dim) / l.blocks) % tp != 0;
+    if (!l.isSplit())
+      return false;
+    int64_t block = t.getDimSize(l.dim) / l.blocks;
+    return l.chunk(block, tp) * tp != block;
   }
   bool isPadded(int32_t id, Layout l) const {
     return isPadded(typeOf(index.values[id]), l);
@@ -366,6 +374,11 @@ private:
       return pads[id];
     return convertedPads.lookup(key(id, to));
   }
+  /// \p whole with each of the \p blocks blocks of dimension \p dim cut or
+  /// padded with zeros (at its end) to the extent \p to has (a gathered
+  /// padded value to the real one, or the reverse).
+  Value resizeBlocks(Value whole, RankedTensorType to, int64_t dim,
+                     int64_t blocks);
   /// \p local (value \p id in layout \p l) with \p fill in its padding.
   Value mask(Value local, int32_t id, Layout l, Pad fill);
 
@@ -444,7 +457,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
     local = converted[key(id, Layout::replicated())]; // the reduced copy
   if (from == to)
     return local;
-  uint64_t k = key(id, to);
+  ConversionKey k = key(id, to);
   if (rewrite)
     if (auto it = converted.find(k); it != converted.end())
       return it->second;
@@ -505,9 +518,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
           local, axes, from.dim, from.blocks);
       tag(full.getDefiningOp(), why, /*megatron=*/false);
       if (shape[from.dim] != global.getDimSize(from.dim))
-        full = SliceOp::create(builder, loc, global, full,
-                               SmallVector<int64_t>(global.getRank(), 0),
-                               SmallVector<int64_t>(global.getRank(), 1));
+        full = resizeBlocks(full, global, from.dim, from.blocks);
     }
   } else if (from.isPartial()) {
     if (!counted) {
@@ -535,18 +546,12 @@ Value Partitioner::convert(int32_t id, Layout to) {
           DenseElementsAttr::get(part, dense.getSplatValue<Attribute>()));
     } else {
       if (isPadded(global, to)) {
-        // Zeros up to a multiple of tp, then each rank's chunk.
+        // Each block padded with zeros to tp chunks, then each rank's chunk.
         SmallVector<int64_t> shape(global.getShape());
-        shape[to.dim] = part.getDimSize(to.dim) * tp - shape[to.dim];
-        auto zerosType = RankedTensorType::get(shape, global.getElementType());
-        Value zeros = ConstantOp::create(
-            builder, loc,
-            DenseElementsAttr::get(
-                zerosType, builder.getZeroAttr(global.getElementType())));
         shape[to.dim] = part.getDimSize(to.dim) * tp;
-        full = ConcatOp::create(
-            builder, loc, RankedTensorType::get(shape, global.getElementType()),
-            ValueRange{full, zeros}, static_cast<uint64_t>(to.dim));
+        full = resizeBlocks(
+            full, RankedTensorType::get(shape, global.getElementType()), to.dim,
+            to.blocks);
       }
       out = ShardSliceOp::create(builder, loc, part, full, axes, to.dim,
                                  to.blocks);
@@ -554,6 +559,43 @@ Value Partitioner::convert(int32_t id, Layout to) {
   }
   converted[k] = out;
   return out;
+}
+
+Value Partitioner::resizeBlocks(Value whole, RankedTensorType to, int64_t dim,
+                                int64_t blocks) {
+  auto from = typeOf(whole);
+  Type elem = from.getElementType();
+  int64_t have = from.getDimSize(dim) / blocks,
+          want = to.getDimSize(dim) / blocks;
+  // Blocks as a dimension of their own, so that one slice or concat
+  // resizes all of them.
+  SmallVector<int64_t> shape(from.getShape());
+  shape[dim] = have;
+  shape.insert(shape.begin() + dim, blocks);
+  Value v = whole;
+  if (blocks > 1)
+    v = ReshapeOp::create(builder, loc, RankedTensorType::get(shape, elem), v);
+  int64_t at = blocks > 1 ? dim + 1 : dim;
+  if (blocks == 1)
+    shape.erase(shape.begin() + dim);
+  if (want < have) {
+    shape[at] = want;
+    v = SliceOp::create(builder, loc, RankedTensorType::get(shape, elem), v,
+                        SmallVector<int64_t>(shape.size(), 0),
+                        SmallVector<int64_t>(shape.size(), 1));
+  } else {
+    shape[at] = want - have;
+    Value zeros = ConstantOp::create(
+        builder, loc,
+        DenseElementsAttr::get(RankedTensorType::get(shape, elem),
+                               builder.getZeroAttr(elem)));
+    shape[at] = want;
+    v = ConcatOp::create(builder, loc, RankedTensorType::get(shape, elem),
+                         ValueRange{v, zeros}, static_cast<uint64_t>(at));
+  }
+  if (blocks > 1)
+    v = ReshapeOp::create(builder, loc, to, v);
+  return v;
 }
 
 std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
@@ -642,21 +684,23 @@ Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
   auto global = typeOf(index.values[id]);
   auto part = typeOf(local);
   Type elem = part.getElementType();
-  int64_t d = l.dim, size = global.getDimSize(d), chunk = part.getDimSize(d);
-  // Which of the padded whole's indices are real, as a constant every rank
-  // takes its chunk of.
+  int64_t d = l.dim, block = global.getDimSize(d) / l.blocks,
+          chunk = part.getDimSize(d) / l.blocks;
+  // Which of the padded whole's indices are real (the first of each
+  // block's), as a constant every rank takes its chunk of.
   SmallVector<int64_t> shape(part.getRank(), 1);
-  shape[d] = chunk * tp;
-  SmallVector<bool> real(chunk * tp, false);
-  std::fill(real.begin(), real.begin() + size, true);
+  shape[d] = l.blocks * chunk * tp;
+  SmallVector<bool> real(shape[d], false);
+  for (int64_t b = 0; b < l.blocks; ++b)
+    std::fill_n(real.begin() + b * chunk * tp, block, true);
   Type i1 = builder.getI1Type();
   Value all = ConstantOp::create(
       builder, loc,
       DenseElementsAttr::get(RankedTensorType::get(shape, i1), real));
-  shape[d] = chunk;
+  shape[d] = l.blocks * chunk;
   SmallVector<int64_t> axes{0};
   Value mine = ShardSliceOp::create(
-      builder, loc, RankedTensorType::get(shape, i1), all, axes, d, 1);
+      builder, loc, RankedTensorType::get(shape, i1), all, axes, d, l.blocks);
   Attribute value;
   bool negative = fill == Pad::NegInf;
   if (auto f = dyn_cast<FloatType>(elem))
@@ -775,7 +819,7 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
   ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
   ArrayRef<int64_t> b = typeOf(op.getResult()).getShape();
   size_t i = 0, j = 0;
-  std::optional<std::pair<int64_t, int64_t>> target;
+  std::optional<Layout> target;
   while (i < a.size() && j < b.size()) {
     size_t i0 = i, j0 = j;
     int64_t pa = a[i++], pb = b[j++];
@@ -792,31 +836,35 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
       ++i, ++j;
     if (in.dim < static_cast<int64_t>(i0) || in.dim >= static_cast<int64_t>(i))
       continue;
-    if (isPadded(input, in)) {
-      // The padding stays at the end of one dimension of the same extent
-      // (logits [b*s, V] <-> [b, s, V]); merged with others it would land
-      // inside the merged dimension.
-      int64_t others = 1;
-      for (size_t d = i0; d < i; ++d)
-        if (static_cast<int64_t>(d) != in.dim)
-          others *= a[d];
-      for (size_t d = j0; d < j && others == 1; ++d)
-        if (b[d] == a[in.dim]) {
-          target = {static_cast<int64_t>(d), 1};
-          break;
-        }
-      break;
-    }
-    int64_t outer = in.blocks;
+    // Flattened, each outer block holds `block` real rows of `innerIn`
+    // indices and every rank a chunk of `chunk` rows, the padding (if any)
+    // at the block's end. An output dim e with `innerOut` indices after it
+    // in the group keeps the split where a rank's chunk and the block are
+    // whole rows of e, and, padded, a granule is too: the padding then
+    // stays at the end of e's blocks.
+    int64_t outer = in.blocks, innerIn = 1;
     for (int64_t d = i0; d < in.dim; ++d)
       outer *= a[d];
+    for (size_t d = in.dim + 1; d < i; ++d)
+      innerIn *= a[d];
+    int64_t block = a[in.dim] / in.blocks;
+    int64_t chunk = in.chunk(block, tp) * innerIn;
+    bool padded = chunk * tp != block * innerIn;
+    block *= innerIn;
+    int64_t granule = in.granule * innerIn;
     int64_t pre = 1;
     for (size_t d = j0; d < j; ++d) {
       if (outer % pre)
         break;
+      int64_t innerOut = 1;
+      for (size_t k = d + 1; k < j; ++k)
+        innerOut *= b[k];
       int64_t blocks = outer / pre;
-      if (b[d] % (blocks * tp) == 0) {
-        target = {static_cast<int64_t>(d), blocks};
+      if (chunk % innerOut == 0 && block % innerOut == 0 &&
+          b[d] == blocks * (block / innerOut) &&
+          (!padded || granule % innerOut == 0)) {
+        target = Layout::split(static_cast<int64_t>(d), blocks,
+                               padded ? granule / innerOut : 1);
         break;
       }
       pre *= b[d];
@@ -824,8 +872,7 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
     break;
   }
   if (target) {
-    emit(e, {convert(input, in)},
-         {Layout::split(target->first, target->second)});
+    emit(e, {convert(input, in)}, {*target});
     pads[e.firstResult] = pads[input];
     splitSource[e.firstResult] = splitSource[input];
     return success();
@@ -860,7 +907,7 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
 LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
   auto op = cast<SliceOp>(e.op);
   Layout in = layoutOf(operandId(e, 0));
-  if (!in.isSplit() || isPadded(operandId(e, 0), in))
+  if (!in.isSplit())
     return failure();
   int64_t d = in.dim;
   ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
@@ -872,13 +919,15 @@ LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
   int64_t block = a[d] / in.blocks, start = op.getStarts()[d];
   if (op.getSteps()[d] != 1 || start % block || b[d] % block || b[d] == a[d])
     return failure();
-  Layout out = Layout::split(d, b[d] / block);
+  // Padded blocks keep their padding: whole local blocks are taken.
+  Layout out = Layout::split(d, b[d] / block, in.granule);
   layouts[e.firstResult] = out;
+  pads[e.firstResult] = pads[operandId(e, 0)];
   splitSource[e.firstResult] = splitSource[operandId(e, 0)];
   if (!rewrite)
     return success();
   SmallVector<int64_t> starts(op.getStarts());
-  starts[d] = start / block * (block / tp);
+  starts[d] = start / block * in.chunk(block, tp);
   Value local = SliceOp::create(
       builder, op.getLoc(), localType(typeOf(op.getResult()), out),
       mapping.lookup(op.getInput()), starts, op.getSteps());
@@ -889,7 +938,7 @@ LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
 LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
   auto op = cast<SliceScatterOp>(e.op);
   Layout in = layoutOf(operandId(e, 0));
-  if (!in.isSplit() || isPadded(operandId(e, 0), in))
+  if (!in.isSplit())
     return failure();
   int64_t d = in.dim;
   ArrayRef<int64_t> a = typeOf(op.getResult()).getShape();
@@ -899,16 +948,17 @@ LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
         (a[i] != b[i] || op.getStarts()[i] != 0 || op.getSteps()[i] != 1))
       return failure();
   int64_t block = b[d] / in.blocks, start = op.getStarts()[d];
-  if (op.getSteps()[d] != 1 || start % block || a[d] % block || a[d] == b[d] ||
-      block % tp)
+  if (op.getSteps()[d] != 1 || start % block || a[d] % block || a[d] == b[d])
     return failure();
-  Layout out = Layout::split(d, a[d] / block);
+  // The blocks around are zeros, padding included.
+  Layout out = Layout::split(d, a[d] / block, in.granule);
   layouts[e.firstResult] = out;
+  pads[e.firstResult] = pads[operandId(e, 0)];
   splitSource[e.firstResult] = splitSource[operandId(e, 0)];
   if (!rewrite)
     return success();
   SmallVector<int64_t> starts(op.getStarts());
-  starts[d] = start / block * (block / tp);
+  starts[d] = start / block * in.chunk(block, tp);
   Value local = SliceScatterOp::create(
       builder, op.getLoc(), localType(typeOf(op.getResult()), out),
       mapping.lookup(op.getInput()), starts, op.getSteps());
@@ -920,18 +970,23 @@ LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {
   auto op = cast<ConcatOp>(e.op);
   int64_t axis = op.getAxis(), blocks = 0, block = -1;
   SmallVector<Layout, 4> ins;
+  bool zero = true;
   for (unsigned i = 0; i < e.numOperands; ++i) {
     Layout l = layoutOf(operandId(e, i));
     int64_t size = typeOf(op->getOperand(i)).getDimSize(axis);
-    if (!l.isSplit() || l.dim != axis || isPadded(operandId(e, i), l) ||
-        (block >= 0 && size / l.blocks != block))
+    if (!l.isSplit() || l.dim != axis ||
+        (block >= 0 &&
+         (size / l.blocks != block || l.granule != ins[0].granule)))
       return failure();
     block = size / l.blocks;
     blocks += l.blocks;
+    zero &= pads[operandId(e, i)] == Pad::Zero;
     ins.push_back(l);
   }
   carrySplitSource(e, ins);
-  emit(e, convertOperands(e, ins), {Layout::split(axis, blocks)});
+  emit(e, convertOperands(e, ins),
+       {Layout::split(axis, blocks, ins[0].granule)});
+  pads[e.firstResult] = zero ? Pad::Zero : Pad::Unknown;
   return success();
 }
 
@@ -944,19 +999,30 @@ struct Partitioner::Candidates {
   const ShardingRule &rule;
   int partialOperand = -1;
 
-  /// Blocks of a fused projection carry over from an operand split so.
-  int64_t blocksOf(const ShardingFactor &f) const {
-    int64_t blocks = 1;
+  /// How a factor is cut: the blocks of a fused projection and the granule
+  /// of a head-aligned split carry over from an operand split so.
+  struct Cut {
+    int64_t blocks = 1, granule = 1;
+  };
+  Cut cutOf(const ShardingFactor &f) const {
     for (auto [i, d] : llvm::enumerate(f.operandDims)) {
       Layout l = p.layoutOf(p.operandId(e, i));
       if (d >= 0 && l.isSplit() && l.dim == d) {
-        blocks = l.blocks;
-        break;
+        if (f.size % l.blocks || (f.size / l.blocks) % l.granule)
+          return {};
+        return {l.blocks, l.granule};
       }
     }
-    return f.size % (blocks * p.tp) ? 1 : blocks;
+    return {};
   }
-  Layout operandLayout(int c, int64_t blocks, unsigned i) const {
+  /// Whether the split of \p f cut so pads the ranks' chunks.
+  bool padded(const ShardingFactor &f, Cut cut) const {
+    int64_t block = f.size / cut.blocks;
+    return Layout::split(0, cut.blocks, cut.granule).chunk(block, p.tp) *
+               p.tp !=
+           block;
+  }
+  Layout operandLayout(int c, Cut cut, unsigned i) const {
     if (c == kReplicated)
       return Layout::replicated();
     if (c == kPartial)
@@ -964,18 +1030,19 @@ struct Partitioner::Candidates {
                  ? Layout::partial()
                  : Layout::replicated();
     int64_t d = rule.factors[c].operandDims[i];
-    return d >= 0 ? Layout::split(d, blocks) : Layout::replicated();
+    return d >= 0 ? Layout::split(d, cut.blocks, cut.granule)
+                  : Layout::replicated();
   }
-  double cost(int c, int64_t blocks) const {
+  double cost(int c, Cut cut) const {
     double sum = 0;
     for (unsigned i = 0; i < e.numOperands; ++i)
-      sum += p.conversionCost(p.operandId(e, i), operandLayout(c, blocks, i));
+      sum += p.conversionCost(p.operandId(e, i), operandLayout(c, cut, i));
     return sum;
   }
   bool splittable(const ShardingFactor &f) const {
     return f.kind != ShardingFactor::Kind::Whole && f.size >= p.tp;
   }
-  std::string str(int c, int64_t blocks) const {
+  std::string str(int c, Cut cut) const {
     if (c == kReplicated)
       return "every operand whole";
     if (c == kPartial)
@@ -988,42 +1055,43 @@ struct Partitioner::Candidates {
                   std::to_string(f.resultDims.empty() ? -1
                                                       : f.resultDims.front());
     s += " (size " + std::to_string(f.size) + ")";
-    if (blocks > 1)
-      s += " in " + std::to_string(blocks) + " blocks";
+    if (cut.blocks > 1)
+      s += " in " + std::to_string(cut.blocks) + " blocks";
+    if (cut.granule > 1)
+      s += " by " + std::to_string(cut.granule) + "-wide heads";
     return s;
   }
   /// Why operand \p i, split now, is gathered for the choice \p best.
-  std::string gatherReason(unsigned i, int best, int64_t bestBlocks,
+  std::string gatherReason(unsigned i, int best, Cut bestCut,
                            double bestCost) const;
 };
 
 std::string Partitioner::Candidates::gatherReason(unsigned i, int best,
-                                                  int64_t bestBlocks,
+                                                  Cut bestCut,
                                                   double bestCost) const {
   Layout have = p.layoutOf(p.operandId(e, i));
   int keep = kReplicated;
-  int64_t keepBlocks = 1;
+  Cut keepCut;
   double keepCost = kInfinity;
   for (auto [c, f] : llvm::enumerate(rule.factors)) {
     if (!splittable(f))
       continue;
-    int64_t blocks = blocksOf(f);
-    if (operandLayout(c, blocks, i) != have)
+    Cut cut = cutOf(f);
+    if (operandLayout(c, cut, i) != have)
       continue;
-    if (double t = cost(c, blocks); t < keepCost)
-      keep = c, keepBlocks = blocks, keepCost = t;
+    if (double t = cost(c, cut); t < keepCost)
+      keep = c, keepCut = cut, keepCost = t;
   }
   std::string s;
   llvm::raw_string_ostream os(s);
   os << p.user << " takes operand #" << i << " whole: its cheapest layout, "
-     << str(best, bestBlocks) << ", costs "
-     << llvm::format("%.1f", bestCost * 1e6) << " us here";
+     << str(best, bestCut) << ", costs " << llvm::format("%.1f", bestCost * 1e6)
+     << " us here";
   if (keepCost == kInfinity)
     os << "; none of its layouts keeps the operand " << have.str();
   else
-    os << "; keeping the operand " << have.str() << ", "
-       << str(keep, keepBlocks) << ", would cost "
-       << llvm::format("%.1f", keepCost * 1e6) << " us";
+    os << "; keeping the operand " << have.str() << ", " << str(keep, keepCut)
+       << ", would cost " << llvm::format("%.1f", keepCost * 1e6) << " us";
   return s;
 }
 
@@ -1051,27 +1119,28 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
       numPartial > 0 && !fansOut &&
       (rule.additive ||
        (numPartial == 1 && rule.scalingOperands[cands.partialOperand]));
+  using Cut = Candidates::Cut;
   int best = Candidates::kReplicated;
-  int64_t bestBlocks = 1;
-  double bestCost = cands.cost(best, 1);
+  Cut bestCut;
+  double bestCost = cands.cost(best, bestCut);
   if (partialCandidate) {
-    double c = cands.cost(Candidates::kPartial, 1);
+    double c = cands.cost(Candidates::kPartial, Cut());
     if (c < bestCost)
       best = Candidates::kPartial, bestCost = c;
   }
   for (auto [c, f] : llvm::enumerate(rule.factors)) {
     if (!cands.splittable(f))
       continue;
-    int64_t blocks = cands.blocksOf(f);
-    double cost = cands.cost(c, blocks);
+    Cut cut = cands.cutOf(f);
+    double cost = cands.cost(c, cut);
     if (cost < bestCost)
-      best = c, bestBlocks = blocks, bestCost = cost;
+      best = c, bestCut = cut, bestCost = cost;
   }
   if (bestCost == kInfinity)
     return e.op->emitOpError("has no layout its operands can reach");
   SmallVector<Layout, 4> to;
   for (unsigned i = 0; i < numOperands; ++i)
-    to.push_back(cands.operandLayout(best, bestBlocks, i));
+    to.push_back(cands.operandLayout(best, bestCut, i));
   SmallVector<Layout, 2> outs;
   for (unsigned r = 0; r < e.numResults; ++r) {
     if (best == Candidates::kReplicated) {
@@ -1084,7 +1153,7 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
     }
     const ShardingFactor &f = rule.factors[best];
     int64_t d = f.resultDims[r];
-    outs.push_back(d >= 0 ? Layout::split(d, bestBlocks)
+    outs.push_back(d >= 0 ? Layout::split(d, bestCut.blocks, bestCut.granule)
                    : f.kind == ShardingFactor::Kind::Reduction
                        ? Layout::partial(f.combine)
                        : Layout::replicated());
@@ -1093,10 +1162,10 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
   for (unsigned i = 0; i < numOperands; ++i) {
     int32_t id = operandId(e, i);
     if (rewrite && layoutOf(id).isSplit() && layoutOf(id) != to[i])
-      why = cands.gatherReason(i, best, bestBlocks, bestCost);
+      why = cands.gatherReason(i, best, bestCut, bestCost);
     operands.push_back(convert(id, to[i]));
   }
-  if (best >= 0 && rule.factors[best].size % tp)
+  if (best >= 0 && cands.padded(rule.factors[best], bestCut))
     padOperandsAndResults(e, rule.factors[best], to, operands);
   carrySplitSource(e, to);
   emit(e, operands, outs);
@@ -1208,12 +1277,18 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
     if (l.isSplit()) {
       int64_t size = typeOf(arg).getDimSize(l.dim);
-      if (size < tp || (l.blocks > 1 && size % (l.blocks * tp)))
+      if (size < tp || size % l.blocks || (size / l.blocks) % l.granule ||
+          l != l.canonical(size, tp))
         return func.emitError("parameter ")
                << func.getArgAttr(i, kParameterAttr) << " of type "
                << arg.getType() << ": dimension " << l.dim << " of size "
                << size << " cannot be split "
-               << (l.blocks > 1 ? "in blocks " : "") << "over tp = " << tp;
+               << (l.blocks > 1 ? "in " + std::to_string(l.blocks) + " blocks "
+                                : std::string())
+               << (l.granule > 1
+                       ? "by granules of " + std::to_string(l.granule) + " "
+                       : std::string())
+               << "over tp = " << tp;
     }
     layouts[i] = l;
     if (l.isSplit() && index.argIsParameter[i])
@@ -1221,9 +1296,15 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     // The runtime loads parameters and optimizer state zero-padded.
     pads[i] = Pad::Zero;
     argLayouts.push_back(l);
-    if (!param.empty())
-      result.memoryBytes += storageBytes(localType(typeOf(arg), l)) *
-                            (index.argIsParameter[i] ? 2 : 1);
+    // (Counted without building types: dry runs run in parallel.)
+    if (!param.empty()) {
+      int64_t bytes = index.bytes[i];
+      if (l.isSplit()) {
+        int64_t size = typeOf(arg).getDimSize(l.dim);
+        bytes = bytes / size * (l.blocks * l.chunk(size / l.blocks, tp));
+      }
+      result.memoryBytes += bytes * (index.argIsParameter[i] ? 2 : 1);
+    }
   }
 
   Block *newBody = nullptr;
@@ -1285,12 +1366,17 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
       func.setArgAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
       if (l.blocks > 1)
         func.setArgAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
+      if (l.granule > 1)
+        func.setArgAttr(i, kSplitGranuleAttr, b.getI64IntegerAttr(l.granule));
     }
   for (auto [i, l] : llvm::enumerate(resultLayouts))
     if (l.isSplit()) {
       func.setResultAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
       if (l.blocks > 1)
         func.setResultAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
+      if (l.granule > 1)
+        func.setResultAttr(i, kSplitGranuleAttr,
+                           b.getI64IntegerAttr(l.granule));
     }
   return result;
 }

@@ -20,7 +20,7 @@ std::vector<std::pair<int64_t, int64_t>>
 rankRanges(int64_t size, Split split, int64_t rank, int64_t parts) {
   if (!split.isSplit())
     return {{0, size}};
-  int64_t block = size / split.blocks, chunk = (block + parts - 1) / parts;
+  int64_t block = size / split.blocks, chunk = split.chunk(block, parts);
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (int64_t b = 0; b < split.blocks; ++b)
     ranges.push_back({b * block + std::min(block, rank * chunk),
@@ -31,8 +31,7 @@ rankRanges(int64_t size, Split split, int64_t rank, int64_t parts) {
 int64_t localExtent(int64_t size, Split split, int64_t parts) {
   if (!split.isSplit())
     return size;
-  int64_t block = size / split.blocks;
-  return split.blocks * ((block + parts - 1) / parts);
+  return split.blocks * split.chunk(size / split.blocks, parts);
 }
 
 namespace {
@@ -168,13 +167,34 @@ HostTensor chunkOf(const HostTensor &global, Split split, int64_t rank,
                     rankRanges(global.shape[split.dim], split, rank, parts));
 }
 
-Split splitOf(const pb::TensorEntry &entry) {
+namespace {
+
+template <typename Message> Split readSplit(const Message &m) {
   Split s;
-  if (entry.has_split_dim()) {
-    s.dim = entry.split_dim();
-    s.blocks = entry.has_split_blocks() ? entry.split_blocks() : 1;
+  if (m.has_split_dim()) {
+    s.dim = m.split_dim();
+    s.blocks = m.has_split_blocks() ? m.split_blocks() : 1;
+    s.granule = m.has_split_granule() ? m.split_granule() : 1;
   }
   return s;
+}
+
+} // namespace
+
+Split splitOf(const pb::TensorEntry &entry) { return readSplit(entry); }
+Split splitOf(const pb::Binding &binding) { return readSplit(binding); }
+
+void setSplit(pb::TensorEntry *entry, Split split) {
+  entry->clear_split_dim();
+  entry->clear_split_blocks();
+  entry->clear_split_granule();
+  if (!split.isSplit())
+    return;
+  entry->set_split_dim(split.dim);
+  if (split.blocks > 1)
+    entry->set_split_blocks(split.blocks);
+  if (split.granule > 1)
+    entry->set_split_granule(split.granule);
 }
 
 std::string rankFileName(const std::string &dir, int64_t rank) {
@@ -227,7 +247,8 @@ Status StoreWriter::create(
       std::vector<int64_t> shape = globalShape(e);
       if (split.isSplit()) {
         if (split.dim >= static_cast<int64_t>(shape.size()) ||
-            shape[split.dim] % split.blocks)
+            shape[split.dim] % split.blocks ||
+            (shape[split.dim] / split.blocks) % split.granule)
           return Status::error(
               "tensor '" + e.name() + "' of shape " +
               describeTensor(fromPlan(e.type().dtype()), shape) +
@@ -395,7 +416,10 @@ Status StoreReader::readGlobal(const pb::TensorEntry &entry, HostTensor *out) {
     std::sort(all.begin(), all.end());
     int64_t at = 0;
     for (auto [lo, hi] : all) {
-      if (lo != at || hi <= lo)
+      // A rank whose chunk is all padding holds an empty range.
+      if (hi == lo && lo >= 0 && lo <= shape[split.dim])
+        continue;
+      if (lo != at || hi < lo)
         return bad();
       at = hi;
     }
@@ -421,8 +445,7 @@ Status StoreReader::readGlobal(const pb::TensorEntry &entry, HostTensor *out) {
 Status StoreReader::readChunk(const pb::TensorEntry &entry, Split want,
                               int64_t rank, int64_t parts, HostTensor *out) {
   Split have = splitOf(entry);
-  bool sameLayout = entry.slices_size() == parts && have.dim == want.dim &&
-                    (!want.isSplit() || have.blocks == want.blocks);
+  bool sameLayout = entry.slices_size() == parts && have == want;
   if (sameLayout)
     // Own bytes only: a replicated tensor has a copy in every rank's file.
     return readSlice(entry, static_cast<int>(rank), out);
@@ -431,7 +454,8 @@ Status StoreReader::readChunk(const pb::TensorEntry &entry, Split want,
     return s;
   std::vector<int64_t> shape = global.shape;
   if (want.isSplit() && (want.dim >= static_cast<int64_t>(shape.size()) ||
-                         shape[want.dim] % want.blocks))
+                         shape[want.dim] % want.blocks ||
+                         (shape[want.dim] / want.blocks) % want.granule))
     return Status::error("tensor '" + entry.name() + "' of shape " +
                          describeTensor(global.dtype, shape) +
                          " cannot be split along dimension " +

@@ -271,8 +271,7 @@ Status train(const TrainOptions &options) {
        {program.input_bindings(), program.output_bindings()})
     for (const pb::Binding &b : bindings)
       if (b.has_split_dim())
-        layoutOf[stateKey(b)] = {b.split_dim(),
-                                 b.has_split_blocks() ? b.split_blocks() : 1};
+        layoutOf[stateKey(b)] = splitOf(b);
   std::vector<pb::TensorEntry> table;
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
   for (const pb::TensorEntry &t : plan.tensors()) {
@@ -315,14 +314,8 @@ Status train(const TrainOptions &options) {
   }
   for (pb::TensorEntry &e : table) {
     e.clear_slices();
-    e.clear_split_dim();
-    e.clear_split_blocks();
     auto it = layoutOf.find(stateKeyOf(e));
-    if (it != layoutOf.end()) {
-      e.set_split_dim(it->second.dim);
-      if (it->second.blocks > 1)
-        e.set_split_blocks(it->second.blocks);
-    }
+    setSplit(&e, it != layoutOf.end() ? it->second : Split());
   }
 
   // Stores hold each rank's real rows; the program sees chunks padded to a

@@ -214,6 +214,9 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
       if (auto blocks = main.getArgAttrOfType<IntegerAttr>(
               i, mlir::cleave::kSplitBlocksAttr))
         entry->set_split_blocks(blocks.getInt());
+      if (auto granule = main.getArgAttrOfType<IntegerAttr>(
+              i, mlir::cleave::kSplitGranuleAttr))
+        entry->set_split_granule(granule.getInt());
     }
     trained[name.str()] = true;
   }

@@ -8,6 +8,7 @@
 
 #include "Inspect.h"
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
 #include "plan/plan.pb.h"
 #include "llvm/Support/Format.h"
@@ -48,11 +49,10 @@ int runInspect(const std::string &bundle, bool json) {
   }
   const pb::Program &program = plan.programs(0);
   int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
-  std::map<std::string, std::pair<int64_t, int64_t>> split;
+  std::map<std::string, rt::Split> split;
   for (const pb::Binding &b : program.input_bindings())
     if (b.role() == pb::Binding::PARAMETER && b.has_split_dim())
-      split[b.name()] = {b.split_dim(),
-                         b.has_split_blocks() ? b.split_blocks() : 1};
+      split[b.name()] = rt::splitOf(b);
 
   struct ParamRow {
     std::string name, sharding;
@@ -70,13 +70,17 @@ int runInspect(const std::string &bundle, bool json) {
     row.local = row.shape;
     int64_t bytes = bytesOf(t.type());
     if (auto it = split.find(t.name()); it != split.end()) {
-      auto [dim, blocks] = it->second;
-      row.sharding = "split(" + std::to_string(dim) +
-                     (blocks > 1 ? ", " + std::to_string(blocks) + " blocks"
-                                 : std::string()) +
-                     ")";
+      rt::Split s = it->second;
+      int64_t dim = s.dim;
+      row.sharding =
+          "split(" + std::to_string(dim) +
+          (s.blocks > 1 ? ", " + std::to_string(s.blocks) + " blocks"
+                        : std::string()) +
+          (s.granule > 1 ? ", by " + std::to_string(s.granule) + "-wide heads"
+                         : std::string()) +
+          ")";
       // A dimension tp does not divide is split in padded chunks.
-      row.local[dim] = blocks * ((row.local[dim] / blocks + tp - 1) / tp);
+      row.local[dim] = rt::localExtent(row.local[dim], s, tp);
       bytes = bytes / row.shape[dim] * row.local[dim];
     }
     paramBytes += bytes;

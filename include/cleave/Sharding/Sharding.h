@@ -29,6 +29,10 @@ constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
 /// is several equal blocks each split on its own, their number.
 constexpr llvm::StringLiteral kSplitDimAttr = "cleave.split_dim";
 constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
+/// With kSplitDimAttr, where tp does not divide a block: the chunks are
+/// whole multiples of this many indices (a head's width), so no head is
+/// cut between two ranks.
+constexpr llvm::StringLiteral kSplitGranuleAttr = "cleave.split_granule";
 
 /// Collective attribute set by the partitioner: the phase of the train step
 /// that needs it ("forward", "backward", "optimizer").
@@ -51,31 +55,52 @@ constexpr llvm::StringLiteral kShardSizeAttr = "cleave.shard_size";
 /// A value's state on the tp axis: replicated, split along one dimension, or
 /// a pending partial result (each rank holds an addend, or a candidate for
 /// the max/min).
+/// Kept to 16 bytes: a dry run of the search reads one per value of the
+/// step, and they stay in cache.
 struct Layout {
-  enum class Kind { Replicated, Split, Partial };
+  enum class Kind : uint8_t { Replicated, Split, Partial };
   Kind kind = Kind::Replicated;
-  int64_t dim = -1;
+  int16_t dim = -1;
   ReduceKind combine = ReduceKind::sum;
   /// Split: the dimension is this many equal blocks (a fused q/k/v
   /// projection), each split across the ranks; 1 for a plain split.
-  int64_t blocks = 1;
+  int32_t blocks = 1;
+  /// Split: each rank's chunk of a block is a whole number of granules
+  /// (heads of this width), ceil(granules / tp) of them; the last ranks'
+  /// chunks end in padding. 1: chunks of ceil(block / tp) indices.
+  int32_t granule = 1;
 
   static Layout replicated() { return {}; }
-  static Layout split(int64_t d, int64_t blocks = 1) {
-    return {Kind::Split, d, ReduceKind::sum, blocks};
+  static Layout split(int64_t d, int64_t blocks = 1, int64_t granule = 1) {
+    return {Kind::Split, static_cast<int16_t>(d), ReduceKind::sum,
+            static_cast<int32_t>(blocks), static_cast<int32_t>(granule)};
   }
   static Layout partial(ReduceKind c = ReduceKind::sum) {
-    return {Kind::Partial, -1, c, 1};
+    return {Kind::Partial, -1, c, 1, 1};
+  }
+  /// The extent of every rank's chunk of one block of \p block indices.
+  int64_t chunk(int64_t block, int64_t tp) const {
+    int64_t g = granule;
+    return (block + g * tp - 1) / (g * tp) * g;
+  }
+  /// The same split with the granule dropped where it changes nothing
+  /// (tp times the granule divides the block of \p size / blocks).
+  Layout canonical(int64_t size, int64_t tp) const {
+    Layout l = *this;
+    if (l.isSplit() && (size / l.blocks) % (l.granule * tp) == 0)
+      l.granule = 1;
+    return l;
   }
   bool isReplicated() const { return kind == Kind::Replicated; }
   bool isSplit() const { return kind == Kind::Split; }
   bool isPartial() const { return kind == Kind::Partial; }
   bool operator==(const Layout &o) const {
     return kind == o.kind && dim == o.dim && blocks == o.blocks &&
+           granule == o.granule &&
            (kind != Kind::Partial || combine == o.combine);
   }
   bool operator!=(const Layout &o) const { return !(*this == o); }
-  /// "R", "S(1)", "P(sum)".
+  /// "R", "S(1)", "S(1,3)" (3 blocks), "S(1,3;64)" (granule 64), "P(sum)".
   std::string str() const;
 };
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 namespace cleave::plan {
+class Binding;
 class TensorEntry;
 class FileDigest;
 } // namespace cleave::plan
@@ -31,11 +32,21 @@ class FileDigest;
 namespace cleave::rt {
 
 /// A tensor's layout on mesh axis 0: split along `dim` (-1: replicated), the
-/// dimension being `blocks` equal blocks each split across the ranks.
+/// dimension being `blocks` equal blocks each split across the ranks, every
+/// rank's chunk of a block a whole number of `granule`s (heads).
 struct Split {
   int64_t dim = -1;
   int64_t blocks = 1;
+  int64_t granule = 1;
   bool isSplit() const { return dim >= 0; }
+  /// The extent of each rank's chunk of a block of \p block indices.
+  int64_t chunk(int64_t block, int64_t parts) const {
+    return (block + granule * parts - 1) / (granule * parts) * granule;
+  }
+  bool operator==(const Split &o) const {
+    return dim == o.dim &&
+           (dim < 0 || (blocks == o.blocks && granule == o.granule));
+  }
 };
 
 /// Index ranges [first, second) of the split dimension that rank \p rank of
@@ -59,7 +70,8 @@ int64_t localExtent(int64_t size, Split split, int64_t parts);
 /// Whether chunks of a dimension of \p size split so on \p parts ranks are
 /// padded in memory.
 inline bool isPadded(int64_t size, Split split, int64_t parts) {
-  return split.isSplit() && (size / split.blocks) % parts != 0;
+  int64_t block = size / split.blocks;
+  return split.isSplit() && split.chunk(block, parts) * parts != block;
 }
 
 /// Rank \p rank's \p chunk (its real ranges, as files hold them) padded to
@@ -79,6 +91,9 @@ DType fromPlan(int planDType);
 
 /// The layout recorded in \p entry.
 Split splitOf(const plan::TensorEntry &entry);
+Split splitOf(const plan::Binding &binding);
+/// Records \p split in \p entry (clearing what was there).
+void setSplit(plan::TensorEntry *entry, Split split);
 
 /// "weights/rank-3.safetensors" style names.
 std::string rankFileName(const std::string &dir, int64_t rank);
