@@ -20,6 +20,9 @@ most 1.05 x the optimum computed from the model's shapes (manifest.json):
 block), one for the vocab-parallel embedding forward and one for the LM
 head's input gradient, three [batch*seq] floats for the vocab-parallel loss,
 and the per-layer reduction a replicated K/V projection's gradient needs.
+Outside Megatron's pattern only those K/V reductions and the norm
+parameters' gradients of a parallel block from two norms (norm_reduce_bytes)
+may appear; their bytes count in the total.
 
 Both there and at each --explain-tp every collective must carry a reason
 that names the op needing it (or the parameter whose gradient it reduces),
@@ -125,9 +128,12 @@ def megatron(cleave, bundle, cfg):
     info = json.loads(run([cleave, "inspect", bundle, "--json"]))
     coll = info["collectives"]
     outside, problems = explain(coll)
-    # Beyond Megatron's reductions only the replicated K/V projections'.
+    # Beyond Megatron's reductions only the replicated K/V projections' and,
+    # where a parallel block's two norms keep the gradient partial, the
+    # norms' parameter gradients (counted in the total, not the optimum).
     extra = sum(c["bytes"] for c in outside)
-    if extra > cfg["layers"] * cfg.get("kv_reduce_bytes", 0):
+    if extra > (cfg["layers"] * cfg.get("kv_reduce_bytes", 0)
+                + cfg.get("norm_reduce_bytes", 0)):
         problems.append(f"{len(outside)} collectives ({extra} bytes) outside "
                         f"Megatron's pattern, e.g. {outside[0]['reason']}")
     total = sum(c["bytes"] for c in coll)

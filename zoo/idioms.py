@@ -594,11 +594,13 @@ def mistral_inputs(gen):
 
 
 def family(build, freeze, parallel, vocab_parallel, d=64, kv_reduce_bytes=0,
-           inputs=None):
+           inputs=None, norm_reduce_bytes=0):
     cfg = {"layers": 2, "d": d, "batch": 2, "seq": 16, "parallel": parallel,
            "vocab_parallel": vocab_parallel}
     if kv_reduce_bytes:
         cfg["kv_reduce_bytes"] = kv_reduce_bytes
+    if norm_reduce_bytes:
+        cfg["norm_reduce_bytes"] = norm_reduce_bytes
     return Model(build, inputs or (lambda g: lm_inputs(96, g)), freeze, cfg)
 
 
@@ -626,8 +628,13 @@ MODELS = collections.OrderedDict([
     # Gemma-7B's shape: head_dim 16 with 8 heads, so q/o project 64 <-> 128;
     # GeGLU, (1 + w) RMSNorm, embeddings scaled by sqrt(d) and tied.
     ("gemma_head_dim", llama_model(4, head_dim=16, gemma=True)),
+    # Two norms per parallel block: the gradient of both stays partial
+    # through them and is reduced once; the norms' own weight and bias
+    # gradients (and the final norm's) are then reduced, in one bucket:
+    # (2 layers x 4 + 2) x [64] floats.
     ("neox_parallel", family(NeoX, ["cos_cached", "sin_cached", "attn_bias"], True,
-                             ["embed_in.weight", "embed_out.weight"])),
+                             ["embed_in.weight", "embed_out.weight"],
+                             norm_reduce_bytes=(2 * 4 + 2) * 64 * 4)),
     ("bloom_alibi", family(lambda: NeoX(alibi=True), ["cos_cached", "sin_cached", "attn_bias"],
                            False, ["embed_in.weight", "embed_out.weight"])),
     ("gptj_interleaved", family(lambda: GPTJ("gptj"), ["embed_positions", "causal_mask"],

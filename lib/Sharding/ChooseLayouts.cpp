@@ -210,7 +210,7 @@ void explainChoices(const std::vector<Param> &params,
 FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
     const CostModel &cost, LayoutAlternatives *alternatives,
-    bool *embedProducts) {
+    PartitionOptions *options) {
   // Fused projections: a dimension of size D that the step slices into
   // B aligned pieces is a candidate for a split in B blocks.
   std::map<int64_t, std::set<int64_t>> blockCounts;
@@ -310,8 +310,8 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   // gather more than any plan without one, so that the moves removing them
   // win and none is left (the replicated plan has none).
   // A plan's communication plus memory charge (infinite where it gathers a
-  // parameter or fails) and its gathers of products, with or without
-  // embedding (partition()'s embedProducts).
+  // parameter or fails) and its gathers of products, rewritten with the
+  // given options.
   struct Evaluation {
     double base;
     size_t gathers;
@@ -322,8 +322,9 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   std::map<std::string, Evaluation> evaluated;
   std::mutex evaluatedMutex;
   auto evaluate = [&](const ParameterLayouts &layouts,
-                      bool embed) -> Evaluation {
-    std::string key = embed ? "e:" : "g:";
+                      PartitionOptions how) -> Evaluation {
+    std::string key = how.embedProducts ? "e" : "g";
+    key += how.partialFanOut ? "f:" : ":";
     for (const Param &p : params)
       key += layouts.lookup(p.names.front()).str() + ";";
     {
@@ -333,7 +334,7 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     }
     FailureOr<PartitionResult> r =
         partition(func, tp, layouts, cost, /*rewrite=*/false, &index,
-                  /*alternatives=*/nullptr, embed);
+                  /*alternatives=*/nullptr, how);
     Evaluation v{std::numeric_limits<double>::infinity(), 0, {}};
     if (succeeded(r) && llvm::none_of(r->gatheredParameters, notFixed)) {
       v.base = r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
@@ -345,10 +346,11 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     evaluated[key] = v;
     return v;
   };
+  PartitionOptions plain, embedding{/*embedProducts=*/true, false};
   auto score = [&](const ParameterLayouts &layouts, int phase) -> double {
     if (phase == 1)
-      return evaluate(layouts, false).base;
-    Evaluation v = evaluate(layouts, true);
+      return evaluate(layouts, plain).base;
+    Evaluation v = evaluate(layouts, embedding);
     return v.base + kGatherPenalty * static_cast<double>(v.gathers);
   };
   double best = 0;
@@ -359,8 +361,8 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
         [&](const ParameterLayouts &l) { return score(l, phase); }, focus);
   };
   search(1, nullptr);
-  bool embed = false;
-  if (evaluate(plan, false).gathers > 0) {
+  PartitionOptions how = plain;
+  if (evaluate(plan, plain).gathers > 0) {
     // Removing the gathers may cost memory (the replicated K/V projection
     // of multi-query attention: a few percent) or much more (attention
     // left whole where heads do not divide tp, which a head-aligned split
@@ -369,9 +371,9 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     // Its moves start at the groups whose products are gathered; the
     // others are tried once a move changes the plan near them.
     ParameterLayouts first = plan;
-    double firstBase = evaluate(first, false).base;
+    double firstBase = evaluate(first, plain).base;
     std::set<std::string> sources;
-    for (unsigned arg : evaluate(first, false).gathered)
+    for (unsigned arg : evaluate(first, plain).gathered)
       sources.insert(
           func.getArgAttrOfType<StringAttr>(arg, kParameterAttr).str());
     std::vector<bool> focus;
@@ -379,17 +381,32 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
       focus.push_back(llvm::any_of(
           p.names, [&](const std::string &n) { return sources.count(n); }));
     search(2, &focus);
-    embed = true;
-    if (!(evaluate(plan, true).base <= (1 + kGatherTolerance) * firstBase)) {
+    how = embedding;
+    if (!(evaluate(plan, embedding).base <=
+          (1 + kGatherTolerance) * firstBase)) {
       plan = std::move(first);
-      embed = false;
+      how = plain;
       best = firstBase;
     }
   }
-  if (embedProducts)
-    *embedProducts = embed;
+  // The plan's gradients may stay partial where they fan out into several
+  // ops and meet again before anything needs them whole (the two norms of
+  // a parallel block: one reduction of their sum instead of one each, and
+  // the norms' own parameter gradients reduced in the step's one bucket).
+  // The layouts do not change, only where the reductions go, so this is
+  // the last decision, taken on the chosen plan's cost.
+  PartitionOptions fanOut = how;
+  fanOut.partialFanOut = true;
+  Evaluation kept = evaluate(plan, how), spread = evaluate(plan, fanOut);
+  if (spread.gathers <= kept.gathers && spread.base < kept.base) {
+    how = fanOut;
+    best += spread.base - kept.base;
+  }
+  if (options)
+    *options = how;
   auto finalScore = [&](const ParameterLayouts &l) {
-    return embed ? score(l, 2) : score(l, 1);
+    Evaluation v = evaluate(l, how);
+    return v.base + (how.embedProducts ? kGatherPenalty * v.gathers : 0.0);
   };
   if (alternatives)
     explainChoices(params, plan, finalScore, best, *alternatives);

@@ -21,6 +21,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <limits>
+#include <numeric>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -60,6 +61,10 @@ struct PartitionIndex::Impl {
   llvm::DenseMap<Value, int32_t> ids;
   std::vector<int64_t> bytes;
   std::vector<uint8_t> isFloat, oneUse;
+  /// Per value id, its uses among the ops (op index, operand number):
+  /// users[userStart[id] .. userStart[id + 1]).
+  std::vector<uint32_t> userStart;
+  std::vector<std::pair<uint32_t, uint32_t>> users;
   std::vector<int32_t> operands; // all ops' operand ids, op after op
   std::vector<OpEntry> ops;
   std::vector<ShardingRule> rules;
@@ -131,6 +136,18 @@ struct PartitionIndex::Impl {
       }
       ops.push_back(e);
     }
+    userStart.assign(values.size() + 1, 0);
+    for (const OpEntry &e : ops)
+      for (unsigned i = 0; i < e.numOperands; ++i)
+        ++userStart[operands[e.firstOperand + i] + 1];
+    for (size_t v = 0; v < values.size(); ++v)
+      userStart[v + 1] += userStart[v];
+    users.resize(userStart.back());
+    std::vector<uint32_t> fill(userStart.begin(), userStart.end() - 1);
+    for (auto [k, e] : llvm::enumerate(ops))
+      for (unsigned i = 0; i < e.numOperands; ++i)
+        users[fill[operands[e.firstOperand + i]]++] = {static_cast<uint32_t>(k),
+                                                       i};
     for (unsigned i = 0; i < func.getNumResults(); ++i) {
       StringRef param;
       if (auto name = func.getResultAttrOfType<StringAttr>(i, kParameterAttr))
@@ -256,10 +273,12 @@ class Partitioner {
 public:
   Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
               bool rewrite, const Index &index,
-              const LayoutAlternatives *alternatives, bool embedProducts)
+              const LayoutAlternatives *alternatives, PartitionOptions options)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
-        embedProducts(embedProducts), builder(func.getContext()), index(index),
-        layouts(index.values.size()), pads(index.values.size(), Pad::Unknown),
+        embedProducts(options.embedProducts),
+        partialFanOut(options.partialFanOut), builder(func.getContext()),
+        index(index), layouts(index.values.size()),
+        pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
         embedOrigin(index.values.size(), -1) {}
 
@@ -270,7 +289,7 @@ private:
   int64_t tp;
   const CostModel &cost;
   bool rewrite;
-  bool embedProducts;
+  bool embedProducts, partialFanOut;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;
@@ -416,6 +435,15 @@ private:
   /// Value \p id in layout \p to: the new value when rewriting, null in a
   /// dry run. Adds the communication to the result.
   Value convert(int32_t id, Layout to);
+  /// Partial gradient \p id reduced (the local value when rewriting). The
+  /// first one needed whole reduces, in one collective, every partial
+  /// gradient defined by then (gradients are complete once the backward
+  /// ends, and the optimizer reads them after): one latency per bucket, as
+  /// data-parallel trainers bucket theirs.
+  Value reduceGradients(int32_t id);
+  /// Values with ids below this are defined (the op being visited is the
+  /// first not to be).
+  int32_t definedBelow = 0;
   /// Split value \p id as a partial sum: each rank's chunk in place, zeros
   /// elsewhere (local; null in a dry run).
   Value embed(int32_t id, Layout from);
@@ -436,6 +464,10 @@ private:
   LogicalResult visitBlockSliceScatter(const OpEntry &e);
   struct Candidates;
   LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
+  /// Whether an op reading partial value \p id cannot take it partial (no
+  /// rule passes it on, or another operand is split), so that it will be
+  /// reduced anyway and had better be reduced once for all its users.
+  bool someUserNeedsWhole(int32_t id) const;
   /// For a split along a padded factor \p f: masks the operands a reduction
   /// over it reads, or records the padding of the results.
   void padOperandsAndResults(const OpEntry &e, const ShardingFactor &f,
@@ -520,6 +552,9 @@ Value Partitioner::convert(int32_t id, Layout to) {
       if (shape[from.dim] != global.getDimSize(from.dim))
         full = resizeBlocks(full, global, from.dim, from.blocks);
     }
+  } else if (from.isPartial() && from.combine == ReduceKind::sum &&
+             index.gradientOf.count(id)) {
+    full = reduceGradients(id);
   } else if (from.isPartial()) {
     if (!counted) {
       result.seconds += allReduceCost(bytesOf(id));
@@ -596,6 +631,74 @@ Value Partitioner::resizeBlocks(Value whole, RankedTensorType to, int64_t dim,
   if (blocks > 1)
     v = ReshapeOp::create(builder, loc, to, v);
   return v;
+}
+
+Value Partitioner::reduceGradients(int32_t id) {
+  ConversionKey whole = key(id, Layout::replicated());
+  if (rewrite)
+    if (Value done = converted.lookup(whole))
+      return done;
+  SmallVector<int32_t> bucket{id};
+  for (auto [g, name] : index.gradientOf)
+    if (g != id && g < definedBelow && layouts[g].isPartial() &&
+        layouts[g].combine == ReduceKind::sum &&
+        !countedConversions.count(key(g, Layout::replicated())))
+      bucket.push_back(g);
+  llvm::sort(bucket.begin() + 1, bucket.end());
+  int64_t bytes = 0;
+  for (int32_t g : bucket) {
+    bytes += bytesOf(g);
+    countedConversions.insert(key(g, Layout::replicated()));
+  }
+  result.seconds += allReduceCost(bytes);
+  if (!rewrite)
+    return Value();
+  SmallVector<int64_t> axes{0};
+  if (bucket.size() == 1) {
+    Value out = AllReduceOp::create(builder, loc, ReduceKind::sum,
+                                    mapping.lookup(index.values[id]), axes);
+    auto [reason, megatron] = reduceReason(id);
+    tag(out.getDefiningOp(), reason, megatron);
+    converted[whole] = out;
+    return out;
+  }
+  // Flattened, concatenated, reduced once and cut apart again.
+  Type elem = typeOf(index.values[id]).getElementType();
+  SmallVector<Value> flat;
+  SmallVector<int64_t> sizes;
+  for (int32_t g : bucket) {
+    auto type = typeOf(index.values[g]);
+    sizes.push_back(type.getNumElements());
+    flat.push_back(ReshapeOp::create(
+        builder, loc, RankedTensorType::get({sizes.back()}, elem),
+        mapping.lookup(index.values[g])));
+  }
+  int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
+  auto allType = RankedTensorType::get({total}, elem);
+  Value all = ConcatOp::create(builder, loc, allType, flat, uint64_t(0));
+  all = AllReduceOp::create(builder, loc, ReduceKind::sum, all, axes);
+  std::string others;
+  for (int32_t g : ArrayRef<int32_t>(bucket).drop_front())
+    others +=
+        (others.empty() ? "'" : ", '") + index.gradientOf.lookup(g).str() + "'";
+  tag(all.getDefiningOp(),
+      "one bucket: the gradient of parameter '" +
+          index.gradientOf.lookup(id).str() + "' and those of " + others +
+          " are partial sums on every rank (their uses see the values whole "
+          "but each rank's share of the results); for '" +
+          index.gradientOf.lookup(id).str() + "', " +
+          alternativeOf(index.gradientOf.lookup(id)),
+      false);
+  int64_t at = 0;
+  for (auto [g, n] : llvm::zip(bucket, sizes)) {
+    Value piece =
+        SliceOp::create(builder, loc, RankedTensorType::get({n}, elem), all,
+                        SmallVector<int64_t>{at}, SmallVector<int64_t>{1});
+    converted[key(g, Layout::replicated())] =
+        ReshapeOp::create(builder, loc, typeOf(index.values[g]), piece);
+    at += n;
+  }
+  return converted[whole];
 }
 
 std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
@@ -1115,8 +1218,25 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
       fansOut |= !index.oneUse[id];
     }
   }
+  // A partial sum passed on is reduced later at its new size, so a
+  // contraction or scatter that would make it bigger (a scatter into a
+  // table, a weight gradient from a small input gradient) takes it reduced
+  // (a broadcast into an elementwise op usually joins a partial of the
+  // same size). A gradient that fans out (into the optimizer's moments) is
+  // reduced before, for all of them.
+  bool grows = false;
+  if (isa<MatmulOp, ScatterAddOp>(e.op) && cands.partialOperand >= 0)
+    for (unsigned r = 0; r < e.numResults; ++r)
+      grows |= bytesOf(e.firstResult + r) >
+               bytesOf(operandId(e, cands.partialOperand));
+  bool fanOutAllowed = partialFanOut;
+  for (unsigned i = 0; i < numOperands && fanOutAllowed; ++i) {
+    int32_t id = operandId(e, i);
+    if (layoutOf(id).isPartial() && !index.oneUse[id])
+      fanOutAllowed = !index.gradientOf.count(id) && !someUserNeedsWhole(id);
+  }
   bool partialCandidate =
-      numPartial > 0 && !fansOut &&
+      numPartial > 0 && !grows && (!fansOut || fanOutAllowed) &&
       (rule.additive ||
        (numPartial == 1 && rule.scalingOperands[cands.partialOperand]));
   using Cut = Candidates::Cut;
@@ -1172,6 +1292,28 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
   return success();
 }
 
+bool Partitioner::someUserNeedsWhole(int32_t id) const {
+  for (uint32_t u = index.userStart[id]; u < index.userStart[id + 1]; ++u) {
+    auto [k, operand] = index.users[u];
+    const OpEntry &user = index.ops[k];
+    if (user.kind == Index::Kind::Reshape)
+      continue;
+    if (user.rule < 0)
+      return true;
+    const ShardingRule &rule = index.rules[user.rule];
+    if (rule.additive)
+      continue;
+    if (!rule.scalingOperands[operand])
+      return true;
+    for (unsigned j = 0; j < user.numOperands; ++j) {
+      int32_t other = operandId(user, j);
+      if (j != operand && other < definedBelow && layoutOf(other).isSplit())
+        return true;
+    }
+  }
+  return false;
+}
+
 void Partitioner::carrySplitSource(const OpEntry &e, ArrayRef<Layout> to) {
   int32_t source = -1;
   for (unsigned i = 0; i < e.numOperands && source < 0; ++i) {
@@ -1225,6 +1367,7 @@ void Partitioner::padOperandsAndResults(const OpEntry &e,
 }
 
 LogicalResult Partitioner::visit(const OpEntry &e) {
+  definedBelow = static_cast<int32_t>(e.firstResult);
   if (rewrite) {
     loc = e.op->getLoc();
     phase = phaseOf.lookup(e.op);
@@ -1323,6 +1466,7 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
       return failure();
     }
 
+  definedBelow = static_cast<int32_t>(index.values.size());
   // Results in the layouts the trainer keeps: the loss replicated; new
   // parameters, gradients and optimizer state as their parameter.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -1428,11 +1572,10 @@ void Partitioner::classifyPhases() {
 FailureOr<PartitionResult> mlir::cleave::partition(
     func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
     const CostModel &cost, bool rewrite, const PartitionIndex *index,
-    const LayoutAlternatives *alternatives, bool embedProducts) {
+    const LayoutAlternatives *alternatives, PartitionOptions options) {
   std::optional<PartitionIndex> own;
   if (!index)
     index = &own.emplace(func);
-  Partitioner p(func, tp, cost, rewrite, *index->impl, alternatives,
-                embedProducts);
+  Partitioner p(func, tp, cost, rewrite, *index->impl, alternatives, options);
   return p.run(layouts);
 }

@@ -156,12 +156,12 @@ void PartitionPass::runOnOperation() {
     if (!planFile.empty() && failed(readPlan(func, fixed)))
       return signalPassFailure();
     LayoutAlternatives alternatives;
-    bool embedProducts = false;
+    PartitionOptions options;
     FailureOr<ParameterLayouts> layouts =
-        chooseLayouts(func, tp, fixed, cost, &alternatives, &embedProducts);
+        chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
     if (failed(layouts) ||
         failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,
-                         &alternatives, embedProducts)))
+                         &alternatives, options)))
       return signalPassFailure();
   }
 }

@@ -148,27 +148,35 @@ public:
   std::unique_ptr<Impl> impl;
 };
 
+/// How partition() treats two choices that are the search's, plan-wide.
+struct PartitionOptions {
+  /// A reshape that a value carrying a parameter's split cannot keep split
+  /// makes each rank's chunk a partial sum (zeros elsewhere) instead of
+  /// gathering it.
+  bool embedProducts = false;
+  /// A partial sum read by several ops stays partial into each of them
+  /// where they allow it (by default it is reduced before it fans out).
+  bool partialFanOut = false;
+};
+
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
-/// the collectives that a parameter's layout causes. With \p embedProducts,
-/// a reshape that a value carrying a parameter's split cannot keep split
-/// makes each rank's chunk a partial sum (zeros elsewhere) instead of
-/// gathering it (see chooseLayouts).
+/// the collectives that a parameter's layout causes.
 FailureOr<PartitionResult>
 partition(func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
           const CostModel &cost, bool rewrite,
           const PartitionIndex *index = nullptr,
           const LayoutAlternatives *alternatives = nullptr,
-          bool embedProducts = false);
+          PartitionOptions options = {});
 
 /// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
 /// the others are searched to minimise communication plus the cost model's
 /// memory charge. Fills \p alternatives, when given, for the searched ones.
-/// \p embedProducts, when given, says how partition() must rewrite the
-/// chosen plan.
+/// \p options, when given, says how partition() must rewrite the chosen
+/// plan.
 FailureOr<ParameterLayouts>
 chooseLayouts(func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
               const CostModel &cost, LayoutAlternatives *alternatives = nullptr,
-              bool *embedProducts = nullptr);
+              PartitionOptions *options = nullptr);
 
 /// Attaches the ShardingRuleOpInterface models of the cleave ops.
 void registerShardingRules(DialectRegistry &registry);
