@@ -1,5 +1,4 @@
-//===- ChooseLayouts.cpp - Automatic choice of parameter layouts -*- C++
-//-*-===//
+//===- ChooseLayouts.cpp - Automatic parameter layouts ----------*- C++ -*-===//
 //
 // The decision variables are the parameters' layouts (optimizer state follows
 // its parameter; activations follow by propagation). Every candidate plan is

@@ -9,7 +9,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   let summary = "Chooses parameter layouts and rewrites the train step per rank";
   let description = [{
     Tensor parallelism over a 1-D mesh of `tp` ranks (axis 0, "tp"). Each
-    parameter is replicated or split along one dimension; the layouts come
+    parameter is replicated or split along one dimension (in blocks for a
+    fused projection, and by whole heads where tp does not divide them,
+    each rank's chunk padded to the same extent); the layouts come
     from `plan` rules where given (a file of `REGEX KIND` lines, KIND one of
     colwise, rowwise, replicate, vocab), the rest from a search that scores
     each candidate plan by a dry run of the partitioner over the whole train
@@ -20,12 +22,14 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     communication for its operands' layouts; values are rebuilt on local
     shapes, and `cleave.all_reduce` / `cleave.all_gather` /
     `cleave.shard_slice` are inserted where layouts meet. Partial sums stay
-    pending through linear ops. Every collective carries `cleave.reason`
+    pending through linear ops; replicated parameters' partial gradients
+    are reduced in one bucket. Every collective carries `cleave.reason`
     (the op that needed it and what keeping the split would have cost) and,
     where it is one of Megatron's reductions, `cleave.megatron`. The result
     is one SPMD program: every rank
     runs it, collectives and `shard_slice` find the rank at run time. Split
-    arguments and results are marked `cleave.split_dim`; the module gets
+    arguments and results are marked `cleave.split_dim` (and
+    `cleave.split_blocks`, `cleave.split_granule`); the module gets
     `cleave.mesh`.
 
     Before (`tp=2`, `x W^T` then `relu` then `h V^T`):

@@ -1,0 +1,406 @@
+//===- Partitioner.h - The partitioner, shared by its parts -----*- C++ -*-===//
+//
+// Private to lib/Sharding: the step's index and the Partitioner, whose
+// definitions are split between Partition.cpp (the walk, the op rules, the
+// collectives) and PartitionShapes.cpp (reshapes, block slices, and the
+// padding of split values).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_LIB_SHARDING_PARTITIONER_H
+#define CLEAVE_LIB_SHARDING_PARTITIONER_H
+
+#include "Cleave/CleaveInterfaces.h"
+#include "Cleave/CleaveOps.h"
+#include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "cleave/Lowering/PlanBuffers.h"
+#include "cleave/Sharding/Sharding.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace mlir::cleave {
+
+struct PartitionIndex::Impl {
+  enum class Kind : uint8_t {
+    Constant,
+    Reshape,
+    Slice,
+    Concat,
+    SliceScatter,
+    Ruled,
+    Replicated
+  };
+  struct OpEntry {
+    Operation *op;
+    Kind kind;
+    int32_t rule = -1; // into rules
+    uint32_t firstOperand, numOperands;
+    uint32_t firstResult, numResults;
+  };
+  std::vector<Value> values;
+  llvm::DenseMap<Value, int32_t> ids;
+  std::vector<int64_t> bytes;
+  std::vector<uint8_t> isFloat, oneUse;
+  /// Per value id, its uses among the ops (op index, operand number):
+  /// users[userStart[id] .. userStart[id + 1]).
+  std::vector<uint32_t> userStart;
+  std::vector<std::pair<uint32_t, uint32_t>> users;
+  std::vector<int32_t> operands; // all ops' operand ids, op after op
+  std::vector<OpEntry> ops;
+  std::vector<ShardingRule> rules;
+  /// Per argument: the parameter whose layout it takes (itself or the one
+  /// whose optimizer state it is), empty for data, buffers and the step.
+  std::vector<StringRef> argParameter;
+  std::vector<uint8_t> argIsParameter;
+  /// Per result: the parameter whose layout it is kept in (new parameters,
+  /// gradients, optimizer state; empty for the loss and buffers) and the
+  /// phase its collectives belong to.
+  std::vector<StringRef> resultParameter;
+  std::vector<const char *> resultPhase;
+  std::vector<uint8_t> resultIsGradient;
+  /// Values the step returns as a parameter's gradient, by value id.
+  llvm::DenseMap<int32_t, StringRef> gradientOf;
+
+  explicit Impl(func::FuncOp func) {
+    auto add = [&](Value v) {
+      ids[v] = values.size();
+      values.push_back(v);
+      bytes.push_back(storageBytes(v.getType()));
+      isFloat.push_back(
+          isa<FloatType>(cast<RankedTensorType>(v.getType()).getElementType()));
+      oneUse.push_back(v.hasOneUse());
+    };
+    for (BlockArgument arg : func.getArguments()) {
+      add(arg);
+      unsigned i = arg.getArgNumber();
+      StringRef param;
+      auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+      if (name)
+        param = name.getValue();
+      else if (auto state =
+                   func.getArgAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
+        param = cast<StringAttr>(state[0]).getValue();
+      argParameter.push_back(param);
+      argIsParameter.push_back(static_cast<bool>(name));
+    }
+    for (Operation &op : func.getBody().front().without_terminator()) {
+      OpEntry e{&op,
+                Kind::Replicated,
+                -1,
+                static_cast<uint32_t>(operands.size()),
+                op.getNumOperands(),
+                static_cast<uint32_t>(values.size()),
+                op.getNumResults()};
+      for (Value v : op.getOperands())
+        operands.push_back(ids.lookup(v));
+      for (Value r : op.getResults())
+        add(r);
+      if (isa<ConstantOp>(op))
+        e.kind = Kind::Constant;
+      else if (isa<ReshapeOp>(op))
+        e.kind = Kind::Reshape;
+      else if (isa<SliceOp>(op))
+        e.kind = Kind::Slice;
+      else if (isa<ConcatOp>(op))
+        e.kind = Kind::Concat;
+      else if (isa<SliceScatterOp>(op))
+        e.kind = Kind::SliceScatter;
+      if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
+        ShardingRule rule;
+        if (succeeded(ruled.getShardingRule(rule))) {
+          e.rule = rules.size();
+          rules.push_back(std::move(rule));
+          if (e.kind == Kind::Replicated)
+            e.kind = Kind::Ruled;
+        }
+      }
+      ops.push_back(e);
+    }
+    userStart.assign(values.size() + 1, 0);
+    for (const OpEntry &e : ops)
+      for (unsigned i = 0; i < e.numOperands; ++i)
+        ++userStart[operands[e.firstOperand + i] + 1];
+    for (size_t v = 0; v < values.size(); ++v)
+      userStart[v + 1] += userStart[v];
+    users.resize(userStart.back());
+    std::vector<uint32_t> fill(userStart.begin(), userStart.end() - 1);
+    for (auto [k, e] : llvm::enumerate(ops))
+      for (unsigned i = 0; i < e.numOperands; ++i)
+        users[fill[operands[e.firstOperand + i]]++] = {static_cast<uint32_t>(k),
+                                                       i};
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      StringRef param;
+      if (auto name = func.getResultAttrOfType<StringAttr>(i, kParameterAttr))
+        param = name.getValue();
+      else if (auto name =
+                   func.getResultAttrOfType<StringAttr>(i, kGradientAttr))
+        param = name.getValue();
+      else if (auto state =
+                   func.getResultAttrOfType<ArrayAttr>(i, kOptimizerStateAttr))
+        param = cast<StringAttr>(state[0]).getValue();
+      resultParameter.push_back(param);
+      // Gradients are formed in the backward pass and updates in the
+      // optimizer; their collectives belong there.
+      resultIsGradient.push_back(
+          static_cast<bool>(func.getResultAttr(i, kGradientAttr)));
+      if (auto name = func.getResultAttrOfType<StringAttr>(i, kGradientAttr))
+        gradientOf[ids.lookup(
+            func.getBody().front().getTerminator()->getOperand(i))] =
+            name.getValue();
+      resultPhase.push_back(func.getResultAttr(i, kGradientAttr) ? "backward"
+                            : func.getResultAttr(i, kLossAttr)   ? "forward"
+                                                                 : "optimizer");
+    }
+  }
+};
+
+namespace partitioning {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+inline RankedTensorType typeOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+using Index = PartitionIndex::Impl;
+using OpEntry = Index::OpEntry;
+
+/// A dimension that tp does not divide is split in chunks of ceil(size / tp)
+/// (Megatron pads its vocabulary the same way): the chunks of the last ranks
+/// end in padding. What a padded value holds there: garbage, or a known
+/// constant (parameters and optimizer state are kept zero-padded; masks make
+/// a reduction's identity).
+enum class Pad : uint8_t { Unknown, Zero, NegInf, PosInf };
+
+/// The identity of \p combine, which a reduction over a padded dimension
+/// needs in the padding.
+inline Pad identityOf(ReduceKind combine) {
+  return combine == ReduceKind::max   ? Pad::NegInf
+         : combine == ReduceKind::min ? Pad::PosInf
+                                      : Pad::Zero;
+}
+
+/// A value in a layout: (value id and layout code, granule).
+using ConversionKey = std::pair<uint64_t, int64_t>;
+
+class Partitioner {
+public:
+  Partitioner(func::FuncOp func, int64_t tp, const CostModel &cost,
+              bool rewrite, const Index &index,
+              const LayoutAlternatives *alternatives, PartitionOptions options)
+      : func(func), tp(tp), cost(cost), rewrite(rewrite),
+        embedProducts(options.embedProducts),
+        partialFanOut(options.partialFanOut), builder(func.getContext()),
+        index(index), layouts(index.values.size()),
+        pads(index.values.size(), Pad::Unknown),
+        splitSource(index.values.size(), -1), alternatives(alternatives),
+        embedOrigin(index.values.size(), -1) {}
+
+  FailureOr<PartitionResult> run(const ParameterLayouts &params);
+
+private:
+  func::FuncOp func;
+  int64_t tp;
+  const CostModel &cost;
+  bool rewrite;
+  bool embedProducts, partialFanOut;
+  OpBuilder builder;
+  const Index &index;
+  PartitionResult result;
+  /// By value id.
+  std::vector<Layout> layouts;
+  /// By value id: what a padded split value holds in its padding.
+  std::vector<Pad> pads;
+  /// By value id: the parameter (argument number) whose split a split
+  /// value carries (a column-parallel product, its activation, its
+  /// gradient), or -1 (a split sliced from a whole value).
+  std::vector<int32_t> splitSource;
+  /// Results of \p e split as their operands: the source of the first
+  /// operand that stays split.
+  void carrySplitSource(const OpEntry &e, ArrayRef<Layout> to);
+  /// The padding of converted values, by key(value id, target layout).
+  llvm::DenseMap<ConversionKey, Pad> convertedPads;
+  /// Masked copies of local values, by (value, fill).
+  llvm::DenseMap<std::pair<Value, int>, Value> masks;
+  /// Rewriting only: the reasons `cleave inspect` shows. The op being
+  /// visited (as the user needing a conversion), why it gathers the operand
+  /// being converted, and the op whose split contraction made each partial
+  /// value.
+  const LayoutAlternatives *alternatives;
+  std::string user, why;
+  llvm::DenseMap<int32_t, Operation *> partialFrom;
+  /// The reason for reducing partial value \p id, and whether the
+  /// reduction is one of Megatron's.
+  std::pair<std::string, bool> reduceReason(int32_t id) const;
+  std::string alternativeOf(StringRef param) const {
+    if (alternatives)
+      if (auto it = alternatives->find(param); it != alternatives->end())
+        return it->second;
+    return "its layout was fixed by --plan";
+  }
+  /// Sets the phase and the reason on a collective just built.
+  void tag(Operation *collective, StringRef reason, bool megatron) {
+    collective->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+    collective->setAttr(kReasonAttr, builder.getStringAttr(reason));
+    if (megatron)
+      collective->setAttr(kMegatronAttr, builder.getUnitAttr());
+  }
+  IRMapping mapping;
+  /// Conversions done (a partial value is reduced once for all its users),
+  /// by key(value id, target layout); the converted values when rewriting.
+  llvm::DenseSet<ConversionKey> countedConversions;
+  llvm::DenseMap<ConversionKey, Value> converted;
+  static ConversionKey key(int32_t id, Layout l) {
+    assert(l.dim < 63 && l.blocks < (1 << 20) && "layout code overflow");
+    uint64_t code = (static_cast<uint64_t>(l.kind) << 30) |
+                    (static_cast<uint64_t>(l.combine) << 26) |
+                    (static_cast<uint64_t>(l.dim + 1) << 20) |
+                    static_cast<uint64_t>(l.blocks);
+    return {(static_cast<uint64_t>(id) << 32) | code, l.granule};
+  }
+  std::string phase = "forward";
+  /// forward: the loss depends on it; optimizer: it depends on optimizer
+  /// state or the step, or only feeds new parameters; backward: the rest.
+  llvm::DenseMap<Operation *, std::string> phaseOf;
+  void classifyPhases();
+  Location loc = UnknownLoc::get(func.getContext());
+
+  int32_t idOf(Value v) const { return index.ids.lookup(v); }
+  int32_t operandId(const OpEntry &e, unsigned i) const {
+    return index.operands[e.firstOperand + i];
+  }
+
+  /// A value's layout; once a partial sum was reduced for one user, the
+  /// reduced copy serves the others (who would otherwise carry the partial
+  /// on and reduce it again).
+  Layout layoutOf(int32_t id) const {
+    Layout l = layouts[id];
+    if (l.isPartial() &&
+        countedConversions.count(key(id, Layout::replicated())))
+      return Layout::replicated();
+    return l;
+  }
+
+  int64_t bytesOf(int32_t id) const { return index.bytes[id]; }
+
+  RankedTensorType localType(RankedTensorType t, Layout l) const {
+    if (!l.isSplit())
+      return t;
+    SmallVector<int64_t> shape(t.getShape());
+    shape[l.dim] = l.blocks * l.chunk(shape[l.dim] / l.blocks, tp);
+    return RankedTensorType::get(shape, t.getElementType());
+  }
+  /// Whether \p l splits \p t in chunks that end in padding (tp, or tp
+  /// granules, do not divide a block).
+  bool isPadded(RankedTensorType t, Layout l) const {
+    if (!l.isSplit())
+      return false;
+    int64_t block = t.getDimSize(l.dim) / l.blocks;
+    return l.chunk(block, tp) * tp != block;
+  }
+  bool isPadded(int32_t id, Layout l) const {
+    return isPadded(typeOf(index.values[id]), l);
+  }
+  /// The padding of value \p id once converted to \p to.
+  Pad padAfter(int32_t id, Layout to) const {
+    if (layoutOf(id) == to)
+      return pads[id];
+    return convertedPads.lookup(key(id, to));
+  }
+  /// \p whole with each of the \p blocks blocks of dimension \p dim cut or
+  /// padded with zeros (at its end) to the extent \p to has (a gathered
+  /// padded value to the real one, or the reverse).
+  Value resizeBlocks(Value whole, RankedTensorType to, int64_t dim,
+                     int64_t blocks);
+  /// \p local (value \p id in layout \p l) with \p fill in its padding.
+  Value mask(Value local, int32_t id, Layout l, Pad fill);
+
+  double collectiveCost(double wireBytes) const {
+    return cost.alpha + cost.beta * wireBytes;
+  }
+  double allReduceCost(int64_t bytes) const {
+    return collectiveCost(2.0 * (tp - 1) / tp * bytes);
+  }
+  double allGatherCost(int64_t bytes) const {
+    return collectiveCost(1.0 * (tp - 1) / tp * bytes);
+  }
+
+  /// Cost of bringing value \p id from its layout to \p to.
+  double conversionCost(int32_t id, Layout to) const {
+    Layout from = layoutOf(id);
+    if (from == to)
+      return 0;
+    int64_t bytes = bytesOf(id);
+    // Slicing a replicated value is local; a small charge keeps the choice
+    // that needs no slicing on a tie.
+    double slice = 1e-15 * bytes;
+    // A replicated float joins a partial sum as its 1/tp share (local).
+    if (to.isPartial())
+      return from.isReplicated() && to.combine == ReduceKind::sum &&
+                     index.isFloat[id]
+                 ? slice
+                 : kInfinity;
+    double toReplicated = from.isReplicated() ? 0
+                          : from.isSplit()    ? allGatherCost(bytes)
+                                              : allReduceCost(bytes);
+    return to.isReplicated() ? toReplicated : toReplicated + slice;
+  }
+
+  /// Value \p id in layout \p to: the new value when rewriting, null in a
+  /// dry run. Adds the communication to the result.
+  Value convert(int32_t id, Layout to);
+  /// Partial gradient \p id reduced (the local value when rewriting). The
+  /// first one needed whole reduces, in one collective, every partial
+  /// gradient defined by then (gradients are complete once the backward
+  /// ends, and the optimizer reads them after): one latency per bucket, as
+  /// data-parallel trainers bucket theirs.
+  Value reduceGradients(int32_t id);
+  /// Values with ids below this are defined (the op being visited is the
+  /// first not to be).
+  int32_t definedBelow = 0;
+  /// Split value \p id as a partial sum: each rank's chunk in place, zeros
+  /// elsewhere (local; null in a dry run).
+  Value embed(int32_t id, Layout from);
+  llvm::DenseMap<int32_t, Value> embedded;
+  /// By value id: for a partial sum that descends from an embedded split,
+  /// the split value; -1 otherwise.
+  std::vector<int32_t> embedOrigin;
+
+  LogicalResult visit(const OpEntry &e);
+  LogicalResult visitReshape(const OpEntry &e);
+  /// A slice taking whole blocks of a dimension split in blocks (q out of a
+  /// fused qkv) stays local; fails (nothing emitted) otherwise.
+  LogicalResult visitBlockSlice(const OpEntry &e);
+  /// Concatenating along their split dimension values split so (dq, dk, dv
+  /// into the fused gradient) gives the blocked split; fails otherwise.
+  LogicalResult visitBlockConcat(const OpEntry &e);
+  /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
+  LogicalResult visitBlockSliceScatter(const OpEntry &e);
+  struct Candidates;
+  LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
+  /// Whether an op reading partial value \p id cannot take it partial (no
+  /// rule passes it on, or another operand is split), so that it will be
+  /// reduced anyway and had better be reduced once for all its users.
+  bool someUserNeedsWhole(int32_t id) const;
+  /// For a split along a padded factor \p f: masks the operands a reduction
+  /// over it reads, or records the padding of the results.
+  void padOperandsAndResults(const OpEntry &e, const ShardingFactor &f,
+                             ArrayRef<Layout> to, SmallVector<Value> &operands);
+  /// Replicates every operand and runs the op whole (ops without a rule).
+  LogicalResult visitReplicated(const OpEntry &e);
+  /// Sets the results' layouts and, rewriting, clones the op on
+  /// \p operands (converted) with local result types.
+  void emit(const OpEntry &e, ArrayRef<Value> operands, ArrayRef<Layout> outs);
+  /// convert() of every operand of \p e to its layout in \p to.
+  SmallVector<Value> convertOperands(const OpEntry &e, ArrayRef<Layout> to);
+};
+
+} // namespace partitioning
+} // namespace mlir::cleave
+
+#endif // CLEAVE_LIB_SHARDING_PARTITIONER_H
