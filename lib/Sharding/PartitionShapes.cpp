@@ -247,8 +247,8 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
   return success();
 }
 
-LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
-  auto op = cast<SliceOp>(e.op);
+template <typename OpT>
+LogicalResult Partitioner::visitBlockWindow(const OpEntry &e, OpT op) {
   Layout in = layoutOf(operandId(e, 0));
   if (!in.isSplit())
     return failure();
@@ -262,7 +262,6 @@ LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
   int64_t block = a[d] / in.blocks, start = op.getStarts()[d];
   if (op.getSteps()[d] != 1 || start % block || b[d] % block || b[d] == a[d])
     return failure();
-  // Padded blocks keep their padding: whole local blocks are taken.
   Layout out = Layout::split(d, b[d] / block, in.granule);
   layouts[e.firstResult] = out;
   pads[e.firstResult] = pads[operandId(e, 0)];
@@ -271,42 +270,19 @@ LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
     return success();
   SmallVector<int64_t> starts(op.getStarts());
   starts[d] = start / block * in.chunk(block, tp);
-  Value local = SliceOp::create(
-      builder, op.getLoc(), localType(typeOf(op.getResult()), out),
-      mapping.lookup(op.getInput()), starts, op.getSteps());
+  Value local =
+      OpT::create(builder, op.getLoc(), localType(typeOf(op.getResult()), out),
+                  mapping.lookup(op.getInput()), starts, op.getSteps());
   mapping.map(op.getResult(), local);
   return success();
 }
 
+LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
+  return visitBlockWindow(e, cast<SliceOp>(e.op));
+}
+
 LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
-  auto op = cast<SliceScatterOp>(e.op);
-  Layout in = layoutOf(operandId(e, 0));
-  if (!in.isSplit())
-    return failure();
-  int64_t d = in.dim;
-  ArrayRef<int64_t> a = typeOf(op.getResult()).getShape();
-  ArrayRef<int64_t> b = typeOf(op.getInput()).getShape();
-  for (size_t i = 0; i < a.size(); ++i)
-    if (static_cast<int64_t>(i) != d &&
-        (a[i] != b[i] || op.getStarts()[i] != 0 || op.getSteps()[i] != 1))
-      return failure();
-  int64_t block = b[d] / in.blocks, start = op.getStarts()[d];
-  if (op.getSteps()[d] != 1 || start % block || a[d] % block || a[d] == b[d])
-    return failure();
-  // The blocks around are zeros, padding included.
-  Layout out = Layout::split(d, a[d] / block, in.granule);
-  layouts[e.firstResult] = out;
-  pads[e.firstResult] = pads[operandId(e, 0)];
-  splitSource[e.firstResult] = splitSource[operandId(e, 0)];
-  if (!rewrite)
-    return success();
-  SmallVector<int64_t> starts(op.getStarts());
-  starts[d] = start / block * in.chunk(block, tp);
-  Value local = SliceScatterOp::create(
-      builder, op.getLoc(), localType(typeOf(op.getResult()), out),
-      mapping.lookup(op.getInput()), starts, op.getSteps());
-  mapping.map(op.getResult(), local);
-  return success();
+  return visitBlockWindow(e, cast<SliceScatterOp>(e.op));
 }
 
 LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {

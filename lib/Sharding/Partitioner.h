@@ -381,6 +381,11 @@ private:
   LogicalResult visitBlockConcat(const OpEntry &e);
   /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
   LogicalResult visitBlockSliceScatter(const OpEntry &e);
+  /// Both: a slice taking whole blocks of its input's split dimension, or a
+  /// slice_scatter placing its input's whole blocks into zeros (padding
+  /// included) takes or places whole local blocks.
+  template <typename OpT>
+  LogicalResult visitBlockWindow(const OpEntry &e, OpT op);
   struct Candidates;
   LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
   /// Whether an op reading partial value \p id cannot take it partial (no
