@@ -105,6 +105,38 @@ TEST(Store, PaddedChunksWhereTpDoesNotDivide) {
   EXPECT_EQ(got, (std::vector<float>{3, 4, 0, 8, 9, 0}));
 }
 
+TEST(Store, HeadAlignedChunksInBlocks) {
+  // A fused q|k|v of 3 blocks of 5 heads of width 2 (30 rows) on 4 ranks:
+  // every rank holds ceil(5 / 4) = 2 whole heads of each block (4 rows),
+  // rank 2 one head and a head of padding, rank 3 only padding.
+  Split s{0, 3, 2};
+  EXPECT_EQ(localExtent(30, s, 4), 12);
+  EXPECT_TRUE(isPadded(30, s, 4));
+  EXPECT_EQ(rankRanges(30, s, 1, 4), (std::vector<std::pair<int64_t, int64_t>>{
+                                         {4, 8}, {14, 18}, {24, 28}}));
+  EXPECT_EQ(rankRanges(30, s, 2, 4), (std::vector<std::pair<int64_t, int64_t>>{
+                                         {8, 10}, {18, 20}, {28, 30}}));
+  EXPECT_EQ(rankRanges(30, s, 3, 4), (std::vector<std::pair<int64_t, int64_t>>{
+                                         {10, 10}, {20, 20}, {30, 30}}));
+  // Where tp times the granule divides a block, it changes nothing.
+  EXPECT_FALSE(isPadded(24, Split{0, 3, 2}, 4));
+  EXPECT_EQ(localExtent(24, Split{0, 3, 2}, 4), 6);
+  HostTensor global = iota({30, 1});
+  HostTensor back = HostTensor::zeros(DType::F32, global.shape);
+  for (int r = 0; r < 4; ++r) {
+    HostTensor local = toLocal(chunkOf(global, s, r, 4), s, 30, r, 4);
+    ASSERT_EQ(local.shape, (std::vector<int64_t>{12, 1}));
+    if (r == 2) {
+      // Each block's chunk: its real head, then zeros.
+      std::vector<float> got(local.data<float>(), local.data<float>() + 12);
+      EXPECT_EQ(got,
+                (std::vector<float>{8, 9, 0, 0, 18, 19, 0, 0, 28, 29, 0, 0}));
+    }
+    putRanges(&back, 0, rankRanges(30, s, r, 4), fromLocal(local, s, 30, r, 4));
+  }
+  EXPECT_EQ(back.bytes, global.bytes);
+}
+
 TEST(Safetensors, RoundTripAndDigest) {
   fs::path dir = scratch("roundtrip");
   std::string path = (dir / "a.safetensors").string();
