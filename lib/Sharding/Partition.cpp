@@ -167,7 +167,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
   Value full = local;
   if (from.isSplit()) {
     if (!counted) {
-      result.seconds += allGatherCost(bytesOf(id));
+      result.seconds += allGatherCost(gatheredBytes(id, from));
       if (splitSource[id] == id)
         result.gatheredParameters.push_back(id);
       else if (splitSource[id] >= 0)
@@ -234,10 +234,13 @@ Value Partitioner::reduceGradients(int32_t id) {
   if (rewrite)
     if (Value done = converted.lookup(whole))
       return done;
+  // One bucket per element type (they are concatenated).
+  Type elem = typeOf(index.values[id]).getElementType();
   SmallVector<int32_t> bucket{id};
   for (auto [g, name] : index.gradientOf)
     if (g != id && g < definedBelow && layouts[g].isPartial() &&
         layouts[g].combine == ReduceKind::sum &&
+        typeOf(index.values[g]).getElementType() == elem &&
         !countedConversions.count(key(g, Layout::replicated())))
       bucket.push_back(g);
   llvm::sort(bucket.begin() + 1, bucket.end());
@@ -245,6 +248,11 @@ Value Partitioner::reduceGradients(int32_t id) {
   for (int32_t g : bucket) {
     bytes += bytesOf(g);
     countedConversions.insert(key(g, Layout::replicated()));
+    // As for any partial sum: an embedded split summed before anything
+    // shrank it to half is a gather at more traffic.
+    if (int32_t origin = embedOrigin[g];
+        origin >= 0 && 2 * bytesOf(g) > bytesOf(origin))
+      result.gatheredProducts.push_back(splitSource[origin]);
   }
   result.seconds += allReduceCost(bytes);
   if (!rewrite)
@@ -259,7 +267,6 @@ Value Partitioner::reduceGradients(int32_t id) {
     return out;
   }
   // Flattened, concatenated, reduced once and cut apart again.
-  Type elem = typeOf(index.values[id]).getElementType();
   SmallVector<Value> flat;
   SmallVector<int64_t> sizes;
   for (int32_t g : bucket) {

@@ -170,7 +170,7 @@ inline RankedTensorType typeOf(Value v) {
 using Index = PartitionIndex::Impl;
 using OpEntry = Index::OpEntry;
 
-/// A dimension that tp does not divide is split in chunks of ceil(size / tp)
+/// A dimension that tp does not divide is split in equal chunks (Layout::chunk)
 /// (Megatron pads its vocabulary the same way): the chunks of the last ranks
 /// end in padding. What a padded value holds there: garbage, or a known
 /// constant (parameters and optimizer state are kept zero-padded; masks make
@@ -287,6 +287,12 @@ private:
   }
 
   int64_t bytesOf(int32_t id) const { return index.bytes[id]; }
+  /// What gathering value \p id split as \p l moves: every rank's chunk,
+  /// padding included.
+  int64_t gatheredBytes(int32_t id, Layout l) const {
+    int64_t size = typeOf(index.values[id]).getDimSize(l.dim);
+    return bytesOf(id) / size * l.blocks * l.chunk(size / l.blocks, tp) * tp;
+  }
 
   RankedTensorType localType(RankedTensorType t, Layout l) const {
     if (!l.isSplit())
@@ -346,8 +352,9 @@ private:
                  ? slice
                  : kInfinity;
     double toReplicated = from.isReplicated() ? 0
-                          : from.isSplit()    ? allGatherCost(bytes)
-                                              : allReduceCost(bytes);
+                          : from.isSplit()
+                              ? allGatherCost(gatheredBytes(id, from))
+                              : allReduceCost(bytes);
     return to.isReplicated() ? toReplicated : toReplicated + slice;
   }
 

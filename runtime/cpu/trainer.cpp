@@ -392,8 +392,18 @@ Status train(const TrainOptions &options) {
         (b.role() == pb::Binding::OPTIMIZER_STATE || options.randomWeights)) {
       value =
           HostTensor::zeros(executor->inputDType(i), executor->inputShape(i));
-      if (b.role() == pb::Binding::PARAMETER)
+      if (b.role() == pb::Binding::PARAMETER) {
         fillRandom(b.name(), &value);
+        // The program relies on parameters being zero in their padding.
+        auto entry = bundleEntry.find(key);
+        Split split = splitOf(b);
+        if (entry != bundleEntry.end() && split.isSplit()) {
+          int64_t size = entry->second->type().shape(split.dim);
+          if (isPadded(size, split, tp))
+            value = toLocal(fromLocal(value, split, size, rank, tp), split,
+                            size, rank, tp);
+        }
+      }
     }
     if (value.dtype != executor->inputDType(i) ||
         value.shape != executor->inputShape(i))
