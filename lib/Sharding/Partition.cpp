@@ -572,6 +572,17 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
     if (!cands.splittable(f))
       continue;
     Cut cut = cands.cutOf(f);
+    // A gather or scatter sharded along its axis finds each rank's rows as
+    // one chunk, not as blocks.
+    if (cut.blocks > 1) {
+      if (auto gather = dyn_cast<GatherOp>(e.op);
+          gather && f.operandDims[0] == static_cast<int64_t>(gather.getAxis()))
+        continue;
+      if (auto scatter = dyn_cast<ScatterAddOp>(e.op);
+          scatter && !f.resultDims.empty() &&
+          f.resultDims[0] == static_cast<int64_t>(scatter.getAxis()))
+        continue;
+    }
     double cost = cands.cost(c, cut);
     if (cost < bestCost)
       best = c, bestCut = cut, bestCost = cost;
@@ -662,7 +673,10 @@ void Partitioner::padOperandsAndResults(const OpEntry &e,
     return;
   }
   // What the results hold in the padding, where it is known: zeros
-  // scattered nowhere, products and sums of zeros, moved zeros.
+  // scattered nowhere, products and sums of zeros, moved zeros. A product
+  // is zero there only where every operand that has the padding is: zero
+  // times garbage may be NaN (0 * inf), so q with zero-padded heads times
+  // scores with garbage ones is not known zero.
   auto carried = [&](unsigned i) { return f.operandDims[i] >= 0; };
   auto zero = [&](unsigned i) {
     return padAfter(operandId(e, i), to[i]) == Pad::Zero;
@@ -677,7 +691,8 @@ void Partitioner::padOperandsAndResults(const OpEntry &e,
     allZero &= zero(i);
   }
   Pad out = Pad::Unknown;
-  if (isa<ScatterAddOp>(e.op) || (isa<MatmulOp, MulOp>(e.op) && anyZero) ||
+  if (isa<ScatterAddOp>(e.op) ||
+      (isa<MatmulOp, MulOp>(e.op) && anyZero && allZero) ||
       (isa<AddOp, SubOp, ConcatOp>(e.op) && allCarry && allZero) ||
       (isa<TransposeOp, NegOp, SliceOp>(e.op) && allZero))
     out = Pad::Zero;
