@@ -202,6 +202,13 @@ Value Partitioner::convert(int32_t id, Layout to) {
       auto [reason, megatron] = reduceReason(id);
       tag(full.getDefiningOp(), reason, megatron);
     }
+    // Reduced on the way to a split, the whole sum serves later users too.
+    ConversionKey whole = key(id, Layout::replicated());
+    if (k != whole) {
+      countedConversions.insert(whole);
+      if (rewrite)
+        converted[whole] = full;
+    }
   }
   if (!rewrite)
     return Value();
