@@ -277,9 +277,9 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
           blockings.insert(blocks);
       for (int64_t blocks : blockings)
         for (int64_t g : granules[size / blocks]) {
+          // A granule divides its block into at least tp units (see above).
           Layout l = Layout::split(d, blocks, g);
-          int64_t block = size / blocks;
-          if (block % g == 0 && block / g > 1 && l.canonical(size, tp) == l &&
+          if (l.canonical(size, tp) == l &&
               !llvm::is_contained(p.candidates, l))
             p.candidates.push_back(l);
         }
@@ -313,8 +313,8 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   // given options.
   struct Evaluation {
     double base;
-    size_t gathers;
     std::vector<unsigned> gathered; // the parameters whose products they are
+    size_t gathers() const { return gathered.size(); }
   };
   // Moves are scored from several threads (descend): dry runs only read
   // the step and the index.
@@ -334,12 +334,11 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     FailureOr<PartitionResult> r =
         partition(func, tp, layouts, cost, /*rewrite=*/false, &index,
                   /*alternatives=*/nullptr, how);
-    Evaluation v{std::numeric_limits<double>::infinity(), 0, {}};
+    Evaluation v{std::numeric_limits<double>::infinity(), {}};
     if (succeeded(r) && llvm::none_of(r->gatheredParameters, notFixed)) {
       v.base = r->seconds + cost.memory * static_cast<double>(r->memoryBytes);
       llvm::copy_if(r->gatheredProducts, std::back_inserter(v.gathered),
                     notFixed);
-      v.gathers = v.gathered.size();
     }
     std::lock_guard<std::mutex> lock(evaluatedMutex);
     evaluated[key] = v;
@@ -350,7 +349,7 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     if (phase == 1)
       return evaluate(layouts, plain).base;
     Evaluation v = evaluate(layouts, embedding);
-    return v.base + kGatherPenalty * static_cast<double>(v.gathers);
+    return v.base + kGatherPenalty * static_cast<double>(v.gathers());
   };
   double best = 0;
   auto search = [&](int phase, const std::vector<bool> *focus) {
@@ -361,7 +360,7 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   };
   search(1, nullptr);
   PartitionOptions how = plain;
-  if (evaluate(plan, plain).gathers > 0) {
+  if (evaluate(plan, plain).gathers() > 0) {
     // Removing the gathers may cost memory (the replicated K/V projection
     // of multi-query attention: a few percent) or much more (attention
     // left whole where heads do not divide tp, which a head-aligned split
@@ -397,7 +396,7 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   PartitionOptions fanOut = how;
   fanOut.partialFanOut = true;
   Evaluation kept = evaluate(plan, how), spread = evaluate(plan, fanOut);
-  if (spread.gathers <= kept.gathers && spread.base < kept.base) {
+  if (spread.gathers() <= kept.gathers() && spread.base < kept.base) {
     how = fanOut;
     best += spread.base - kept.base;
   }
@@ -405,7 +404,7 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     *options = how;
   auto finalScore = [&](const ParameterLayouts &l) {
     Evaluation v = evaluate(l, how);
-    return v.base + (how.embedProducts ? kGatherPenalty * v.gathers : 0.0);
+    return v.base + (how.embedProducts ? kGatherPenalty * v.gathers() : 0.0);
   };
   if (alternatives)
     explainChoices(params, plan, finalScore, best, *alternatives);

@@ -781,15 +781,10 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     // The runtime loads parameters and optimizer state zero-padded.
     pads[i] = Pad::Zero;
     argLayouts.push_back(l);
-    // (Counted without building types: dry runs run in parallel.)
-    if (!param.empty()) {
-      int64_t bytes = index.bytes[i];
-      if (l.isSplit()) {
-        int64_t size = typeOf(arg).getDimSize(l.dim);
-        bytes = bytes / size * (l.blocks * l.chunk(size / l.blocks, tp));
-      }
-      result.memoryBytes += bytes * (index.argIsParameter[i] ? 2 : 1);
-    }
+    // Arguments are the first values of the index.
+    if (!param.empty())
+      result.memoryBytes += localBytes(static_cast<int32_t>(i), l) *
+                            (index.argIsParameter[i] ? 2 : 1);
   }
 
   Block *newBody = nullptr;

@@ -287,11 +287,17 @@ private:
   }
 
   int64_t bytesOf(int32_t id) const { return index.bytes[id]; }
-  /// What gathering value \p id split as \p l moves: every rank's chunk,
-  /// padding included.
-  int64_t gatheredBytes(int32_t id, Layout l) const {
+  /// Bytes of each rank's chunk of value \p id in layout \p l, padding
+  /// included (computed, not built: dry runs run in parallel).
+  int64_t localBytes(int32_t id, Layout l) const {
+    if (!l.isSplit())
+      return bytesOf(id);
     int64_t size = typeOf(index.values[id]).getDimSize(l.dim);
-    return bytesOf(id) / size * l.blocks * l.chunk(size / l.blocks, tp) * tp;
+    return bytesOf(id) / size * l.blocks * l.chunk(size / l.blocks, tp);
+  }
+  /// What gathering value \p id split as \p l moves: every rank's chunk.
+  int64_t gatheredBytes(int32_t id, Layout l) const {
+    return localBytes(id, l) * tp;
   }
 
   RankedTensorType localType(RankedTensorType t, Layout l) const {
