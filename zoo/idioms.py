@@ -593,6 +593,77 @@ def mistral_inputs(gen):
     return inputs
 
 
+# ChatGLM2-6B (Zeng et al. 2022; THUDM's modeling_chatglm.py): sequence-first
+# activations [t, b, d]; one fused query_key_value with a bias, q|k|v
+# concatenated with fewer K/V groups than query heads (multi_query_group_num),
+# the groups expanded to the heads; rotary on the first half of each head in
+# interleaved (2i, 2i + 1) pairs from a [t, hd / 4, 2] cos|sin cache; RMSNorm;
+# SwiGLU from one fused dense_h_to_4h (gate|up, chunked in two).
+
+
+class ChatGLMBlock(nn.Module):
+    def __init__(self, d, heads, groups):
+        super().__init__()
+        self.h, self.g, self.hd = heads, groups, d // heads
+        self.input_layernorm = RMSNorm(d)
+        self.query_key_value = nn.Linear(d, d + 2 * groups * self.hd, bias=True)
+        self.dense = nn.Linear(d, d, bias=False)
+        self.post_attention_layernorm = RMSNorm(d)
+        self.dense_h_to_4h = nn.Linear(d, 2 * 3 * d, bias=False)
+        self.dense_4h_to_h = nn.Linear(3 * d, d, bias=False)
+
+    @staticmethod
+    def rotary(x, cache):
+        t, b, h, hd = x.shape
+        rot = cache.shape[-2] * 2
+        x, rest = x[..., :rot], x[..., rot:]
+        xs = x.reshape(t, b, h, rot // 2, 2)
+        c = cache.view(t, 1, 1, rot // 2, 2)
+        out = torch.stack([xs[..., 0] * c[..., 0] - xs[..., 1] * c[..., 1],
+                           xs[..., 1] * c[..., 0] + xs[..., 0] * c[..., 1]], -1)
+        return torch.cat((out.flatten(3), rest), dim=-1)
+
+    def forward(self, x, cache, mask):
+        t, b, d = x.shape
+        h = self.input_layernorm(x)
+        q, k, v = self.query_key_value(h).split(
+            [d, self.g * self.hd, self.g * self.hd], dim=-1)
+        q = self.rotary(q.view(t, b, self.h, self.hd), cache)
+        k = self.rotary(k.view(t, b, self.g, self.hd), cache)
+        v = v.view(t, b, self.g, self.hd)
+        rep = self.h // self.g
+        k = k.unsqueeze(-2).expand(t, b, self.g, rep, self.hd).reshape(t, b, self.h, self.hd)
+        v = v.unsqueeze(-2).expand(t, b, self.g, rep, self.hd).reshape(t, b, self.h, self.hd)
+        q, k, v = q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)
+        w = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.hd) + mask, -1)
+        a = (w @ v).permute(2, 0, 1, 3).reshape(t, b, d)
+        x = x + self.dense(a)
+        gate, up = self.dense_h_to_4h(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.dense_4h_to_h(F.silu(gate) * up)
+
+
+class ChatGLM(nn.Module):
+    def __init__(self, vocab=96, ctx=16, d=64, heads=8, groups=2, layers=2):
+        super().__init__()
+        hd = d // heads
+        self.embedding = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList([ChatGLMBlock(d, heads, groups) for _ in range(layers)])
+        self.final_layernorm = RMSNorm(d)
+        self.output_layer = nn.Linear(d, vocab, bias=False)
+        rot = hd // 2
+        theta = 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+        ang = torch.outer(torch.arange(ctx).float(), theta)
+        self.register_buffer("rotary_cache", torch.stack([ang.cos(), ang.sin()], -1))
+        self.register_buffer("causal_mask", torch.full((ctx, ctx), float("-inf")).triu(1))
+
+    def forward(self, input_ids, labels):
+        x = self.embedding(input_ids).transpose(0, 1)  # [t, b, d]
+        for layer in self.layers:
+            x = layer(x, self.rotary_cache, self.causal_mask)
+        logits = self.output_layer(self.final_layernorm(x)).transpose(0, 1)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
 def family(build, freeze, parallel, vocab_parallel, d=64, kv_reduce_bytes=0,
            inputs=None, norm_reduce_bytes=0):
     cfg = {"layers": 2, "d": d, "batch": 2, "seq": 16, "parallel": parallel,
@@ -646,6 +717,12 @@ MODELS = collections.OrderedDict([
     ("falcon_mqa_fused", family(Falcon, ["cos_cached", "sin_cached", "causal_mask"], True,
                                 ["word_embeddings.weight", "lm_head.weight"],
                                 kv_reduce_bytes=2 * 8 * 64 * 4)),
+    # 2 K/V groups of 8 at tp 4: the K/V pieces of the fused projection
+    # (and of its bias) are replicated, their gradients reduced once per
+    # layer: 2 x ([16, 64] + [16]) floats at most.
+    ("chatglm_gqa_fused", family(ChatGLM, ["rotary_cache", "causal_mask"], False,
+                                 ["embedding.weight", "output_layer.weight"],
+                                 kv_reduce_bytes=2 * (16 * 64 + 16) * 4)),
     ("mistral_sliding", family(Mistral, ["cos_cached", "sin_cached", "causal_mask"], False,
                                ["embed_tokens.weight", "lm_head.weight"],
                                inputs=mistral_inputs)),

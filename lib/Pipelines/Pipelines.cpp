@@ -28,6 +28,9 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   // simplest form (torch.onnx's repeat_interleave becomes one broadcast).
   pm.addPass(createCanonicalizerPass());
   OpPassManager &fpm = pm.nest<func::FuncOp>();
+  // At every tp, so that checkpoints of one model hold the same tensors
+  // whatever the mesh they are resumed on.
+  fpm.addPass(createSegmentParametersPass());
   fpm.addPass(createAppendLossPass({options.loss}));
   fpm.addPass(createAutodiffPass());
   OptimizerPassOptions opt;

@@ -379,6 +379,21 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
       focus.push_back(llvm::any_of(
           p.names, [&](const std::string &n) { return sources.count(n); }));
     search(2, &focus);
+    // Moves adapt only neighbours in argument order, so a plan whose
+    // gathers go away only when several groups far apart change together
+    // (a query split inside heads, its output projection and the K/V
+    // pieces, with a bias between them) keeps some. Then the search runs
+    // again from the start under the second phase's measure.
+    if (evaluate(plan, embedding).gathers() > 0) {
+      ParameterLayouts focused = std::move(plan);
+      double focusedBest = best;
+      plan = fixed;
+      search(2, nullptr);
+      if (!(best < focusedBest)) {
+        plan = std::move(focused);
+        best = focusedBest;
+      }
+    }
     how = embedding;
     if (!(evaluate(plan, embedding).base <=
           (1 + kGatherTolerance) * firstBase)) {

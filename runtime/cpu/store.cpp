@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 
 namespace cleave::rt {
@@ -195,6 +196,68 @@ void setSplit(pb::TensorEntry *entry, Split split) {
     entry->set_split_blocks(split.blocks);
   if (split.granule > 1)
     entry->set_split_granule(split.granule);
+}
+
+Status
+modelTensors(const google::protobuf::RepeatedPtrField<pb::TensorEntry> &entries,
+             std::vector<ModelTensor> *out) {
+  out->clear();
+  std::map<std::string, size_t> index;
+  for (const pb::TensorEntry &e : entries) {
+    if (e.role() == pb::Binding::OPTIMIZER_STATE)
+      continue;
+    const std::string &name =
+        e.segment_of().empty() ? e.name() : e.segment_of();
+    if (!e.segment_of().empty() &&
+        (e.segment_dim() < 0 || e.segment_dim() >= e.type().shape_size()))
+      return Status::error("'" + e.name() + "' is a segment of '" + name +
+                           "' along a dimension it does not have");
+    auto [it, fresh] = index.try_emplace(name, out->size());
+    if (fresh) {
+      ModelTensor t;
+      t.name = name;
+      t.shape.assign(e.type().shape().begin(), e.type().shape().end());
+      t.dim = e.segment_of().empty() ? -1 : e.segment_dim();
+      out->push_back(std::move(t));
+    }
+    ModelTensor &t = (*out)[it->second];
+    bool segment = !e.segment_of().empty();
+    if (!fresh && (t.dim < 0 || !segment || e.segment_dim() != t.dim))
+      return Status::error("the store holds '" + name + "' twice");
+    t.entries.push_back(&e);
+  }
+  for (ModelTensor &t : *out) {
+    if (t.dim < 0)
+      continue;
+    std::sort(t.entries.begin(), t.entries.end(),
+              [](const pb::TensorEntry *a, const pb::TensorEntry *b) {
+                return a->segment_offset() < b->segment_offset();
+              });
+    int64_t next = 0;
+    for (const pb::TensorEntry *e : t.entries) {
+      bool fits = e->type().shape_size() == int64_t(t.shape.size());
+      for (size_t d = 0; fits && d < t.shape.size(); ++d)
+        fits = int64_t(d) == t.dim || e->type().shape(d) == t.shape[d];
+      if (!fits || e->segment_offset() != next)
+        return Status::error("the segments of '" + t.name +
+                             "' do not tile it ('" + e->name() + "')");
+      next += e->type().shape(t.dim);
+    }
+    t.shape[t.dim] = next;
+  }
+  return Status::ok();
+}
+
+HostTensor joinSegments(const ModelTensor &t, std::vector<HostTensor> parts) {
+  if (t.dim < 0)
+    return std::move(parts.front());
+  HostTensor whole = HostTensor::zeros(parts.front().dtype, t.shape);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    int64_t start = t.entries[i]->segment_offset();
+    putRanges(&whole, t.dim, {{start, start + parts[i].shape[t.dim]}},
+              parts[i]);
+  }
+  return whole;
 }
 
 std::string rankFileName(const std::string &dir, int64_t rank) {

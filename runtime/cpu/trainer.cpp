@@ -310,6 +310,9 @@ Status train(const TrainOptions &options) {
     e.set_slot(b.slot());
     e.set_key(optimizerKey(b.name(), b.slot()));
     *e.mutable_type() = it->second->type();
+    e.set_segment_of(it->second->segment_of());
+    e.set_segment_dim(it->second->segment_dim());
+    e.set_segment_offset(it->second->segment_offset());
     table.push_back(e);
   }
   for (pb::TensorEntry &e : table) {
@@ -554,21 +557,18 @@ Status train(const TrainOptions &options) {
   std::map<std::string, const pb::TensorEntry *> entryOf;
   for (const pb::TensorEntry &t : plan.tensors())
     entryOf[stateKeyOf(t)] = &t;
-  auto writeFull = [&](const std::string &file, const HostTensor &t,
-                       const std::string &key) -> Status {
-    HostTensor full;
-    const HostTensor *out = &t;
-    if (auto it = layoutOf.find(key); it != layoutOf.end()) {
-      int64_t dim = it->second.dim;
-      int64_t size = entryOf.count(key) ? entryOf[key]->type().shape(dim)
-                                        : t.shape[dim] * tp;
-      if (Status s = gatherAlong(*comm, t, it->second, size, &full); !s)
-        return s;
-      out = &full;
-    }
-    if (!leader)
+  // The whole of a tensor whose per-rank value is \p t.
+  auto gatherFull = [&](const HostTensor &t, const std::string &key,
+                        HostTensor *full) -> Status {
+    auto it = layoutOf.find(key);
+    if (it == layoutOf.end()) {
+      *full = t;
       return Status::ok();
-    return writeNpy((fs::path(options.dumpDir) / file).string(), *out);
+    }
+    int64_t dim = it->second.dim;
+    int64_t size = entryOf.count(key) ? entryOf[key]->type().shape(dim)
+                                      : t.shape[dim] * tp;
+    return gatherAlong(*comm, t, it->second, size, full);
   };
   HostTensor lossTensor =
       HostTensor::zeros(DType::F32, {static_cast<int64_t>(losses.size())});
@@ -578,20 +578,40 @@ Status train(const TrainOptions &options) {
                             lossTensor);
         !s)
       return s;
-  for (const pb::TensorEntry &t : plan.tensors())
-    if (Status s = writeFull(sanitizeFileName(t.name()) + ".npy",
-                             state[stateKeyOf(t)], stateKeyOf(t));
-        !s)
+  // The model's own tensors: a parameter cut into segments is dumped whole,
+  // and so is its gradient.
+  std::vector<ModelTensor> tensors;
+  if (Status s = modelTensors(plan.tensors(), &tensors); !s)
+    return s;
+  auto dump = [&](const ModelTensor &t, bool grads) -> Status {
+    std::vector<HostTensor> parts(t.entries.size());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::string key = stateKeyOf(*t.entries[i]);
+      const HostTensor *value = &state[key];
+      if (grads) {
+        auto it = lastGrads.find(t.entries[i]->name());
+        if (it == lastGrads.end())
+          return Status::ok(); // not trained
+        value = &it->second;
+      }
+      if (Status s = gatherFull(*value, key, &parts[i]); !s)
+        return s;
+    }
+    if (!leader)
+      return Status::ok();
+    std::string file =
+        sanitizeFileName(t.name) + (grads ? ".grad.npy" : ".npy");
+    return writeNpy((fs::path(options.dumpDir) / file).string(),
+                    joinSegments(t, std::move(parts)));
+  };
+  for (const ModelTensor &t : tensors)
+    if (Status s = dump(t, false); !s)
       return s;
-  for (const auto &[name, grad] : lastGrads) {
-    pb::Binding b;
-    b.set_role(pb::Binding::PARAMETER);
-    b.set_name(name);
-    if (Status s =
-            writeFull(sanitizeFileName(name) + ".grad.npy", grad, stateKey(b));
-        !s)
-      return s;
-  }
+  if (!lastGrads.empty())
+    for (const ModelTensor &t : tensors)
+      if (t.entries.front()->role() == pb::Binding::PARAMETER)
+        if (Status s = dump(t, true); !s)
+          return s;
   return Status::ok();
 }
 

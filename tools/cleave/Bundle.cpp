@@ -172,6 +172,20 @@ rt::Status WeightSource::read(const std::string &name,
   return readFromModel(name, out);
 }
 
+rt::Status WeightSource::read(const pb::TensorEntry &entry,
+                              rt::HostTensor *out) const {
+  if (entry.segment_of().empty())
+    return read(entry.name(), out);
+  rt::HostTensor whole;
+  if (rt::Status s = read(entry.segment_of(), &whole); !s)
+    return s;
+  int64_t start = entry.segment_offset();
+  *out = rt::takeRanges(
+      whole, entry.segment_dim(),
+      {{start, start + entry.type().shape(entry.segment_dim())}});
+  return rt::Status::ok();
+}
+
 rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
                        const WeightSource &weights, func::FuncOp main,
                        pb::Plan &plan, const std::string &bundle,
@@ -196,11 +210,28 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
     StringAttr name = param ? param : buffer;
     if (!name)
       continue;
+    // A segment's values are its piece of the model's tensor.
+    auto segmentOf =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kSegmentOfAttr);
+    auto segment =
+        main.getArgAttrOfType<DenseI64ArrayAttr>(i, mlir::cleave::kSegmentAttr);
+    std::string source = segmentOf ? segmentOf.str() : name.str();
     FailureOr<std::vector<int64_t>> dims =
-        model.initializerShape(name.str(), error);
+        model.initializerShape(source, error);
     if (failed(dims))
       return rt::Status::error(error);
     pb::TensorEntry *entry = plan.add_tensors();
+    if (segmentOf) {
+      int64_t dim = segment[0], offset = segment[1], size = segment[2];
+      if (dim < 0 || dim >= int64_t(dims->size()) || offset < 0 || size < 0 ||
+          offset + size > (*dims)[dim])
+        return rt::Status::error("'" + name.str() + "' is not a piece of '" +
+                                 source + "'");
+      (*dims)[dim] = size;
+      entry->set_segment_of(source);
+      entry->set_segment_dim(dim);
+      entry->set_segment_offset(offset);
+    }
     entry->set_name(name.str());
     entry->set_key(name.str());
     entry->set_role(param ? pb::Binding::PARAMETER : pb::Binding::BUFFER);
@@ -218,7 +249,7 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
               i, mlir::cleave::kSplitGranuleAttr))
         entry->set_split_granule(granule.getInt());
     }
-    trained[name.str()] = true;
+    trained[source] = true;
   }
 
   if (!planOnly) {
@@ -231,7 +262,7 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
       return s;
     for (const pb::TensorEntry &entry : plan.tensors()) {
       rt::HostTensor value;
-      if (rt::Status s = weights.read(entry.name(), &value); !s)
+      if (rt::Status s = weights.read(entry, &value); !s)
         return s;
       if (rt::Status s = writer->add(value); !s)
         return s;
@@ -301,15 +332,28 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
     modelFile = ckpt.model_file();
   }
   rt::StoreReader reader(dir, what, files);
+  // The model's tensors, segments put back together.
+  std::vector<rt::ModelTensor> modelTensors;
+  if (rt::Status s = rt::modelTensors(tensors, &modelTensors); !s)
+    return rt::Status::error(what + ": " + s.message());
+  auto readTensor = [&](const rt::ModelTensor &t,
+                        rt::HostTensor *out) -> rt::Status {
+    std::vector<rt::HostTensor> parts(t.entries.size());
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (rt::Status s = reader.readGlobal(*t.entries[i], &parts[i]); !s)
+        return s;
+    *out = rt::joinSegments(t, std::move(parts));
+    return rt::Status::ok();
+  };
 
   llvm::StringRef ext = llvm::sys::path::extension(output);
   if (ext == ".safetensors") {
     std::vector<rt::TensorInfo> infos;
-    for (const pb::TensorEntry &e : tensors) {
+    for (const rt::ModelTensor &t : modelTensors) {
       rt::TensorInfo info;
-      info.name = e.name();
+      info.name = t.name;
       info.dtype = rt::DType::F32;
-      info.shape.assign(e.type().shape().begin(), e.type().shape().end());
+      info.shape = t.shape;
       infos.push_back(info);
     }
     std::unique_ptr<rt::SafetensorsWriter> writer;
@@ -317,9 +361,9 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
             output, infos, {{"format", "pt"}}, &writer);
         !s)
       return s;
-    for (const pb::TensorEntry &e : tensors) {
+    for (const rt::ModelTensor &t : modelTensors) {
       rt::HostTensor value;
-      if (rt::Status s = reader.readGlobal(e, &value); !s)
+      if (rt::Status s = readTensor(t, &value); !s)
         return s;
       if (rt::Status s = writer->write(value.bytes.data(), value.bytes.size());
           !s)
@@ -357,15 +401,15 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
       return rt::Status::error(what + ": cannot read '" +
                                std::string(modelPath) + "'");
   }
-  llvm::StringMap<const pb::TensorEntry *> byName;
-  for (const pb::TensorEntry &e : tensors)
-    byName[e.name()] = &e;
+  llvm::StringMap<const rt::ModelTensor *> byName;
+  for (const rt::ModelTensor &t : modelTensors)
+    byName[t.name] = &t;
   // Up to 1 GiB of weights inline; beyond, ONNX's external data (protobuf
   // messages stop at 2 GiB), written one tensor at a time.
   int64_t total = 0;
-  for (const pb::TensorEntry &e : tensors) {
+  for (const rt::ModelTensor &t : modelTensors) {
     int64_t n = 4;
-    for (int64_t d : e.type().shape())
+    for (int64_t d : t.shape)
       n *= d;
     total += n;
   }
@@ -390,7 +434,7 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
     if (it == byName.end())
       continue;
     rt::HostTensor value;
-    if (rt::Status s = reader.readGlobal(*it->second, &value); !s)
+    if (rt::Status s = readTensor(*it->second, &value); !s)
       return s;
     t.set_data_type(onnxDType(value.dtype));
     t.clear_raw_data();

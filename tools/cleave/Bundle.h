@@ -12,6 +12,7 @@
 
 namespace cleave::plan {
 class Plan;
+class TensorEntry;
 } // namespace cleave::plan
 
 namespace cleave::tool {
@@ -25,6 +26,8 @@ public:
   /// Uses \p path (--weights) instead of the initializers.
   rt::Status useSafetensors(const std::string &path);
   rt::Status read(const std::string &name, rt::HostTensor *out) const;
+  /// \p entry's initial value: its initializer, or its piece of one.
+  rt::Status read(const plan::TensorEntry &entry, rt::HostTensor *out) const;
   /// Initializer \p name from the model itself (not --weights).
   rt::Status readFromModel(const std::string &name, rt::HostTensor *out) const;
 

@@ -57,6 +57,7 @@ int runInspect(const std::string &bundle, bool json) {
   struct ParamRow {
     std::string name, sharding;
     std::vector<int64_t> shape, local;
+    std::string segmentOf; // a piece of this model tensor
   };
   std::vector<ParamRow> params;
   int64_t paramBytes = 0;
@@ -68,6 +69,7 @@ int runInspect(const std::string &bundle, bool json) {
                  {t.type().shape().begin(), t.type().shape().end()},
                  {}};
     row.local = row.shape;
+    row.segmentOf = t.segment_of();
     int64_t bytes = bytesOf(t.type());
     if (auto it = split.find(t.name()); it != split.end()) {
       rt::Split s = it->second;
@@ -113,11 +115,15 @@ int runInspect(const std::string &bundle, bool json) {
     llvm::json::Object root;
     root["mesh"] = llvm::json::Object{{"tp", tp}};
     llvm::json::Array ps;
-    for (const ParamRow &p : params)
-      ps.push_back(llvm::json::Object{{"name", p.name},
-                                      {"shape", p.shape},
-                                      {"sharding", p.sharding},
-                                      {"local_shape", p.local}});
+    for (const ParamRow &p : params) {
+      llvm::json::Object o{{"name", p.name},
+                           {"shape", p.shape},
+                           {"sharding", p.sharding},
+                           {"local_shape", p.local}};
+      if (!p.segmentOf.empty())
+        o["segment_of"] = p.segmentOf;
+      ps.push_back(std::move(o));
+    }
     root["parameters"] = std::move(ps);
     llvm::json::Array cs;
     for (const CollectiveRow &c : collectives)

@@ -61,6 +61,46 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   ];
 }
 
+def SegmentParametersPass : Pass<"cleave-segment-parameters", "func::FuncOp"> {
+  let summary = "Makes each piece of a parameter used only in unequal pieces its own parameter";
+  let description = [{
+    Runs on the forward, before the backward pass is derived. A parameter
+    whose only use is a chain of single-use ops (transposes, reshapes that
+    keep the dimension, the weight side of a matmul, a bias added, casts)
+    ending in unit-step slices along one dimension, disjoint, covering it and
+    not all of one size, is one tensor to the model but several to sharding:
+    Falcon's fused q|k|v with one K/V head wants its query rows split by
+    heads and its K/V rows replicated, which no single layout of the fused
+    tensor expresses (equal pieces, as GPT-2's q|k|v, stay one parameter
+    split in blocks). Each piece becomes a parameter of its own, named in
+    NumPy's notation (`w[0:64]`, `w[:, 8:16]`), marked `cleave.segment_of`
+    (the model's tensor) and `cleave.segment` ([dim, offset, size]), and the
+    chain is copied per piece, a bias it adds cut the same way (and then
+    segmented in turn). Each piece gets its own gradient, optimizer state
+    and layout; the bundle cuts the initial values from the model's tensor
+    and dumps and export put it back together. The pieces run as separate,
+    smaller matmuls.
+
+    Before:
+    ```mlir
+    func.func @main(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<10x8xf32> {cleave.parameter = "w"}) -> (tensor<4x8xf32>, tensor<4x2xf32>) {
+      %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<10x8xf32>) -> tensor<4x10xf32>
+      %1 = cleave.slice %0 starts = [0, 0] steps = [1, 1] : tensor<4x10xf32> -> tensor<4x8xf32>
+      %2 = cleave.slice %0 starts = [0, 8] steps = [1, 1] : tensor<4x10xf32> -> tensor<4x2xf32>
+      return %1, %2 : tensor<4x8xf32>, tensor<4x2xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%x: tensor<4x8xf32> {cleave.input = "x"}, %w0: tensor<8x8xf32> {cleave.parameter = "w[0:8]", cleave.segment = array<i64: 0, 0, 8>, cleave.segment_of = "w"}, %w1: tensor<2x8xf32> {cleave.parameter = "w[8:10]", cleave.segment = array<i64: 0, 8, 2>, cleave.segment_of = "w"}) -> (tensor<4x8xf32>, tensor<4x2xf32>) {
+      %0 = cleave.matmul %x, %w0 {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+      %1 = cleave.matmul %x, %w1 {transpose_rhs} : (tensor<4x8xf32>, tensor<2x8xf32>) -> tensor<4x2xf32>
+      return %0, %1 : tensor<4x8xf32>, tensor<4x2xf32>
+    }
+    ```
+  }];
+}
+
 def PrintShardingRulesPass : Pass<"cleave-print-sharding-rules", "func::FuncOp"> {
   let summary = "Attaches each op's factor sharding rule as a readable attribute";
   let description = [{

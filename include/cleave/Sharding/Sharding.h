@@ -34,6 +34,12 @@ constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
 /// cut between two ranks.
 constexpr llvm::StringLiteral kSplitGranuleAttr = "cleave.split_granule";
 
+/// Argument attributes of a parameter that is one piece of a model tensor
+/// (cleave-segment-parameters): the tensor's name, and the piece as an
+/// array [dim, offset, size] along that one dimension.
+constexpr llvm::StringLiteral kSegmentOfAttr = "cleave.segment_of";
+constexpr llvm::StringLiteral kSegmentAttr = "cleave.segment";
+
 /// Collective attribute set by the partitioner: the phase of the train step
 /// that needs it ("forward", "backward", "optimizer").
 constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";

@@ -248,6 +248,60 @@ TEST(Store, WriterAndReaderAcrossLayouts) {
   EXPECT_NE(indivisible.message().find("cannot be split"), std::string::npos);
 }
 
+// A fused [10, 3] tensor stored as rows 0:6 and 6:10 (in either order in
+// the table): the model's tensor comes back whole; segments that overlap,
+// leave a gap or disagree in the other dimensions are refused.
+TEST(Store, SegmentsJoinIntoTheModelTensor) {
+  google::protobuf::RepeatedPtrField<plan::TensorEntry> entries;
+  auto add = [&](const std::string &name, int64_t offset, int64_t rows,
+                 int64_t cols) {
+    plan::TensorEntry *e = entries.Add();
+    e->set_name(name);
+    e->set_role(plan::Binding::PARAMETER);
+    e->mutable_type()->set_dtype(plan::F32);
+    e->mutable_type()->add_shape(rows);
+    e->mutable_type()->add_shape(cols);
+    e->set_segment_of("w");
+    e->set_segment_dim(0);
+    e->set_segment_offset(offset);
+  };
+  add("w[6:10]", 6, 4, 3);
+  plan::TensorEntry *b = entries.Add();
+  b->set_name("b");
+  b->set_role(plan::Binding::PARAMETER);
+  b->mutable_type()->add_shape(3);
+  add("w[0:6]", 0, 6, 3);
+  std::vector<ModelTensor> tensors;
+  ASSERT_TRUE(modelTensors(entries, &tensors));
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_EQ(tensors[0].name, "w");
+  EXPECT_EQ(tensors[0].shape, (std::vector<int64_t>{10, 3}));
+  ASSERT_EQ(tensors[0].entries.size(), 2u);
+  EXPECT_EQ(tensors[0].entries[0]->name(), "w[0:6]");
+  EXPECT_EQ(tensors[1].name, "b");
+  EXPECT_EQ(tensors[1].dim, -1);
+  HostTensor whole = iota({10, 3});
+  std::vector<HostTensor> parts{takeRanges(whole, 0, {{0, 6}}),
+                                takeRanges(whole, 0, {{6, 10}})};
+  EXPECT_EQ(joinSegments(tensors[0], std::move(parts)).bytes, whole.bytes);
+
+  entries.Mutable(0)->set_segment_offset(5); // overlaps rows 0:6
+  EXPECT_FALSE(modelTensors(entries, &tensors));
+  entries.Mutable(0)->set_segment_offset(7); // leaves row 6 out
+  EXPECT_FALSE(modelTensors(entries, &tensors));
+  entries.Mutable(0)->set_segment_offset(6);
+  entries.Mutable(0)->mutable_type()->set_shape(1, 2); // 2 columns, not 3
+  EXPECT_FALSE(modelTensors(entries, &tensors));
+  entries.Mutable(0)->mutable_type()->set_shape(1, 3);
+  entries.Mutable(0)->set_segment_dim(2);
+  Status bad = modelTensors(entries, &tensors);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.message().find("does not have"), std::string::npos);
+  entries.Mutable(0)->set_segment_dim(0);
+  *entries.Add() = entries[1]; // "b" twice
+  EXPECT_FALSE(modelTensors(entries, &tensors));
+}
+
 std::vector<int64_t> ids(const HostTensor &t) {
   return {t.data<int64_t>(), t.data<int64_t>() + t.numElements()};
 }

@@ -95,6 +95,23 @@ Split splitOf(const plan::Binding &binding);
 /// Records \p split in \p entry (clearing what was there).
 void setSplit(plan::TensorEntry *entry, Split split);
 
+/// One tensor of the model as a store holds it: one entry, or the segments
+/// it was cut into (plan::TensorEntry::segment_of), in offset order.
+struct ModelTensor {
+  std::string name;
+  std::vector<int64_t> shape; // the model's
+  std::vector<const plan::TensorEntry *> entries;
+  int64_t dim = -1; // segments: the dimension they are cut along
+};
+/// The model's tensors among the parameters and buffers of \p entries, in
+/// the order each first appears; an error where a tensor's segments do not
+/// tile it.
+Status modelTensors(
+    const google::protobuf::RepeatedPtrField<plan::TensorEntry> &entries,
+    std::vector<ModelTensor> *out);
+/// \p t's value from its entries' global values, in \p t.entries' order.
+HostTensor joinSegments(const ModelTensor &t, std::vector<HostTensor> parts);
+
 /// "weights/rank-3.safetensors" style names.
 std::string rankFileName(const std::string &dir, int64_t rank);
 
