@@ -1,5 +1,4 @@
-//===- SegmentParameters.cpp - The cleave-segment-parameters pass -*- C++
-//-*-===//
+//===- SegmentParameters.cpp - Tensors used in pieces --------*- C++ -*-===//
 //
 // A parameter that the model only ever uses in unequal pieces (Falcon's fused
 // q|k|v with one K/V head: 64 query rows, 8 key rows, 8 value rows) is, for
