@@ -723,6 +723,18 @@ MODELS = collections.OrderedDict([
     ("chatglm_gqa_fused", family(ChatGLM, ["rotary_cache", "causal_mask"], False,
                                  ["embedding.weight", "output_layer.weight"],
                                  kv_reduce_bytes=2 * (16 * 64 + 16) * 4)),
+    # Heads that 4 ranks do not divide, with the fused pieces: Falcon with
+    # 6 heads (2 + 2 + 2 + 0 whole heads per rank, the K/V head replicated)
+    # and ChatGLM2 with 6 heads in 3 groups (one group per rank, the last
+    # rank's chunks padding, so no K/V reduction at all).
+    ("falcon_heads6", family(lambda: Falcon(d=48, heads=6),
+                             ["cos_cached", "sin_cached", "causal_mask"], True,
+                             ["word_embeddings.weight", "lm_head.weight"], d=48,
+                             kv_reduce_bytes=2 * 8 * 48 * 4)),
+    ("chatglm_heads6_groups3", family(lambda: ChatGLM(d=48, heads=6, groups=3),
+                                      ["rotary_cache", "causal_mask"], False,
+                                      ["embedding.weight", "output_layer.weight"], d=48,
+                                      kv_reduce_bytes=2 * (24 * 48 + 24) * 4)),
     ("mistral_sliding", family(Mistral, ["cos_cached", "sin_cached", "causal_mask"], False,
                                ["embed_tokens.weight", "lm_head.weight"],
                                inputs=mistral_inputs)),

@@ -40,6 +40,9 @@ struct Param {
   std::vector<std::string> names;
   RankedTensorType type;
   SmallVector<Layout> candidates;
+  /// Where each of names is among the searched parameters, in argument
+  /// order.
+  std::vector<size_t> positions;
 };
 
 /// What a value is used for, to \p depth levels of users: op names, operand
@@ -72,19 +75,47 @@ void signature(Value v, int depth, std::string &out) {
 /// Coordinate descent of \p plan under \p score (see chooseLayouts).
 template <typename Score>
 void descend(const std::vector<Param> &params, ParameterLayouts &plan,
-             double &best, Score score,
-             const std::vector<bool> *focus = nullptr) {
+             double &best, Score score, const std::vector<bool> *focus,
+             bool everyLayer) {
   auto assign = [](ParameterLayouts &layouts, const Param &p, Layout l) {
     for (const std::string &n : p.names)
       layouts[n] = l;
   };
-  // A move sets one parameter's layout and then lets its neighbours in
-  // argument order (a layer's weights are adjacent) adapt to it, twice over:
-  // a column split alone pays for an all-gather that only the matching bias
-  // and row split remove, whichever of them the sweep meets first.
+  // A move sets one parameter's layout and then lets its neighbours adapt
+  // to it, twice over: a column split alone pays for an all-gather that
+  // only the matching bias and row split remove, whichever of them the
+  // sweep meets first. Neighbours are the groups within kWindow places in
+  // argument order (a layer's weights are adjacent) of the group's first
+  // parameter or, with \p everyLayer, of any of its parameters: then the
+  // groups of every layer are neighbours, not only the first's (a layer
+  // whose input or output differs, the first or the last, has groups of
+  // its own), at the price of more neighbours per move.
   constexpr size_t kWindow = 3;
-  // Moves are retried only where the plan changed within their window since
-  // they were last tried ("don't look bits" of local search): elsewhere the
+  std::vector<size_t> groupAt;
+  for (auto [g, p] : llvm::enumerate(params))
+    for (size_t pos : p.positions) {
+      if (groupAt.size() <= pos)
+        groupAt.resize(pos + 1, params.size());
+      groupAt[pos] = g;
+    }
+  std::vector<std::vector<size_t>> near(params.size());
+  for (auto [g, p] : llvm::enumerate(params)) {
+    std::set<size_t> found;
+    if (!everyLayer)
+      for (size_t j = g >= kWindow ? g - kWindow : 0;
+           j < std::min(params.size(), g + 1 + kWindow); ++j)
+        found.insert(j);
+    else
+      for (size_t pos : p.positions)
+        for (size_t q = pos >= kWindow ? pos - kWindow : 0;
+             q < std::min(groupAt.size(), pos + 1 + kWindow); ++q)
+          if (groupAt[q] < params.size())
+            found.insert(groupAt[q]);
+    found.erase(g);
+    near[g].assign(found.begin(), found.end());
+  }
+  // Moves are retried only where the plan changed near them since they
+  // were last tried ("don't look bits" of local search): elsewhere the
   // same trials would only be scored again on a plan that differs far away.
   // With a focus, the other groups wait for a change near them.
   std::vector<int64_t> changedAt(params.size(), 0), triedAt(params.size(), -1);
@@ -96,23 +127,21 @@ void descend(const std::vector<Param> &params, ParameterLayouts &plan,
   for (int sweep = 0; sweep < 4; ++sweep) {
     bool improved = false;
     for (size_t i = 0; i < params.size(); ++i) {
-      size_t lo = i >= kWindow ? i - kWindow : 0;
-      size_t hi = std::min(params.size(), i + 1 + kWindow);
-      if (*std::max_element(changedAt.begin() + lo, changedAt.begin() + hi) <
-          triedAt[i])
+      int64_t lastChange = changedAt[i];
+      for (size_t j : near[i])
+        lastChange = std::max(lastChange, changedAt[j]);
+      if (lastChange < triedAt[i])
         continue;
       triedAt[i] = ++clock;
       // One move: group i set to l, its neighbours adapted.
-      auto tryMove = [&, lo = lo, hi = hi](const Layout &l) {
+      auto tryMove = [&](const Layout &l) {
         ParameterLayouts trial = plan;
         assign(trial, params[i], l);
         double s = score(trial);
         bool changed = true;
         for (int pass = 0; pass < 2 && changed; ++pass) {
           changed = false;
-          for (size_t j = lo; j < hi; ++j) {
-            if (j == i)
-              continue;
+          for (size_t j : near[i]) {
             Layout keep = trial.lookup(params[j].names.front());
             for (const Layout &m : params[j].candidates) {
               if (m == keep)
@@ -147,7 +176,7 @@ void descend(const std::vector<Param> &params, ParameterLayouts &plan,
         if (s + 1e-12 < best) {
           taken = true;
           ++clock;
-          for (size_t j = lo; j < hi; ++j)
+          for (size_t j = 0; j < params.size(); ++j)
             if (trial.lookup(params[j].names.front()) !=
                 plan.lookup(params[j].names.front()))
               changedAt[j] = clock;
@@ -239,15 +268,17 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     if (i < a.size() && j < b.size() && b[j] > 1 && a[i] % b[j] == 0 &&
         a[i] != b[j]) {
       blockCounts[a[i]].insert(b[j]);
-      // Granules where the dim is cut in two, [B, m], into at least one
-      // unit per rank (fewer would leave ranks idle where a split of each
-      // unit would not): the search's time goes with its candidates.
-      if (j + 1 < b.size() && b[j] * b[j + 1] == a[i] && b[j] >= tp)
+      // Granules where the dim is cut in two, [B, m], even into fewer
+      // units than ranks: 3 K/V groups on 4 ranks are held one per rank
+      // where the 6 query heads are split 2 per rank (the last rank's
+      // chunks all padding).
+      if (j + 1 < b.size() && b[j] * b[j + 1] == a[i])
         granules[a[i]].insert(b[j + 1]);
     }
   });
   std::vector<Param> params;
   std::map<std::string, size_t> groupOf;
+  size_t position = 0;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
     if (!name || fixed.count(name.getValue()))
@@ -257,11 +288,13 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     auto [it, fresh] = groupOf.try_emplace(sig, params.size());
     if (!fresh) {
       params[it->second].names.push_back(name.str());
+      params[it->second].positions.push_back(position++);
       continue;
     }
     Param p{{name.str()},
             cast<RankedTensorType>(func.getArgument(i).getType()),
-            {Layout::replicated()}};
+            {Layout::replicated()},
+            {position++}};
     for (int64_t d = 0; d < p.type.getRank(); ++d) {
       int64_t size = p.type.getDimSize(d);
       // A size tp does not divide is split in padded chunks.
@@ -352,13 +385,15 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     return v.base + kGatherPenalty * static_cast<double>(v.gathers());
   };
   double best = 0;
-  auto search = [&](int phase, const std::vector<bool> *focus) {
+  auto search = [&](int phase, const std::vector<bool> *focus,
+                    bool everyLayer) {
     best = score(plan, phase);
     descend(
         params, plan, best,
-        [&](const ParameterLayouts &l) { return score(l, phase); }, focus);
+        [&](const ParameterLayouts &l) { return score(l, phase); }, focus,
+        everyLayer);
   };
-  search(1, nullptr);
+  search(1, nullptr, false);
   PartitionOptions how = plain;
   if (evaluate(plan, plain).gathers() > 0) {
     // Removing the gathers may cost memory (the replicated K/V projection
@@ -378,17 +413,24 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     for (const Param &p : params)
       focus.push_back(llvm::any_of(
           p.names, [&](const std::string &n) { return sources.count(n); }));
-    search(2, &focus);
-    // Moves adapt only neighbours in argument order, so a plan whose
-    // gathers go away only when several groups far apart change together
-    // (a query split inside heads, its output projection and the K/V
-    // pieces, with a bias between them) keeps some. Then the search runs
-    // again from the start under the second phase's measure.
-    if (evaluate(plan, embedding).gathers() > 0) {
+    search(2, &focus, false);
+    // Moves adapt only the neighbours of the first layer's parameters, so
+    // a plan whose gathers go away only when several groups change
+    // together, in several layers or far apart (a query split inside
+    // heads, its output projection and the K/V pieces, with a bias between
+    // them; the last layer's output projection, a group of its own) keeps
+    // some, or removes them at too high a price (attention left whole).
+    // Then the search runs again from the start under the second phase's
+    // measure, its moves adapting the neighbours in every layer.
+    auto acceptable = [&] {
+      Evaluation v = evaluate(plan, embedding);
+      return v.gathers() == 0 && v.base <= (1 + kGatherTolerance) * firstBase;
+    };
+    if (!acceptable()) {
       ParameterLayouts focused = std::move(plan);
       double focusedBest = best;
       plan = fixed;
-      search(2, nullptr);
+      search(2, nullptr, true);
       if (!(best < focusedBest)) {
         plan = std::move(focused);
         best = focusedBest;

@@ -115,6 +115,7 @@ bool reducesWeightProduct(Operation *op, const PartitionIndex::Impl &index) {
 } // namespace
 
 Value Partitioner::convert(int32_t id, Layout to) {
+  to = canonicalFor(id, to);
   Layout from = layoutOf(id);
   Value v = index.values[id];
   Value local = rewrite ? mapping.lookupOrNull(v) : Value();
@@ -353,7 +354,7 @@ SmallVector<Value> Partitioner::convertOperands(const OpEntry &e,
 void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
                        ArrayRef<Layout> outs) {
   for (unsigned i = 0; i < e.numResults; ++i)
-    layouts[e.firstResult + i] = outs[i];
+    layouts[e.firstResult + i] = canonicalFor(e.firstResult + i, outs[i]);
   // A partial result of an embedded split keeps its origin, unless it
   // joins a partial sum of another kind, whose reduction it then shares.
   for (unsigned r = 0; r < e.numResults; ++r) {
@@ -469,8 +470,20 @@ struct Partitioner::Candidates {
       sum += p.conversionCost(p.operandId(e, i), operandLayout(c, cut, i));
     return sum;
   }
+  /// A factor smaller than tp (3 K/V groups on 4 ranks) is not split
+  /// here, but a split that reaches it (whole heads, one group per rank,
+  /// the last rank padding) is kept.
   bool splittable(const ShardingFactor &f) const {
-    return f.kind != ShardingFactor::Kind::Whole && f.size >= p.tp;
+    if (f.kind == ShardingFactor::Kind::Whole || f.size <= 1)
+      return false;
+    if (f.size >= p.tp)
+      return true;
+    for (auto [i, d] : llvm::enumerate(f.operandDims)) {
+      Layout l = p.layoutOf(p.operandId(e, i));
+      if (d >= 0 && l.isSplit() && l.dim == d)
+        return true;
+    }
+    return false;
   }
   std::string str(int c, Cut cut) const {
     if (c == kReplicated)

@@ -204,11 +204,17 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
         innerOut *= b[k];
       int64_t blocks = outer / pre;
       if (chunk % innerOut == 0 && block % innerOut == 0 &&
-          b[d] == blocks * (block / innerOut) &&
-          (!padded || granule % innerOut == 0)) {
-        target = Layout::split(static_cast<int64_t>(d), blocks,
-                               padded ? granule / innerOut : 1);
-        break;
+          b[d] == blocks * (block / innerOut)) {
+        // Padded, e's chunks must hold the same rows: its granule is the
+        // input's in rows of e where that is whole, else one row (6 heads
+        // on 4 ranks, 2 each, reshaped into 3 groups of 2: one group each).
+        Layout l = Layout::split(
+            static_cast<int64_t>(d), blocks,
+            padded && granule % innerOut == 0 ? granule / innerOut : 1);
+        if (!padded || l.chunk(block / innerOut, tp) * innerOut == chunk) {
+          target = l;
+          break;
+        }
       }
       pre *= b[d];
     }
@@ -263,7 +269,7 @@ LogicalResult Partitioner::visitBlockWindow(const OpEntry &e, OpT op) {
   if (op.getSteps()[d] != 1 || start % block || b[d] % block || b[d] == a[d])
     return failure();
   Layout out = Layout::split(d, b[d] / block, in.granule);
-  layouts[e.firstResult] = out;
+  layouts[e.firstResult] = canonicalFor(e.firstResult, out);
   pads[e.firstResult] = pads[operandId(e, 0)];
   splitSource[e.firstResult] = splitSource[operandId(e, 0)];
   if (!rewrite)

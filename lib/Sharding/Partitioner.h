@@ -342,8 +342,17 @@ private:
     return collectiveCost(1.0 * (tp - 1) / tp * bytes);
   }
 
+  /// \p l for value \p id, in the one form of the splits that put the
+  /// same indices on each rank (Layout::canonical).
+  Layout canonicalFor(int32_t id, Layout l) const {
+    if (!l.isSplit() || l.granule == 1)
+      return l;
+    return l.canonical(typeOf(index.values[id]).getDimSize(l.dim), tp);
+  }
+
   /// Cost of bringing value \p id from its layout to \p to.
   double conversionCost(int32_t id, Layout to) const {
+    to = canonicalFor(id, to);
     Layout from = layoutOf(id);
     if (from == to)
       return 0;

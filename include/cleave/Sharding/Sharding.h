@@ -89,11 +89,15 @@ struct Layout {
     int64_t g = granule;
     return (block + g * tp - 1) / (g * tp) * g;
   }
-  /// The same split with the granule dropped where it changes nothing
-  /// (tp times the granule divides the block of \p size / blocks).
+  /// The same split with the granule dropped where it changes nothing:
+  /// every rank's chunk of a block of \p size / blocks is as long without
+  /// it (tp times the granule divides the block, or 6 heads on 4 ranks in
+  /// units of 1 or 2: 2 each), so the ranks hold the same indices.
   Layout canonical(int64_t size, int64_t tp) const {
     Layout l = *this;
-    if (l.isSplit() && (size / l.blocks) % (l.granule * tp) == 0)
+    int64_t block = size / l.blocks;
+    if (l.isSplit() && l.granule > 1 &&
+        split(l.dim, l.blocks).chunk(block, tp) == l.chunk(block, tp))
       l.granule = 1;
     return l;
   }
