@@ -710,6 +710,12 @@ LogicalResult AvgPool2DBackwardOp::verify() {
   return verifyPoolWindow(*this, getResult(), getGrad(), "gradient");
 }
 
+LogicalResult CheckIndexOp::verify() {
+  if (getBound() < 0)
+    return emitOpError("bound must not be negative, got ") << getBound();
+  return success();
+}
+
 LogicalResult RandomUniformOp::verify() {
   if (!shapeOf(getStep()).empty())
     return emitOpError("step must be a scalar (rank 0)");

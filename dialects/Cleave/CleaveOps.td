@@ -603,6 +603,29 @@ def Cleave_AvgPool2DBackwardOp : Cleave_Op<"avg_pool2d_backward"> {
   let hasVerifier = 1;
 }
 
+def Cleave_CheckIndexOp : Cleave_Op<"check_index", [SameOperandsAndResultType]> {
+  let summary = "Stops the step where an index is out of range";
+  let description = [{
+    The result is the operand; every element must lie in [0, `bound`) or
+    equal `ignore`, else the step stops with an error naming the element's
+    position and value. Put where indices are read by a comparison rather
+    than a lookup (cross-entropy's labels against the class ids), which
+    would otherwise turn a label outside the classes into a loss that
+    belongs to no class. Not pure: it is never folded away.
+
+    ```mlir
+    %0 = cleave.check_index %labels bound = 8 ignore = -100 : tensor<4x16xi64>
+    ```
+  }];
+  let arguments = (ins StaticShapeTensorOf<[I32, I64]>:$input, I64Attr:$bound,
+                   OptionalAttr<I64Attr>:$ignore);
+  let results = (outs StaticShapeTensorOf<[I32, I64]>:$result);
+  let assemblyFormat = [{
+    $input `bound` `=` $bound (`ignore` `=` $ignore^)? attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Cleave_RandomUniformOp : Cleave_Op<"random_uniform"> {
   let summary = "Counter-based uniform random numbers in [0, 1)";
   let description = [{

@@ -10,6 +10,8 @@
 
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Lowering/EmitPlan.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 
 using namespace mlir;
@@ -73,8 +75,30 @@ Value mlir::cleave::buildCrossEntropy(OpBuilder &b, Location loc, Value logits,
   kept[classAxis] = 1;
   classShape[classAxis] = classes;
   auto keptType = RankedTensorType::get(kept, f);
+  // A label outside the classes matches no class id: the loss would be
+  // the log-sum-exp alone, for no class. It stops the step instead
+  // (PyTorch raises too).
+  // Checked where they enter the step, if they only change shape on the
+  // way: the error then names the input and the position in it.
+  Value source = labels;
+  while (auto reshape = source.getDefiningOp<ReshapeOp>())
+    source = reshape.getInput();
+  Location checkLoc = loc;
+  if (auto arg = dyn_cast<BlockArgument>(source))
+    if (auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+      if (auto name =
+              fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInputAttr))
+        checkLoc = NameLoc::get(
+            StringAttr::get(b.getContext(), "input '" + name.getValue() + "'"));
+  if (checkLoc == loc)
+    source = labels;
+  Value checked = CheckIndexOp::create(
+      b, checkLoc, source.getType(), source, b.getI64IntegerAttr(classes),
+      ignoreIndex ? b.getI64IntegerAttr(*ignoreIndex) : IntegerAttr());
+  if (checked.getType() != lType)
+    checked = ReshapeOp::create(b, loc, lType, checked);
   Value labelsK =
-      ReshapeOp::create(b, loc, RankedTensorType::get(kept, idx), labels);
+      ReshapeOp::create(b, loc, RankedTensorType::get(kept, idx), checked);
   SmallVector<Attribute> iota;
   for (int64_t c = 0; c < classes; ++c)
     iota.push_back(b.getIntegerAttr(idx, c));

@@ -140,6 +140,12 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
         return "leaky_relu";
       })
       .Case<CastOp>([](auto) { return "cast"; })
+      .Case<CheckIndexOp>([&](CheckIndexOp c) {
+        b.ints("bound", {c.getBound()});
+        if (std::optional<int64_t> ignore = c.getIgnore())
+          b.ints("ignore", {*ignore});
+        return "check_index";
+      })
       .Case<MatmulOp>([&](MatmulOp m) {
         b.ints("transpose_a", {m.getTransposeLhs() ? 1 : 0});
         b.ints("transpose_b", {m.getTransposeRhs() ? 1 : 0});

@@ -406,19 +406,21 @@ CLEAVE_NONLINEAR(NotOp)
 CLEAVE_NONLINEAR(GeluOp)
 CLEAVE_NONLINEAR(LeakyReluOp)
 CLEAVE_NONLINEAR(CastOp)
+CLEAVE_NONLINEAR(CheckIndexOp)
 } // namespace
 #undef CLEAVE_NONLINEAR
 
 void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, CleaveDialect *) {
-    attachNonlinear<
-        AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
-        XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
-        ReciprocalOp, TanhOp, SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, NotOp,
-        GeluOp, LeakyReluOp, CastOp, MatmulOp, ReduceOp, SoftmaxOp,
-        LogSoftmaxOp, LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
-        ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp, MaxPool2DOp,
-        AvgPool2DOp, MaxPool2DBackwardOp, AvgPool2DBackwardOp, Conv2DOp,
-        Conv2DBackwardInputOp, Conv2DBackwardFilterOp, RandomUniformOp>(ctx);
+    attachNonlinear<AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp,
+                    AndOp, OrOp, XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp,
+                    SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp, ReluOp,
+                    ErfOp, SinOp, CosOp, NotOp, GeluOp, LeakyReluOp, CastOp,
+                    MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
+                    BatchNormOp, TransposeOp, BroadcastOp, ConcatOp, SliceOp,
+                    SliceScatterOp, GatherOp, ScatterAddOp, MaxPool2DOp,
+                    AvgPool2DOp, MaxPool2DBackwardOp, AvgPool2DBackwardOp,
+                    Conv2DOp, Conv2DBackwardInputOp, Conv2DBackwardFilterOp,
+                    RandomUniformOp, CheckIndexOp>(ctx);
   });
 }

@@ -2,6 +2,7 @@
 
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/files.h"
 #include "cleave/runtime/safetensors.h"
 #include "cleave/runtime/store.h"
 
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace cleave::rt {
 
@@ -302,10 +304,12 @@ Status findCheckpoint(const std::string &path, std::string *dir,
                            kCheckpointIndexFile + ")");
   }
   fs::path indexPath = chosen / kCheckpointIndexFile;
-  std::ifstream in(indexPath, std::ios::binary);
-  if (!in)
-    return Status::error("cannot read '" + indexPath.string() + "'");
-  if (!checkpoint->ParseFromIstream(&in))
+  std::string bytes;
+  if (Status s = readWholeFile(indexPath.string(), "checkpoint index", &bytes);
+      !s)
+    return s;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !checkpoint->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Status::error("checkpoint index '" + indexPath.string() +
                          "' is corrupt or truncated");
   if (checkpoint->format_version() != kCheckpointFormatVersion)

@@ -1,6 +1,7 @@
 //===- data.cpp - What feeds the model's inputs, step by step -------------===//
 
 #include "cleave/runtime/data.h"
+#include "cleave/runtime/files.h"
 
 #include <cstring>
 #include <filesystem>
@@ -235,12 +236,8 @@ public:
           "token ids [batch, sequence] and, optionally, labels of the same "
           "shape; this model takes " +
           describeInputs());
-    std::ifstream in(options.textFile, std::ios::binary);
-    if (!in)
-      return Status::error("cannot read --text file '" + options.textFile +
-                           "'");
-    text.assign(std::istreambuf_iterator<char>(in),
-                std::istreambuf_iterator<char>());
+    if (Status s = readWholeFile(options.textFile, "--text file", &text); !s)
+      return s;
     rows = inputs[0].shape[0];
     seq = inputs[0].shape[1];
     windows =

@@ -94,6 +94,12 @@ struct KernelArgs {
 };
 
 using KernelFn = std::function<Status(const KernelArgs &)>;
+
+/// check_index's error for element \p flat (row-major in \p shape) of
+/// value \p value: "value 1000 at [1, 5] is out of range [0, 8)".
+std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
+                            int64_t value, int64_t bound,
+                            std::optional<int64_t> ignore);
 using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
 
 #define CLEAVE_KERNEL(NAME)                                                    \

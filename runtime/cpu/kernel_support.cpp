@@ -345,4 +345,22 @@ Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
   return Status::ok();
 }
 
+std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
+                            int64_t value, int64_t bound,
+                            std::optional<int64_t> ignore) {
+  std::vector<int64_t> at(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    int64_t n = std::max<int64_t>(shape[d], 1);
+    at[d] = flat % n;
+    flat /= n;
+  }
+  std::string where;
+  for (size_t d = 0; d < at.size(); ++d)
+    where += (d ? ", " : "") + std::to_string(at[d]);
+  return "value " + std::to_string(value) + " at [" + where +
+         "] is out of range [0, " + std::to_string(bound) + ")" +
+         (ignore ? " (and not the ignored " + std::to_string(*ignore) + ")"
+                 : "");
+}
+
 } // namespace cleave::rt

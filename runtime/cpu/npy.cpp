@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/files.h"
 
 #include <cctype>
 #include <cerrno>
@@ -192,14 +193,9 @@ Status readNpy(const std::string &path, HostTensor *result) {
   auto fail = [&](const std::string &msg) {
     return Status::error(path + ": " + msg);
   };
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return fail(std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad())
-    return fail("read error");
-  std::string file = buffer.str();
+  std::string file;
+  if (Status s = readWholeFile(path, ".npy file", &file); !s)
+    return s;
   const auto *bytes = reinterpret_cast<const unsigned char *>(file.data());
 
   if (file.size() < kMagicSize || file.compare(0, kMagicSize, kMagic) != 0)

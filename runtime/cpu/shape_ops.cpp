@@ -479,6 +479,43 @@ Status localRows(const void *indices, bool wide, int64_t count, int64_t offset,
   return Status::ok();
 }
 
+Status prepare_check_index(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(1, 1, 1); !s)
+    return s;
+  const TensorType &x = info.operand(0), &y = info.result(0);
+  if ((x.dtype != DType::I32 && x.dtype != DType::I64) || x.dtype != y.dtype ||
+      x.shape != y.shape)
+    return Status::error("check_index needs i32 or i64 indices and a result "
+                         "of their type, got " +
+                         x.str() + " -> " + y.str());
+  int64_t bound = 0;
+  if (Status s = info.intScalar("bound", &bound); !s)
+    return s;
+  std::optional<int64_t> ignore;
+  if (info.attrs.count("ignore")) {
+    int64_t v;
+    if (Status s = info.intScalar("ignore", &v); !s)
+      return s;
+    ignore = v;
+  }
+  bool wide = x.dtype == DType::I64;
+  int64_t n = x.numElements();
+  std::vector<int64_t> shape = x.shape;
+  *fn = [=](const KernelArgs &args) {
+    const void *in = args.operands[0];
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = wide ? static_cast<const int64_t *>(in)[i]
+                       : static_cast<const int32_t *>(in)[i];
+      if ((v < 0 || v >= bound) && (!ignore || v != *ignore))
+        return Status::error(indexRangeError(shape, i, v, bound, ignore));
+    }
+    if (args.results[0] != in)
+      std::memcpy(args.results[0], in, n * (wide ? 8 : 4));
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
 Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 2, 1); !s)
     return s;

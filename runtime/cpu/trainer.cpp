@@ -3,6 +3,7 @@
 #include "cleave/runtime/trainer.h"
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/files.h"
 #include "cleave/runtime/runner.h"
 #include "cleave/runtime/store.h"
 
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -81,11 +83,22 @@ std::string clock(double seconds) {
 
 Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
   fs::path path = fs::path(bundleDir) / kBundlePlanFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error("'" + bundleDir + "' is not a bundle: cannot read " +
-                         path.string() + " (compile one with cleave compile)");
-  if (!plan->ParseFromIstream(&in))
+  std::error_code ec;
+  if (!fs::is_directory(bundleDir, ec))
+    return Status::error("'" + bundleDir + "' is not a bundle: " +
+                         (fs::exists(bundleDir, ec)
+                              ? "it is not a directory"
+                              : "there is no such directory") +
+                         " (compile one with cleave compile)");
+  if (!fs::exists(path, ec))
+    return Status::error("'" + bundleDir + "' is not a bundle: it has no " +
+                         std::string(kBundlePlanFile) +
+                         " (compile one with cleave compile)");
+  std::string bytes;
+  if (Status s = readWholeFile(path.string(), "bundle plan", &bytes); !s)
+    return s;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !plan->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Status::error("bundle plan '" + path.string() +
                          "' is corrupt or truncated");
   if (plan->format_version() != kPlanFormatVersion)

@@ -753,6 +753,47 @@ Status prepare_concat(const KernelInfo &info, DeviceFn *fn) {
   return Status::ok();
 }
 
+template <typename Index>
+__global__ void checkIndexKernel(const Index *in, Index *out, int64_t count,
+                                 int64_t bound, bool hasIgnore, int64_t ignore,
+                                 int *flag, int instruction) {
+  CLEAVE_GRID_LOOP(i, count) {
+    int64_t v = in[i];
+    if ((v < 0 || v >= bound) && !(hasIgnore && v == ignore))
+      reportError(flag, instruction, kErrorIndexOutOfRange);
+    out[i] = in[i];
+  }
+}
+
+Status prepare_check_index(const KernelInfo &info, DeviceFn *fn) {
+  const TensorType &x = info.operand(0);
+  int64_t bound = 0, ignore = 0;
+  if (Status s = info.intScalar("bound", &bound); !s)
+    return s;
+  bool hasIgnore = info.attrs.count("ignore") > 0;
+  if (hasIgnore)
+    if (Status s = info.intScalar("ignore", &ignore); !s)
+      return s;
+  int64_t count = safeNumElements(x);
+  bool wide = x.dtype == DType::I64;
+  *fn = [=](const KernelArgs &args, Context &ctx) {
+    if (count == 0)
+      return Status::ok();
+    if (wide)
+      checkIndexKernel<<<gridFor(count), kBlock, 0, ctx.stream>>>(
+          static_cast<const int64_t *>(args.operands[0]),
+          static_cast<int64_t *>(args.results[0]), count, bound, hasIgnore,
+          ignore, ctx.errorFlag, ctx.instruction);
+    else
+      checkIndexKernel<<<gridFor(count), kBlock, 0, ctx.stream>>>(
+          static_cast<const int32_t *>(args.operands[0]),
+          static_cast<int32_t *>(args.results[0]), count, bound, hasIgnore,
+          ignore, ctx.errorFlag, ctx.instruction);
+    return launchStatus("check_index");
+  };
+  return Status::ok();
+}
+
 Status prepare_gather(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &data = info.operand(0), &idx = info.operand(1),
                    &r = info.result(0);

@@ -1,13 +1,15 @@
 // RUN: cleave-opt %s --split-input-file --cleave-append-loss=loss=cross_entropy | FileCheck %s --check-prefix=CE
 // RUN: cleave-opt %s --split-input-file --cleave-append-loss=loss=mse | FileCheck %s --check-prefix=MSE
 
-// Cross-entropy: class dimension last, int64 labels, ignore_index -100 left
+// Cross-entropy: class dimension last, int64 labels checked against the
+// classes where they enter (named for the error), ignore_index -100 left
 // out of the mean, the stabilising max a stop-gradient; written as
 // reductions over the class axis.
 // CE-LABEL: func.func @logits
 // CE-SAME: %[[L:[a-z0-9]+]]: tensor<2x4xi64> {cleave.input = "labels"}) -> (tensor<f32> {cleave.loss}, tensor<2x4x5xf32> {cleave.output = "y"})
 // CE: %[[Y:.*]] = cleave.tanh
-// CE: %[[LK:.*]] = cleave.reshape %[[L]] : tensor<2x4xi64> -> tensor<2x4x1xi64>
+// CE: %[[CL:.*]] = cleave.check_index %[[L]] bound = 5 ignore = -100 : tensor<2x4xi64>
+// CE: %[[LK:.*]] = cleave.reshape %[[CL]] : tensor<2x4xi64> -> tensor<2x4x1xi64>
 // CE: %[[IOTA:.*]] = cleave.constant dense<{{\[\[\[}}0, 1, 2, 3, 4]]]> : tensor<1x1x5xi64>
 // CE: %[[HIT:.*]] = cleave.cmp eq, %[[LK]], %[[IOTA]]
 // CE: %[[MAX:.*]] = cleave.reduce max %[[Y]] dims = [2] {cleave.no_grad, keep_dims}

@@ -112,14 +112,12 @@ onnx::ModelProto stripTrained(const mlir::cleave::OnnxModel &source,
 }
 
 /// Moves directory \p tmp to \p target, replacing what is there last.
-rt::Status swapIn(const std::string &tmp, const std::string &target,
-                  const char *what) {
+rt::Status swapIn(const std::string &tmp, const std::string &target) {
   namespace fs = llvm::sys::fs;
   std::string old = target + ".old-" + std::to_string(::getpid());
+  if (rt::Status s = checkReplaceable(target); !s)
+    return s;
   bool hadOld = fs::exists(target);
-  if (hadOld && !fs::is_directory(target))
-    return rt::Status::error("'" + target + "' exists and is not a " + what +
-                             " directory");
   if (hadOld)
     if (std::error_code ec = fs::rename(target, old))
       return rt::Status::error("cannot replace '" + target +
@@ -135,6 +133,32 @@ rt::Status swapIn(const std::string &tmp, const std::string &target,
 }
 
 } // namespace
+
+/// Whether \p target may be replaced by a bundle: it does not exist, or
+/// is an empty folder or a bundle (its plan file says so). A folder of the
+/// user's own files is never deleted to make room.
+rt::Status checkReplaceable(const std::string &target) {
+  namespace fs = llvm::sys::fs;
+  if (!fs::exists(target))
+    return rt::Status::ok();
+  if (!fs::is_directory(target))
+    return rt::Status::error("'" + target +
+                             "' exists and is not a bundle directory");
+  llvm::SmallString<256> plan(target);
+  llvm::sys::path::append(plan, rt::kBundlePlanFile);
+  if (fs::is_regular_file(plan))
+    return rt::Status::ok();
+  std::error_code ec;
+  fs::directory_iterator it(target, ec);
+  if (ec)
+    return rt::Status::error("cannot read '" + target + "': " + ec.message());
+  if (it != fs::directory_iterator())
+    return rt::Status::error(
+        "'" + target +
+        "' is a folder that is not a bundle and not empty: it is left as it "
+        "is; name a new folder, an empty one or a previous bundle with -o");
+  return rt::Status::ok();
+}
 
 rt::Status WeightSource::useSafetensors(const std::string &path) {
   return rt::SafetensorsFile::open(path, &file);
@@ -191,6 +215,8 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
                        pb::Plan &plan, const std::string &bundle,
                        bool planOnly) {
   namespace fs = llvm::sys::fs;
+  if (rt::Status s = checkReplaceable(bundle); !s)
+    return s;
   std::string tmp = bundle + ".tmp-" + std::to_string(::getpid());
   (void)fs::remove_directories(tmp);
   if (std::error_code ec = fs::create_directories(tmp))
@@ -295,7 +321,7 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
   llvm::sys::path::append(planPath, rt::kBundlePlanFile);
   if (rt::Status s = rt::writeFileAtomic(std::string(planPath), bytes); !s)
     return s;
-  if (rt::Status s = swapIn(tmp, bundle, "bundle"); !s)
+  if (rt::Status s = swapIn(tmp, bundle); !s)
     return s;
   cleanup.release();
   return rt::Status::ok();

@@ -42,6 +42,10 @@ private:
 /// layouts, each rank's slice), weights/rank-K.safetensors read one tensor
 /// at a time from \p weights, and model.onnx (the source graph without the
 /// trained tensors' data). \p planOnly: the plan alone, nothing read.
+/// Whether -o \p target may be replaced by a bundle: absent, an empty
+/// folder, or a bundle.
+rt::Status checkReplaceable(const std::string &target);
+
 rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
                        const WeightSource &weights, mlir::func::FuncOp main,
                        plan::Plan &plan, const std::string &bundle,

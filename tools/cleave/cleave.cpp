@@ -36,8 +36,11 @@
 #include "llvm/Support/raw_ostream.h"
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
@@ -461,6 +464,9 @@ static int runForward(MLIRContext &ctx) {
 static int runCompile(MLIRContext &ctx) {
   if (outputPath == "-" || outputPath.empty())
     return fail("give the bundle directory to write with -o BUNDLE");
+  // Before any work: a folder that is not a bundle is never replaced.
+  if (rt::Status s = ::cleave::tool::checkReplaceable(outputPath); !s)
+    return fail(s.message());
   OnnxImportOptions options;
   options.seed = seed;
   options.frozen.assign(freezePatterns.begin(), freezePatterns.end());
@@ -473,6 +479,16 @@ static int runCompile(MLIRContext &ctx) {
   train.optimizer = optimizerKind;
   bool adam = optimizerKind == "adamw";
   train.lr = lr.getNumOccurrences() ? lr : (adam ? 1e-3 : 1e-2);
+  // Hyperparameters that are not finite train nothing but NaNs.
+  for (auto [name, value] : {std::pair<const char *, double>{"--lr", train.lr},
+                             {"--momentum", momentum},
+                             {"--weight-decay", weightDecay},
+                             {"--beta1", beta1},
+                             {"--beta2", beta2},
+                             {"--eps", eps}})
+    if (!std::isfinite(value))
+      return fail(std::string(name) + " must be a finite number, not " +
+                  std::to_string(value));
   train.momentum = momentum;
   train.weightDecay =
       weightDecay.getNumOccurrences() ? weightDecay : (adam ? 1e-2 : 0.0);
@@ -525,14 +541,86 @@ static int runExport() {
   return 0;
 }
 
+/// Parses the command line; on a mistake, the one line to print. LLVM's
+/// parser words its complaints over up to four lines of its own format
+/// ("cleave: Unknown command line argument '--x'.  Try: '/path/cleave
+/// --help'", "cleave: Did you mean '--y'?"); they become one.
+static std::optional<std::string> parseCommandLine(int argc, char **argv) {
+  static constexpr llvm::StringLiteral kCommands[] = {
+      "import", "compile", "run", "inspect", "export"};
+  // A first word that is no command would otherwise be blamed on the
+  // model file that follows it.
+  if (argc > 1 && argv[1][0] != '-' &&
+      !llvm::is_contained(kCommands, llvm::StringRef(argv[1])))
+    return "unknown command '" + std::string(argv[1]) +
+           "'; the commands are import, compile, run, inspect and export "
+           "(see cleave --help)";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  // A bad option value is reported straight to stderr, whatever stream the
+  // parser is given: stderr goes to a file while it parses.
+  std::FILE *captured = std::tmpfile();
+  int saved = captured ? ::dup(2) : -1;
+  if (saved >= 0)
+    ::dup2(::fileno(captured), 2);
+  bool parsed = cl::ParseCommandLineOptions(
+      argc, argv, "Cleave: a tensor-parallel training compiler\n", &os);
+  llvm::errs().flush();
+  if (saved >= 0) {
+    ::dup2(saved, 2);
+    ::close(saved);
+    std::rewind(captured);
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, captured)) > 0;)
+      text.append(buffer, n);
+  }
+  if (captured)
+    std::fclose(captured);
+  if (parsed) {
+    llvm::errs() << text; // warnings, if any
+    return std::nullopt;
+  }
+  llvm::StringRef program = llvm::sys::path::filename(argv[0]);
+  std::string message, hint;
+  SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(text).trim().split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    line = line.trim();
+    if (line.consume_front(program) && !line.consume_front(":"))
+      continue;
+    line = line.trim();
+    if (line.empty())
+      continue;
+    if (line.starts_with("Did you mean")) {
+      hint = line.rtrim('?').str();
+      continue;
+    }
+    if (!message.empty())
+      continue;
+    // "... .  Try: '/path/cleave --help'" and a closing "!" add nothing.
+    line = line.split("  Try:").first.rtrim(".!").trim();
+    message = line.str();
+  }
+  if (message.empty())
+    message = "cannot read the command line";
+  message[0] = static_cast<char>(std::tolower(message[0]));
+  if (!hint.empty()) {
+    hint[0] = static_cast<char>(std::tolower(hint[0]));
+    message += " (" + hint + "?)";
+  }
+  return message + "; see cleave --help";
+}
+
 int main(int argc, char **argv) {
   originalArgs.assign(argv, argv + argc);
   // The other ranks run this very binary, wherever the shell found it.
   originalArgs[0] = llvm::sys::fs::getMainExecutable(
       argv[0], reinterpret_cast<void *>(&fail));
   llvm::InitLLVM init(argc, argv);
-  cl::ParseCommandLineOptions(argc, argv,
-                              "Cleave: a tensor-parallel training compiler\n");
+  if (std::optional<std::string> error = parseCommandLine(argc, argv)) {
+    llvm::errs() << "cleave: error: " << *error << "\n";
+    return 2;
+  }
   MLIRContext context;
   DialectRegistry registry;
   registry.insert<mlir::cleave::CleaveDialect, func::FuncDialect>();

@@ -23,6 +23,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 #include <fstream>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -98,79 +99,194 @@ typedFieldBytes(const onnx::TensorProto &t, int64_t count, std::string &error) {
   }
 }
 
-/// Decodes \p t (inline, raw or external) into TensorData.
-static FailureOr<TensorData> decodeTensor(MLIRContext *context,
-                                          const onnx::TensorProto &t,
-                                          const std::string &baseDir,
-                                          std::string &error) {
-  TensorData data;
+namespace {
+/// Where a tensor's bytes are, every size checked: its element type and
+/// shape (no bytes yet), how many bytes it needs and, for external data,
+/// the file and the offset in it.
+struct TensorSource {
+  TensorData header;
+  int64_t count = 0, bytes = 0;
+  std::string file;
+  int64_t offset = 0;
+};
+} // namespace
+
+/// The folder a model file's external data is relative to.
+static std::string modelFolder(StringRef modelPath) {
+  StringRef dir = llvm::sys::path::parent_path(modelPath);
+  return dir.empty() ? "." : dir.str();
+}
+
+/// The file that external data \p location of a model in \p baseDir names,
+/// held to onnxruntime's rule: a relative path inside the model's folder,
+/// no "..", and no symbolic link leading out of it. A model file from an
+/// untrusted source must not make Cleave read (and a bundle carry, and
+/// export hand back) any other file.
+static LogicalResult resolveExternalData(StringRef baseDir, StringRef location,
+                                         std::string &path,
+                                         std::string &error) {
+  namespace fs = llvm::sys::fs;
+  namespace sp = llvm::sys::path;
+  if (baseDir.empty()) {
+    error = "has external data, which only the initializers of a model file "
+            "may have";
+    return failure();
+  }
+  if (location.empty()) {
+    error = "has external data without a location";
+    return failure();
+  }
+  std::string quoted = "'" + location.str() + "'";
+  if (sp::is_absolute(location) || location.starts_with("~")) {
+    error = "has external data at the absolute path " + quoted +
+            ": external data must lie in the model's folder";
+    return failure();
+  }
+  for (auto it = sp::begin(location), end = sp::end(location); it != end; ++it)
+    if (*it == "..") {
+      error = "has external data at " + quoted +
+              ", which leads out of the model's folder";
+      return failure();
+    }
+  SmallString<256> base, joined(baseDir), real;
+  sp::append(joined, location);
+  if (std::error_code ec = fs::real_path(baseDir, base)) {
+    error =
+        "has external data in a folder that cannot be read: " + ec.message();
+    return failure();
+  }
+  if (std::error_code ec = fs::real_path(joined, real)) {
+    error = "has external data file '" + std::string(joined) +
+            "' which cannot be opened: " + ec.message();
+    return failure();
+  }
+  if (!StringRef(real).starts_with(std::string(base) + "/")) {
+    error = "has external data at " + quoted +
+            ", which a symbolic link leads out of the model's folder";
+    return failure();
+  }
+  if (!fs::is_regular_file(real)) {
+    error = "has external data file '" + std::string(joined) +
+            "' which is not a regular file";
+    return failure();
+  }
+  path = std::string(real);
+  return success();
+}
+
+/// Checks \p t's shape, sizes and data location without reading external
+/// data: the bytes are there and of the size the shape needs.
+static LogicalResult locateTensor(MLIRContext *context,
+                                  const onnx::TensorProto &t,
+                                  const std::string &baseDir, TensorSource &src,
+                                  std::string &error) {
+  TensorData &data = src.header;
   data.elementType = elementTypeFromOnnx(context, t.data_type());
   if (!data.elementType) {
     error = "has unsupported element type " + onnxTypeName(t.data_type());
     return failure();
   }
+  int64_t elementBytes = data.elementType.isInteger(1)
+                             ? 1
+                             : data.elementType.getIntOrFloatBitWidth() / 8;
   int64_t count = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) {
       error = "has a negative dimension";
       return failure();
     }
+    if (d > 0 &&
+        count > std::numeric_limits<int64_t>::max() / elementBytes / d) {
+      error = "has more elements than fit in memory";
+      return failure();
+    }
     data.shape.push_back(d);
     count *= d;
   }
-  int64_t elementBytes = data.elementType.isInteger(1)
-                             ? 1
-                             : data.elementType.getIntOrFloatBitWidth() / 8;
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    for (const auto &kv : t.external_data()) {
-      if (kv.key() == "location")
-        location = kv.value();
-      else if (kv.key() == "offset")
-        offset = std::stoll(kv.value());
-      else if (kv.key() == "length")
-        length = std::stoll(kv.value());
-    }
-    if (location.empty()) {
-      error = "has external data without a location";
+  src.count = count;
+  src.bytes = count * elementBytes;
+  if (t.data_location() != onnx::TensorProto::EXTERNAL) {
+    if (t.has_raw_data() &&
+        static_cast<int64_t>(t.raw_data().size()) != src.bytes) {
+      error = "holds " + std::to_string(t.raw_data().size()) +
+              " bytes of raw data, its shape needs " +
+              std::to_string(src.bytes);
       return failure();
     }
-    SmallString<256> path(baseDir);
-    llvm::sys::path::append(path, location);
-    std::ifstream in(std::string(path), std::ios::binary);
-    if (!in) {
-      error = "has external data file '" + std::string(path) +
-              "' which cannot be opened";
+    if (!t.has_raw_data()) {
+      std::string why;
+      FailureOr<std::string> bytes = typedFieldBytes(t, count, why);
+      if (failed(bytes)) {
+        error = why;
+        return failure();
+      }
+    }
+    return success();
+  }
+  std::string location;
+  int64_t length = -1;
+  for (const auto &kv : t.external_data()) {
+    int64_t *field = kv.key() == "offset"   ? &src.offset
+                     : kv.key() == "length" ? &length
+                                            : nullptr;
+    if (kv.key() == "location")
+      location = kv.value();
+    else if (field &&
+             (StringRef(kv.value()).getAsInteger(10, *field) || *field < 0)) {
+      error = "has external data " + kv.key() + " '" + kv.value() +
+              "', which is not a size";
       return failure();
     }
-    int64_t want = count * elementBytes;
-    if (length >= 0 && length != want) {
-      error = "has external data of length " + std::to_string(length) +
-              ", its shape needs " + std::to_string(want);
-      return failure();
-    }
-    data.bytes.resize(want);
-    in.seekg(offset);
-    in.read(reinterpret_cast<char *>(data.bytes.data()), want);
-    if (in.gcount() != want) {
-      error = "has external data file '" + std::string(path) +
-              "' that is truncated";
+  }
+  if (failed(resolveExternalData(baseDir, location, src.file, error)))
+    return failure();
+  if (length >= 0 && length != src.bytes) {
+    error = "has external data of length " + std::to_string(length) +
+            ", its shape needs " + std::to_string(src.bytes);
+    return failure();
+  }
+  uint64_t size = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(src.file, size)) {
+    error = "has external data file '" + src.file +
+            "' which cannot be read: " + ec.message();
+    return failure();
+  }
+  if (src.offset > static_cast<int64_t>(size) ||
+      src.bytes > static_cast<int64_t>(size) - src.offset) {
+    error = "has external data file '" + location + "' that is truncated (" +
+            std::to_string(size) + " bytes; the tensor needs " +
+            std::to_string(src.bytes) + " from offset " +
+            std::to_string(src.offset) + ")";
+    return failure();
+  }
+  return success();
+}
+
+/// Decodes \p t (inline, raw or external) into TensorData.
+static FailureOr<TensorData> decodeTensor(MLIRContext *context,
+                                          const onnx::TensorProto &t,
+                                          const std::string &baseDir,
+                                          std::string &error) {
+  TensorSource src;
+  if (failed(locateTensor(context, t, baseDir, src, error)))
+    return failure();
+  TensorData data = std::move(src.header);
+  if (!src.file.empty()) {
+    std::ifstream in(src.file, std::ios::binary);
+    data.bytes.resize(src.bytes);
+    in.seekg(src.offset);
+    in.read(reinterpret_cast<char *>(data.bytes.data()), src.bytes);
+    if (!in || in.gcount() != src.bytes) {
+      error = "has external data file '" + src.file + "' that cannot be read";
       return failure();
     }
     return data;
   }
   if (t.has_raw_data()) {
-    if (static_cast<int64_t>(t.raw_data().size()) != count * elementBytes) {
-      error = "holds " + std::to_string(t.raw_data().size()) +
-              " bytes of raw data, its shape needs " +
-              std::to_string(count * elementBytes);
-      return failure();
-    }
     data.bytes.assign(t.raw_data().begin(), t.raw_data().end());
     return data;
   }
-  FailureOr<std::string> bytes = typedFieldBytes(t, count, error);
+  FailureOr<std::string> bytes = typedFieldBytes(t, src.count, error);
   if (failed(bytes))
     return failure();
   data.bytes.assign(bytes->begin(), bytes->end());
@@ -269,8 +385,8 @@ FailureOr<TensorData> OnnxModel::readInitializer(MLIRContext *context,
     if (t.name() != name)
       continue;
     std::string why;
-    FailureOr<TensorData> data = decodeTensor(
-        context, t, std::string(llvm::sys::path::parent_path(path_)), why);
+    FailureOr<TensorData> data =
+        decodeTensor(context, t, modelFolder(path_), why);
     if (failed(data))
       error = "initializer '" + name + "' " + why;
     return data;
@@ -363,8 +479,8 @@ FailureOr<TensorData> mlir::cleave::readOnnxTensorFile(MLIRContext *context,
   }
   name = tensor.name();
   std::string why;
-  FailureOr<TensorData> data = decodeTensor(
-      context, tensor, std::string(llvm::sys::path::parent_path(path)), why);
+  FailureOr<TensorData> data =
+      decodeTensor(context, tensor, modelFolder(path), why);
   if (failed(data))
     error = "'" + path + "' " + why;
   return data;
@@ -598,11 +714,19 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     argTypes.push_back(*type);
     argNames.push_back({kInputAttr, in.name()});
   }
-  std::string baseDir(llvm::sys::path::parent_path(model.path()));
+  std::string baseDir = modelFolder(model.path());
   for (const auto &t : graph.initializer()) {
     Type element = elementTypeFromOnnx(context, t.data_type());
     SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
     if (element && element.isF32() && !shape.empty()) {
+      // Weights are read when the bundle is written, but a model whose
+      // data is missing, cut or of the wrong size is refused here.
+      TensorSource src;
+      std::string error;
+      if (failed(locateTensor(context, t, baseDir, src, error))) {
+        emitError(loc) << "initializer '" << t.name() << "' " << error;
+        return nullptr;
+      }
       argTypes.push_back(RankedTensorType::get(shape, element));
       argNames.push_back(
           {buffers.contains(t.name()) ? kBufferAttr : kParameterAttr,

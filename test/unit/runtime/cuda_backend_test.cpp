@@ -605,6 +605,18 @@ void shapeCases(Cases &cs) {
          gatherAttrs(1, 0), "index -6 of 5")
       .error = "out of range";
 
+  Attrs labels3 = {{"bound", ia({3})}, {"ignore", ia({-100})}};
+  cs.add("check_index", {i64({5}, {0, 1, 2, -100, 1})}, {R(kI64, {5})},
+         labels3);
+  cs.add("check_index", {i32({2, 2}, {0, 1, 2, 0})}, {R(kI32, {2, 2})},
+         {{"bound", ia({3})}});
+  cs.add("check_index", {i64({3}, {0, 3, 1})}, {R(kI64, {3})}, labels3,
+         "label 3 of 3")
+      .error = "out of range";
+  cs.add("check_index", {i32({2}, {-100, 0})}, {R(kI32, {2})},
+         {{"bound", ia({3})}}, "-100 not ignored")
+      .error = "out of range";
+
   cs.add("scatter_add", {cs.f({3, 4}), i64({3}, {1, -1, 1})}, {R(kF32, {5, 4})},
          gatherAttrs(0, 0), "", true);
   cs.add("scatter_add", {cs.f({3, 4}), i64({3}, {1, -1, 1})}, {R(kF32, {5, 4})},
