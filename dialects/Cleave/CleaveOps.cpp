@@ -710,6 +710,14 @@ LogicalResult AvgPool2DBackwardOp::verify() {
   return verifyPoolWindow(*this, getResult(), getGrad(), "gradient");
 }
 
+LogicalResult IotaOp::verify() {
+  int64_t rank = getType().getRank();
+  if (getDim() < 0 || getDim() >= rank)
+    return emitOpError("dim ")
+           << getDim() << " is out of range for rank " << rank;
+  return success();
+}
+
 LogicalResult CheckIndexOp::verify() {
   if (getBound() < 0)
     return emitOpError("bound must not be negative, got ") << getBound();

@@ -603,6 +603,24 @@ def Cleave_AvgPool2DBackwardOp : Cleave_Op<"avg_pool2d_backward"> {
   let hasVerifier = 1;
 }
 
+def Cleave_IotaOp : Cleave_Op<"iota", [Pure]> {
+  let summary = "Each element's index along one dimension";
+  let description = [{
+    `result[i_0, ..., i_n] = i_dim`. The class ids that cross-entropy
+    compares its labels with, over a vocabulary of any size: the IR stays
+    the same size whatever the tensor's (a constant would hold one element
+    per class).
+
+    ```mlir
+    %0 = cleave.iota dim = 2 : tensor<1x1x50257xi64>
+    ```
+  }];
+  let arguments = (ins I64Attr:$dim);
+  let results = (outs StaticShapeTensorOf<[I32, I64]>:$result);
+  let assemblyFormat = "`dim` `=` $dim attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Cleave_CheckIndexOp : Cleave_Op<"check_index", [SameOperandsAndResultType]> {
   let summary = "Stops the step where an index is out of range";
   let description = [{

@@ -99,12 +99,9 @@ Value mlir::cleave::buildCrossEntropy(OpBuilder &b, Location loc, Value logits,
     checked = ReshapeOp::create(b, loc, lType, checked);
   Value labelsK =
       ReshapeOp::create(b, loc, RankedTensorType::get(kept, idx), checked);
-  SmallVector<Attribute> iota;
-  for (int64_t c = 0; c < classes; ++c)
-    iota.push_back(b.getIntegerAttr(idx, c));
-  Value classIds = ConstantOp::create(
-      b, loc,
-      DenseElementsAttr::get(RankedTensorType::get(classShape, idx), iota));
+  Value classIds =
+      IotaOp::create(b, loc, RankedTensorType::get(classShape, idx),
+                     b.getI64IntegerAttr(classAxis));
   Value isTarget = CmpOp::create(b, loc, CmpPredicate::eq, labelsK, classIds);
   Value zero = splat(b, loc, f, SmallVector<int64_t>(rank, 1), 0.0);
   auto sumClasses = [&](Value v) {

@@ -140,6 +140,10 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
         return "leaky_relu";
       })
       .Case<CastOp>([](auto) { return "cast"; })
+      .Case<IotaOp>([&](IotaOp i) {
+        b.ints("dim", {i.getDim()});
+        return "iota";
+      })
       .Case<CheckIndexOp>([&](CheckIndexOp c) {
         b.ints("bound", {c.getBound()});
         if (std::optional<int64_t> ignore = c.getIgnore())

@@ -370,6 +370,15 @@ template <> LogicalResult rule(RandomUniformOp op, ShardingRule &r) {
   return success();
 }
 
+/// Indices are a function of the global position: drawn whole, split by
+/// their consumers (a slice of a replicated value is local).
+template <> LogicalResult rule(IotaOp op, ShardingRule &r) {
+  ArrayRef<int64_t> s = shapeOf(op.getResult());
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+    addFactor(r, op, s[d], Kind::Whole).resultDims[0] = d;
+  return success();
+}
+
 template <typename... Ops> void attachNonlinear(MLIRContext *ctx) {
   (Ops::template attachInterface<Model<Ops>>(*ctx), ...);
 }

@@ -49,4 +49,34 @@ Status prepare_fill(const KernelInfo &info, KernelFn *fn) {
   return Status::ok();
 }
 
+Status prepare_iota(const KernelInfo &info, KernelFn *fn) {
+  if (Status s = info.checkArity(0, 0, 1); !s)
+    return s;
+  const TensorType &r = info.result(0);
+  int64_t dim = 0;
+  if (Status s = info.intScalar("dim", &dim); !s)
+    return s;
+  if (dim < 0 || dim >= r.rank() ||
+      (r.dtype != DType::I64 && r.dtype != DType::I32))
+    return Status::error("iota: result " + r.str() + " has no dim " +
+                         std::to_string(dim) + " of i32 or i64 indices");
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < r.rank(); ++d)
+    inner *= r.shape[d];
+  int64_t extent = r.shape[dim], count = r.numElements();
+  bool wide = r.dtype == DType::I64;
+  *fn = [=](const KernelArgs &args) {
+#pragma omp parallel for if (count > kParallelThreshold)
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t v = i / inner % extent;
+      if (wide)
+        static_cast<int64_t *>(args.results[0])[i] = v;
+      else
+        static_cast<int32_t *>(args.results[0])[i] = static_cast<int32_t>(v);
+    }
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
 } // namespace cleave::rt

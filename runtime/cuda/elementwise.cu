@@ -684,4 +684,38 @@ Status prepare_fill(const KernelInfo &info, DeviceFn *fn) {
   return Status::ok();
 }
 
+template <typename T>
+__global__ void iotaKernel(T *out, int64_t count, int64_t inner,
+                           int64_t extent) {
+  CLEAVE_GRID_LOOP(i, count) { out[i] = static_cast<T>(i / inner % extent); }
+}
+
+Status prepare_iota(const KernelInfo &info, DeviceFn *fn) {
+  const TensorType &r = info.result(0);
+  int64_t dim = 0;
+  if (Status s = info.intScalar("dim", &dim); !s)
+    return s;
+  if (dim < 0 || dim >= r.rank() ||
+      (r.dtype != DType::I64 && r.dtype != DType::I32))
+    return Status::error("iota: result " + r.str() + " has no dim " +
+                         std::to_string(dim) + " of i32 or i64 indices");
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < r.rank(); ++d)
+    inner *= r.shape[d];
+  int64_t extent = r.shape[dim], count = r.numElements();
+  bool wide = r.dtype == DType::I64;
+  *fn = [=](const KernelArgs &args, Context &ctx) {
+    if (count == 0)
+      return Status::ok();
+    if (wide)
+      iotaKernel<<<gridFor(count), kBlock, 0, ctx.stream>>>(
+          static_cast<int64_t *>(args.results[0]), count, inner, extent);
+    else
+      iotaKernel<<<gridFor(count), kBlock, 0, ctx.stream>>>(
+          static_cast<int32_t *>(args.results[0]), count, inner, extent);
+    return launchStatus("iota");
+  };
+  return Status::ok();
+}
+
 } // namespace cleave::rt::cuda

@@ -10,7 +10,7 @@
 // CE: %[[Y:.*]] = cleave.tanh
 // CE: %[[CL:.*]] = cleave.check_index %[[L]] bound = 5 ignore = -100 : tensor<2x4xi64>
 // CE: %[[LK:.*]] = cleave.reshape %[[CL]] : tensor<2x4xi64> -> tensor<2x4x1xi64>
-// CE: %[[IOTA:.*]] = cleave.constant dense<{{\[\[\[}}0, 1, 2, 3, 4]]]> : tensor<1x1x5xi64>
+// CE: %[[IOTA:.*]] = cleave.iota dim = 2 : tensor<1x1x5xi64>
 // CE: %[[HIT:.*]] = cleave.cmp eq, %[[LK]], %[[IOTA]]
 // CE: %[[MAX:.*]] = cleave.reduce max %[[Y]] dims = [2] {cleave.no_grad, keep_dims}
 // CE: %[[SH:.*]] = cleave.sub %[[Y]], %[[MAX]]

@@ -420,8 +420,21 @@ static int runForward(MLIRContext &ctx) {
       args.push_back(std::move(t));
       continue;
     }
+    if (main.getArgAttr(i, mlir::cleave::kStepAttr)) {
+      // Training-mode dropout draws its mask from the step: one forward
+      // pass is step 1.
+      rt::HostTensor step = rt::HostTensor::zeros(rt::DType::I64, {});
+      *step.data<int64_t>() = 1;
+      args.push_back(std::move(step));
+      continue;
+    }
     auto param =
         main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
+    if (!param)
+      param = main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kBufferAttr);
+    if (!param)
+      return fail("the forward pass takes argument " + std::to_string(i) +
+                  ", which is no input, weight or step of the model");
     rt::HostTensor t;
     if (rt::Status s =
             ::cleave::tool::WeightSource(ctx, *model).read(param.str(), &t);

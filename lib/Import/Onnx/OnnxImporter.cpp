@@ -29,6 +29,10 @@ using namespace mlir;
 using namespace mlir::cleave;
 using namespace mlir::cleave::onnx_import;
 
+/// The newest default-domain opset whose operators Cleave was written
+/// against (ONNX 1.16).
+static constexpr int64_t kNewestOpset = 21;
+
 //===----------------------------------------------------------------------===//
 // Tensors
 //===----------------------------------------------------------------------===//
@@ -504,6 +508,8 @@ public:
   const OnnxImportOptions &options;
   llvm::StringMap<Value> values;
   llvm::StringMap<DenseElementsAttr> known;
+  /// The node that wrote each value, for errors.
+  llvm::StringMap<std::string> producers;
   /// Initializers that are non-trainable state (BatchNorm statistics).
   llvm::StringSet<> buffers;
   /// New values of buffers computed by the graph, in order of computation.
@@ -577,6 +583,19 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                           << node.domain() << "." << node.op_type()
                           << "' (domain '" << node.domain()
                           << "' is not supported)";
+  // Every value has one producer (ONNX's single static assignment): a
+  // second node writing a name would silently replace the first's.
+  for (const std::string &out : node.output())
+    if (!out.empty() && (values.count(out) || known.count(out)))
+      return emitError(loc)
+             << "node '" << label << "' writes '" << out << "', which "
+             << (producers.count(out) ? "node '" + producers[out] + "'"
+                                      : std::string("a graph input or "
+                                                    "initializer"))
+             << " already defines";
+  for (const std::string &out : node.output())
+    if (!out.empty())
+      producers[out] = label;
   auto [handler, since] = handlers().lookup(node.op_type(), opset);
   if (!handler) {
     if (handlers().knows(node.op_type()))
@@ -646,6 +665,15 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       opset = imp.version();
   if (opset < 0) {
     emitError(loc) << "the model imports no default-domain opset";
+    return nullptr;
+  }
+  // An op's meaning may change in a newer opset: such a model is refused,
+  // not read with the newest semantics Cleave knows.
+  if (opset > kNewestOpset) {
+    emitError(loc) << "the model declares opset " << opset
+                   << " of the default domain; Cleave knows opsets up to "
+                   << kNewestOpset << ": export it at opset " << kNewestOpset
+                   << " or lower";
     return nullptr;
   }
 

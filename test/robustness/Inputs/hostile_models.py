@@ -106,6 +106,37 @@ def main():
         del w.dims[:]
         w.dims.extend([1 << 40, 1 << 40])
     write(out, "dims_overflow", huge)
+    graph_cases(out)
+
+
+def write_model(out, case, m):
+    d = os.path.join(out, case)
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+
+
+def graph_cases(out):
+    """Models whose graph, not their data, is wrong."""
+    m = make_model.mlp()
+    m.opset_import[0].version = 99
+    write_model(out, "opset99", m)
+    m = make_model.mlp()
+    # A second node writing 'h': the later one would silently win.
+    m.graph.node.insert(1, onnx.helper.make_node("Neg", ["x"], ["h"], name="again"))
+    write_model(out, "two_writers", m)
+    m = make_model.mlp()
+    m.graph.node.append(onnx.helper.make_node("Neg", ["h"], ["x"], name="overwrite"))
+    write_model(out, "writes_input", m)
+    # Logits over 2.5e11 classes: the compiler's IR must not grow with them
+    # (the class ids were one constant element per class: a hang).
+    classes = 250_000_000_000
+    w = numpy_helper.from_array(np.ones([1, 1], np.float32), "w")
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Mul", ["x", "w"], ["y"], name="scale")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, classes])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, classes])], [w])
+    write_model(out, "huge_classes",
+                onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]))
 
 
 if __name__ == "__main__":

@@ -339,6 +339,8 @@ void castCases(Cases &cs) {
   cs.move("copy", {cs.i(kI32, {5, 1})}, {R(kI32, {5})});
   cs.move("copy", {cs.b({7})}, {R(kBool, {7})});
   cs.move("fill", {}, {R(kF32, {3, 4})}, {{"value", fa(2.5)}});
+  cs.move("iota", {}, {R(kI64, {2, 3, 4})}, {{"dim", ia({1})}});
+  cs.move("iota", {}, {R(kI32, {50257})}, {{"dim", ia({0})}});
   cs.move("fill", {}, {R(kF32, {100000})}, {{"value", fa(0.1)}});
   cs.move("fill", {}, {R(kF32, {})}, {{"value", fa(-kInf)}});
   cs.move("fill", {}, {R(kI32, {5})}, {{"value", ia({-7})}});
