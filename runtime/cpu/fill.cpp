@@ -50,21 +50,11 @@ Status prepare_fill(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_iota(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(0, 0, 1); !s)
+  IotaGeometry g;
+  if (Status s = readIotaGeometry(info, &g); !s)
     return s;
-  const TensorType &r = info.result(0);
-  int64_t dim = 0;
-  if (Status s = info.intScalar("dim", &dim); !s)
-    return s;
-  if (dim < 0 || dim >= r.rank() ||
-      (r.dtype != DType::I64 && r.dtype != DType::I32))
-    return Status::error("iota: result " + r.str() + " has no dim " +
-                         std::to_string(dim) + " of i32 or i64 indices");
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < r.rank(); ++d)
-    inner *= r.shape[d];
-  int64_t extent = r.shape[dim], count = r.numElements();
-  bool wide = r.dtype == DType::I64;
+  int64_t inner = g.inner, extent = g.extent, count = g.count;
+  bool wide = g.wide;
   *fn = [=](const KernelArgs &args) {
 #pragma omp parallel for if (count > kParallelThreshold)
     for (int64_t i = 0; i < count; ++i) {

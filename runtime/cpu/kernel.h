@@ -95,6 +95,14 @@ struct KernelArgs {
 
 using KernelFn = std::function<Status(const KernelArgs &)>;
 
+/// iota's layout, checked, for both backends: result element i holds
+/// i / inner % extent.
+struct IotaGeometry {
+  int64_t inner = 1, extent = 0, count = 0;
+  bool wide = true; // i64, else i32
+};
+Status readIotaGeometry(const KernelInfo &info, IotaGeometry *out);
+
 /// check_index's error for element \p flat (row-major in \p shape) of
 /// value \p value: "value 1000 at [1, 5] is out of range [0, 8)".
 std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,

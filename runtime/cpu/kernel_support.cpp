@@ -363,4 +363,24 @@ std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
                  : "");
 }
 
+Status readIotaGeometry(const KernelInfo &info, IotaGeometry *out) {
+  if (Status s = info.checkArity(0, 0, 1); !s)
+    return s;
+  const TensorType &r = info.result(0);
+  int64_t dim = 0;
+  if (Status s = info.intScalar("dim", &dim); !s)
+    return s;
+  if (dim < 0 || dim >= r.rank() ||
+      (r.dtype != DType::I64 && r.dtype != DType::I32))
+    return Status::error("iota: result " + r.str() + " has no dim " +
+                         std::to_string(dim) + " of i32 or i64 indices");
+  out->inner = 1;
+  for (int64_t d = dim + 1; d < r.rank(); ++d)
+    out->inner *= r.shape[d];
+  out->extent = r.shape[dim];
+  out->count = r.numElements();
+  out->wide = r.dtype == DType::I64;
+  return Status::ok();
+}
+
 } // namespace cleave::rt

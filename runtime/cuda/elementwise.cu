@@ -691,19 +691,11 @@ __global__ void iotaKernel(T *out, int64_t count, int64_t inner,
 }
 
 Status prepare_iota(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &r = info.result(0);
-  int64_t dim = 0;
-  if (Status s = info.intScalar("dim", &dim); !s)
+  IotaGeometry g;
+  if (Status s = readIotaGeometry(info, &g); !s)
     return s;
-  if (dim < 0 || dim >= r.rank() ||
-      (r.dtype != DType::I64 && r.dtype != DType::I32))
-    return Status::error("iota: result " + r.str() + " has no dim " +
-                         std::to_string(dim) + " of i32 or i64 indices");
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < r.rank(); ++d)
-    inner *= r.shape[d];
-  int64_t extent = r.shape[dim], count = r.numElements();
-  bool wide = r.dtype == DType::I64;
+  int64_t inner = g.inner, extent = g.extent, count = g.count;
+  bool wide = g.wide;
   *fn = [=](const KernelArgs &args, Context &ctx) {
     if (count == 0)
       return Status::ok();
