@@ -544,13 +544,28 @@ valueInfoType(MLIRContext *context, const onnx::ValueInfoProto &info,
     return emitError(loc) << role << " '" << info.name()
                           << "' has unsupported element type "
                           << onnxTypeName(tt.elem_type());
+  // Every later size computation multiplies these dims: their byte count
+  // must fit in 63 bits.
+  auto sized = [&](ArrayRef<int64_t> shape) -> FailureOr<RankedTensorType> {
+    int64_t bytes = element.isInteger(1)
+                        ? 1
+                        : std::max(1u, element.getIntOrFloatBitWidth() / 8);
+    for (int64_t d : shape)
+      if (d > 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+        return emitError(loc)
+               << role << " '" << info.name() << "' of shape [" << shape
+               << "] holds more bytes than fit in memory";
+      else
+        bytes *= d;
+    return RankedTensorType::get(shape, element);
+  };
   if (spec && !spec->shape.empty()) {
     if (tt.has_shape() &&
         tt.shape().dim_size() != static_cast<int>(spec->shape.size()))
       return emitError(loc)
              << "--input " << info.name() << " gives " << spec->shape.size()
              << " dims, the model has " << tt.shape().dim_size();
-    return RankedTensorType::get(spec->shape, element);
+    return sized(spec->shape);
   }
   if (!tt.has_shape())
     return emitError(loc) << role << " '" << info.name()
@@ -568,7 +583,7 @@ valueInfoType(MLIRContext *context, const onnx::ValueInfoProto &info,
                                                   : std::string())
                           << "; fix it with --input " << info.name() << "=DIMS";
   }
-  return RankedTensorType::get(shape, element);
+  return sized(shape);
 }
 
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
