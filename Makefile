@@ -3,7 +3,20 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir
 
-.PHONY: deps configure build test demo clean
+# The sanitized second build (ASan + UBSan + libFuzzer coverage, clang-22):
+# only the runtime, the importers, their tests and the fuzz harnesses.
+SAN_BUILD ?= build-san
+SAN_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+  -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 \
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 -DCLEAVE_SANITIZE=ON \
+  -DCLEAVE_ENABLE_CUDA=OFF -DCLEAVE_HOST_BUILD=$(abspath $(BUILD))
+SAN_TARGETS = cleave-fuzzers cleave-unit-tests cleave-mpi-tests cleave-mpi-hello cleave-run
+SAN_TESTS = ^(unit|mpi|fuzz-.*|sanitized-e2e)$$
+# make fuzz: seconds per harness, harnesses at a time.
+FUZZ_TIME ?= 600
+FUZZ_JOBS ?= 1
+
+.PHONY: deps configure build build-sanitized test test-sanitized fuzz demo clean
 
 deps:
 	bash scripts/setup.sh
@@ -16,11 +29,26 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	ninja -C $(BUILD) -j$(JOBS)
 
-test: build
+$(SAN_BUILD)/build.ninja:
+	cmake -G Ninja -S . -B $(SAN_BUILD) $(SAN_CMAKE_FLAGS)
+
+build-sanitized: deps $(SAN_BUILD)/build.ninja
+	ninja -C $(SAN_BUILD) -j$(JOBS) $(SAN_TARGETS)
+
+# Everything, then the sanitized runs (they use the regular build's compiler).
+test: build build-sanitized
 	cd $(BUILD) && ctest --output-on-failure
+	$(MAKE) --no-print-directory test-sanitized
+
+test-sanitized: build build-sanitized
+	cd $(SAN_BUILD) && ctest --output-on-failure -R '$(SAN_TESTS)'
+
+fuzz: build build-sanitized
+	test -d $(SAN_BUILD)/fuzz/seeds || (cd $(SAN_BUILD) && ctest -R '^fuzz-seeds$$')
+	FUZZ_TIME=$(FUZZ_TIME) FUZZ_JOBS=$(FUZZ_JOBS) bash scripts/fuzz.sh $(SAN_BUILD)
 
 demo: build
 	bash examples/demo.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD)

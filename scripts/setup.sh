@@ -11,6 +11,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin
   python3-numpy python3-onnx
   python3-torch python3-torchvision libtorch-dev dataset-fashion-mnist
+  clang-22 libclang-rt-22-dev libomp-22-dev
 )
 
 missing=()

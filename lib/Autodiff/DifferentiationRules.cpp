@@ -410,7 +410,7 @@ LogicalResult vjp(SoftmaxOp op, Emitter &e, ArrayRef<Value> g,
   if (!needed[0])
     return success();
   Value y = op.getResult();
-  Value dot = e.reduce(ReduceKind::sum, e.mul(g[0], y), {op.getAxis()}, true);
+  Value dot = e.reduce(ReduceKind::sum, e.mul(g[0], y), {static_cast<int64_t>(op.getAxis())}, true);
   out[0] = e.mul(y, e.sub(g[0], dot));
   return success();
 }
@@ -421,7 +421,7 @@ LogicalResult vjp(LogSoftmaxOp op, Emitter &e, ArrayRef<Value> g,
   if (!needed[0])
     return success();
   Value softmax = ExpOp::create(e.b, e.loc, op.getResult());
-  Value total = e.reduce(ReduceKind::sum, g[0], {op.getAxis()}, true);
+  Value total = e.reduce(ReduceKind::sum, g[0], {static_cast<int64_t>(op.getAxis())}, true);
   out[0] = e.sub(g[0], e.mul(softmax, total));
   return success();
 }

@@ -141,11 +141,11 @@ std::string lowerOp(Operation *op, InstructionBuilder &b) {
       })
       .Case<CastOp>([](auto) { return "cast"; })
       .Case<IotaOp>([&](IotaOp i) {
-        b.ints("dim", {i.getDim()});
+        b.ints("dim", {static_cast<int64_t>(i.getDim())});
         return "iota";
       })
       .Case<CheckIndexOp>([&](CheckIndexOp c) {
-        b.ints("bound", {c.getBound()});
+        b.ints("bound", {static_cast<int64_t>(c.getBound())});
         if (std::optional<int64_t> ignore = c.getIgnore())
           b.ints("ignore", {*ignore});
         return "check_index";

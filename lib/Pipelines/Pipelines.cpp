@@ -45,6 +45,9 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   if (options.tp > 1) {
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
+  }
+  // With tp 1 only to check a --plan's rules.
+  if (options.tp > 1 || !options.planFile.empty()) {
     PartitionPassOptions partition;
     partition.tp = options.tp;
     partition.planFile = options.planFile;

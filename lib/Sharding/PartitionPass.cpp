@@ -146,8 +146,16 @@ void PartitionPass::runOnOperation() {
     return signalPassFailure();
   }
   module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
-  if (tp == 1)
+  // At tp 1 nothing is split, but a --plan with a typo says so now rather
+  // than at the first compile for more ranks.
+  if (tp == 1) {
+    ParameterLayouts fixed;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func.isExternal() && !planFile.empty() &&
+          failed(readPlan(func, fixed)))
+        return signalPassFailure();
     return;
+  }
   CostModel cost;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())

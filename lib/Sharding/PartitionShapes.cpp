@@ -68,25 +68,34 @@ Value Partitioner::embed(int32_t id, Layout from) {
   shape[d] = tp;
   v = BroadcastOp::create(builder, loc, RankedTensorType::get(shape, elem), v);
   v = ReshapeOp::create(builder, loc, global, v);
-  // ... and a row of a [tp, size] constant, each rank taking its own, keeps
-  // only the rank's own.
+  // ... and a comparison of each index along d with the rank's own range
+  // [r * chunk, (r + 1) * chunk) keeps only the rank's own: r is the rank's
+  // slice of iota(tp). The IR stays the same size whatever the dimension's
+  // (a constant would hold tp * size flags).
   int64_t size = global.getDimSize(d);
-  SmallVector<bool> rows(tp * size, false);
-  for (int64_t r = 0; r < tp; ++r)
-    std::fill(rows.begin() + r * size + r * chunk,
-              rows.begin() + r * size + (r + 1) * chunk, true);
-  Type i1 = builder.getI1Type();
-  Value all = ConstantOp::create(
-      builder, loc,
-      DenseElementsAttr::get(RankedTensorType::get({tp, size}, i1), rows));
-  SmallVector<int64_t> axes{0};
-  Value mine = ShardSliceOp::create(
-      builder, loc, RankedTensorType::get({1, size}, i1), all, axes, 0, 1);
+  Type i64 = builder.getI64Type();
   SmallVector<int64_t> maskShape(rank, 1);
   maskShape[d] = size;
-  mine = ReshapeOp::create(builder, loc, RankedTensorType::get(maskShape, i1),
-                           mine);
   SmallVector<int64_t> ones(rank, 1);
+  Value index =
+      IotaOp::create(builder, loc, RankedTensorType::get(maskShape, i64),
+                     builder.getI64IntegerAttr(d));
+  Value ranks = IotaOp::create(builder, loc, RankedTensorType::get({tp}, i64),
+                               builder.getI64IntegerAttr(0));
+  SmallVector<int64_t> axes{0};
+  Value rankId = ShardSliceOp::create(
+      builder, loc, RankedTensorType::get({1}, i64), ranks, axes, 0, 1);
+  rankId =
+      ReshapeOp::create(builder, loc, RankedTensorType::get(ones, i64), rankId);
+  Value chunkSize = ConstantOp::create(
+      builder, loc,
+      DenseElementsAttr::get(RankedTensorType::get(ones, i64),
+                             builder.getI64IntegerAttr(chunk)));
+  Value lo = MulOp::create(builder, loc, rankId, chunkSize);
+  Value hi = AddOp::create(builder, loc, lo, chunkSize);
+  Value mine = AndOp::create(
+      builder, loc, CmpOp::create(builder, loc, CmpPredicate::ge, index, lo),
+      CmpOp::create(builder, loc, CmpPredicate::lt, index, hi));
   Value zero = ConstantOp::create(
       builder, loc,
       DenseElementsAttr::get(RankedTensorType::get(ones, elem),
@@ -107,17 +116,27 @@ Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
   Type elem = part.getElementType();
   int64_t d = l.dim, block = global.getDimSize(d) / l.blocks,
           chunk = part.getDimSize(d) / l.blocks;
-  // Which of the padded whole's indices are real (the first of each
-  // block's), as a constant every rank takes its chunk of.
-  SmallVector<int64_t> shape(part.getRank(), 1);
-  shape[d] = l.blocks * chunk * tp;
-  SmallVector<bool> real(shape[d], false);
-  for (int64_t b = 0; b < l.blocks; ++b)
-    std::fill_n(real.begin() + b * chunk * tp, block, true);
-  Type i1 = builder.getI1Type();
-  Value all = ConstantOp::create(
+  // Which of the padded whole's indices are real: viewing dimension d as
+  // [blocks, chunk * tp], the first `block` of each row; every rank takes
+  // its chunk. An iota and a comparison, so that the IR does not grow with
+  // the dimension (a constant would hold a flag per index).
+  int64_t rank = part.getRank(), extent = chunk * tp;
+  Type i64 = builder.getI64Type(), i1 = builder.getI1Type();
+  SmallVector<int64_t> rows(rank + 1, 1);
+  rows[d] = l.blocks;
+  rows[d + 1] = extent;
+  Value inRow = IotaOp::create(builder, loc, RankedTensorType::get(rows, i64),
+                               builder.getI64IntegerAttr(d + 1));
+  Value realCount = ConstantOp::create(
       builder, loc,
-      DenseElementsAttr::get(RankedTensorType::get(shape, i1), real));
+      DenseElementsAttr::get(
+          RankedTensorType::get(SmallVector<int64_t>(rank + 1, 1), i64),
+          builder.getI64IntegerAttr(block)));
+  Value real = CmpOp::create(builder, loc, CmpPredicate::lt, inRow, realCount);
+  SmallVector<int64_t> shape(rank, 1);
+  shape[d] = l.blocks * extent;
+  Value all =
+      ReshapeOp::create(builder, loc, RankedTensorType::get(shape, i1), real);
   shape[d] = l.blocks * chunk;
   SmallVector<int64_t> axes{0};
   Value mine = ShardSliceOp::create(

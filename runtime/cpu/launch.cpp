@@ -107,10 +107,18 @@ private:
            line.find_first_not_of('-') == std::string::npos;
   }
 
+  /// The first `cleave: error:` line a rank prints is the cause; whatever
+  /// follows on stderr is its echo (the same error on the other ranks,
+  /// Open MPI's account of the abort, ORTE_ERROR_LOG lines of its help
+  /// system): the user gets the one line.
   void emit(const std::string &text) {
+    if (errorShown)
+      return;
+    errorShown = text.rfind("cleave: error:", 0) == 0;
     ssize_t ignored = ::write(2, text.data(), text.size());
     (void)ignored;
   }
+  bool errorShown = false;
 
   void endBanner() {
     static const std::regex signalled(

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -67,6 +68,14 @@ int runBundle(const RunBundleArgs &args) {
     return fail(s.message());
   if (Status s = parsePrecision(args.precision, &options.backend.precision); !s)
     return fail(s.message());
+  // Checked before the ranks start (each would say it again) and before
+  // any step runs (a dump that fails after an hour of training loses it).
+  if (!(args.timeoutSeconds > 0) || !std::isfinite(args.timeoutSeconds))
+    return fail("--timeout must be a positive number of seconds");
+  std::error_code dumpEc;
+  if (!args.dumpDir.empty() && std::filesystem::exists(args.dumpDir, dumpEc) &&
+      !std::filesystem::is_directory(args.dumpDir, dumpEc))
+    return fail("--dump '" + args.dumpDir + "' exists and is not a directory");
   if (args.saveEvery < 0)
     return fail("--save-every must not be negative");
   if (args.saveEvery > 0 && args.checkpointDir.empty())

@@ -65,9 +65,12 @@ HostTensor takeRanges(const HostTensor &global, int64_t dim,
   for (int64_t o = 0; o < outer; ++o) {
     size_t at = 0;
     for (auto [lo, hi] : ranges) {
-      std::memcpy(part.bytes.data() + o * dstRow + at,
-                  global.bytes.data() + o * srcRow + lo * inner,
-                  (hi - lo) * inner);
+      // An empty range (a rank with only padding) of a maybe empty tensor:
+      // memcpy may not be handed its null pointer, even for 0 bytes.
+      if (hi > lo)
+        std::memcpy(part.bytes.data() + o * dstRow + at,
+                    global.bytes.data() + o * srcRow + lo * inner,
+                    (hi - lo) * inner);
       at += (hi - lo) * inner;
     }
   }
@@ -86,8 +89,9 @@ void putRanges(HostTensor *global, int64_t dim,
   for (int64_t o = 0; o < outer; ++o) {
     size_t at = 0;
     for (auto [lo, hi] : ranges) {
-      std::memcpy(global->bytes.data() + o * dstRow + lo * inner,
-                  part.bytes.data() + o * srcRow + at, (hi - lo) * inner);
+      if (hi > lo)
+        std::memcpy(global->bytes.data() + o * dstRow + lo * inner,
+                    part.bytes.data() + o * srcRow + at, (hi - lo) * inner);
       at += (hi - lo) * inner;
     }
   }
@@ -105,9 +109,10 @@ void copyBlocks(const HostTensor &from, HostTensor *to, int64_t dim,
   size_t fromRow = from.shape[dim] * inner, toRow = to->shape[dim] * inner;
   for (int64_t o = 0; o < outer; ++o)
     for (size_t b = 0; b < ranges.size(); ++b)
-      std::memcpy(to->bytes.data() + o * toRow + toAt(b) * inner,
-                  from.bytes.data() + o * fromRow + fromAt(b) * inner,
-                  (ranges[b].second - ranges[b].first) * inner);
+      if (ranges[b].second > ranges[b].first)
+        std::memcpy(to->bytes.data() + o * toRow + toAt(b) * inner,
+                    from.bytes.data() + o * fromRow + fromAt(b) * inner,
+                    (ranges[b].second - ranges[b].first) * inner);
 }
 
 /// Where each range starts in a file's chunk (the ranges back to back).

@@ -97,6 +97,8 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
   std::string bytes;
   if (Status s = readWholeFile(path.string(), "bundle plan", &bytes); !s)
     return s;
+  if (bytes.empty())
+    return Status::error("bundle plan '" + path.string() + "' is empty");
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !plan->ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Status::error("bundle plan '" + path.string() +
@@ -150,6 +152,10 @@ public:
   Status openMetrics(bool append) {
     if (options.metricsFile.empty())
       return Status::ok();
+    std::error_code ec;
+    if (std::filesystem::is_directory(options.metricsFile, ec))
+      return Status::error("cannot write --metrics file '" +
+                           options.metricsFile + "': it is a directory");
     metrics.open(options.metricsFile, append ? std::ios::app : std::ios::trunc);
     if (!metrics)
       return Status::error("cannot write --metrics file '" +

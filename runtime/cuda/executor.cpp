@@ -28,6 +28,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 namespace cleave::rt::cuda {
@@ -108,6 +109,38 @@ private:
   std::string where(size_t i) const {
     const ProgramInstruction &inst = program_.instructions[i];
     return describeInstruction(i, inst.info.kernel, inst.location);
+  }
+
+  /// What check_index at instruction \p i found, in the CPU kernel's words
+  /// (the value and its position): the kernel only raises the flag, so the
+  /// host reads the operand back and finds the first value out of range.
+  std::string indexErrorDetail(size_t i) {
+    std::string generic = "an index is out of range";
+    for (const Step &step : steps_) {
+      if (step.index != i || step.inst->info.kernel != "check_index" ||
+          step.operands.empty())
+        continue;
+      const KernelInfo &info = step.inst->info;
+      const TensorType &x = info.operand(0);
+      int64_t bound = 0, ignored = 0;
+      if (!info.intScalar("bound", &bound))
+        return generic;
+      std::optional<int64_t> ignore;
+      if (info.attrs.count("ignore") && info.intScalar("ignore", &ignored))
+        ignore = ignored;
+      HostTensor t = HostTensor::zeros(x.dtype, x.shape);
+      if (!t.bytes.empty() &&
+          !copy(t.bytes.data(), step.operands[0], t.bytes.size(),
+                cudaMemcpyDeviceToHost, "cudaMemcpy (check_index operand)"))
+        return generic;
+      for (int64_t k = 0; k < t.numElements(); ++k) {
+        int64_t v =
+            x.dtype == DType::I64 ? t.data<int64_t>()[k] : t.data<int32_t>()[k];
+        if ((v < 0 || v >= bound) && (!ignore || v != *ignore))
+          return indexRangeError(x.shape, k, v, bound, ignore);
+      }
+    }
+    return generic;
   }
 
   LoadedProgram program_;
@@ -550,10 +583,10 @@ Status CudaRunner::run() {
     return e;
   if (flag[0] != 0) {
     size_t i = static_cast<size_t>(flag[0] - 1);
-    std::string what =
-        flag[1] == kErrorIndexOutOfRange  ? "an index is out of range"
-        : flag[1] == kErrorDivisionByZero ? "integer division by zero"
-                                          : "error " + std::to_string(flag[1]);
+    std::string what = flag[1] == kErrorIndexOutOfRange ? indexErrorDetail(i)
+                       : flag[1] == kErrorDivisionByZero
+                           ? "integer division by zero"
+                           : "error " + std::to_string(flag[1]);
     return Status::error(
         (i < program_.instructions.size() ? where(i) : "instruction ?") + ": " +
         what);

@@ -23,8 +23,12 @@
 // CHECK-SAME: cleave.megatron
 // The gradients are zero in the padding heads (products with the
 // zero-padded weights), the AdamW moments too; the new parameters are
-// masked back to zero there, per block.
-// CHECK: %[[REAL:.*]] = cleave.constant dense<{{.*}}> : tensor<384x1xi1>
+// masked back to zero there, per block: of each block's 128 padded rows
+// (a [3, 128] view of the 384), the first 124 are real.
+// CHECK: %[[ROW:.*]] = cleave.iota dim = 1 : tensor<3x128x1xi64>
+// CHECK: %[[N:.*]] = cleave.constant dense<124> : tensor<1x1x1xi64>
+// CHECK: %[[LT:.*]] = cleave.cmp  lt, %[[ROW]], %[[N]]
+// CHECK: %[[REAL:.*]] = cleave.reshape %[[LT]] : tensor<3x128x1xi1> -> tensor<384x1xi1>
 // CHECK: %[[MINE:.*]] = cleave.shard_slice %[[REAL]] axes = [0] dim = 0 {blocks = 3 : i64} : tensor<384x1xi1> -> tensor<96x1xi1>
 // CHECK: %[[NEW:.*]] = cleave.select %[[MINE]], %{{.*}}, %{{.*}} : (tensor<96x1xi1>, tensor<96x124xf32>, tensor<1x1xf32>) -> tensor<96x124xf32>
 // CHECK: return %{{.*}}, %[[NEW]]

@@ -4,11 +4,16 @@
 // in 2 rows of padding. The parameter is kept zero-padded, so the logits
 // are zero there; each reduction over the vocabulary first puts its
 // identity into the padding (-inf for the max, 0 for the sum), from a
-// constant of which every rank takes its chunk. No all-gather.
+// mask of the real indices (an iota compared with the vocabulary's 10, so
+// that the IR does not grow with the vocabulary) of which every rank takes
+// its chunk. No all-gather.
 // CHECK-LABEL: func.func @head
 // CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<3x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
 // CHECK: %[[L:.*]] = cleave.matmul %{{.*}}, %[[W]] {transpose_rhs} : (tensor<4x8xf32>, tensor<3x8xf32>) -> tensor<4x3xf32>
-// CHECK: %[[REAL:.*]] = cleave.constant dense<{{\[\[}}true, true, true, true, true, true, true, true, true, true, false, false]]> : tensor<1x12xi1>
+// CHECK: %[[IDX:.*]] = cleave.iota dim = 2 : tensor<1x1x12xi64>
+// CHECK: %[[TEN:.*]] = cleave.constant dense<10> : tensor<1x1x1xi64>
+// CHECK: %[[LT:.*]] = cleave.cmp lt, %[[IDX]], %[[TEN]]
+// CHECK: %[[REAL:.*]] = cleave.reshape %[[LT]] : tensor<1x1x12xi1> -> tensor<1x12xi1>
 // CHECK: %[[MINE:.*]] = cleave.shard_slice %[[REAL]] axes = [0] dim = 1 : tensor<1x12xi1> -> tensor<1x3xi1>
 // CHECK: %[[NEGINF:.*]] = cleave.constant dense<0xFF800000> : tensor<1x1xf32>
 // CHECK: %[[LM:.*]] = cleave.select %[[MINE]], %[[L]], %[[NEGINF]]

@@ -219,7 +219,7 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
     return s;
   std::string tmp = bundle + ".tmp-" + std::to_string(::getpid());
   (void)fs::remove_directories(tmp);
-  if (std::error_code ec = fs::create_directories(tmp))
+  if (std::error_code ec = fs::create_directories(tmp, true, fs::all_all))
     return rt::Status::error("cannot create '" + tmp + "': " + ec.message());
   auto cleanup =
       llvm::make_scope_exit([&] { (void)fs::remove_directories(tmp); });

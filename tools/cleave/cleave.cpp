@@ -19,6 +19,7 @@
 #include "cleave/Sharding/Sharding.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/files.h"
 #include "cleave/runtime/trainer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -278,6 +279,10 @@ static LogicalResult parseInputFlags(MLIRContext &ctx,
 /// shapes. Null with \p error on failure.
 static std::unique_ptr<OnnxModel>
 loadModel(MLIRContext &ctx, OnnxImportOptions &options, std::string &error) {
+  if (rt::Status s = rt::checkReadable(modelPath, "model"); !s) {
+    error = s.message();
+    return nullptr;
+  }
   llvm::StringRef ext = llvm::sys::path::extension(modelPath);
   if (ext != ".pt" && ext != ".pth" && ext != ".torchscript")
     return OnnxModel::load(modelPath, error);
@@ -480,6 +485,12 @@ static int runCompile(MLIRContext &ctx) {
   // Before any work: a folder that is not a bundle is never replaced.
   if (rt::Status s = ::cleave::tool::checkReplaceable(outputPath); !s)
     return fail(s.message());
+  for (auto [path, what] :
+       {std::pair<const std::string &, const char *>{planPath, "--plan file"},
+        {weightsPath, "--weights file"}})
+    if (!path.empty())
+      if (rt::Status s = rt::checkReadable(path, what); !s)
+        return fail(s.message());
   OnnxImportOptions options;
   options.seed = seed;
   options.frozen.assign(freezePatterns.begin(), freezePatterns.end());
@@ -568,6 +579,10 @@ static std::optional<std::string> parseCommandLine(int argc, char **argv) {
     return "unknown command '" + std::string(argv[1]) +
            "'; the commands are import, compile, run, inspect and export "
            "(see cleave --help)";
+  // LLVM's own options (hundreds, of its code generators) are registered at
+  // the top level; `cleave --help` lists the commands, not them.
+  static cl::OptionCategory cleaveCategory("cleave");
+  cl::HideUnrelatedOptions(cleaveCategory, cl::SubCommand::getTopLevel());
   std::string text;
   llvm::raw_string_ostream os(text);
   // A bad option value is reported straight to stderr, whatever stream the

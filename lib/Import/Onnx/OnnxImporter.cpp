@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Import/OnnxImporter.h"
+#include "Cleave/TensorSize.h"
 #include "NodeContext.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Lowering/ConstantEvaluator.h"
@@ -22,6 +23,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
+#include <climits>
 #include <fstream>
 #include <limits>
 
@@ -32,6 +34,8 @@ using namespace mlir::cleave::onnx_import;
 /// The newest default-domain opset whose operators Cleave was written
 /// against (ONNX 1.16).
 static constexpr int64_t kNewestOpset = 21;
+/// The IR version of ONNX 1.16, the release that brought opset 21.
+static constexpr int64_t kNewestIrVersion = 10;
 
 //===----------------------------------------------------------------------===//
 // Tensors
@@ -193,22 +197,18 @@ static LogicalResult locateTensor(MLIRContext *context,
   int64_t elementBytes = data.elementType.isInteger(1)
                              ? 1
                              : data.elementType.getIntOrFloatBitWidth() / 8;
-  int64_t count = 1;
-  for (int64_t d : t.dims()) {
-    if (d < 0) {
-      error = "has a negative dimension";
-      return failure();
-    }
-    if (d > 0 &&
-        count > std::numeric_limits<int64_t>::max() / elementBytes / d) {
-      error = "has more elements than fit in memory";
-      return failure();
-    }
-    data.shape.push_back(d);
-    count *= d;
+  data.shape.assign(t.dims().begin(), t.dims().end());
+  if (llvm::any_of(data.shape, [](int64_t d) { return d < 0; })) {
+    error = "has a negative dimension";
+    return failure();
   }
-  src.count = count;
-  src.bytes = count * elementBytes;
+  std::optional<int64_t> bytes = checkedByteCount(data.shape, elementBytes);
+  if (!bytes) {
+    error = "has more elements than fit in memory";
+    return failure();
+  }
+  src.count = *checkedElementCount(data.shape);
+  src.bytes = *bytes;
   if (t.data_location() != onnx::TensorProto::EXTERNAL) {
     if (t.has_raw_data() &&
         static_cast<int64_t>(t.raw_data().size()) != src.bytes) {
@@ -219,7 +219,7 @@ static LogicalResult locateTensor(MLIRContext *context,
     }
     if (!t.has_raw_data()) {
       std::string why;
-      FailureOr<std::string> bytes = typedFieldBytes(t, count, why);
+      FailureOr<std::string> bytes = typedFieldBytes(t, src.count, why);
       if (failed(bytes)) {
         error = why;
         return failure();
@@ -337,6 +337,14 @@ OnnxModel::fromProto(std::unique_ptr<onnx::ModelProto> proto,
 
 std::unique_ptr<OnnxModel> OnnxModel::load(const std::string &path,
                                            std::string &error) {
+  // A FIFO would block the read forever; a directory reads as an error
+  // message no user would understand.
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(path, status) &&
+      status.type() != llvm::sys::fs::file_type::regular_file) {
+    error = "cannot read model '" + path + "': it is not a regular file";
+    return nullptr;
+  }
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
     error = "cannot read '" + path + "': " + buffer.getError().message();
@@ -345,6 +353,12 @@ std::unique_ptr<OnnxModel> OnnxModel::load(const std::string &path,
   std::unique_ptr<OnnxModel> model(new OnnxModel());
   model->path_ = path;
   const llvm::MemoryBuffer &buf = **buffer;
+  if (buf.getBufferSize() > static_cast<size_t>(INT_MAX)) {
+    error = "'" + path +
+            "' is larger than 2 GiB, the most a protobuf holds: "
+            "keep the weights as ONNX external data";
+    return nullptr;
+  }
   if (buf.getBufferSize() == 0 ||
       !model->proto_->ParseFromArray(buf.getBufferStart(),
                                      static_cast<int>(buf.getBufferSize()))) {
@@ -470,6 +484,14 @@ FailureOr<TensorData> mlir::cleave::readOnnxTensorFile(MLIRContext *context,
                                                        const std::string &path,
                                                        std::string &name,
                                                        std::string &error) {
+  // A FIFO would block the read forever; a directory reads as an error
+  // message no user would understand.
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(path, status) &&
+      status.type() != llvm::sys::fs::file_type::regular_file) {
+    error = "cannot read tensor file '" + path + "': it is not a regular file";
+    return failure();
+  }
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
     error = "cannot read '" + path + "': " + buffer.getError().message();
@@ -547,16 +569,9 @@ valueInfoType(MLIRContext *context, const onnx::ValueInfoProto &info,
   // Every later size computation multiplies these dims: their byte count
   // must fit in 63 bits.
   auto sized = [&](ArrayRef<int64_t> shape) -> FailureOr<RankedTensorType> {
-    int64_t bytes = element.isInteger(1)
-                        ? 1
-                        : std::max(1u, element.getIntOrFloatBitWidth() / 8);
-    for (int64_t d : shape)
-      if (d > 0 && bytes > std::numeric_limits<int64_t>::max() / d)
-        return emitError(loc)
-               << role << " '" << info.name() << "' of shape [" << shape
-               << "] holds more bytes than fit in memory";
-      else
-        bytes *= d;
+    if (!checkedByteCount(shape, elementByteSize(element)))
+      return emitError(loc) << role << " '" << info.name() << "' of shape ["
+                            << shape << "] holds more bytes than fit in memory";
     return RankedTensorType::get(shape, element);
   };
   if (spec && !spec->shape.empty()) {
@@ -651,6 +666,16 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
     emitError(loc) << text;
   if (failed(result) || !captured.empty())
     return failure();
+  // A shape computed from the model's constants (Reshape, Expand, Tile,
+  // ConstantOfShape, broadcasting) may be too large to exist: stop at the
+  // node that makes it, before anything folds or sizes it.
+  for (Operation &op : llvm::make_range(
+           before ? std::next(before->getIterator()) : block->begin(),
+           block->end()))
+    for (Type t : op.getResultTypes())
+      if (!hasCheckedSize(t))
+        return emitError(loc) << prefix << "it makes a tensor of type " << t
+                              << ", which holds more bytes than fit in memory";
   // Fold what the node computed from constants, so later nodes that need
   // compile-time values (shapes, bounds) find them.
   DenseMap<Value, Value> replaced;
@@ -670,10 +695,48 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   return success();
 }
 
+/// Model-level facts no node check would catch: an IR version newer than
+/// any Cleave knows (onnxruntime refuses those too), and a graph input that
+/// names an initializer (its default value, before IR version 4) with
+/// another type or shape: which of the two is meant cannot be told.
+static LogicalResult checkModelHeader(const onnx::ModelProto &proto,
+                                      Location loc) {
+  if (proto.ir_version() > kNewestIrVersion)
+    return emitError(loc) << "the model has ONNX IR version "
+                          << proto.ir_version() << "; Cleave reads versions up "
+                          << "to " << kNewestIrVersion
+                          << " (export it with an older exporter)";
+  const onnx::GraphProto &graph = proto.graph();
+  llvm::StringMap<const onnx::TensorProto *> initializers;
+  for (const auto &t : graph.initializer())
+    initializers[t.name()] = &t;
+  for (const onnx::ValueInfoProto &in : graph.input()) {
+    auto it = initializers.find(in.name());
+    if (it == initializers.end() || !in.type().has_tensor_type())
+      continue;
+    const onnx::TypeProto::Tensor &type = in.type().tensor_type();
+    const onnx::TensorProto &init = *it->second;
+    bool differs = type.elem_type() && type.elem_type() != init.data_type();
+    if (type.has_shape()) {
+      differs |= type.shape().dim_size() != init.dims_size();
+      for (int i = 0; !differs && i < type.shape().dim_size(); ++i)
+        differs |= type.shape().dim(i).has_dim_value() &&
+                   type.shape().dim(i).dim_value() != init.dims(i);
+    }
+    if (differs)
+      return emitError(loc)
+             << "graph input '" << in.name()
+             << "' has the name of an initializer but another type or shape";
+  }
+  return success();
+}
+
 OwningOpRef<ModuleOp> GraphImporter::run() {
   const onnx::ModelProto &proto = model.proto();
   const onnx::GraphProto &graph = proto.graph();
   Location loc = fileLoc();
+  if (failed(checkModelHeader(proto, loc)))
+    return nullptr;
   int64_t opset = -1;
   for (const auto &imp : proto.opset_import())
     if (imp.domain().empty() || imp.domain() == "ai.onnx")

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/TensorSize.h"
 #include "NodeContext.h"
 
 using namespace mlir;
@@ -16,9 +17,7 @@ namespace {
 
 LogicalResult reshapeTo(NodeContext &ctx, Value x, ArrayRef<int64_t> shape) {
   int64_t count = NodeContext::typeOf(x).getNumElements();
-  int64_t known = 1;
-  for (int64_t d : shape)
-    known *= d;
+  std::optional<int64_t> known = checkedElementCount(shape);
   if (known != count)
     return ctx.error() << "cannot reshape " << x.getType() << " to ["
                        << llvm::make_range(shape.begin(), shape.end())
@@ -51,7 +50,10 @@ LogicalResult reshape(NodeContext &ctx) {
     }
     if (d < 0)
       return ctx.error() << "shape entry " << d << " is invalid";
-    product *= d;
+    if (__builtin_mul_overflow(product, d, &product))
+      return ctx.error() << "shape ["
+                         << llvm::make_range(out.begin(), out.end())
+                         << "] has more elements than fit in memory";
   }
   int64_t count = NodeContext::typeOf(*x).getNumElements();
   if (inferred >= 0) {

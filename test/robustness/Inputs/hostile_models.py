@@ -137,6 +137,61 @@ def graph_cases(out):
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, classes])], [w])
     write_model(out, "huge_classes",
                 onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]))
+    more_graph_cases(out)
+
+
+def more_graph_cases(out):
+    """Graphs that are wrong the way hand-edited or foreign exports are."""
+    h = onnx.helper
+    m = make_model.mlp()
+    m.graph.node[1].domain = "com.example"
+    m.graph.node[1].op_type = "FancyRelu"
+    m.opset_import.append(h.make_opsetid("com.example", 1))
+    write_model(out, "custom_domain", m)
+    m = make_model.mlp()
+    m.graph.node[1].input[0] = "nowhere"
+    write_model(out, "undefined_input", m)
+    m = make_model.mlp()
+    m.graph.output[0].name = "never_made"
+    write_model(out, "output_not_made", m)
+    m = make_model.mlp()
+    # relu reads its own output: a cycle.
+    m.graph.node[1].input[0] = "y"
+    write_model(out, "cycle", m)
+    m = make_model.mlp()
+    m.graph.node.insert(0, h.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["h0"], transB=1))
+    m.graph.node[1].input[0] = "x"
+    m.graph.node[1].op_type = "MatMul"
+    del m.graph.node[1].attribute[:]
+    m.graph.node[1].input.pop()
+    write_model(out, "matmul_mismatch", m)
+    m = make_model.mlp()
+    shape = numpy_helper.from_array(np.array([7, 7], np.int64), "bad_shape")
+    m.graph.initializer.append(shape)
+    m.graph.node.append(h.make_node("Reshape", ["y", "bad_shape"], ["z"], name="reshape"))
+    m.graph.output[0].name = "z"
+    del m.graph.output[0].type.tensor_type.shape.dim[:]
+    write_model(out, "reshape_mismatch", m)
+    m = make_model.mlp()
+    s_init = h.make_tensor("names", onnx.TensorProto.STRING, [2], [b"a", b"b"])
+    m.graph.initializer.append(s_init)
+    m.graph.node.append(h.make_node("Identity", ["names"], ["n2"]))
+    m.graph.output.append(h.make_tensor_value_info("n2", onnx.TensorProto.STRING, [2]))
+    write_model(out, "string_tensor", m)
+    m = make_model.mlp()
+    del m.graph.node[:]
+    write_model(out, "no_nodes", m)
+    m = make_model.mlp()
+    m.graph.node[0].attribute[0].i = 7  # transB = 7
+    m.graph.node[0].attribute[0].name = "axis_that_gemm_lacks"
+    write_model(out, "unknown_attribute", m)
+    m = make_model.mlp()
+    m.ir_version = 1000
+    write_model(out, "ir_version_future", m)
+    # A graph input that shadows an initializer with another shape.
+    m = make_model.mlp()
+    m.graph.input.append(h.make_tensor_value_info("fc.weight", onnx.TensorProto.FLOAT, [9, 9]))
+    write_model(out, "input_shadows_initializer", m)
 
 
 if __name__ == "__main__":
