@@ -210,9 +210,14 @@ def cases(F, W):
         prepare=lambda: (copy_of(F.mlp, W("half.onnx")), cut(W("half.onnx"),
                                                               os.path.getsize(F.mlp) // 2)))
     add("import", "TorchScript file of random bytes", c + ["import", W("noise.pt"), *x],
-        r"noise\.pt", prepare=lambda: write(W("noise.pt"), os.urandom(3000)))
-    add("import", "ONNX file named .pt", c + ["import", W("mlp.pt"), *x], r"mlp\.pt",
+        r"noise\.pt' is not a TorchScript module", prepare=lambda: write(W("noise.pt"),
+                                                                        os.urandom(3000)))
+    add("import", "ONNX file named .pt", c + ["import", W("mlp.pt"), *x],
+        r"mlp\.pt' is not a TorchScript module .*an ONNX model must be named \.onnx",
         prepare=lambda: copy_of(F.mlp, W("mlp.pt")))
+    add("import", "TorchScript zip cut short", c + ["import", W("cut.pt"), *x],
+        r"cannot load TorchScript module '.*cut\.pt'", prepare=lambda: write(
+            W("cut.pt"), b"PK\x03\x04" + os.urandom(100)))
 
     # --- import: the graph ---------------------------------------------------
     add("import", "opset newer than Cleave knows", c + ["import", m("opset99"), *x],

@@ -582,18 +582,26 @@ LogicalResult trilu(NodeContext &ctx) {
   if (type.getRank() < 2)
     return ctx.error() << "input must have rank >= 2";
   bool upper = ctx.attrInt("upper", 1);
-  int64_t rows = type.getDimSize(type.getRank() - 2);
-  int64_t cols = type.getDimSize(type.getRank() - 1);
-  SmallVector<bool> mask;
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      mask.push_back(upper ? j - i >= k : j - i <= k);
-  SmallVector<int64_t> maskShape(type.getRank() - 2, 1);
-  maskShape.append({rows, cols});
-  Value maskValue = ConstantOp::create(
-      ctx.b,
-      DenseElementsAttr::get(
-          RankedTensorType::get(maskShape, ctx.b.getI1Type()), ArrayRef(mask)));
+  int64_t rank = type.getRank();
+  int64_t rows = type.getDimSize(rank - 2);
+  int64_t cols = type.getDimSize(rank - 1);
+  // (column - row) compared with k: a causal mask over a long sequence
+  // would otherwise be a rows x cols constant in the IR.
+  Type i64 = ctx.b.getI64Type();
+  SmallVector<int64_t> rowShape(rank, 1), colShape(rank, 1);
+  rowShape[rank - 2] = rows;
+  colShape[rank - 1] = cols;
+  Value row = IotaOp::create(ctx.b, RankedTensorType::get(rowShape, i64),
+                             ctx.b.getI64IntegerAttr(rank - 2));
+  Value col = IotaOp::create(ctx.b, RankedTensorType::get(colShape, i64),
+                             ctx.b.getI64IntegerAttr(rank - 1));
+  Value diagonal = SubOp::create(ctx.b, col, row);
+  Value kValue = ConstantOp::create(
+      ctx.b, DenseElementsAttr::get(
+                 RankedTensorType::get(SmallVector<int64_t>(rank, 1), i64),
+                 ctx.b.getI64IntegerAttr(k)));
+  Value maskValue = ctx.b.createOrFold<CmpOp>(
+      upper ? CmpPredicate::ge : CmpPredicate::le, diagonal, kValue);
   Value zero = ctx.splat(type.getElementType(),
                          SmallVector<int64_t>(type.getRank(), 1), 0);
   ctx.setOutput(0, ctx.b.createOrFold<SelectOp>(maskValue, *x, zero));

@@ -12,7 +12,9 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 
 using namespace mlir;
@@ -38,6 +40,22 @@ std::unique_ptr<OnnxModel>
 mlir::cleave::loadTorchScript(MLIRContext *, const std::string &path,
                               const std::map<std::string, InputSpec> &inputs,
                               std::string &error) {
+  // torch.jit.save writes a zip archive: anything else (an ONNX file given
+  // a .pt name, a pickled state_dict of old torch.save) is named as such
+  // before libtorch words it as a zip reader's complaint.
+  {
+    char magic[4] = {0, 0, 0, 0};
+    std::FILE *f = std::fopen(path.c_str(), "rb");
+    size_t got = f ? std::fread(magic, 1, sizeof magic, f) : 0;
+    if (f)
+      std::fclose(f);
+    if (f && (got != sizeof magic || std::memcmp(magic, "PK\x03\x04", 4))) {
+      error = "'" + path +
+              "' is not a TorchScript module (torch.jit.save writes a zip "
+              "archive; an ONNX model must be named .onnx)";
+      return nullptr;
+    }
+  }
   std::string plugin = pluginPath();
   if (!llvm::sys::fs::exists(plugin)) {
     error = "'" + path +
