@@ -10,11 +10,8 @@
 
 namespace cleave::rt {
 
-namespace {
-
-/// Opens \p path for reading, refusing anything but a regular file. The
-/// open does not block (a FIFO would wait for a writer forever).
-Status openRegular(const std::string &path, const std::string &what, int *fd) {
+Status openRegularFile(const std::string &path, const std::string &what,
+                       int *fd) {
   auto fail = [&](const std::string &why) {
     return Status::error("cannot read " + what + " '" + path + "': " + why);
   };
@@ -25,10 +22,12 @@ Status openRegular(const std::string &path, const std::string &what, int *fd) {
   if (::fstat(*fd, &st) != 0) {
     Status s = fail(std::strerror(errno));
     ::close(*fd);
+    *fd = -1;
     return s;
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(*fd);
+    *fd = -1;
     return fail(S_ISDIR(st.st_mode) ? "it is a directory"
                                     : "it is not a regular file");
   }
@@ -38,12 +37,10 @@ Status openRegular(const std::string &path, const std::string &what, int *fd) {
   return Status::ok();
 }
 
-} // namespace
-
 Status readWholeFile(const std::string &path, const std::string &what,
                      std::string *out) {
   int fd;
-  if (Status s = openRegular(path, what, &fd); !s)
+  if (Status s = openRegularFile(path, what, &fd); !s)
     return s;
   out->clear();
   char buffer[1 << 16];
@@ -67,7 +64,7 @@ Status readWholeFile(const std::string &path, const std::string &what,
 
 Status checkReadable(const std::string &path, const std::string &what) {
   int fd;
-  if (Status s = openRegular(path, what, &fd); !s)
+  if (Status s = openRegularFile(path, what, &fd); !s)
     return s;
   ::close(fd);
   return Status::ok();

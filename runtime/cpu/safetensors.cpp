@@ -1,6 +1,7 @@
 //===- safetensors.cpp - safetensors files, streamed ----------------------===//
 
 #include "cleave/runtime/safetensors.h"
+#include "cleave/runtime/files.h"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
@@ -171,9 +172,9 @@ Status SafetensorsWriter::finish(uint64_t *size, uint32_t *crc) {
 // --- Reader ------------------------------------------------------------------
 
 Status fileDigest(const std::string &path, uint64_t *size, uint32_t *crc) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Status::error("cannot read '" + path + "': " + errnoText());
+  int fd;
+  if (Status s = openRegularFile(path, "file", &fd); !s)
+    return s;
   std::vector<uint8_t> buf(1 << 20);
   uint64_t total = 0;
   uint32_t c = 0;
@@ -202,9 +203,8 @@ Status SafetensorsFile::open(const std::string &path,
                              uint64_t expectedSize, uint32_t expectedCrc) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd_ < 0)
-    return Status::error("cannot read '" + path + "': " + errnoText());
+  if (Status s = openRegularFile(path, "safetensors file", &f->fd_); !s)
+    return s;
   struct stat st;
   if (::fstat(f->fd_, &st) != 0)
     return Status::error("cannot read '" + path + "': " + errnoText());

@@ -353,6 +353,11 @@ def cases(F, W):
         r"rank-0\.safetensors", prepare=lambda: (copy_of(F.bundle, W("b")), flip(
             W("b", "weights", "rank-0.safetensors"), os.path.getsize(
                 W("b", "weights", "rank-0.safetensors")) - 3)))
+    add("run", "weights file that is a FIFO", run + [W("b"), "--inputs", F.inputs],
+        r"cannot read safetensors file '.*rank-0\.safetensors': it is not a regular file",
+        prepare=lambda: (copy_of(F.bundle, W("b")), os.remove(W(
+            "b", "weights", "rank-0.safetensors")), os.mkfifo(W("b", "weights",
+                                                                 "rank-0.safetensors"))))
     add("run", "a --plan-only bundle", run + [F.plan_only, "--inputs", F.inputs],
         r"holds no weights \(it was compiled with --plan-only\)")
     add("run", "a tp 2 bundle on one rank", run + [F.bundle2, "--inputs", F.inputs, "--ranks",
@@ -464,6 +469,11 @@ def cases(F, W):
     add("checkpoint", "--resume a checkpoint file missing", rck + ["--resume", W("ck")],
         r"safetensors", prepare=lambda: (copy_of(F.step, W("ck")), remove_first_safetensors(
             W("ck"))))
+    add("checkpoint", "--resume a checkpoint file that is a FIFO", rck + ["--resume", W("ck")],
+        r"it is not a regular file", prepare=lambda: (copy_of(F.step, W("ck")), fifo_for_first(
+            W("ck"))))
+    add("compile", "--weights file that is a FIFO", c + ["compile", F.mlp, *x, *ce, "--weights",
+        F.fifo, "-o", W("b")], r"cannot read --weights file '.*fifo': it is not a regular file")
     add("checkpoint", "--resume another model's checkpoint", rck + ["--resume", F.gpt_ckpt],
         r"checkpoint")
     add("checkpoint", "--resume fed otherwise", run + [F.bundle, "--steps", "1", "--inputs",
@@ -534,6 +544,12 @@ def cut_first_safetensors(d):
 
 def remove_first_safetensors(d):
     os.remove(safetensors_in(d)[0])
+
+
+def fifo_for_first(d):
+    f = safetensors_in(d)[0]
+    os.remove(f)
+    os.mkfifo(f)
 
 
 def huge_classes(F, W):

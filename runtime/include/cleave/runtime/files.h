@@ -22,6 +22,12 @@ namespace cleave::rt {
 Status readWholeFile(const std::string &path, const std::string &what,
                      std::string *out);
 
+/// Opens \p path for reading into \p fd, refusing anything but a regular
+/// file; the open itself does not block (a FIFO would wait for a writer
+/// forever). Errors as readWholeFile's.
+Status openRegularFile(const std::string &path, const std::string &what,
+                       int *fd);
+
 /// Checks that \p path is a regular file that can be opened for reading.
 Status checkReadable(const std::string &path, const std::string &what);
 
