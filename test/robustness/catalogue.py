@@ -83,6 +83,8 @@ class Fixtures:
         fx = self.fx = os.path.join(work, "fx")
         os.makedirs(fx)
         sh([PY, os.path.join(HERE, "Inputs", "hostile_models.py"), os.path.join(fx, "m")])
+        self.ts = os.path.join(fx, "ts")
+        sh([PY, os.path.join(HERE, "Inputs", "hostile_torchscript.py"), self.ts])
         self.mlp = os.path.join(fx, "mlp.onnx")
         sh([PY, os.path.join(ROOT, "test", "Import", "Onnx", "Inputs", "make_model.py"), "mlp",
             self.mlp])
@@ -218,6 +220,23 @@ def cases(F, W):
     add("import", "TorchScript zip cut short", c + ["import", W("cut.pt"), *x],
         r"cannot load TorchScript module '.*cut\.pt'", prepare=lambda: write(
             W("cut.pt"), b"PK\x03\x04" + os.urandom(100)))
+    ts = lambda name: os.path.join(F.ts, name)
+    add("import", "TorchScript class constant without Final[type]",
+        c + ["import", ts("constant-untyped.pt"), "--input", "x=2x4"],
+        r"constant-untyped\.pt': Expected subscripted type for class constant$")
+    add("import", "TorchScript class constant of the wrong type",
+        c + ["import", ts("constant-mistyped.pt"), "--input", "x=2x4"],
+        r"constant-mistyped\.pt': Return value was annotated as having type")
+    add("import", "TorchScript code cut mid-expression",
+        c + ["import", ts("code-cut.pt"), "--input", "x=2x4"],
+        r"code-cut\.pt': expected \) but found 'eof'")
+    # A fuzzer's finding: libtorch's unpickler asks for 28 GB (ASan aborts
+    # there; plain builds get bad_alloc, or an OOM kill, in the child process
+    # that reads archives).
+    add("import", "TorchScript pickle with a 28 GB length",
+        c + ["import", os.path.join(HERE, "Inputs", "torchscript-unpickler-28gb.pt")],
+        r"(cannot load TorchScript module|libtorch crashed reading) "
+        r"'.*torchscript-unpickler-28gb\.pt'")
 
     # --- import: the graph ---------------------------------------------------
     add("import", "opset newer than Cleave knows", c + ["import", m("opset99"), *x],

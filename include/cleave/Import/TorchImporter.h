@@ -21,6 +21,11 @@
 
 namespace mlir::cleave {
 
+/// Where libtorch reads the archive. A child process (the default) turns a
+/// crash inside libtorch on a malformed archive into an error; in-process
+/// is for the fuzzer, whose coverage counters live in its own memory.
+enum class TorchIsolation { Subprocess, InProcess };
+
 /// Loads the TorchScript module at \p path and translates its forward.
 /// \p inputs fixes input shapes and types (needed where the module does not
 /// record them: scripted modules). On failure returns null and sets \p error
@@ -28,7 +33,13 @@ namespace mlir::cleave {
 std::unique_ptr<OnnxModel>
 loadTorchScript(MLIRContext *context, const std::string &path,
                 const std::map<std::string, InputSpec> &inputs,
-                std::string &error);
+                std::string &error,
+                TorchIsolation isolation = TorchIsolation::Subprocess);
+
+/// Whether torch::jit::load on \p path returns (a module or an exception)
+/// rather than crashing; tried in a child process. The fuzzer skips inputs
+/// that crash libtorch itself, which Subprocess isolation contains.
+bool libtorchSurvivesLoading(const std::string &path);
 
 } // namespace mlir::cleave
 

@@ -465,6 +465,21 @@ void Translator::run(torch::jit::Graph &graph,
 
 using namespace cleave_torch;
 
+/// The first non-blank line of a libtorch message (TorchScript's compiler
+/// starts its reports with a newline and ends the line with ':', before the
+/// source excerpt).
+static std::string firstLine(const std::string &what) {
+  size_t begin = what.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos)
+    return "libtorch gave no reason";
+  std::string line = what.substr(begin, what.find('\n', begin) - begin);
+  while (!line.empty() &&
+         (line.back() == ':' ||
+          std::isspace(static_cast<unsigned char>(line.back()))))
+    line.pop_back();
+  return line;
+}
+
 /// Translates the module at \p path; false with \p error on failure.
 static bool translateModule(const std::string &path,
                             const std::map<std::string, InputSpec> &inputs,
@@ -551,11 +566,15 @@ static bool translateModule(const std::string &path,
   } catch (const Failure &f) {
     error = "'" + path + "': " + f.message;
   } catch (const c10::Error &e) {
-    std::string what = e.what_without_backtrace();
     error = "cannot load TorchScript module '" + path +
-            "': " + what.substr(0, what.find('\n'));
+            "': " + firstLine(e.what_without_backtrace());
+  } catch (const std::bad_alloc &) {
+    error = "cannot load TorchScript module '" + path +
+            "': it asks for more memory than this machine has (a corrupt "
+            "size in the archive?)";
   } catch (const std::exception &e) {
-    error = "cannot load TorchScript module '" + path + "': " + e.what();
+    error =
+        "cannot load TorchScript module '" + path + "': " + firstLine(e.what());
   }
   return false;
 }
@@ -601,5 +620,16 @@ cleave_torchscript_to_onnx(const char *path, const char *specs, char **model,
   *model = static_cast<char *>(std::malloc(bytes.size()));
   std::memcpy(*model, bytes.data(), bytes.size());
   *size = bytes.size();
+  return 0;
+}
+
+/// torch::jit::load alone, for libtorchSurvivesLoading: returns 0 whether
+/// libtorch accepts the archive or throws; a crash is the caller's answer.
+extern "C" __attribute__((visibility("default"))) int
+cleave_torchscript_probe(const char *path) {
+  try {
+    torch::jit::load(path);
+  } catch (...) {
+  }
   return 0;
 }
