@@ -1,32 +1,27 @@
 //===- EmitPlan.cpp - cleave IR to a plan Program ---------------*- C++ -*-===//
 //
 // The last step of lowering: a straight-line function with planned buffers
-// becomes a list of kernel calls. Kernel names are checked against the list
-// the runtime implements (kernels.def), so the two cannot drift apart.
+// becomes a list of kernel calls, each written through the kernel schema's
+// typed writer (kernels.def, plan_writer.h): kernel names and attributes
+// are the runtime's by construction.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Lowering/EmitPlan.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Lowering/Passes.h"
 #include "cleave/Lowering/PlanBuffers.h"
 #include "cleave/Sharding/Sharding.h"
+#include "cleave/runtime/plan_writer.h"
 #include "plan/plan.pb.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
+#include <google/protobuf/text_format.h>
 
 using namespace mlir;
 using namespace mlir::cleave;
 namespace pb = ::cleave::plan;
-
-static const llvm::StringSet<> &runtimeKernels() {
-  static const llvm::StringSet<> kernels = {
-#define CLEAVE_KERNEL(NAME) #NAME,
-#include "cleave/runtime/kernels.def"
-  };
-  return kernels;
-}
 
 static FailureOr<pb::DType> dtypeOf(Type element) {
   if (element.isF32())
@@ -68,221 +63,274 @@ static FailureOr<std::string> constantBytes(ElementsAttr attr) {
 }
 
 namespace {
-/// Builds one Instruction: kernel name and named attributes.
-struct InstructionBuilder {
-  pb::Instruction &inst;
-  void ints(StringRef name, ArrayRef<int64_t> values) {
-    pb::Attribute &a = (*inst.mutable_attrs())[name.str()];
-    for (int64_t v : values)
-      a.add_ints(v);
-  }
-  void floats(StringRef name, ArrayRef<double> values) {
-    pb::Attribute &a = (*inst.mutable_attrs())[name.str()];
-    for (double v : values)
-      a.add_floats(v);
-  }
-};
+namespace schema = ::cleave::rt::schema;
+using K = schema::Kernel;
+template <K Kind> using Params = schema::Params<Kind>;
 
-const char *cmpKernel(CmpPredicate p) {
+std::vector<int64_t> ints(ArrayRef<int64_t> values) {
+  return std::vector<int64_t>(values.begin(), values.end());
+}
+
+/// Writes \p p's kernel and attributes into \p inst (kernels.def's writer).
+template <K Kind>
+LogicalResult emit(pb::Instruction &inst, const Params<Kind> &p = {}) {
+  schema::writeInstruction(p, inst);
+  return success();
+}
+
+LogicalResult emitCmp(CmpPredicate p, pb::Instruction &inst) {
   switch (p) {
   case CmpPredicate::eq:
-    return "cmp_eq";
+    return emit<K::k_cmp_eq>(inst);
   case CmpPredicate::ne:
-    return "cmp_ne";
+    return emit<K::k_cmp_ne>(inst);
   case CmpPredicate::lt:
-    return "cmp_lt";
+    return emit<K::k_cmp_lt>(inst);
   case CmpPredicate::le:
-    return "cmp_le";
+    return emit<K::k_cmp_le>(inst);
   case CmpPredicate::gt:
-    return "cmp_gt";
+    return emit<K::k_cmp_gt>(inst);
   case CmpPredicate::ge:
-    return "cmp_ge";
+    return emit<K::k_cmp_ge>(inst);
   }
   llvm_unreachable("unknown predicate");
 }
 
-/// The kernel of \p op, with its attributes written into \p b; empty when
-/// the op has no kernel.
-std::string lowerOp(Operation *op, InstructionBuilder &b) {
-  return llvm::TypeSwitch<Operation *, std::string>(op)
-      .Case<AddOp>([](auto) { return "add"; })
-      .Case<SubOp>([](auto) { return "sub"; })
-      .Case<MulOp>([](auto) { return "mul"; })
-      .Case<DivOp>([](auto) { return "div"; })
-      .Case<PowOp>([](auto) { return "pow"; })
-      .Case<MaxOp>([](auto) { return "max"; })
-      .Case<MinOp>([](auto) { return "min"; })
-      .Case<AndOp>([](auto) { return "and"; })
-      .Case<OrOp>([](auto) { return "or"; })
-      .Case<XorOp>([](auto) { return "xor"; })
-      .Case<NotOp>([](auto) { return "not"; })
-      .Case<CmpOp>([](CmpOp c) { return cmpKernel(c.getPredicate()); })
-      .Case<SelectOp>([](auto) { return "select"; })
-      .Case<NegOp>([](auto) { return "neg"; })
-      .Case<AbsOp>([](auto) { return "abs"; })
-      .Case<ExpOp>([](auto) { return "exp"; })
-      .Case<LogOp>([](auto) { return "log"; })
-      .Case<SqrtOp>([](auto) { return "sqrt"; })
-      .Case<RsqrtOp>([](auto) { return "rsqrt"; })
-      .Case<ReciprocalOp>([](auto) { return "reciprocal"; })
-      .Case<TanhOp>([](auto) { return "tanh"; })
-      .Case<SigmoidOp>([](auto) { return "sigmoid"; })
-      .Case<ReluOp>([](auto) { return "relu"; })
-      .Case<ErfOp>([](auto) { return "erf"; })
-      .Case<SinOp>([](auto) { return "sin"; })
-      .Case<CosOp>([](auto) { return "cos"; })
+template <K Kind> LogicalResult emitReduce(ReduceOp r, pb::Instruction &inst) {
+  Params<Kind> p;
+  p.axes = ints(r.getDims());
+  return emit(inst, p);
+}
+
+LogicalResult emitReduce(ReduceOp r, pb::Instruction &inst) {
+  switch (r.getKind()) {
+  case ReduceKind::sum:
+    return emitReduce<K::k_reduce_sum>(r, inst);
+  case ReduceKind::mean:
+    return emitReduce<K::k_reduce_mean>(r, inst);
+  case ReduceKind::max:
+    return emitReduce<K::k_reduce_max>(r, inst);
+  case ReduceKind::min:
+    return emitReduce<K::k_reduce_min>(r, inst);
+  case ReduceKind::prod:
+    return emitReduce<K::k_reduce_prod>(r, inst);
+  }
+  llvm_unreachable("unknown reduction");
+}
+
+/// The window of conv2d, the pools and their adjoints (Params \p P).
+template <typename P, typename Op> void setWindow(P &p, Op op) {
+  p.strides = ints(op.getStrides());
+  p.pads = ints(op.getPads());
+  p.dilations = ints(op.getDilations());
+}
+template <K Kind, typename Op>
+LogicalResult emitConv(Op op, pb::Instruction &inst) {
+  Params<Kind> p;
+  setWindow(p, op);
+  p.groups = op.getGroups();
+  return emit(inst, p);
+}
+template <K Kind, typename Op>
+LogicalResult emitPool(Op op, pb::Instruction &inst) {
+  Params<Kind> p;
+  setWindow(p, op);
+  p.kernel = ints(op.getKernel());
+  if constexpr (Kind == K::k_avg_pool2d || Kind == K::k_avg_pool2d_backward)
+    p.count_include_pad = op.getCountIncludePad();
+  return emit(inst, p);
+}
+
+/// gather's and scatter_add's axis and row sharding.
+template <K Kind>
+LogicalResult emitIndexed(Operation *op, int64_t axis, pb::Instruction &inst) {
+  Params<Kind> p;
+  p.axis = axis;
+  if (auto shard = op->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
+    p.shard_axes = ints(shard.asArrayRef());
+  if (auto size = op->getAttrOfType<IntegerAttr>(kShardSizeAttr))
+    p.shard_size = size.getInt();
+  return emit(inst, p);
+}
+
+/// all_gather, reduce_scatter, shard_slice: axes, dim and (but for
+/// reduce_scatter, which has none) blocks.
+template <K Kind, typename Op>
+LogicalResult emitSplit(Op op, pb::Instruction &inst) {
+  Params<Kind> p;
+  p.axes = ints(op.getAxes());
+  p.dim = op.getDim();
+  if constexpr (Kind != K::k_reduce_scatter)
+    p.blocks = op.getBlocks();
+  return emit(inst, p);
+}
+
+LogicalResult emitFill(ConstantOp c, pb::Instruction &inst) {
+  // A large splat (isStoredConstant is false): filled at run time.
+  auto dense = cast<DenseElementsAttr>(c.getValue());
+  Type element = dense.getElementType();
+  Params<K::k_fill> p;
+  if (isa<FloatType>(element)) {
+    p.value.isFloat = true;
+    p.value.f = dense.getSplatValue<APFloat>().convertToDouble();
+  } else if (element.isSignlessInteger(1)) {
+    p.value.i = dense.getSplatValue<bool>() ? 1 : 0;
+  } else {
+    p.value.i = dense.getSplatValue<APInt>().getSExtValue();
+  }
+  return emit(inst, p);
+}
+
+/// The kernel of \p op with its attributes, written into \p inst; failure
+/// (with no diagnostic) when the op has no kernel.
+LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<AddOp>([&](auto) { return emit<K::k_add>(inst); })
+      .Case<SubOp>([&](auto) { return emit<K::k_sub>(inst); })
+      .Case<MulOp>([&](auto) { return emit<K::k_mul>(inst); })
+      .Case<DivOp>([&](auto) { return emit<K::k_div>(inst); })
+      .Case<PowOp>([&](auto) { return emit<K::k_pow>(inst); })
+      .Case<MaxOp>([&](auto) { return emit<K::k_max>(inst); })
+      .Case<MinOp>([&](auto) { return emit<K::k_min>(inst); })
+      .Case<AndOp>([&](auto) { return emit<K::k_and>(inst); })
+      .Case<OrOp>([&](auto) { return emit<K::k_or>(inst); })
+      .Case<XorOp>([&](auto) { return emit<K::k_xor>(inst); })
+      .Case<NotOp>([&](auto) { return emit<K::k_not>(inst); })
+      .Case<CmpOp>([&](CmpOp c) { return emitCmp(c.getPredicate(), inst); })
+      .Case<SelectOp>([&](auto) { return emit<K::k_select>(inst); })
+      .Case<NegOp>([&](auto) { return emit<K::k_neg>(inst); })
+      .Case<AbsOp>([&](auto) { return emit<K::k_abs>(inst); })
+      .Case<ExpOp>([&](auto) { return emit<K::k_exp>(inst); })
+      .Case<LogOp>([&](auto) { return emit<K::k_log>(inst); })
+      .Case<SqrtOp>([&](auto) { return emit<K::k_sqrt>(inst); })
+      .Case<RsqrtOp>([&](auto) { return emit<K::k_rsqrt>(inst); })
+      .Case<ReciprocalOp>([&](auto) { return emit<K::k_reciprocal>(inst); })
+      .Case<TanhOp>([&](auto) { return emit<K::k_tanh>(inst); })
+      .Case<SigmoidOp>([&](auto) { return emit<K::k_sigmoid>(inst); })
+      .Case<ReluOp>([&](auto) { return emit<K::k_relu>(inst); })
+      .Case<ErfOp>([&](auto) { return emit<K::k_erf>(inst); })
+      .Case<SinOp>([&](auto) { return emit<K::k_sin>(inst); })
+      .Case<CosOp>([&](auto) { return emit<K::k_cos>(inst); })
       .Case<GeluOp>([&](GeluOp g) {
-        b.ints("approximate", {g.getApproximate() ? 1 : 0});
-        return "gelu";
+        Params<K::k_gelu> p;
+        p.approximate = g.getApproximate();
+        return emit(inst, p);
       })
       .Case<LeakyReluOp>([&](LeakyReluOp l) {
-        b.floats("alpha", {l.getAlpha().convertToDouble()});
-        return "leaky_relu";
+        Params<K::k_leaky_relu> p;
+        p.alpha = l.getAlpha().convertToDouble();
+        return emit(inst, p);
       })
-      .Case<CastOp>([](auto) { return "cast"; })
+      .Case<CastOp>([&](auto) { return emit<K::k_cast>(inst); })
       .Case<IotaOp>([&](IotaOp i) {
-        b.ints("dim", {static_cast<int64_t>(i.getDim())});
-        return "iota";
+        Params<K::k_iota> p;
+        p.dim = i.getDim();
+        return emit(inst, p);
       })
       .Case<CheckIndexOp>([&](CheckIndexOp c) {
-        b.ints("bound", {static_cast<int64_t>(c.getBound())});
-        if (std::optional<int64_t> ignore = c.getIgnore())
-          b.ints("ignore", {*ignore});
-        return "check_index";
+        Params<K::k_check_index> p;
+        p.bound = c.getBound();
+        p.ignore = c.getIgnore();
+        return emit(inst, p);
       })
       .Case<MatmulOp>([&](MatmulOp m) {
-        b.ints("transpose_a", {m.getTransposeLhs() ? 1 : 0});
-        b.ints("transpose_b", {m.getTransposeRhs() ? 1 : 0});
-        return "matmul";
+        Params<K::k_matmul> p;
+        p.transpose_a = m.getTransposeLhs();
+        p.transpose_b = m.getTransposeRhs();
+        return emit(inst, p);
       })
-      .Case<ReduceOp>([&](ReduceOp r) -> std::string {
-        b.ints("axes", r.getDims());
-        return ("reduce_" + stringifyReduceKind(r.getKind())).str();
+      .Case<ReduceOp>([&](ReduceOp r) { return emitReduce(r, inst); })
+      .Case<SoftmaxOp>([&](SoftmaxOp s) {
+        Params<K::k_softmax> p;
+        p.axis = s.getAxis();
+        return emit(inst, p);
       })
-      .Case<SoftmaxOp, LogSoftmaxOp>([&](auto s) -> std::string {
-        b.ints("axis", {static_cast<int64_t>(s.getAxis())});
-        return isa<SoftmaxOp>(op) ? "softmax" : "log_softmax";
+      .Case<LogSoftmaxOp>([&](LogSoftmaxOp s) {
+        Params<K::k_log_softmax> p;
+        p.axis = s.getAxis();
+        return emit(inst, p);
       })
       .Case<LayerNormOp>([&](LayerNormOp l) {
-        b.ints("axis", {static_cast<int64_t>(l.getAxis())});
-        b.floats("epsilon", {l.getEpsilon().convertToDouble()});
-        return "layer_norm";
+        Params<K::k_layer_norm> p;
+        p.axis = l.getAxis();
+        p.epsilon = l.getEpsilon().convertToDouble();
+        return emit(inst, p);
       })
       .Case<BatchNormOp>([&](BatchNormOp n) {
-        b.floats("epsilon", {n.getEpsilon().convertToDouble()});
-        return "batch_norm";
+        Params<K::k_batch_norm> p;
+        p.epsilon = n.getEpsilon().convertToDouble();
+        return emit(inst, p);
       })
       .Case<TransposeOp>([&](TransposeOp t) {
-        b.ints("perm", t.getPermutation());
-        return "transpose";
+        Params<K::k_transpose> p;
+        p.perm = ints(t.getPermutation());
+        return emit(inst, p);
       })
-      .Case<BroadcastOp>([](auto) { return "broadcast"; })
+      .Case<BroadcastOp>([&](auto) { return emit<K::k_broadcast>(inst); })
       .Case<ConcatOp>([&](ConcatOp c) {
-        b.ints("axis", {static_cast<int64_t>(c.getAxis())});
-        return "concat";
+        Params<K::k_concat> p;
+        p.axis = c.getAxis();
+        return emit(inst, p);
       })
       .Case<SliceOp>([&](SliceOp s) {
-        b.ints("starts", s.getStarts());
-        b.ints("steps", s.getSteps());
-        return "slice";
+        Params<K::k_slice> p;
+        p.starts = ints(s.getStarts());
+        p.steps = ints(s.getSteps());
+        return emit(inst, p);
       })
       .Case<GatherOp>([&](GatherOp g) {
-        b.ints("axis", {static_cast<int64_t>(g.getAxis())});
-        if (auto shard = g->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
-          b.ints("shard_axes", shard.asArrayRef());
-        if (auto size = g->getAttrOfType<IntegerAttr>(kShardSizeAttr))
-          b.ints("shard_size", {size.getInt()});
-        return "gather";
+        return emitIndexed<K::k_gather>(g, g.getAxis(), inst);
       })
-      .Case<Conv2DOp>([&](Conv2DOp c) {
-        b.ints("strides", c.getStrides());
-        b.ints("pads", c.getPads());
-        b.ints("dilations", c.getDilations());
-        b.ints("groups", {static_cast<int64_t>(c.getGroups())});
-        return "conv2d";
-      })
-      .Case<MaxPool2DOp, AvgPool2DOp>([&](auto p) -> std::string {
-        b.ints("kernel", p.getKernel());
-        b.ints("strides", p.getStrides());
-        b.ints("pads", p.getPads());
-        b.ints("dilations", p.getDilations());
-        if (auto avg = dyn_cast<AvgPool2DOp>(op)) {
-          b.ints("count_include_pad", {avg.getCountIncludePad() ? 1 : 0});
-          return "avg_pool2d";
-        }
-        return "max_pool2d";
-      })
+      .Case<Conv2DOp>(
+          [&](Conv2DOp c) { return emitConv<K::k_conv2d>(c, inst); })
+      .Case<MaxPool2DOp>(
+          [&](MaxPool2DOp p) { return emitPool<K::k_max_pool2d>(p, inst); })
+      .Case<AvgPool2DOp>(
+          [&](AvgPool2DOp p) { return emitPool<K::k_avg_pool2d>(p, inst); })
       .Case<ScatterAddOp>([&](ScatterAddOp g) {
-        b.ints("axis", {static_cast<int64_t>(g.getAxis())});
-        if (auto shard = g->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr))
-          b.ints("shard_axes", shard.asArrayRef());
-        if (auto size = g->getAttrOfType<IntegerAttr>(kShardSizeAttr))
-          b.ints("shard_size", {size.getInt()});
-        return "scatter_add";
+        return emitIndexed<K::k_scatter_add>(g, g.getAxis(), inst);
       })
       .Case<SliceScatterOp>([&](SliceScatterOp s) {
-        b.ints("starts", s.getStarts());
-        b.ints("steps", s.getSteps());
-        return "slice_scatter";
+        Params<K::k_slice_scatter> p;
+        p.starts = ints(s.getStarts());
+        p.steps = ints(s.getSteps());
+        return emit(inst, p);
       })
-      .Case<Conv2DBackwardInputOp, Conv2DBackwardFilterOp>(
-          [&](auto c) -> std::string {
-            b.ints("strides", c.getStrides());
-            b.ints("pads", c.getPads());
-            b.ints("dilations", c.getDilations());
-            b.ints("groups", {static_cast<int64_t>(c.getGroups())});
-            return isa<Conv2DBackwardInputOp>(op) ? "conv2d_backward_input"
-                                                  : "conv2d_backward_filter";
-          })
-      .Case<MaxPool2DBackwardOp, AvgPool2DBackwardOp>(
-          [&](auto p) -> std::string {
-            b.ints("kernel", p.getKernel());
-            b.ints("strides", p.getStrides());
-            b.ints("pads", p.getPads());
-            b.ints("dilations", p.getDilations());
-            if (auto avg = dyn_cast<AvgPool2DBackwardOp>(op)) {
-              b.ints("count_include_pad", {avg.getCountIncludePad() ? 1 : 0});
-              return "avg_pool2d_backward";
-            }
-            return "max_pool2d_backward";
-          })
+      .Case<Conv2DBackwardInputOp>([&](Conv2DBackwardInputOp c) {
+        return emitConv<K::k_conv2d_backward_input>(c, inst);
+      })
+      .Case<Conv2DBackwardFilterOp>([&](Conv2DBackwardFilterOp c) {
+        return emitConv<K::k_conv2d_backward_filter>(c, inst);
+      })
+      .Case<MaxPool2DBackwardOp>([&](MaxPool2DBackwardOp p) {
+        return emitPool<K::k_max_pool2d_backward>(p, inst);
+      })
+      .Case<AvgPool2DBackwardOp>([&](AvgPool2DBackwardOp p) {
+        return emitPool<K::k_avg_pool2d_backward>(p, inst);
+      })
       .Case<AllReduceOp>([&](AllReduceOp r) {
-        b.ints("axes", r.getAxes());
-        int64_t kind = r.getKind() == ReduceKind::sum   ? 0
-                       : r.getKind() == ReduceKind::max ? 1
-                                                        : 2;
-        b.ints("reduction", {kind});
-        return "all_reduce";
+        Params<K::k_all_reduce> p;
+        p.axes = ints(r.getAxes());
+        p.reduction = r.getKind() == ReduceKind::sum   ? 0
+                      : r.getKind() == ReduceKind::max ? 1
+                                                       : 2;
+        return emit(inst, p);
       })
-      .Case<AllGatherOp, ReduceScatterOp, ShardSliceOp>(
-          [&](auto c) -> std::string {
-            b.ints("axes", c.getAxes());
-            b.ints("dim", {static_cast<int64_t>(c.getDim())});
-            if (auto blocks = c->template getAttrOfType<IntegerAttr>("blocks"))
-              if (blocks.getInt() != 1)
-                b.ints("blocks", {blocks.getInt()});
-            return isa<AllGatherOp>(op)       ? "all_gather"
-                   : isa<ReduceScatterOp>(op) ? "reduce_scatter"
-                                              : "shard_slice";
-          })
+      .Case<AllGatherOp>(
+          [&](AllGatherOp c) { return emitSplit<K::k_all_gather>(c, inst); })
+      .Case<ReduceScatterOp>([&](ReduceScatterOp c) {
+        return emitSplit<K::k_reduce_scatter>(c, inst);
+      })
+      .Case<ShardSliceOp>(
+          [&](ShardSliceOp c) { return emitSplit<K::k_shard_slice>(c, inst); })
       .Case<RandomUniformOp>([&](RandomUniformOp r) {
-        b.ints("seed", {static_cast<int64_t>(r.getSeed())});
-        b.ints("stream", {static_cast<int64_t>(r.getStream())});
-        return "random_uniform";
+        Params<K::k_random_uniform> p;
+        p.seed = static_cast<int64_t>(r.getSeed());
+        p.stream = static_cast<int64_t>(r.getStream());
+        return emit(inst, p);
       })
-      .Case<ConstantOp>([&](ConstantOp c) -> std::string {
-        // A large splat (isStoredConstant is false): filled at run time.
-        auto dense = cast<DenseElementsAttr>(c.getValue());
-        Type element = dense.getElementType();
-        if (isa<FloatType>(element))
-          b.floats("value", {dense.getSplatValue<APFloat>().convertToDouble()});
-        else if (element.isSignlessInteger(1))
-          b.ints("value", {dense.getSplatValue<bool>() ? 1 : 0});
-        else
-          b.ints("value", {dense.getSplatValue<APInt>().getSExtValue()});
-        return "fill";
-      })
-      .Default([](Operation *) { return std::string(); });
+      .Case<ConstantOp>([&](ConstantOp c) { return emitFill(c, inst); })
+      .Default([](Operation *) { return failure(); });
 }
 
 /// The driver-facing role of an argument or result, from its attributes.
@@ -425,14 +473,11 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
       return op.emitOpError("has no buffer offsets; run cleave-plan-buffers");
 
     pb::Instruction inst;
-    InstructionBuilder builder{inst};
-    std::string kernel = lowerOp(&op, builder);
-    if (kernel.empty())
-      return op.emitOpError("has no kernel in the CPU runtime");
-    if (!runtimeKernels().contains(kernel))
-      return op.emitOpError("lowers to kernel '")
-             << kernel << "', which the runtime does not list";
-    inst.set_kernel(kernel);
+    if (failed(lowerOp(&op, inst))) {
+      if (inst.kernel().empty())
+        return op.emitOpError("has no kernel in the CPU runtime");
+      return failure();
+    }
     inst.set_location(locationString(op.getLoc()));
     if (auto phase = op.getAttrOfType<StringAttr>(kPhaseAttr))
       inst.set_phase(phase.str());
@@ -464,3 +509,29 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
   }
   return success();
 }
+
+namespace mlir::cleave {
+#define GEN_PASS_DEF_EMITPLANPASS
+#include "cleave/Lowering/Passes.h.inc"
+} // namespace mlir::cleave
+
+namespace {
+struct EmitPlanPass
+    : public mlir::cleave::impl::EmitPlanPassBase<EmitPlanPass> {
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isDeclaration())
+        continue;
+      pb::Program program;
+      if (failed(emitPlan(func, program)))
+        return signalPassFailure();
+      std::string text;
+      if (!google::protobuf::TextFormat::PrintToString(program, &text)) {
+        func.emitOpError("has a plan protobuf cannot print");
+        return signalPassFailure();
+      }
+      llvm::outs() << text;
+    }
+  }
+};
+} // namespace

@@ -16,13 +16,11 @@ namespace cleave::rt {
 
 namespace {
 
-Status readAxes(const KernelInfo &info, std::vector<int64_t> *axes) {
+Status readAxes(const KernelInfo &info, const std::vector<int64_t> &attr,
+                std::vector<int64_t> *axes) {
   if (!info.comm)
     return Status::error("no communicator for a collective");
-  auto it = info.attrs.find("axes");
-  if (it == info.attrs.end())
-    return Status::error("missing attribute 'axes'");
-  *axes = it->second.ints;
+  *axes = attr;
   if (Status s = info.comm->checkAxes(*axes); !s)
     return Status::error("attribute 'axes': " + s.message());
   return Status::ok();
@@ -43,10 +41,9 @@ Status checkNumeric(const TensorType &x) {
   return Status::ok();
 }
 
-/// Reads attr dim and checks it against \p x.
-Status readDim(const KernelInfo &info, const TensorType &x, int64_t *dim) {
-  if (Status s = info.intScalar("dim", dim); !s)
-    return s;
+/// Checks attr dim against \p x.
+Status readDim(int64_t attr, const TensorType &x, int64_t *dim) {
+  *dim = attr;
   if (*dim < 0 || *dim >= x.rank())
     return Status::error("attribute 'dim' " + std::to_string(*dim) +
                          " is out of range for operand " + x.str());
@@ -55,9 +52,8 @@ Status readDim(const KernelInfo &info, const TensorType &x, int64_t *dim) {
 
 /// attr blocks (default 1): the split dimension is that many equal blocks,
 /// each split across the group; \p local (this rank's extent) must divide.
-Status readBlocks(const KernelInfo &info, int64_t local, int64_t *blocks) {
-  if (Status s = info.intScalar("blocks", blocks, 1); !s)
-    return s;
+Status readBlocks(int64_t attr, int64_t local, int64_t *blocks) {
+  *blocks = attr;
   if (*blocks < 1 || local % *blocks)
     return Status::error("attribute 'blocks' " + std::to_string(*blocks) +
                          " does not divide the local extent " +
@@ -91,12 +87,11 @@ Status prepare_all_reduce(const KernelInfo &info, KernelFn *fn) {
   if (x.shape != y.shape)
     return Status::error("operand " + x.str() + " and result " + y.str() +
                          " must have the same shape");
+  const auto &p = info.params<schema::Kernel::k_all_reduce>();
   std::vector<int64_t> axes;
-  if (Status s = readAxes(info, &axes); !s)
+  if (Status s = readAxes(info, p.axes, &axes); !s)
     return s;
-  int64_t code = 0;
-  if (Status s = info.intScalar("reduction", &code, 0); !s)
-    return s;
+  int64_t code = p.reduction;
   if (code < 0 || code > 2)
     return Status::error("attribute 'reduction' " + std::to_string(code) +
                          " is not 0 (sum), 1 (max) or 2 (min)");
@@ -125,14 +120,16 @@ struct Split {
   int64_t group = 1;
 };
 
-Status readSplit(const KernelInfo &info, const TensorType &part,
+/// \p P: the Params of all_gather, reduce_scatter or shard_slice.
+template <typename P>
+Status readSplit(const KernelInfo &info, const P &p, const TensorType &part,
                  const TensorType &whole, const std::string &what,
                  Split *split) {
   if (Status s = checkSameDType(part, whole); !s)
     return s;
-  if (Status s = readAxes(info, &split->axes); !s)
+  if (Status s = readAxes(info, p.axes, &split->axes); !s)
     return s;
-  if (Status s = readDim(info, part, &split->dim); !s)
+  if (Status s = readDim(p.dim, part, &split->dim); !s)
     return s;
   split->group = info.comm->groupSize(split->axes);
   return checkScaledDim(part, whole, split->dim, split->group, what);
@@ -142,8 +139,9 @@ Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
+  const auto &p = info.params<schema::Kernel::k_all_gather>();
   Split split;
-  if (Status s = readSplit(info, x, y,
+  if (Status s = readSplit(info, p, x, y,
                            "result " + y.str() + " is not operand " + x.str() +
                                " gathered",
                            &split);
@@ -155,7 +153,7 @@ Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
   // x is [outer, rows]: `outer` blocks of `rowBytes` each; member k's block
   // o goes to y block o * group + k.
   int64_t blocks = 1;
-  if (Status s = readBlocks(info, x.shape[dim], &blocks); !s)
+  if (Status s = readBlocks(p.blocks, x.shape[dim], &blocks); !s)
     return s;
   // With blocks, each block of every member is a row of its own.
   int64_t outer = product(x.shape, 0, dim) * blocks;
@@ -193,8 +191,9 @@ Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
+  const auto &p = info.params<schema::Kernel::k_reduce_scatter>();
   Split split;
-  if (Status s = readSplit(info, y, x,
+  if (Status s = readSplit(info, p, y, x,
                            "operand " + x.str() +
                                " does not scatter to result " + y.str(),
                            &split);
@@ -239,9 +238,10 @@ Status prepare_shard_slice(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
+  const auto &p = info.params<schema::Kernel::k_shard_slice>();
   Split split;
   if (Status s = readSplit(
-          info, y, x, "result " + y.str() + " is not a chunk of " + x.str(),
+          info, p, y, x, "result " + y.str() + " is not a chunk of " + x.str(),
           &split);
       !s)
     return s;
@@ -249,7 +249,7 @@ Status prepare_shard_slice(const KernelInfo &info, KernelFn *fn) {
   int64_t dim = split.dim, group = split.group;
   int64_t k = info.comm->groupRank(axes);
   int64_t blocks = 1;
-  if (Status s = readBlocks(info, y.shape[dim], &blocks); !s)
+  if (Status s = readBlocks(p.blocks, y.shape[dim], &blocks); !s)
     return s;
   int64_t outer = product(y.shape, 0, dim) * blocks;
   size_t rowBytes = static_cast<size_t>(product(y.shape, dim, y.shape.size())) *

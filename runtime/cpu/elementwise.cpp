@@ -567,28 +567,20 @@ Status prepare_cos(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_gelu(const KernelInfo &info, KernelFn *fn) {
-  int64_t approximate = 0;
-  if (Status s = info.intScalar("approximate", &approximate, 0); !s)
-    return s;
-  if (approximate == 0)
+  if (!info.params<schema::Kernel::k_gelu>().approximate)
     return prepareFloatUnary(info, fn, [](float x) {
       return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
     });
-  if (approximate == 1)
-    return prepareFloatUnary(info, fn, [](float x) {
-      constexpr float kSqrt2OverPi = 0.79788456080286536f;
-      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + std::tanh(inner));
-    });
-  return Status::error("attribute 'approximate' must be 0 or 1, got " +
-                       std::to_string(approximate));
+  return prepareFloatUnary(info, fn, [](float x) {
+    constexpr float kSqrt2OverPi = 0.79788456080286536f;
+    float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + std::tanh(inner));
+  });
 }
 
 Status prepare_leaky_relu(const KernelInfo &info, KernelFn *fn) {
-  double alpha = 0;
-  if (Status s = info.floatScalar("alpha", &alpha); !s)
-    return s;
-  float a = static_cast<float>(alpha);
+  float a =
+      static_cast<float>(info.params<schema::Kernel::k_leaky_relu>().alpha);
   return prepareFloatUnary(info, fn,
                            [a](float x) { return x < 0.0f ? a * x : x; });
 }

@@ -281,10 +281,13 @@ static Status bindInstruction(const plan::Program &program, size_t index,
                   " is not in the arena");
     info.results.push_back(impl.values[id].type);
   }
+  std::map<std::string, Attr> attrs;
   for (const auto &[name, attr] : inst.attrs())
-    info.attrs[name] =
+    attrs[name] =
         Attr{std::vector<int64_t>(attr.ints().begin(), attr.ints().end()),
              std::vector<double>(attr.floats().begin(), attr.floats().end())};
+  if (Status s = validateInstruction(attrs, info); !s)
+    return fail(s.message());
 
   ProgramInstruction bound;
   if (Status s = prepare(info, &bound.cpu); !s)

@@ -23,16 +23,17 @@ Status prepare_fill(const KernelInfo &info, KernelFn *fn) {
     return s;
   const TensorType &r = info.result(0);
   int64_t count = r.numElements();
+  const schema::ScalarValue &value =
+      info.params<schema::Kernel::k_fill>().value;
+  if (value.isFloat != (r.dtype == DType::F32))
+    return Status::error(std::string("attribute 'value' must be ") +
+                         (r.dtype == DType::F32 ? "a float" : "an integer") +
+                         " for result " + r.str());
   if (r.dtype == DType::F32) {
-    double v;
-    if (Status s = info.floatScalar("value", &v); !s)
-      return s;
-    *fn = filler<float>(count, static_cast<float>(v));
+    *fn = filler<float>(count, static_cast<float>(value.f));
     return Status::ok();
   }
-  int64_t v;
-  if (Status s = info.intScalar("value", &v); !s)
-    return s;
+  int64_t v = value.i;
   switch (r.dtype) {
   case DType::I64:
     *fn = filler<int64_t>(count, v);

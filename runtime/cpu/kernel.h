@@ -1,11 +1,13 @@
 //===- kernel.h - Private interface between executor and kernels -*- C++
 //-*-===//
 //
-// Every kernel in kernels.def has a "prepare" function: it checks the
-// instruction's operand/result types and attributes once, at load time, and
-// returns the function that runs it. Run-time functions only see raw pointers,
-// so everything that could make them read or write out of bounds must be
-// rejected by prepare.
+// Every kernel in kernels.def has a "prepare" function. It sees an
+// instruction the schema's validator (kernel_schema.cpp) has already
+// checked: arity, dtypes and attributes, decoded into the kernel's Params.
+// prepare checks the shape rules once, at load time, and returns the
+// function that runs it. Run-time functions only see raw pointers, so
+// everything that could make them read or write out of bounds must be
+// rejected before they run.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 #define CLEAVE_RUNTIME_CPU_KERNEL_H
 
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/kernel_schema.h"
 
 #include <cstdint>
 #include <cstring>
@@ -48,10 +51,13 @@ struct Attr {
 /// What prepare functions see of an instruction.
 struct KernelInfo {
   std::string kernel;
+  /// Set by validateInstruction, with decoded (monostate for the runtime's
+  /// own fused_elementwise).
+  schema::Kernel kernelId{};
+  schema::AnyParams decoded;
   /// Absent optional operands (id -1) are std::nullopt.
   std::vector<std::optional<TensorType>> operands;
   std::vector<std::optional<TensorType>> results;
-  std::map<std::string, Attr> attrs;
   /// The mesh this program runs on, for collectives; set by the executor,
   /// never null there, and outlives the kernels.
   Communicator *comm = nullptr;
@@ -71,16 +77,15 @@ struct KernelInfo {
     return i < results.size() && results[i].has_value();
   }
 
-  /// Exactly \p count ints of attribute \p name; if absent and \p defaults is
-  /// non-null, *defaults.
-  Status ints(const std::string &name, size_t count, std::vector<int64_t> *out,
-              const std::vector<int64_t> *defaults = nullptr) const;
-  /// ints[0] of \p name, or \p defaultValue when the attribute is absent.
-  Status intScalar(const std::string &name, int64_t *out,
-                   std::optional<int64_t> defaultValue = std::nullopt) const;
-  Status floatScalar(const std::string &name, double *out,
-                     std::optional<double> defaultValue = std::nullopt) const;
+  /// The decoded attributes of kernel \p K (the instruction's own).
+  template <schema::Kernel K> const schema::Params<K> &params() const {
+    return std::get<schema::Params<K>>(decoded);
+  }
 };
+
+/// The mesh axes of a collective instruction (all_reduce, all_gather,
+/// reduce_scatter, shard_slice); empty for any other.
+std::vector<int64_t> collectiveAxes(const KernelInfo &info);
 
 /// Pointer slots always present in KernelArgs.
 constexpr size_t kMinArgSlots = 8;
@@ -109,6 +114,19 @@ std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
                             int64_t value, int64_t bound,
                             std::optional<int64_t> ignore);
 using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
+
+/// Checks \p info (kernel name, operand and result types) and \p attrs
+/// against kernels.def and decodes the attributes into info.decoded. The
+/// one validator of the schema, run for every backend.
+Status validateInstruction(const std::map<std::string, Attr> &attrs,
+                           KernelInfo &info);
+/// Decodes \p attrs into \p kernel's Params (validateInstruction's second
+/// half): every attribute the schema's, of its type and count.
+Status decodeParams(schema::Kernel kernel,
+                    const std::map<std::string, Attr> &attrs,
+                    schema::AnyParams *params);
+/// The schema's rules for \p kernel.
+const schema::KernelSignature &signatureOf(schema::Kernel kernel);
 
 #define CLEAVE_KERNEL(NAME)                                                    \
   Status prepare_##NAME(const KernelInfo &, KernelFn *);

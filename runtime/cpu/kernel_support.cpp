@@ -48,56 +48,6 @@ Status KernelInfo::checkArity(size_t minOperands, size_t maxOperands,
   return Status::ok();
 }
 
-Status KernelInfo::ints(const std::string &name, size_t count,
-                        std::vector<int64_t> *out,
-                        const std::vector<int64_t> *defaults) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) {
-    if (defaults) {
-      *out = *defaults;
-      return Status::ok();
-    }
-    return Status::error("missing attribute '" + name + "'");
-  }
-  if (it->second.ints.size() != count)
-    return Status::error("attribute '" + name + "' needs " +
-                         std::to_string(count) + " ints, got " +
-                         std::to_string(it->second.ints.size()));
-  *out = it->second.ints;
-  return Status::ok();
-}
-
-Status KernelInfo::intScalar(const std::string &name, int64_t *out,
-                             std::optional<int64_t> defaultValue) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end() && defaultValue) {
-    *out = *defaultValue;
-    return Status::ok();
-  }
-  std::vector<int64_t> v;
-  if (Status s = ints(name, 1, &v); !s)
-    return s;
-  *out = v[0];
-  return Status::ok();
-}
-
-Status KernelInfo::floatScalar(const std::string &name, double *out,
-                               std::optional<double> defaultValue) const {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) {
-    if (defaultValue) {
-      *out = *defaultValue;
-      return Status::ok();
-    }
-    return Status::error("missing attribute '" + name + "'");
-  }
-  if (it->second.floats.size() != 1)
-    return Status::error("attribute '" + name + "' needs 1 float, got " +
-                         std::to_string(it->second.floats.size()));
-  *out = it->second.floats[0];
-  return Status::ok();
-}
-
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
@@ -285,11 +235,8 @@ Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
                          " must be an i64 scalar (i64[])");
   if (r.dtype != DType::F32)
     return Status::error("result " + r.str() + " must be f32");
-  int64_t seed = 0, stream = 0;
-  if (Status s = info.intScalar("seed", &seed); !s)
-    return s;
-  if (Status s = info.intScalar("stream", &stream); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_random_uniform>();
+  int64_t seed = attrs.seed, stream = attrs.stream;
   RandomGeometry &p = *out;
   p = RandomGeometry();
   uint64_t useed = static_cast<uint64_t>(seed);
@@ -298,17 +245,19 @@ Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
   p.stream = static_cast<uint32_t>(static_cast<uint64_t>(stream));
 
   size_t rank = r.shape.size();
-  bool hasOffsets = info.attrs.count("offsets") != 0;
-  bool hasGlobal = info.attrs.count("global_shape") != 0;
+  bool hasOffsets = attrs.offsets.has_value();
+  bool hasGlobal = attrs.global_shape.has_value();
   if (hasOffsets != hasGlobal)
     return Status::error("attributes 'offsets' and 'global_shape' must be "
                          "given together");
   std::vector<int64_t> offsets(rank, 0), global = r.shape;
   if (hasOffsets) {
-    if (Status s = info.ints("offsets", rank, &offsets); !s)
-      return s;
-    if (Status s = info.ints("global_shape", rank, &global); !s)
-      return s;
+    if (attrs.offsets->size() != rank || attrs.global_shape->size() != rank)
+      return Status::error("attributes 'offsets' and 'global_shape' need " +
+                           std::to_string(rank) + " ints, one per dim of " +
+                           r.str());
+    offsets = *attrs.offsets;
+    global = *attrs.global_shape;
     for (size_t d = 0; d < rank; ++d)
       if (global[d] < 0 || offsets[d] < 0 || r.shape[d] > global[d] ||
           offsets[d] > global[d] - r.shape[d])
@@ -363,13 +312,27 @@ std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
                  : "");
 }
 
+std::vector<int64_t> collectiveAxes(const KernelInfo &info) {
+  using K = schema::Kernel;
+  switch (info.kernelId) {
+  case K::k_all_reduce:
+    return info.params<K::k_all_reduce>().axes;
+  case K::k_all_gather:
+    return info.params<K::k_all_gather>().axes;
+  case K::k_reduce_scatter:
+    return info.params<K::k_reduce_scatter>().axes;
+  case K::k_shard_slice:
+    return info.params<K::k_shard_slice>().axes;
+  default:
+    return {};
+  }
+}
+
 Status readIotaGeometry(const KernelInfo &info, IotaGeometry *out) {
   if (Status s = info.checkArity(0, 0, 1); !s)
     return s;
   const TensorType &r = info.result(0);
-  int64_t dim = 0;
-  if (Status s = info.intScalar("dim", &dim); !s)
-    return s;
+  int64_t dim = info.params<schema::Kernel::k_iota>().dim;
   if (dim < 0 || dim >= r.rank() ||
       (r.dtype != DType::I64 && r.dtype != DType::I32))
     return Status::error("iota: result " + r.str() + " has no dim " +

@@ -53,14 +53,8 @@ Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
                          " and result " + r.str() +
                          " must share a rank of at least 2");
   MatmulPlan plan;
-  int64_t ta = 0, tb = 0;
-  if (Status s = info.intScalar("transpose_a", &ta, 0); !s)
-    return s;
-  if (Status s = info.intScalar("transpose_b", &tb, 0); !s)
-    return s;
-  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
-    return Status::error(
-        "attributes 'transpose_a'/'transpose_b' must be 0 or 1");
+  const auto &attrs = info.params<schema::Kernel::k_matmul>();
+  bool ta = attrs.transpose_a, tb = attrs.transpose_b;
   plan.transposeA = ta;
   plan.transposeB = tb;
   size_t rank = r.shape.size();

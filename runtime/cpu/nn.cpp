@@ -40,7 +40,6 @@ void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col) {
   }
 }
 
-
 void avgPoolTaps(const PoolPlan &p, std::vector<int64_t> *rowTaps,
                  std::vector<int64_t> *colTaps) {
   const Window &win = p.win;
@@ -209,12 +208,9 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
   if (y.dtype != DType::F32 || y.shape != x.shape)
     return Status::error("result " + y.str() + " must have the type of " +
                          x.str());
-  int64_t axis = 0;
-  double epsilon = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
-  if (Status s = info.floatScalar("epsilon", &epsilon); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_layer_norm>();
+  int64_t axis = attrs.axis;
+  double epsilon = attrs.epsilon;
   if (axis < 0 || axis >= x.rank())
     return Status::error("attribute 'axis' " + std::to_string(axis) +
                          " out of range for " + x.str());
@@ -301,9 +297,7 @@ Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
       return Status::error(std::string(names[k]) + " " + t.str() +
                            " must be f32[" + std::to_string(channels) + "]");
   }
-  double epsilon = 0;
-  if (Status s = info.floatScalar("epsilon", &epsilon); !s)
-    return s;
+  double epsilon = info.params<schema::Kernel::k_batch_norm>().epsilon;
   int64_t n = x.shape[0];
   int64_t plane = product(x.shape, 2, x.shape.size());
   float eps = static_cast<float>(epsilon);

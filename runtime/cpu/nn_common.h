@@ -30,8 +30,17 @@ struct Window {
   int64_t dilationH = 1, dilationW = 1;
 };
 
-/// Reads strides (default 1 unless \p stridesRequired), pads and dilations.
-Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w);
+/// The window attributes of conv2d, the pools and their adjoints, whichever
+/// of them \p info is (their Params share these fields).
+struct WindowAttrs {
+  std::vector<int64_t> kernel, strides, pads, dilations;
+  int64_t groups = 1;
+  bool countIncludePad = false;
+};
+WindowAttrs windowAttrs(const KernelInfo &info);
+
+/// Checks strides, pads and dilations and copies them into \p w.
+Status readWindow(const WindowAttrs &attrs, Window *w);
 
 /// Output extent of a window sliding over \p size (floor mode).
 int64_t slidingExtent(int64_t size, int64_t padBegin, int64_t padEnd,

@@ -18,17 +18,59 @@ Status checkF32(const TensorType &t, const std::string &what) {
   return Status::ok();
 }
 
-Status readWindow(const KernelInfo &info, bool stridesRequired, Window *w) {
-  const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0, 0, 0};
-  std::vector<int64_t> strides, pads, dilations;
-  if (Status s =
-          info.ints("strides", 2, &strides, stridesRequired ? nullptr : &ones);
-      !s)
-    return s;
-  if (Status s = info.ints("pads", 4, &pads, &zeros); !s)
-    return s;
-  if (Status s = info.ints("dilations", 2, &dilations, &ones); !s)
-    return s;
+namespace {
+template <typename P> WindowAttrs windowOf(const P &p) {
+  WindowAttrs w;
+  w.strides = p.strides;
+  w.pads = p.pads;
+  w.dilations = p.dilations;
+  return w;
+}
+template <typename P> WindowAttrs convWindowOf(const P &p) {
+  WindowAttrs w = windowOf(p);
+  w.groups = p.groups;
+  return w;
+}
+template <typename P> WindowAttrs poolWindowOf(const P &p) {
+  WindowAttrs w = windowOf(p);
+  w.kernel = p.kernel;
+  return w;
+}
+} // namespace
+
+WindowAttrs windowAttrs(const KernelInfo &info) {
+  using K = schema::Kernel;
+  switch (info.kernelId) {
+  case K::k_conv2d:
+    return convWindowOf(info.params<K::k_conv2d>());
+  case K::k_conv2d_backward_input:
+    return convWindowOf(info.params<K::k_conv2d_backward_input>());
+  case K::k_conv2d_backward_filter:
+    return convWindowOf(info.params<K::k_conv2d_backward_filter>());
+  case K::k_max_pool2d:
+    return poolWindowOf(info.params<K::k_max_pool2d>());
+  case K::k_max_pool2d_backward:
+    return poolWindowOf(info.params<K::k_max_pool2d_backward>());
+  case K::k_avg_pool2d: {
+    const auto &p = info.params<K::k_avg_pool2d>();
+    WindowAttrs w = poolWindowOf(p);
+    w.countIncludePad = p.count_include_pad;
+    return w;
+  }
+  case K::k_avg_pool2d_backward: {
+    const auto &p = info.params<K::k_avg_pool2d_backward>();
+    WindowAttrs w = poolWindowOf(p);
+    w.countIncludePad = p.count_include_pad;
+    return w;
+  }
+  default:
+    return WindowAttrs();
+  }
+}
+
+Status readWindow(const WindowAttrs &attrs, Window *w) {
+  const std::vector<int64_t> &strides = attrs.strides, &pads = attrs.pads,
+                             &dilations = attrs.dilations;
   if (strides[0] < 1 || strides[1] < 1 || dilations[0] < 1 || dilations[1] < 1)
     return Status::error("strides and dilations must be positive");
   for (int64_t p : pads)
@@ -98,10 +140,10 @@ Status readConvPlan(const KernelInfo &info, const TensorType &x,
        {std::pair{&x, roles.x}, std::pair{&w, roles.w}, std::pair{&y, roles.y}})
     if (Status s = checkExtents(*t, what); !s)
       return s;
-  if (Status s = readWindow(info, /*stridesRequired=*/false, &p->win); !s)
+  WindowAttrs attrs = windowAttrs(info);
+  if (Status s = readWindow(attrs, &p->win); !s)
     return s;
-  if (Status s = info.intScalar("groups", &p->groups, 1); !s)
-    return s;
+  p->groups = attrs.groups;
   p->n = x.shape[0];
   p->c = x.shape[1];
   p->h = x.shape[2];
@@ -151,22 +193,19 @@ Status readPoolPlan(const KernelInfo &info, const TensorType &x,
     return s;
   if (Status s = checkExtents(y, yWhat); !s)
     return s;
-  std::vector<int64_t> kernel;
-  if (Status s = info.ints("kernel", 2, &kernel); !s)
-    return s;
+  WindowAttrs attrs = windowAttrs(info);
+  const std::vector<int64_t> &kernel = attrs.kernel;
+  if (kernel.size() != 2)
+    return Status::error("pool: no kernel window");
   if (kernel[0] < 1 || kernel[1] < 1 || kernel[0] > kMaxGeometry ||
       kernel[1] > kMaxGeometry)
     return Status::error("attribute 'kernel' must be positive and at most " +
                          std::to_string(kMaxGeometry));
-  if (Status s = readWindow(info, /*stridesRequired=*/true, &p->win); !s)
+  if (Status s = readWindow(attrs, &p->win); !s)
     return s;
   p->win.kh = kernel[0];
   p->win.kw = kernel[1];
-  int64_t countIncludePad = 0;
-  if (!isMax)
-    if (Status s = info.intScalar("count_include_pad", &countIncludePad, 0); !s)
-      return s;
-  p->countIncludePad = countIncludePad != 0;
+  p->countIncludePad = !isMax && attrs.countIncludePad;
   p->planes = x.shape[0] * x.shape[1];
   p->h = x.shape[2];
   p->w = x.shape[3];

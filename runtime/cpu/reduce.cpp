@@ -194,7 +194,8 @@ KernelFn makeReduce(ReduceKind kind, std::shared_ptr<ReducePlan> plan) {
   return nullptr;
 }
 
-Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind) {
+Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind,
+                     const std::vector<int64_t> &axes) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
@@ -207,10 +208,6 @@ Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind) {
     return Status::error(
         std::string("unsupported dtype ") + dtypeName(a.dtype) +
         (floatOnly ? " (expects f32)" : " (expects f32, i32 or i64)"));
-  auto it = info.attrs.find("axes");
-  if (it == info.attrs.end())
-    return Status::error("missing attribute 'axes'");
-  const std::vector<int64_t> &axes = it->second.ints;
   std::vector<bool> reduced(a.shape.size(), false);
   for (size_t i = 0; i < axes.size(); ++i) {
     if (axes[i] < 0 || axes[i] >= a.rank() || (i && axes[i] <= axes[i - 1]))
@@ -346,16 +343,14 @@ void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
   }
 }
 
-Status prepareSoftmax(const KernelInfo &info, KernelFn *fn, bool logSoftmax) {
+Status prepareSoftmax(const KernelInfo &info, KernelFn *fn, bool logSoftmax,
+                      int64_t axis) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (a.dtype != DType::F32 || r.dtype != DType::F32 || a.shape != r.shape)
     return Status::error("operand " + a.str() + " and result " + r.str() +
                          " must be the same f32 type");
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
   if (axis < 0 || axis >= a.rank())
     return Status::error("attribute 'axis' " + std::to_string(axis) +
                          " out of range for " + a.str());
@@ -379,25 +374,32 @@ Status prepareSoftmax(const KernelInfo &info, KernelFn *fn, bool logSoftmax) {
 } // namespace
 
 Status prepare_reduce_sum(const KernelInfo &info, KernelFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Sum);
+  return prepareReduce(info, fn, ReduceKind::Sum,
+                       info.params<schema::Kernel::k_reduce_sum>().axes);
 }
 Status prepare_reduce_mean(const KernelInfo &info, KernelFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Mean);
+  return prepareReduce(info, fn, ReduceKind::Mean,
+                       info.params<schema::Kernel::k_reduce_mean>().axes);
 }
 Status prepare_reduce_max(const KernelInfo &info, KernelFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Max);
+  return prepareReduce(info, fn, ReduceKind::Max,
+                       info.params<schema::Kernel::k_reduce_max>().axes);
 }
 Status prepare_reduce_min(const KernelInfo &info, KernelFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Min);
+  return prepareReduce(info, fn, ReduceKind::Min,
+                       info.params<schema::Kernel::k_reduce_min>().axes);
 }
 Status prepare_reduce_prod(const KernelInfo &info, KernelFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Prod);
+  return prepareReduce(info, fn, ReduceKind::Prod,
+                       info.params<schema::Kernel::k_reduce_prod>().axes);
 }
 Status prepare_softmax(const KernelInfo &info, KernelFn *fn) {
-  return prepareSoftmax(info, fn, /*logSoftmax=*/false);
+  return prepareSoftmax(info, fn, /*logSoftmax=*/false,
+                        info.params<schema::Kernel::k_softmax>().axis);
 }
 Status prepare_log_softmax(const KernelInfo &info, KernelFn *fn) {
-  return prepareSoftmax(info, fn, /*logSoftmax=*/true);
+  return prepareSoftmax(info, fn, /*logSoftmax=*/true,
+                        info.params<schema::Kernel::k_log_softmax>().axis);
 }
 
 } // namespace cleave::rt

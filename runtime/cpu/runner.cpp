@@ -115,7 +115,7 @@ private:
   std::vector<std::pair<size_t, size_t>> carried_;
 };
 
-// The plugin's entry points (runtime/cuda/plugin.cpp). C++ types cross the
+// The plugin's entry points (runtime/cuda/executor.cpp). C++ types cross the
 // boundary: the plugin is built by the same build with the same compiler.
 using ProbeFn = int (*)(std::string *reason);
 using CreateFn = int (*)(const LoadedProgram *program, Communicator *comm,

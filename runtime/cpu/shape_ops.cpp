@@ -269,9 +269,12 @@ Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (Status s = checkSameDType(a, r); !s)
     return s;
-  std::vector<int64_t> perm;
-  if (Status s = info.ints("perm", a.shape.size(), &perm); !s)
-    return s;
+  const std::vector<int64_t> &perm =
+      info.params<schema::Kernel::k_transpose>().perm;
+  if (perm.size() != a.shape.size())
+    return Status::error("attribute 'perm' needs " +
+                         std::to_string(a.shape.size()) + " ints, got " +
+                         std::to_string(perm.size()));
   std::vector<bool> seen(perm.size(), false);
   for (int64_t p : perm) {
     if (p < 0 || p >= a.rank() || seen[p])
@@ -311,8 +314,10 @@ Status prepare_broadcast(const KernelInfo &info, KernelFn *fn) {
 
 /// Reads attrs starts/steps of a strided window (`window` element i along
 /// dim d is `whole` element starts[d] + i * steps[d]) and checks that the
-/// window stays inside `whole`. Shared by slice and its adjoint.
-Status readStridedWindow(const KernelInfo &info, const TensorType &whole,
+/// window stays inside `whole`. Shared by slice and its adjoint, whose
+/// Params (\p P) share the fields.
+template <typename P>
+Status readStridedWindow(const P &attrs, const TensorType &whole,
                          const TensorType &window, const char *kernel,
                          const char *wholeRole, std::vector<int64_t> *starts,
                          std::vector<int64_t> *steps) {
@@ -322,11 +327,12 @@ Status readStridedWindow(const KernelInfo &info, const TensorType &whole,
     return Status::error(window.str() + " does not have the rank of " +
                          whole.str());
   size_t rank = whole.shape.size();
-  std::vector<int64_t> unitSteps(rank, 1);
-  if (Status s = info.ints("starts", rank, starts); !s)
-    return s;
-  if (Status s = info.ints("steps", rank, steps, &unitSteps); !s)
-    return s;
+  *starts = attrs.starts;
+  *steps = attrs.steps.value_or(std::vector<int64_t>(rank, 1));
+  if (starts->size() != rank || steps->size() != rank)
+    return Status::error("attributes 'starts' and 'steps' need " +
+                         std::to_string(rank) + " ints, one per dim of " +
+                         whole.str());
   for (size_t d = 0; d < rank; ++d) {
     int64_t step = (*steps)[d], first = (*starts)[d], last = 0;
     if (step == 0)
@@ -353,8 +359,8 @@ Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
     return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   std::vector<int64_t> starts, steps;
-  if (Status s = readStridedWindow(info, a, r, "slice", "the operand", &starts,
-                                   &steps);
+  if (Status s = readStridedWindow(info.params<schema::Kernel::k_slice>(), a, r,
+                                   "slice", "the operand", &starts, &steps);
       !s)
     return s;
   size_t rank = a.shape.size();
@@ -378,9 +384,7 @@ Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
       !s)
     return s;
   const TensorType &r = info.result(0);
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
+  int64_t axis = info.params<schema::Kernel::k_concat>().axis;
   if (axis < 0 || axis >= r.rank())
     return Status::error("attribute 'axis' " + std::to_string(axis) +
                          " out of range for result " + r.str());
@@ -431,25 +435,24 @@ Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
 
 /// A gather table (or scatter result) split along its axis over the mesh
 /// axes of attr shard_axes: this rank holds rows [offset, offset + extent)
-/// of `global`. Unsplit: offset 0, global = extent.
-Status shardRange(const KernelInfo &info, int64_t extent, int64_t *offset,
-                  int64_t *global) {
+/// of `global`. Unsplit: offset 0, global = extent. \p P: gather's or
+/// scatter_add's Params.
+template <typename P>
+Status shardRange(const KernelInfo &info, const P &attrs, int64_t extent,
+                  int64_t *offset, int64_t *global) {
   *offset = 0;
   *global = extent;
-  auto it = info.attrs.find("shard_axes");
-  if (it == info.attrs.end())
+  if (!attrs.shard_axes)
     return Status::ok();
   if (!info.comm)
     return Status::error("shard_axes needs a communicator");
-  const std::vector<int64_t> &axes = it->second.ints;
+  const std::vector<int64_t> &axes = *attrs.shard_axes;
   if (Status s = info.comm->checkAxes(axes); !s)
     return s;
   *offset = info.comm->groupRank(axes) * extent;
   *global = info.comm->groupSize(axes) * extent;
   // Chunks padded to a common extent: the real rows end at shard_size.
-  int64_t size = *global;
-  if (Status s = info.intScalar("shard_size", &size, *global); !s)
-    return s;
+  int64_t size = attrs.shard_size.value_or(*global);
   if (size > *global || size < 0)
     return Status::error("attribute 'shard_size' " + std::to_string(size) +
                          " does not fit chunks of " + std::to_string(extent) +
@@ -488,16 +491,9 @@ Status prepare_check_index(const KernelInfo &info, KernelFn *fn) {
     return Status::error("check_index needs i32 or i64 indices and a result "
                          "of their type, got " +
                          x.str() + " -> " + y.str());
-  int64_t bound = 0;
-  if (Status s = info.intScalar("bound", &bound); !s)
-    return s;
-  std::optional<int64_t> ignore;
-  if (info.attrs.count("ignore")) {
-    int64_t v;
-    if (Status s = info.intScalar("ignore", &v); !s)
-      return s;
-    ignore = v;
-  }
+  const auto &attrs = info.params<schema::Kernel::k_check_index>();
+  int64_t bound = attrs.bound;
+  std::optional<int64_t> ignore = attrs.ignore;
   bool wide = x.dtype == DType::I64;
   int64_t n = x.numElements();
   std::vector<int64_t> shape = x.shape;
@@ -525,9 +521,8 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
     return s;
   if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
     return Status::error("indices " + idx.str() + " must be i32 or i64");
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_gather>();
+  int64_t axis = attrs.axis;
   if (axis < 0 || axis >= data.rank())
     return Status::error("attribute 'axis' " + std::to_string(axis) +
                          " out of range for data " + data.str());
@@ -547,7 +542,7 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
       dtypeSize(data.dtype);
   bool wide = idx.dtype == DType::I64;
   int64_t offset = 0, global = 0;
-  if (Status s = shardRange(info, extent, &offset, &global); !s)
+  if (Status s = shardRange(info, attrs, extent, &offset, &global); !s)
     return s;
   if (global != extent) {
     // Vocab-parallel lookup: rows of other ranks read as zeros.
@@ -600,8 +595,9 @@ Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
     return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   std::vector<int64_t> starts, steps;
-  if (Status s = readStridedWindow(info, r, a, "slice_scatter", "the result",
-                                   &starts, &steps);
+  if (Status s =
+          readStridedWindow(info.params<schema::Kernel::k_slice_scatter>(), r,
+                            a, "slice_scatter", "the result", &starts, &steps);
       !s)
     return s;
   size_t rank = a.shape.size();
@@ -661,9 +657,8 @@ Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
                          " must be f32");
   if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
     return Status::error("indices " + idx.str() + " must be i32 or i64");
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_scatter_add>();
+  int64_t axis = attrs.axis;
   if (axis < 0 || axis >= r.rank())
     return Status::error("attribute 'axis' " + std::to_string(axis) +
                          " out of range for result " + r.str());
@@ -685,7 +680,7 @@ Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
   int64_t inner = scatter ? product(r.shape, axis + 1, r.shape.size()) : 0;
   bool wide = idx.dtype == DType::I64;
   int64_t offset = 0, global = 0;
-  if (Status s = shardRange(info, extent, &offset, &global); !s)
+  if (Status s = shardRange(info, attrs, extent, &offset, &global); !s)
     return s;
   if (global != extent) {
     // This rank keeps only its rows of the result; in index order, so the

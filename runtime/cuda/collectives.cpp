@@ -9,6 +9,7 @@
 #include "collectives.h"
 
 #include <nccl.h>
+#include <type_traits>
 
 #include <set>
 
@@ -73,12 +74,31 @@ struct Split {
   int64_t dim = 0, blocks = 1, group = 1;
 };
 
+/// Axes and dim of \p P (all_gather's, reduce_scatter's or shard_slice's
+/// Params), and blocks where it has them.
+template <typename P> void copySplit(const P &p, Split *split) {
+  split->axes = p.axes;
+  split->dim = p.dim;
+  if constexpr (!std::is_same_v<
+                    P, schema::Params<schema::Kernel::k_reduce_scatter>>)
+    split->blocks = p.blocks;
+}
+
 Status readSplit(const KernelInfo &info, Split *split) {
-  split->axes = info.attrs.at("axes").ints;
-  if (Status s = info.intScalar("dim", &split->dim); !s)
-    return s;
-  if (Status s = info.intScalar("blocks", &split->blocks, 1); !s)
-    return s;
+  using K = schema::Kernel;
+  switch (info.kernelId) {
+  case K::k_all_gather:
+    copySplit(info.params<K::k_all_gather>(), split);
+    break;
+  case K::k_reduce_scatter:
+    copySplit(info.params<K::k_reduce_scatter>(), split);
+    break;
+  case K::k_shard_slice:
+    copySplit(info.params<K::k_shard_slice>(), split);
+    break;
+  default:
+    return Status::error("not a split collective");
+  }
   split->group = info.comm->groupSize(split->axes);
   return Status::ok();
 }
@@ -202,7 +222,7 @@ Status Collectives::reduceScatter(const void *in, void *out,
 
 size_t collectiveScratchBytes(const KernelInfo &info) {
   Split split;
-  if (info.kernel == "all_gather") {
+  if (info.kernelId == schema::Kernel::k_all_gather) {
     if (!readSplit(info, &split))
       return 0;
     const TensorType &x = info.operand(0);
@@ -212,7 +232,7 @@ size_t collectiveScratchBytes(const KernelInfo &info) {
     return static_cast<size_t>(x.numElements()) * dtypeSize(x.dtype) *
            split.group;
   }
-  if (info.kernel == "reduce_scatter") {
+  if (info.kernelId == schema::Kernel::k_reduce_scatter) {
     if (!readSplit(info, &split))
       return 0;
     const TensorType &y = info.result(0);
@@ -225,10 +245,9 @@ size_t collectiveScratchBytes(const KernelInfo &info) {
 }
 
 Status prepare_all_reduce(const KernelInfo &info, DeviceFn *fn) {
-  std::vector<int64_t> axes = info.attrs.at("axes").ints;
-  int64_t code = 0;
-  if (Status s = info.intScalar("reduction", &code, 0); !s)
-    return s;
+  const auto &p = info.params<schema::Kernel::k_all_reduce>();
+  std::vector<int64_t> axes = p.axes;
+  int64_t code = p.reduction;
   auto reduction = static_cast<Reduction>(code);
   int64_t count = info.operand(0).numElements();
   DType dtype = info.operand(0).dtype;

@@ -2,9 +2,11 @@
 //
 // Private to libcleave_cuda.so. The CUDA backend runs the same plan as the
 // CPU backend, kernel for kernel (kernels.def): before any CUDA prepare
-// function sees an instruction, the CPU backend's prepare function has
-// checked its operand/result types and attributes (cleave::rt::validate), so
-// the CUDA prepare functions only turn a valid KernelInfo into a launch; they
+// function sees an instruction, the schema's validator (validateInstruction,
+// runtime/cpu/kernel_schema.cpp) has checked its arity, dtypes and
+// attributes, decoded into KernelInfo::decoded, and the CPU backend's
+// prepare function its shape rules, so the CUDA prepare functions only turn
+// a valid KernelInfo into a launch; they
 // still return an error for a valid instruction they cannot run (a rank above
 // kMaxRank, a size beyond what a launch can index).
 //

@@ -637,37 +637,26 @@ FLOAT_UNARY(cos, Cos)
 #undef FLOAT_UNARY
 
 Status prepare_gelu(const KernelInfo &info, DeviceFn *fn) {
-  int64_t approximate = 0;
-  if (Status s = info.intScalar("approximate", &approximate, 0); !s)
-    return s;
-  if (approximate == 0)
+  if (!info.params<schema::Kernel::k_gelu>().approximate)
     return prepareFloatUnary(info, fn, FloatUnary<UnaryOp::GeluErf>());
-  if (approximate == 1)
-    return prepareFloatUnary(info, fn, FloatUnary<UnaryOp::GeluTanh>());
-  return Status::error("attribute 'approximate' must be 0 or 1, got " +
-                       std::to_string(approximate));
+  return prepareFloatUnary(info, fn, FloatUnary<UnaryOp::GeluTanh>());
 }
 
 Status prepare_leaky_relu(const KernelInfo &info, DeviceFn *fn) {
-  double alpha = 0;
-  if (Status s = info.floatScalar("alpha", &alpha); !s)
-    return s;
+  double alpha = info.params<schema::Kernel::k_leaky_relu>().alpha;
   return prepareFloatUnary(info, fn, LeakyRelu{static_cast<float>(alpha)});
 }
 
 Status prepare_fill(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &r = info.result(0);
   int64_t count = r.numElements();
+  const schema::ScalarValue &value =
+      info.params<schema::Kernel::k_fill>().value;
   if (r.dtype == DType::F32) {
-    double v;
-    if (Status s = info.floatScalar("value", &v); !s)
-      return s;
-    *fn = fillFn<float>(count, static_cast<float>(v));
+    *fn = fillFn<float>(count, static_cast<float>(value.f));
     return Status::ok();
   }
-  int64_t v;
-  if (Status s = info.intScalar("value", &v); !s)
-    return s;
+  int64_t v = value.i;
   switch (r.dtype) {
   case DType::I64:
     *fn = fillFn<int64_t>(count, v);

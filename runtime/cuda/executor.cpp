@@ -117,17 +117,15 @@ private:
   std::string indexErrorDetail(size_t i) {
     std::string generic = "an index is out of range";
     for (const Step &step : steps_) {
-      if (step.index != i || step.inst->info.kernel != "check_index" ||
+      if (step.index != i || step.inst->fused ||
+          step.inst->info.kernelId != schema::Kernel::k_check_index ||
           step.operands.empty())
         continue;
       const KernelInfo &info = step.inst->info;
       const TensorType &x = info.operand(0);
-      int64_t bound = 0, ignored = 0;
-      if (!info.intScalar("bound", &bound))
-        return generic;
-      std::optional<int64_t> ignore;
-      if (info.attrs.count("ignore") && info.intScalar("ignore", &ignored))
-        ignore = ignored;
+      const auto &attrs = info.params<schema::Kernel::k_check_index>();
+      int64_t bound = attrs.bound;
+      std::optional<int64_t> ignore = attrs.ignore;
       HostTensor t = HostTensor::zeros(x.dtype, x.shape);
       if (!t.bytes.empty() &&
           !copy(t.bytes.data(), step.operands[0], t.bytes.size(),
@@ -355,7 +353,7 @@ Status CudaRunner::bind() {
           !st)
         return st;
       done_.push_back(done);
-      axesSets.push_back(inst.info.attrs.at("axes").ints);
+      axesSets.push_back(collectiveAxes(inst.info));
       scratch = std::max(scratch, collectiveScratchBytes(inst.info));
     }
     steps_.push_back(std::move(step));

@@ -154,11 +154,8 @@ namespace {
 Status makeRunner(const KernelInfo &info, Runner *out) {
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
-  int64_t ta = 0, tb = 0;
-  if (Status s = info.intScalar("transpose_a", &ta, 0); !s)
-    return s;
-  if (Status s = info.intScalar("transpose_b", &tb, 0); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_matmul>();
+  bool ta = attrs.transpose_a, tb = attrs.transpose_b;
   Runner run;
   Problem &p = run.p;
   p.transA = ta;

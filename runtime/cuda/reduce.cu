@@ -471,11 +471,11 @@ int64_t chooseSplits(int64_t outputBlocks, int64_t units, int64_t minUnits) {
 }
 
 Status prepareReduce(const KernelInfo &info, DeviceFn *fn, ReduceKind kind,
-                     const char *name) {
+                     const char *name, const std::vector<int64_t> &axes) {
   const TensorType &a = info.operand(0);
   auto p = std::make_shared<ReduceLaunch>();
   p->name = name;
-  if (Status s = buildGeom(a, info.attrs.at("axes").ints, &p->g); !s)
+  if (Status s = buildGeom(a, axes, &p->g); !s)
     return s;
   ReduceGeom &g = p->g;
   int64_t blocks = 0;
@@ -630,12 +630,10 @@ __global__ void softmaxColumnsKernel(const float *x, float *y, int64_t outer,
   }
 }
 
-Status prepareSoftmax(const KernelInfo &info, DeviceFn *fn, bool logSoftmax) {
+Status prepareSoftmax(const KernelInfo &info, DeviceFn *fn, bool logSoftmax,
+                      int64_t axis) {
   const char *name = logSoftmax ? "log_softmax" : "softmax";
   const TensorType &a = info.operand(0);
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
   int64_t outer = product(a.shape, 0, axis);
   int64_t extent = a.shape[axis];
   int64_t inner = product(a.shape, axis + 1, a.shape.size());
@@ -753,35 +751,39 @@ __global__ void batchNormFlatKernel(const float *x, const float *scale,
 } // namespace
 
 Status prepare_reduce_sum(const KernelInfo &info, DeviceFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Sum, "reduce_sum");
+  return prepareReduce(info, fn, ReduceKind::Sum, "reduce_sum",
+                       info.params<schema::Kernel::k_reduce_sum>().axes);
 }
 Status prepare_reduce_mean(const KernelInfo &info, DeviceFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Mean, "reduce_mean");
+  return prepareReduce(info, fn, ReduceKind::Mean, "reduce_mean",
+                       info.params<schema::Kernel::k_reduce_mean>().axes);
 }
 Status prepare_reduce_max(const KernelInfo &info, DeviceFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Max, "reduce_max");
+  return prepareReduce(info, fn, ReduceKind::Max, "reduce_max",
+                       info.params<schema::Kernel::k_reduce_max>().axes);
 }
 Status prepare_reduce_min(const KernelInfo &info, DeviceFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Min, "reduce_min");
+  return prepareReduce(info, fn, ReduceKind::Min, "reduce_min",
+                       info.params<schema::Kernel::k_reduce_min>().axes);
 }
 Status prepare_reduce_prod(const KernelInfo &info, DeviceFn *fn) {
-  return prepareReduce(info, fn, ReduceKind::Prod, "reduce_prod");
+  return prepareReduce(info, fn, ReduceKind::Prod, "reduce_prod",
+                       info.params<schema::Kernel::k_reduce_prod>().axes);
 }
 Status prepare_softmax(const KernelInfo &info, DeviceFn *fn) {
-  return prepareSoftmax(info, fn, /*logSoftmax=*/false);
+  return prepareSoftmax(info, fn, /*logSoftmax=*/false,
+                        info.params<schema::Kernel::k_softmax>().axis);
 }
 Status prepare_log_softmax(const KernelInfo &info, DeviceFn *fn) {
-  return prepareSoftmax(info, fn, /*logSoftmax=*/true);
+  return prepareSoftmax(info, fn, /*logSoftmax=*/true,
+                        info.params<schema::Kernel::k_log_softmax>().axis);
 }
 
 Status prepare_layer_norm(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &x = info.operand(0);
-  int64_t axis = 0;
-  double epsilon = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
-  if (Status s = info.floatScalar("epsilon", &epsilon); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_layer_norm>();
+  int64_t axis = attrs.axis;
+  double epsilon = attrs.epsilon;
   int64_t outer = product(x.shape, 0, axis);
   int64_t inner = product(x.shape, axis, x.shape.size());
   bool warpRows = inner <= kWarpRowLimit;
@@ -812,9 +814,7 @@ Status prepare_layer_norm(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_batch_norm(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &x = info.operand(0);
-  double epsilon = 0;
-  if (Status s = info.floatScalar("epsilon", &epsilon); !s)
-    return s;
+  double epsilon = info.params<schema::Kernel::k_batch_norm>().epsilon;
   int64_t channels = x.shape[1];
   int64_t planes = x.shape[0] * channels;
   int64_t plane = product(x.shape, 2, x.shape.size());

@@ -17,9 +17,7 @@ struct Range {
 bool oneCallMatmul(const KernelInfo &info) {
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
-  int64_t ta = 0;
-  if (!info.intScalar("transpose_a", &ta, 0))
-    return false;
+  bool ta = info.params<schema::Kernel::k_matmul>().transpose_a;
   size_t rank = r.shape.size();
   int64_t k = ta ? a.shape[rank - 2] : a.shape[rank - 1];
   if (k == 0)

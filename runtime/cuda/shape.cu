@@ -295,22 +295,25 @@ struct Rows {
   int64_t offset = 0, extent = 0, global = 0;
 };
 
-Status shardRows(const KernelInfo &info, int64_t extent, Rows *rows) {
+/// \p P: gather's or scatter_add's Params.
+template <typename P>
+Status shardRows(const KernelInfo &info, const P &attrs, int64_t extent,
+                 Rows *rows) {
   rows->offset = 0;
   rows->extent = extent;
   rows->global = extent;
-  auto it = info.attrs.find("shard_axes");
-  if (it == info.attrs.end())
+  if (!attrs.shard_axes)
     return Status::ok();
   if (!info.comm)
     return Status::error("shard_axes needs a communicator");
-  const std::vector<int64_t> &axes = it->second.ints;
+  const std::vector<int64_t> &axes = *attrs.shard_axes;
+  if (Status s = info.comm->checkAxes(axes); !s)
+    return s;
   rows->offset = info.comm->groupRank(axes) * extent;
   rows->global = info.comm->groupSize(axes) * extent;
   // Chunks padded to a common extent: the real rows end at shard_size.
-  auto size = info.attrs.find("shard_size");
-  if (size != info.attrs.end() && size->second.ints.size() == 1) {
-    int64_t n = size->second.ints[0];
+  if (attrs.shard_size) {
+    int64_t n = *attrs.shard_size;
     if (n > rows->global || n < 0)
       return Status::error("attribute 'shard_size' does not fit the chunks");
     rows->global = n;
@@ -586,14 +589,13 @@ Status runScatterAdd(const ScatterPlan &p, const KernelArgs &args,
 /// Reads slice's and slice_scatter's window (element i along dim d of the
 /// window is element starts[d] + i * steps[d] of the whole), checked by the
 /// CPU prepare: the walk over the window into the whole.
-Status windowWalk(const KernelInfo &info, const TensorType &whole,
+template <typename P>
+Status windowWalk(const P &attrs, const TensorType &whole,
                   const TensorType &window, bool scatter, Walk *w) {
   size_t rank = whole.shape.size();
-  std::vector<int64_t> starts, steps, unitSteps(rank, 1);
-  if (Status s = info.ints("starts", rank, &starts); !s)
-    return s;
-  if (Status s = info.ints("steps", rank, &steps, &unitSteps); !s)
-    return s;
+  std::vector<int64_t> starts = attrs.starts,
+                       steps =
+                           attrs.steps.value_or(std::vector<int64_t>(rank, 1));
   if (safeNumElements(window) == 0)
     return makeWalk(window.shape, {}, 0, dtypeSize(whole.dtype), scatter, w);
   // The window is non-empty, so every dim of the whole is too and these
@@ -658,9 +660,8 @@ Status prepare_copy(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_transpose(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  std::vector<int64_t> perm;
-  if (Status s = info.ints("perm", a.shape.size(), &perm); !s)
-    return s;
+  const std::vector<int64_t> &perm =
+      info.params<schema::Kernel::k_transpose>().perm;
   std::vector<int64_t> inStrides = contiguousStrides(a.shape);
   std::vector<int64_t> strides(perm.size());
   for (size_t i = 0; i < perm.size(); ++i)
@@ -687,7 +688,8 @@ Status prepare_broadcast(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_slice(const KernelInfo &info, DeviceFn *fn) {
   Walk w;
-  if (Status s = windowWalk(info, info.operand(0), info.result(0),
+  if (Status s = windowWalk(info.params<schema::Kernel::k_slice>(),
+                            info.operand(0), info.result(0),
                             /*scatter=*/false, &w);
       !s)
     return s;
@@ -698,7 +700,10 @@ Status prepare_slice(const KernelInfo &info, DeviceFn *fn) {
 Status prepare_slice_scatter(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
   Walk w;
-  if (Status s = windowWalk(info, r, a, /*scatter=*/true, &w); !s)
+  if (Status s =
+          windowWalk(info.params<schema::Kernel::k_slice_scatter>(), r, a,
+                     /*scatter=*/true, &w);
+      !s)
     return s;
   int64_t outCount = safeNumElements(r);
   size_t outBytes = static_cast<size_t>(outCount) * dtypeSize(r.dtype);
@@ -720,9 +725,7 @@ Status prepare_slice_scatter(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_concat(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &r = info.result(0);
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
+  int64_t axis = info.params<schema::Kernel::k_concat>().axis;
   // A result with a zero dim has empty operands too: nothing to copy.
   std::vector<Walk> walks;
   if (safeNumElements(r) > 0) {
@@ -767,13 +770,9 @@ __global__ void checkIndexKernel(const Index *in, Index *out, int64_t count,
 
 Status prepare_check_index(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &x = info.operand(0);
-  int64_t bound = 0, ignore = 0;
-  if (Status s = info.intScalar("bound", &bound); !s)
-    return s;
-  bool hasIgnore = info.attrs.count("ignore") > 0;
-  if (hasIgnore)
-    if (Status s = info.intScalar("ignore", &ignore); !s)
-      return s;
+  const auto &attrs = info.params<schema::Kernel::k_check_index>();
+  int64_t bound = attrs.bound, ignore = attrs.ignore.value_or(0);
+  bool hasIgnore = attrs.ignore.has_value();
   int64_t count = safeNumElements(x);
   bool wide = x.dtype == DType::I64;
   *fn = [=](const KernelArgs &args, Context &ctx) {
@@ -797,11 +796,10 @@ Status prepare_check_index(const KernelInfo &info, DeviceFn *fn) {
 Status prepare_gather(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &data = info.operand(0), &idx = info.operand(1),
                    &r = info.result(0);
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_gather>();
+  int64_t axis = attrs.axis;
   GatherPlan p;
-  if (Status s = shardRows(info, data.shape[axis], &p.rows); !s)
+  if (Status s = shardRows(info, attrs, data.shape[axis], &p.rows); !s)
     return s;
   p.count = safeNumElements(idx);
   int64_t total = safeNumElements(r);
@@ -834,12 +832,11 @@ Status prepare_gather(const KernelInfo &info, DeviceFn *fn) {
 Status prepare_scatter_add(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &upd = info.operand(0), &idx = info.operand(1),
                    &r = info.result(0);
-  int64_t axis = 0;
-  if (Status s = info.intScalar("axis", &axis); !s)
-    return s;
+  const auto &attrs = info.params<schema::Kernel::k_scatter_add>();
+  int64_t axis = attrs.axis;
   ScatterPlan p;
   p.extent = r.shape[axis];
-  if (Status s = shardRows(info, p.extent, &p.rows); !s)
+  if (Status s = shardRows(info, attrs, p.extent, &p.rows); !s)
     return s;
   p.count = safeNumElements(idx);
   p.total = safeNumElements(r);

@@ -50,4 +50,39 @@ def PlanBuffersPass : Pass<"cleave-plan-buffers", "func::FuncOp"> {
   ];
 }
 
+def EmitPlanPass : Pass<"cleave-emit-plan", "ModuleOp"> {
+  let summary = "Prints the plan Program each function lowers to, as text";
+  let description = [{
+    Plan emission, made visible: every function, in order, already through
+    `cleave-plan-buffers` is translated to the plan's Program (one
+    instruction per op, written through the kernel schema of
+    runtime/include/cleave/runtime/kernels.def) and printed to stdout in
+    protobuf's text format, so lowering is tested with FileCheck like every
+    other pass. The IR is left as it is; an op with no kernel is an error.
+    `cleave compile` writes the same Program, in binary, into a bundle.
+
+    Before:
+    ```mlir
+    func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>) -> tensor<2x4xf32>
+        attributes {cleave.arena_bytes = 64 : i64} {
+      %0 = cleave.matmul %a, %b {cleave.offsets = array<i64: 0>}
+          : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+      return %0 : tensor<2x4xf32>
+    }
+    ```
+    Printed (abridged):
+    ```
+    name: "f"
+    instructions {
+      kernel: "matmul"
+      operands: 0
+      operands: 1
+      results: 2
+      attrs { key: "transpose_a" value { ints: 0 } }
+      attrs { key: "transpose_b" value { ints: 0 } }
+    }
+    ```
+  }];
+}
+
 #endif // CLEAVE_LOWERING_PASSES_TD

@@ -1,0 +1,70 @@
+"""The kernel schema is the plan's only spelling of kernel attributes.
+
+Usage: kernel_schema.py SOURCE_ROOT
+
+Reads runtime/include/cleave/runtime/kernels.def and fails (exit 1, one
+line per offence) when
+  * a kernel attribute's name appears as a string literal in the code that
+    speaks the plan (runtime/, lib/Lowering/) outside the schema:
+    writers and readers must go through plan_writer.h and Params;
+  * a kernel of the schema has no prepare function in the CPU backend or
+    the CUDA backend.
+Prints the counts it checked, for FileCheck.
+"""
+import os
+import re
+import sys
+
+PLAN_CODE = ["runtime", os.path.join("lib", "Lowering")]
+SOURCES = (".cpp", ".h", ".cu", ".cuh")
+
+
+def schema(root):
+    text = open(os.path.join(root, "runtime", "include", "cleave", "runtime",
+                             "kernels.def")).read()
+    attrs = set(re.findall(r"^CLEAVE_ATTR\(\w+,\s*(\w+),", text, re.M))
+    # Attributes declared inside the file's shorthand macros.
+    attrs |= set(re.findall(r"CLEAVE_ATTR\(K,\s*(\w+),", text))
+    kernels = set(re.findall(
+        r"^CLEAVE_(?:KERNEL_BEGIN|UNARY|BINARY|REDUCE)\((\w+)", text, re.M))
+    return attrs, kernels
+
+
+def sources(root, folder):
+    for dp, _, files in os.walk(os.path.join(root, folder)):
+        for f in sorted(files):
+            if f.endswith(SOURCES):
+                yield os.path.join(dp, f)
+
+
+def main():
+    root = sys.argv[1]
+    attrs, kernels = schema(root)
+    offences = []
+    files = 0
+    for folder in PLAN_CODE:
+        for path in sources(root, folder):
+            files += 1
+            for n, line in enumerate(open(path, errors="replace"), 1):
+                for a in attrs:
+                    if '"%s"' % a in line:
+                        offences.append("%s:%d: kernel attribute \"%s\" spelled "
+                                        "outside kernels.def" %
+                                        (os.path.relpath(path, root), n, a))
+    for backend in ["cpu", "cuda"]:
+        text = "".join(open(p, errors="replace").read()
+                       for p in sources(root, os.path.join("runtime", backend)))
+        defined = set(re.findall(r"\bprepare_(\w+)\(const KernelInfo", text))
+        # Macro-generated prepare functions (FLOAT_UNARY(exp, Exp) and kin).
+        defined |= set(re.findall(r"^[A-Z_]+\((\w+)[,)]", text, re.M))
+        for k in sorted(kernels - defined):
+            offences.append("runtime/%s: no prepare_%s" % (backend, k))
+    print("kernel schema: %d kernels, %d attributes, %d files" %
+          (len(kernels), len(attrs), files))
+    for o in offences:
+        print("FAIL: " + o)
+    return 1 if offences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
