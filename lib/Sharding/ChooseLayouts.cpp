@@ -233,15 +233,18 @@ void explainChoices(const std::vector<Param> &params,
   }
 }
 
-} // namespace
+/// Extents the step cuts into blocks (fused projections, sliced or
+/// reshaped into [B, ...]), and the granules of such blocks (a head's width).
+struct Blockings {
+  std::map<int64_t, std::set<int64_t>> blockCounts, granules;
+};
 
-FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
-    func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
-    const CostModel &cost, LayoutAlternatives *alternatives,
-    PartitionOptions *options) {
+Blockings findBlockings(func::FuncOp func) {
+  Blockings out;
+  std::map<int64_t, std::set<int64_t>> &blockCounts = out.blockCounts;
+  std::map<int64_t, std::set<int64_t>> &granules = out.granules;
   // Fused projections: a dimension of size D that the step slices into
   // B aligned pieces is a candidate for a split in B blocks.
-  std::map<int64_t, std::set<int64_t>> blockCounts;
   func.walk([&](SliceOp slice) {
     ArrayRef<int64_t> a =
         cast<RankedTensorType>(slice.getInput().getType()).getShape();
@@ -254,7 +257,6 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front). The
   // extent after B is a granule: where tp does not divide B (25 heads on 4
   // ranks), each rank takes whole heads, the last ranks' chunks padded.
-  std::map<int64_t, std::set<int64_t>> granules;
   func.walk([&](ReshapeOp reshape) {
     ArrayRef<int64_t> a =
         cast<RankedTensorType>(reshape.getInput().getType()).getShape();
@@ -276,6 +278,16 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
         granules[a[i]].insert(b[j + 1]);
     }
   });
+  return out;
+}
+
+/// The parameters to search, grouped by signature (the same role in every
+/// layer), each with its candidate layouts.
+std::vector<Param> searchedParams(func::FuncOp func, int64_t tp,
+                                  const ParameterLayouts &fixed,
+                                  Blockings &found) {
+  std::map<int64_t, std::set<int64_t>> &blockCounts = found.blockCounts;
+  std::map<int64_t, std::set<int64_t>> &granules = found.granules;
   std::vector<Param> params;
   std::map<std::string, size_t> groupOf;
   size_t position = 0;
@@ -319,6 +331,26 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     }
     params.push_back(std::move(p));
   }
+  return params;
+}
+
+/// A plan's communication plus memory charge (infinite where it gathers a
+/// parameter or fails) and its gathers of products, rewritten with the
+/// given options.
+struct Evaluation {
+  double base;
+  std::vector<unsigned> gathered; // the parameters whose products they are
+  size_t gathers() const { return gathered.size(); }
+};
+
+} // namespace
+
+FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
+    func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
+    const CostModel &cost, LayoutAlternatives *alternatives,
+    PartitionOptions *options) {
+  Blockings found = findBlockings(func);
+  std::vector<Param> params = searchedParams(func, tp, fixed, found);
   ParameterLayouts plan = fixed;
   PartitionIndex index(func);
   // Moves revisit assignments (a neighbour's kept layout, the next sweep):
@@ -341,14 +373,6 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
   // collectives; the second starts from its plan and charges each such
   // gather more than any plan without one, so that the moves removing them
   // win and none is left (the replicated plan has none).
-  // A plan's communication plus memory charge (infinite where it gathers a
-  // parameter or fails) and its gathers of products, rewritten with the
-  // given options.
-  struct Evaluation {
-    double base;
-    std::vector<unsigned> gathered; // the parameters whose products they are
-    size_t gathers() const { return gathered.size(); }
-  };
   // Moves are scored from several threads (descend): dry runs only read
   // the step and the index.
   std::map<std::string, Evaluation> evaluated;

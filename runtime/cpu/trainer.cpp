@@ -246,66 +246,128 @@ void fillRandom(const std::string &name, HostTensor *value) {
 
 } // namespace
 
-Status train(const TrainOptions &options) {
+namespace {
+
+/// One run of a bundle on this rank, one method per job: open the bundle
+/// and its runner, build the state table, load the state (from the bundle
+/// or a checkpoint, in any layout: resume and reshard), bind it to the
+/// runner, open the data, run the steps, and save or dump what it holds.
+class TrainSession {
+public:
+  explicit TrainSession(const TrainOptions &options) : options(options) {}
+
+  Status run() {
+    for (Status (TrainSession::*phase)() :
+         {&TrainSession::open, &TrainSession::buildTable,
+          &TrainSession::loadState, &TrainSession::checkInputs,
+          &TrainSession::openData, &TrainSession::bindState,
+          &TrainSession::runSteps, &TrainSession::finish})
+      if (Status s = (this->*phase)(); !s)
+        return s;
+    return Status::ok();
+  }
+
+private:
+  Status open();
+  Status buildTable();
+  Status loadState();
+  Status loadCheckpoint();
+  Status loadBundle();
+  Status checkInputs();
+  Status openData();
+  Status bindState();
+  Status runSteps();
+  Status setStepInputs(int64_t step);
+  Status finish();
+  Status fetchState();
+  Status save(int64_t steps);
+  Status dump();
+  Status dumpTensor(const ModelTensor &t, bool grads);
+  Status gatherFull(const HostTensor &t, const std::string &key,
+                    HostTensor *full);
+  /// The program's chunk of \p value, padded where tp does not divide.
+  void padChunk(const pb::TensorEntry &e, HostTensor *value) const;
+  std::string bundle() const { return "bundle '" + options.bundleDir + "'"; }
+
+  const TrainOptions &options;
   pb::Plan plan;
+  const pb::Program *program = nullptr;
+  int64_t tp = 1, rank = 0;
+  bool leader = false;
+  std::unique_ptr<Communicator> single;
+  Communicator *comm = nullptr;
+  std::unique_ptr<StepRunner> executor;
+  size_t numInputs = 0;
+  std::map<std::string, Split> layoutOf;
+  std::vector<pb::TensorEntry> table;
+  std::map<std::string, const pb::TensorEntry *> bundleEntry;
+  std::vector<InputSlot> dataInputs;
+  std::map<std::string, HostTensor> state;
+  int64_t first = 0, last = 0;
+  std::string resumedData;
+  std::unique_ptr<DataFeed> feed;
+  std::unique_ptr<Progress> progress;
+  std::map<std::string, size_t> stateInput;
+  std::vector<float> losses;
+  std::map<std::string, HostTensor> lastGrads;
+  int lossOutput = -1;
+};
+
+Status TrainSession::open() {
   if (Status s = loadBundlePlan(options.bundleDir, &plan); !s)
     return s;
-  const pb::Program &program = plan.programs(0);
-  int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
-  std::unique_ptr<Communicator> single;
-  Communicator *comm = options.comm;
+  program = &plan.programs(0);
+  tp = plan.mesh_size() ? plan.mesh(0) : 1;
+  comm = options.comm;
   if (!comm) {
     if (tp != 1)
-      return Status::error("bundle '" + options.bundleDir +
-                           "' is compiled for tp = " + std::to_string(tp) +
+      return Status::error(bundle() +
+                           " is compiled for tp = " + std::to_string(tp) +
                            "; run it with --ranks " + std::to_string(tp));
     single = makeSingleProcessCommunicator();
     comm = single.get();
   }
   if (comm->size() != tp)
-    return Status::error("bundle '" + options.bundleDir +
-                         "' is compiled for tp = " + std::to_string(tp) +
-                         " but runs on " + std::to_string(comm->size()) +
-                         " ranks");
+    return Status::error(
+        bundle() + " is compiled for tp = " + std::to_string(tp) +
+        " but runs on " + std::to_string(comm->size()) + " ranks");
   if (options.steps < 0 ||
       (options.steps == 0 &&
        (options.resumeFrom.empty() || options.checkpointDir.empty())))
     return Status::error("--steps must be at least 1 (0 only with --resume "
                          "and --checkpoint: re-sharding a checkpoint)");
-  int64_t rank = comm->groupRank({0});
-  bool leader = comm->rank() == 0;
-  std::unique_ptr<StepRunner> executor;
-  if (Status s = createRunner(program, comm, options.backend, &executor); !s)
-    return Status::error("bundle '" + options.bundleDir + "': " + s.message());
+  rank = comm->groupRank({0});
+  leader = comm->rank() == 0;
+  if (Status s = createRunner(*program, comm, options.backend, &executor); !s)
+    return Status::error(bundle() + ": " + s.message());
   if (leader && options.log && options.backend.backend == Backend::Auto) {
     std::string why = cudaUnavailableReason();
     *options.log << "backend: " << backendName(executor->backend())
                  << (why.empty() ? "" : " (" + why + ")") << "\n";
   }
+  numInputs = program->inputs_size();
+  return Status::ok();
+}
 
-  // The state table: the bundle's parameters and buffers, then the optimizer
-  // state, each with the layout the program keeps it in.
-  std::map<std::string, Split> layoutOf;
+/// The state table: the bundle's parameters and buffers, then the optimizer
+/// state, each with the layout the program keeps it in.
+Status TrainSession::buildTable() {
   for (const auto &bindings :
-       {program.input_bindings(), program.output_bindings()})
+       {program->input_bindings(), program->output_bindings()})
     for (const pb::Binding &b : bindings)
       if (b.has_split_dim())
         layoutOf[stateKey(b)] = splitOf(b);
-  std::vector<pb::TensorEntry> table;
-  std::map<std::string, const pb::TensorEntry *> bundleEntry;
   for (const pb::TensorEntry &t : plan.tensors()) {
     if (t.slices_size() == 0 && !options.randomWeights)
-      return Status::error("bundle '" + options.bundleDir +
-                           "' holds no weights (it was compiled with "
+      return Status::error(bundle() +
+                           " holds no weights (it was compiled with "
                            "--plan-only): compile it again without it to "
                            "train");
     table.push_back(t);
     bundleEntry[stateKeyOf(t)] = &t;
   }
-  size_t numInputs = program.inputs_size();
-  std::vector<InputSlot> dataInputs;
   for (size_t i = 0; i < numInputs; ++i) {
-    const pb::Binding &b = program.input_bindings(i);
+    const pb::Binding &b = program->input_bindings(i);
     std::string key = stateKey(b);
     if (b.role() == pb::Binding::INPUT)
       dataInputs.push_back(
@@ -313,15 +375,14 @@ Status train(const TrainOptions &options) {
     if (key.empty() || bundleEntry.count(key))
       continue;
     if (b.role() != pb::Binding::OPTIMIZER_STATE)
-      return Status::error("bundle '" + options.bundleDir +
-                           "' has no initial value for '" + b.name() + "'");
+      return Status::error(bundle() + " has no initial value for '" + b.name() +
+                           "'");
     pb::Binding param;
     param.set_role(pb::Binding::PARAMETER);
     param.set_name(b.name());
     auto it = bundleEntry.find(stateKey(param));
     if (it == bundleEntry.end())
-      return Status::error("bundle '" + options.bundleDir +
-                           "' has optimizer state for '" + b.name() +
+      return Status::error(bundle() + " has optimizer state for '" + b.name() +
                            "', which is not one of its parameters");
     pb::TensorEntry e;
     e.set_name(b.name());
@@ -339,73 +400,84 @@ Status train(const TrainOptions &options) {
     auto it = layoutOf.find(stateKeyOf(e));
     setSplit(&e, it != layoutOf.end() ? it->second : Split());
   }
+  return Status::ok();
+}
 
-  // Stores hold each rank's real rows; the program sees chunks padded to a
-  // common extent where tp does not divide a dimension.
-  auto padChunk = [&](const pb::TensorEntry &e, HostTensor *value) {
-    Split split = splitOf(e);
-    if (split.isSplit() && isPadded(e.type().shape(split.dim), split, tp))
-      *value = toLocal(*value, split, e.type().shape(split.dim), rank, tp);
-  };
-  // Initial state: from the bundle (optimizer state zero), or from a
-  // checkpoint in whatever layout it was written.
-  std::map<std::string, HostTensor> state;
-  int64_t first = 0;
-  std::string resumedData;
-  if (!options.resumeFrom.empty()) {
-    std::string dir;
-    pb::Checkpoint ckpt;
-    if (Status s = findCheckpoint(options.resumeFrom, &dir, &ckpt); !s)
+// Stores hold each rank's real rows; the program sees chunks padded to a
+// common extent where tp does not divide a dimension.
+void TrainSession::padChunk(const pb::TensorEntry &e, HostTensor *value) const {
+  Split split = splitOf(e);
+  if (split.isSplit() && isPadded(e.type().shape(split.dim), split, tp))
+    *value = toLocal(*value, split, e.type().shape(split.dim), rank, tp);
+}
+
+/// Initial state: from the bundle (optimizer state zero), or from a
+/// checkpoint in whatever layout it was written.
+Status TrainSession::loadState() {
+  return options.resumeFrom.empty() ? loadBundle() : loadCheckpoint();
+}
+
+Status TrainSession::loadCheckpoint() {
+  std::string dir;
+  pb::Checkpoint ckpt;
+  if (Status s = findCheckpoint(options.resumeFrom, &dir, &ckpt); !s)
+    return s;
+  std::string what = "checkpoint '" + dir + "'";
+  std::map<std::string, const pb::TensorEntry *> saved;
+  for (const pb::TensorEntry &e : ckpt.tensors())
+    saved[stateKeyOf(e)] = &e;
+  StoreReader reader(dir, what, ckpt.files());
+  for (const pb::TensorEntry &e : table) {
+    auto it = saved.find(stateKeyOf(e));
+    std::string label =
+        e.name() + (e.slot().empty() ? "" : " (" + e.slot() + ")");
+    if (it == saved.end())
+      return Status::error(what + " has no '" + label +
+                           "': it was written by another model or "
+                           "optimizer");
+    const pb::TensorEntry &c = *it->second;
+    if (c.type().dtype() != e.type().dtype() ||
+        shapeOf(c.type()) != shapeOf(e.type()))
+      return Status::error(
+          what + " holds '" + label + "' as " +
+          describeTensor(fromPlan(c.type().dtype()), shapeOf(c.type())) +
+          "; this bundle's model has " +
+          describeTensor(fromPlan(e.type().dtype()), shapeOf(e.type())));
+    if (Status s =
+            reader.readChunk(c, splitOf(e), rank, tp, &state[stateKeyOf(e)]);
+        !s)
       return s;
-    std::string what = "checkpoint '" + dir + "'";
-    std::map<std::string, const pb::TensorEntry *> saved;
-    for (const pb::TensorEntry &e : ckpt.tensors())
-      saved[stateKeyOf(e)] = &e;
-    StoreReader reader(dir, what, ckpt.files());
-    for (const pb::TensorEntry &e : table) {
-      auto it = saved.find(stateKeyOf(e));
-      std::string label =
-          e.name() + (e.slot().empty() ? "" : " (" + e.slot() + ")");
-      if (it == saved.end())
-        return Status::error(what + " has no '" + label +
-                             "': it was written by another model or "
-                             "optimizer");
-      const pb::TensorEntry &c = *it->second;
-      if (c.type().dtype() != e.type().dtype() ||
-          shapeOf(c.type()) != shapeOf(e.type()))
-        return Status::error(
-            what + " holds '" + label + "' as " +
-            describeTensor(fromPlan(c.type().dtype()), shapeOf(c.type())) +
-            "; this bundle's model has " +
-            describeTensor(fromPlan(e.type().dtype()), shapeOf(e.type())));
-      if (Status s =
-              reader.readChunk(c, splitOf(e), rank, tp, &state[stateKeyOf(e)]);
-          !s)
-        return s;
-      padChunk(e, &state[stateKeyOf(e)]);
-      saved.erase(it);
-    }
-    if (!saved.empty())
-      return Status::error(what + " holds '" + saved.begin()->second->name() +
-                           "', which this bundle's model does not have");
-    first = ckpt.step();
-    resumedData = ckpt.data();
-  } else {
-    StoreReader reader(options.bundleDir, "bundle '" + options.bundleDir + "'",
-                       plan.files());
-    for (const pb::TensorEntry &e : table) {
-      HostTensor &value = state[stateKeyOf(e)];
-      if (e.role() == pb::Binding::OPTIMIZER_STATE || options.randomWeights)
-        continue; // zeros or random, below
-      if (Status s = reader.readChunk(*bundleEntry[stateKeyOf(e)], splitOf(e),
-                                      rank, tp, &value);
-          !s)
-        return s;
-      padChunk(e, &value);
-    }
+    padChunk(e, &state[stateKeyOf(e)]);
+    saved.erase(it);
   }
+  if (!saved.empty())
+    return Status::error(what + " holds '" + saved.begin()->second->name() +
+                         "', which this bundle's model does not have");
+  first = ckpt.step();
+  resumedData = ckpt.data();
+  return Status::ok();
+}
+
+Status TrainSession::loadBundle() {
+  StoreReader reader(options.bundleDir, bundle(), plan.files());
+  for (const pb::TensorEntry &e : table) {
+    HostTensor &value = state[stateKeyOf(e)];
+    if (e.role() == pb::Binding::OPTIMIZER_STATE || options.randomWeights)
+      continue; // zeros or random, in checkInputs
+    if (Status s = reader.readChunk(*bundleEntry[stateKeyOf(e)], splitOf(e),
+                                    rank, tp, &value);
+        !s)
+      return s;
+    padChunk(e, &value);
+  }
+  return Status::ok();
+}
+
+/// Fills what the bundle does not hold (zero optimizer state, random
+/// weights) and checks every state input against the step's types.
+Status TrainSession::checkInputs() {
   for (size_t i = 0; i < numInputs; ++i) {
-    const pb::Binding &b = program.input_bindings(i);
+    const pb::Binding &b = program->input_bindings(i);
     std::string key = stateKey(b);
     if (key.empty())
       continue;
@@ -430,12 +502,14 @@ Status train(const TrainOptions &options) {
     if (value.dtype != executor->inputDType(i) ||
         value.shape != executor->inputShape(i))
       return Status::error(
-          "bundle '" + options.bundleDir + "': '" + b.name() + "' loads as " +
+          bundle() + ": '" + b.name() + "' loads as " +
           describeTensor(value.dtype, value.shape) + "; the train step takes " +
           describeTensor(executor->inputDType(i), executor->inputShape(i)));
   }
+  return Status::ok();
+}
 
-  std::unique_ptr<DataFeed> feed;
+Status TrainSession::openData() {
   if (Status s = DataFeed::create(options.data, dataInputs, &feed); !s)
     return s;
   // A resumed run continues the same sequence of batches only if it is fed
@@ -446,16 +520,19 @@ Status train(const TrainOptions &options) {
                          feed->description() +
                          ": resume with the same data flags (--text, "
                          "--inputs, --shuffle, --seed)");
-  int64_t last = first + options.steps;
-  Progress progress(options, first, last, *feed);
+  last = first + options.steps;
+  progress = std::make_unique<Progress>(options, first, last, *feed);
   if (leader)
-    if (Status s = progress.openMetrics(!options.resumeFrom.empty()); !s)
+    if (Status s = progress->openMetrics(!options.resumeFrom.empty()); !s)
       return s;
-  // The state lives in the runner (on the GPU for CUDA): load it there, let
-  // every state output feed its input, and copy it back only to save it.
-  std::map<std::string, size_t> stateInput;
+  return Status::ok();
+}
+
+/// The state lives in the runner (on the GPU for CUDA): load it there, let
+/// every state output feed its input, and copy it back only to save it.
+Status TrainSession::bindState() {
   for (size_t i = 0; i < numInputs; ++i) {
-    const pb::Binding &b = program.input_bindings(i);
+    const pb::Binding &b = program->input_bindings(i);
     std::string key = stateKey(b);
     if (key.empty())
       continue;
@@ -464,72 +541,79 @@ Status train(const TrainOptions &options) {
       return Status::error("'" + b.name() + "': " + s.message());
     state[key] = HostTensor();
   }
-  for (int o = 0; o < program.output_bindings_size(); ++o) {
-    std::string key = stateKey(program.output_bindings(o));
+  for (int o = 0; o < program->output_bindings_size(); ++o) {
+    const pb::Binding &b = program->output_bindings(o);
+    if (b.role() == pb::Binding::LOSS)
+      lossOutput = o;
+    std::string key = stateKey(b);
     if (key.empty())
       continue;
     auto it = stateInput.find(key);
     if (it == stateInput.end())
-      return Status::error(
-          "bundle '" + options.bundleDir + "': the step returns '" +
-          program.output_bindings(o).name() + "', which it does not take");
+      return Status::error(bundle() + ": the step returns '" + b.name() +
+                           "', which it does not take");
     if (Status s = executor->carry(it->second, o); !s)
       return s;
   }
-  auto fetchState = [&]() -> Status {
-    for (const auto &[key, i] : stateInput)
-      if (Status s = executor->getInput(i, &state[key]); !s)
-        return s;
-    return Status::ok();
-  };
-  auto save = [&](int64_t steps) -> Status {
-    if (Status s = fetchState(); !s)
-      return s;
-    std::vector<StateTensor> tensors;
-    for (const pb::TensorEntry &e : table)
-      tensors.push_back({&e, &state[stateKeyOf(e)]});
-    std::string written;
-    if (Status s = saveCheckpoint(options.checkpointDir, steps, plan,
-                                  options.bundleDir, tensors,
-                                  feed->description(), *comm, &written);
-        !s)
-      return s;
-    if (leader) {
-      progress.note("checkpoint " + written);
-      if (options.keepCheckpoints > 0)
-        if (Status s = pruneCheckpoints(options.checkpointDir,
-                                        options.keepCheckpoints);
-            !s)
-          return s;
-    }
-    return Status::ok();
-  };
+  return Status::ok();
+}
 
-  std::vector<float> losses;
-  std::map<std::string, HostTensor> lastGrads;
-  int lossOutput = -1;
-  for (int o = 0; o < program.output_bindings_size(); ++o)
-    if (program.output_bindings(o).role() == pb::Binding::LOSS)
-      lossOutput = o;
+Status TrainSession::fetchState() {
+  for (const auto &[key, i] : stateInput)
+    if (Status s = executor->getInput(i, &state[key]); !s)
+      return s;
+  return Status::ok();
+}
+
+Status TrainSession::save(int64_t steps) {
+  if (Status s = fetchState(); !s)
+    return s;
+  std::vector<StateTensor> tensors;
+  for (const pb::TensorEntry &e : table)
+    tensors.push_back({&e, &state[stateKeyOf(e)]});
+  std::string written;
+  if (Status s =
+          saveCheckpoint(options.checkpointDir, steps, plan, options.bundleDir,
+                         tensors, feed->description(), *comm, &written);
+      !s)
+    return s;
+  if (leader) {
+    progress->note("checkpoint " + written);
+    if (options.keepCheckpoints > 0)
+      if (Status s =
+              pruneCheckpoints(options.checkpointDir, options.keepCheckpoints);
+          !s)
+        return s;
+  }
+  return Status::ok();
+}
+
+Status TrainSession::setStepInputs(int64_t step) {
+  std::map<std::string, HostTensor> batch;
+  if (Status s = feed->batch(step, &batch); !s)
+    return s;
+  for (size_t i = 0; i < numInputs; ++i) {
+    const pb::Binding &b = program->input_bindings(i);
+    Status s = Status::ok();
+    if (b.role() == pb::Binding::INPUT) {
+      s = executor->setInput(i, std::move(batch[b.name()]));
+    } else if (b.role() == pb::Binding::STEP) {
+      HostTensor counter = HostTensor::zeros(DType::I64, {});
+      *counter.data<int64_t>() = step + 1;
+      s = executor->setInput(i, std::move(counter));
+    }
+    if (!s)
+      return Status::error("step " + std::to_string(step) + ": '" + b.name() +
+                           "': " + s.message());
+  }
+  return Status::ok();
+}
+
+Status TrainSession::runSteps() {
   for (int64_t step = first; step < last; ++step) {
     auto start = std::chrono::steady_clock::now();
-    std::map<std::string, HostTensor> batch;
-    if (Status s = feed->batch(step, &batch); !s)
+    if (Status s = setStepInputs(step); !s)
       return s;
-    for (size_t i = 0; i < numInputs; ++i) {
-      const pb::Binding &b = program.input_bindings(i);
-      Status s = Status::ok();
-      if (b.role() == pb::Binding::INPUT) {
-        s = executor->setInput(i, std::move(batch[b.name()]));
-      } else if (b.role() == pb::Binding::STEP) {
-        HostTensor counter = HostTensor::zeros(DType::I64, {});
-        *counter.data<int64_t>() = step + 1;
-        s = executor->setInput(i, std::move(counter));
-      }
-      if (!s)
-        return Status::error("step " + std::to_string(step) + ": '" + b.name() +
-                             "': " + s.message());
-    }
     if (Status s = executor->run(); !s)
       return Status::error("step " + std::to_string(step) + ": " + s.message());
     float loss = 0;
@@ -544,26 +628,69 @@ Status train(const TrainOptions &options) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
     if (leader)
-      progress.step(step, loss, seconds);
+      progress->step(step, loss, seconds);
     if (!options.checkpointDir.empty() &&
         ((options.saveEvery > 0 && (step + 1) % options.saveEvery == 0) ||
          step + 1 == last))
       if (Status s = save(step + 1); !s)
         return s;
   }
+  return Status::ok();
+}
 
+Status TrainSession::finish() {
   if (options.steps == 0)
     if (Status s = save(first); !s)
       return s;
-  if (options.dumpDir.empty())
+  return options.dumpDir.empty() ? Status::ok() : dump();
+}
+
+/// The whole of a tensor whose per-rank value is \p t (collective).
+Status TrainSession::gatherFull(const HostTensor &t, const std::string &key,
+                                HostTensor *full) {
+  auto it = layoutOf.find(key);
+  if (it == layoutOf.end()) {
+    *full = t;
     return Status::ok();
+  }
+  int64_t dim = it->second.dim;
+  auto entry = bundleEntry.find(key);
+  int64_t size = entry != bundleEntry.end() ? entry->second->type().shape(dim)
+                                            : t.shape[dim] * tp;
+  return gatherAlong(*comm, t, it->second, size, full);
+}
+
+/// One of the model's own tensors (a parameter cut into segments whole), or
+/// its gradient: every rank takes part in gathering it, rank 0 writes.
+Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
+  std::vector<HostTensor> parts(t.entries.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string key = stateKeyOf(*t.entries[i]);
+    const HostTensor *value = &state[key];
+    if (grads) {
+      auto it = lastGrads.find(t.entries[i]->name());
+      if (it == lastGrads.end())
+        return Status::ok(); // not trained
+      value = &it->second;
+    }
+    if (Status s = gatherFull(*value, key, &parts[i]); !s)
+      return s;
+  }
+  if (!leader)
+    return Status::ok();
+  std::string file = sanitizeFileName(t.name) + (grads ? ".grad.npy" : ".npy");
+  return writeNpy((fs::path(options.dumpDir) / file).string(),
+                  joinSegments(t, std::move(parts)));
+}
+
+Status TrainSession::dump() {
   if (Status s = fetchState(); !s)
     return s;
   if (options.steps > 0)
-    for (int o = 0; o < program.output_bindings_size(); ++o)
-      if (program.output_bindings(o).role() == pb::Binding::GRADIENT)
+    for (int o = 0; o < program->output_bindings_size(); ++o)
+      if (program->output_bindings(o).role() == pb::Binding::GRADIENT)
         if (Status s = executor->getOutput(
-                o, &lastGrads[program.output_bindings(o).name()]);
+                o, &lastGrads[program->output_bindings(o).name()]);
             !s)
           return s;
   std::error_code ec;
@@ -572,23 +699,6 @@ Status train(const TrainOptions &options) {
   if (ec)
     return Status::error("cannot create '" + options.dumpDir +
                          "': " + ec.message());
-  // Every rank takes part in gathering split tensors; rank 0 writes.
-  std::map<std::string, const pb::TensorEntry *> entryOf;
-  for (const pb::TensorEntry &t : plan.tensors())
-    entryOf[stateKeyOf(t)] = &t;
-  // The whole of a tensor whose per-rank value is \p t.
-  auto gatherFull = [&](const HostTensor &t, const std::string &key,
-                        HostTensor *full) -> Status {
-    auto it = layoutOf.find(key);
-    if (it == layoutOf.end()) {
-      *full = t;
-      return Status::ok();
-    }
-    int64_t dim = it->second.dim;
-    int64_t size = entryOf.count(key) ? entryOf[key]->type().shape(dim)
-                                      : t.shape[dim] * tp;
-    return gatherAlong(*comm, t, it->second, size, full);
-  };
   HostTensor lossTensor =
       HostTensor::zeros(DType::F32, {static_cast<int64_t>(losses.size())});
   std::copy(losses.begin(), losses.end(), lossTensor.data<float>());
@@ -597,41 +707,24 @@ Status train(const TrainOptions &options) {
                             lossTensor);
         !s)
       return s;
-  // The model's own tensors: a parameter cut into segments is dumped whole,
-  // and so is its gradient.
   std::vector<ModelTensor> tensors;
   if (Status s = modelTensors(plan.tensors(), &tensors); !s)
     return s;
-  auto dump = [&](const ModelTensor &t, bool grads) -> Status {
-    std::vector<HostTensor> parts(t.entries.size());
-    for (size_t i = 0; i < parts.size(); ++i) {
-      std::string key = stateKeyOf(*t.entries[i]);
-      const HostTensor *value = &state[key];
-      if (grads) {
-        auto it = lastGrads.find(t.entries[i]->name());
-        if (it == lastGrads.end())
-          return Status::ok(); // not trained
-        value = &it->second;
-      }
-      if (Status s = gatherFull(*value, key, &parts[i]); !s)
-        return s;
-    }
-    if (!leader)
-      return Status::ok();
-    std::string file =
-        sanitizeFileName(t.name) + (grads ? ".grad.npy" : ".npy");
-    return writeNpy((fs::path(options.dumpDir) / file).string(),
-                    joinSegments(t, std::move(parts)));
-  };
   for (const ModelTensor &t : tensors)
-    if (Status s = dump(t, false); !s)
+    if (Status s = dumpTensor(t, false); !s)
       return s;
   if (!lastGrads.empty())
     for (const ModelTensor &t : tensors)
       if (t.entries.front()->role() == pb::Binding::PARAMETER)
-        if (Status s = dump(t, true); !s)
+        if (Status s = dumpTensor(t, true); !s)
           return s;
   return Status::ok();
+}
+
+} // namespace
+
+Status train(const TrainOptions &options) {
+  return TrainSession(options).run();
 }
 
 } // namespace cleave::rt

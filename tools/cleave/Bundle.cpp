@@ -327,113 +327,137 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
   return rt::Status::ok();
 }
 
-rt::Status exportModel(const std::string &source, const std::string &output) {
-  namespace fs = llvm::sys::fs;
-  // The source: a bundle (its initial weights) or a checkpoint.
+namespace {
+/// What `cleave export` reads: a bundle (its initial weights) or a
+/// checkpoint, its model tensors and the graph they belong in.
+struct ExportSource {
   std::string dir, what, modelFile;
   google::protobuf::RepeatedPtrField<pb::TensorEntry> tensors;
   google::protobuf::RepeatedPtrField<pb::FileDigest> files;
+  std::vector<rt::ModelTensor> modelTensors;
+};
+
+rt::Status openExportSource(const std::string &source, ExportSource *src) {
   llvm::SmallString<256> planPath(source);
   llvm::sys::path::append(planPath, rt::kBundlePlanFile);
-  if (fs::exists(planPath)) {
+  if (llvm::sys::fs::exists(planPath)) {
     pb::Plan plan;
     if (rt::Status s = rt::loadBundlePlan(source, &plan); !s)
       return s;
-    dir = source;
-    what = "bundle '" + source + "'";
-    tensors = plan.tensors();
-    files = plan.files();
-    modelFile = plan.model_file();
+    src->dir = source;
+    src->what = "bundle '" + source + "'";
+    src->tensors = plan.tensors();
+    src->files = plan.files();
+    src->modelFile = plan.model_file();
   } else {
     pb::Checkpoint ckpt;
-    if (rt::Status s = rt::findCheckpoint(source, &dir, &ckpt); !s)
+    if (rt::Status s = rt::findCheckpoint(source, &src->dir, &ckpt); !s)
       return rt::Status::error(
           "'" + source +
           "' is neither a bundle nor a checkpoint: " + s.message());
-    what = "checkpoint '" + dir + "'";
+    src->what = "checkpoint '" + src->dir + "'";
     for (const pb::TensorEntry &e : ckpt.tensors())
       if (e.role() != pb::Binding::OPTIMIZER_STATE)
-        *tensors.Add() = e;
-    files = ckpt.files();
-    modelFile = ckpt.model_file();
+        *src->tensors.Add() = e;
+    src->files = ckpt.files();
+    src->modelFile = ckpt.model_file();
   }
-  rt::StoreReader reader(dir, what, files);
   // The model's tensors, segments put back together.
-  std::vector<rt::ModelTensor> modelTensors;
-  if (rt::Status s = rt::modelTensors(tensors, &modelTensors); !s)
-    return rt::Status::error(what + ": " + s.message());
-  auto readTensor = [&](const rt::ModelTensor &t,
-                        rt::HostTensor *out) -> rt::Status {
-    std::vector<rt::HostTensor> parts(t.entries.size());
-    for (size_t i = 0; i < parts.size(); ++i)
-      if (rt::Status s = reader.readGlobal(*t.entries[i], &parts[i]); !s)
-        return s;
-    *out = rt::joinSegments(t, std::move(parts));
-    return rt::Status::ok();
-  };
+  if (rt::Status s = rt::modelTensors(src->tensors, &src->modelTensors); !s)
+    return rt::Status::error(src->what + ": " + s.message());
+  return rt::Status::ok();
+}
 
-  llvm::StringRef ext = llvm::sys::path::extension(output);
-  if (ext == ".safetensors") {
-    std::vector<rt::TensorInfo> infos;
-    for (const rt::ModelTensor &t : modelTensors) {
-      rt::TensorInfo info;
-      info.name = t.name;
-      info.dtype = rt::DType::F32;
-      info.shape = t.shape;
-      infos.push_back(info);
-    }
-    std::unique_ptr<rt::SafetensorsWriter> writer;
-    if (rt::Status s = rt::SafetensorsWriter::create(
-            output, infos, {{"format", "pt"}}, &writer);
+/// One model tensor, whole: its segments read and joined.
+rt::Status readModelTensor(rt::StoreReader &reader, const rt::ModelTensor &t,
+                           rt::HostTensor *out) {
+  std::vector<rt::HostTensor> parts(t.entries.size());
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (rt::Status s = reader.readGlobal(*t.entries[i], &parts[i]); !s)
+      return s;
+  *out = rt::joinSegments(t, std::move(parts));
+  return rt::Status::ok();
+}
+
+rt::Status exportSafetensors(const ExportSource &src, rt::StoreReader &reader,
+                             const std::string &output) {
+  std::vector<rt::TensorInfo> infos;
+  for (const rt::ModelTensor &t : src.modelTensors) {
+    rt::TensorInfo info;
+    info.name = t.name;
+    info.dtype = rt::DType::F32;
+    info.shape = t.shape;
+    infos.push_back(info);
+  }
+  std::unique_ptr<rt::SafetensorsWriter> writer;
+  if (rt::Status s = rt::SafetensorsWriter::create(output, infos,
+                                                   {{"format", "pt"}}, &writer);
+      !s)
+    return s;
+  for (const rt::ModelTensor &t : src.modelTensors) {
+    rt::HostTensor value;
+    if (rt::Status s = readModelTensor(reader, t, &value); !s)
+      return s;
+    if (rt::Status s = writer->write(value.bytes.data(), value.bytes.size());
         !s)
       return s;
-    for (const rt::ModelTensor &t : modelTensors) {
-      rt::HostTensor value;
-      if (rt::Status s = readTensor(t, &value); !s)
-        return s;
-      if (rt::Status s = writer->write(value.bytes.data(), value.bytes.size());
-          !s)
-        return s;
-    }
-    return writer->finish(nullptr, nullptr);
   }
-  if (ext != ".onnx")
-    return rt::Status::error("cannot tell the format of '" + output +
-                             "': name it .onnx or .safetensors");
+  return writer->finish(nullptr, nullptr);
+}
 
-  if (modelFile.empty())
-    return rt::Status::error(what + " carries no model graph to export into");
-  llvm::SmallString<256> modelPath(dir);
-  llvm::sys::path::append(modelPath, modelFile);
-  {
-    // The graph is checked like the weights.
-    const pb::FileDigest *digest = nullptr;
-    for (const pb::FileDigest &d : files)
-      if (d.path() == modelFile)
-        digest = &d;
-    uint64_t size;
-    uint32_t crc;
-    if (rt::Status s = rt::fileDigest(std::string(modelPath), &size, &crc); !s)
-      return rt::Status::error(what + ": " + s.message());
-    if (!digest || digest->size() != size || digest->crc32() != crc)
-      return rt::Status::error(what + ": '" + std::string(modelPath) +
-                               "' does not match its recorded checksum: it is "
-                               "corrupt or was changed");
+/// The source's ONNX graph, checked against its recorded digest like the
+/// weights.
+rt::Status readExportGraph(const ExportSource &src, onnx::ModelProto *model) {
+  if (src.modelFile.empty())
+    return rt::Status::error(src.what +
+                             " carries no model graph to export into");
+  llvm::SmallString<256> modelPath(src.dir);
+  llvm::sys::path::append(modelPath, src.modelFile);
+  const pb::FileDigest *digest = nullptr;
+  for (const pb::FileDigest &d : src.files)
+    if (d.path() == src.modelFile)
+      digest = &d;
+  uint64_t size;
+  uint32_t crc;
+  if (rt::Status s = rt::fileDigest(std::string(modelPath), &size, &crc); !s)
+    return rt::Status::error(src.what + ": " + s.message());
+  if (!digest || digest->size() != size || digest->crc32() != crc)
+    return rt::Status::error(src.what + ": '" + std::string(modelPath) +
+                             "' does not match its recorded checksum: it is "
+                             "corrupt or was changed");
+  std::ifstream in(std::string(modelPath), std::ios::binary);
+  if (!in || !model->ParseFromIstream(&in))
+    return rt::Status::error(src.what + ": cannot read '" +
+                             std::string(modelPath) + "'");
+  return rt::Status::ok();
+}
+
+/// Points \p t at \p length bytes at \p offset of the external data file.
+void setExternalData(onnx::TensorProto &t, const std::string &dataName,
+                     int64_t offset, size_t length) {
+  t.set_data_location(onnx::TensorProto::EXTERNAL);
+  for (auto [k, v] : {std::pair<std::string, std::string>{"location", dataName},
+                      {"offset", std::to_string(offset)},
+                      {"length", std::to_string(length)}}) {
+    auto *entry = t.add_external_data();
+    entry->set_key(k);
+    entry->set_value(v);
   }
+}
+
+rt::Status exportOnnx(const ExportSource &src, rt::StoreReader &reader,
+                      const std::string &output) {
+  namespace fs = llvm::sys::fs;
   onnx::ModelProto model;
-  {
-    std::ifstream in(std::string(modelPath), std::ios::binary);
-    if (!in || !model.ParseFromIstream(&in))
-      return rt::Status::error(what + ": cannot read '" +
-                               std::string(modelPath) + "'");
-  }
+  if (rt::Status s = readExportGraph(src, &model); !s)
+    return s;
   llvm::StringMap<const rt::ModelTensor *> byName;
-  for (const rt::ModelTensor &t : modelTensors)
+  for (const rt::ModelTensor &t : src.modelTensors)
     byName[t.name] = &t;
   // Up to 1 GiB of weights inline; beyond, ONNX's external data (protobuf
   // messages stop at 2 GiB), written one tensor at a time.
   int64_t total = 0;
-  for (const rt::ModelTensor &t : modelTensors) {
+  for (const rt::ModelTensor &t : src.modelTensors) {
     int64_t n = 4;
     for (int64_t d : t.shape)
       n *= d;
@@ -460,33 +484,25 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
     if (it == byName.end())
       continue;
     rt::HostTensor value;
-    if (rt::Status s = readTensor(*it->second, &value); !s)
+    if (rt::Status s = readModelTensor(reader, *it->second, &value); !s)
       return s;
     t.set_data_type(onnxDType(value.dtype));
     t.clear_raw_data();
     t.clear_float_data();
     t.clear_external_data();
+    byName.erase(it);
     if (!external) {
       t.set_raw_data(value.bytes.data(), value.bytes.size());
-      byName.erase(it);
       continue;
     }
     data.write(reinterpret_cast<const char *>(value.bytes.data()),
                value.bytes.size());
-    t.set_data_location(onnx::TensorProto::EXTERNAL);
-    for (auto [k, v] :
-         {std::pair<std::string, std::string>{"location", dataName},
-          {"offset", std::to_string(offset)},
-          {"length", std::to_string(value.bytes.size())}}) {
-      auto *entry = t.add_external_data();
-      entry->set_key(k);
-      entry->set_value(v);
-    }
+    setExternalData(t, dataName, offset, value.bytes.size());
     offset += value.bytes.size();
-    byName.erase(it);
   }
   if (!byName.empty())
-    return rt::Status::error(what + ": the model graph has no initializer '" +
+    return rt::Status::error(src.what +
+                             ": the model graph has no initializer '" +
                              byName.begin()->first().str() + "'");
   if (external) {
     data.close();
@@ -506,6 +522,21 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
     return rt::Status::error("cannot write '" + output + "': " + ec.message());
   cleanup.release();
   return rt::Status::ok();
+}
+} // namespace
+
+rt::Status exportModel(const std::string &source, const std::string &output) {
+  ExportSource src;
+  if (rt::Status s = openExportSource(source, &src); !s)
+    return s;
+  rt::StoreReader reader(src.dir, src.what, src.files);
+  llvm::StringRef ext = llvm::sys::path::extension(output);
+  if (ext == ".safetensors")
+    return exportSafetensors(src, reader, output);
+  if (ext != ".onnx")
+    return rt::Status::error("cannot tell the format of '" + output +
+                             "': name it .onnx or .safetensors");
+  return exportOnnx(src, reader, output);
 }
 
 } // namespace cleave::tool

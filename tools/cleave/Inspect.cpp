@@ -41,26 +41,34 @@ std::string shapeString(const std::vector<int64_t> &shape) {
 
 } // namespace
 
-int runInspect(const std::string &bundle, bool json) {
-  pb::Plan plan;
-  if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s) {
-    llvm::errs() << "cleave: error: " << s.message() << "\n";
-    return 1;
-  }
+namespace {
+struct ParamRow {
+  std::string name, sharding;
+  std::vector<int64_t> shape, local;
+  std::string segmentOf; // a piece of this model tensor
+};
+struct CollectiveRow {
+  std::string kind, phase, source, reason;
+  int64_t bytes;
+  bool megatron;
+};
+/// What `cleave inspect` shows of a bundle.
+struct BundleSummary {
+  int64_t tp = 1;
+  std::vector<ParamRow> params;
+  std::vector<CollectiveRow> collectives;
+  int64_t paramBytes = 0, stateBytes = 0, activationBytes = 0;
+};
+
+BundleSummary summarize(const pb::Plan &plan) {
+  BundleSummary out;
+  out.tp = plan.mesh_size() ? plan.mesh(0) : 1;
   const pb::Program &program = plan.programs(0);
-  int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
   std::map<std::string, rt::Split> split;
   for (const pb::Binding &b : program.input_bindings())
     if (b.role() == pb::Binding::PARAMETER && b.has_split_dim())
       split[b.name()] = rt::splitOf(b);
 
-  struct ParamRow {
-    std::string name, sharding;
-    std::vector<int64_t> shape, local;
-    std::string segmentOf; // a piece of this model tensor
-  };
-  std::vector<ParamRow> params;
-  int64_t paramBytes = 0;
   for (const pb::TensorEntry &t : plan.tensors()) {
     if (t.role() != pb::Binding::PARAMETER)
       continue;
@@ -82,23 +90,16 @@ int runInspect(const std::string &bundle, bool json) {
                          : std::string()) +
           ")";
       // A dimension tp does not divide is split in padded chunks.
-      row.local[dim] = rt::localExtent(row.local[dim], s, tp);
+      row.local[dim] = rt::localExtent(row.local[dim], s, out.tp);
       bytes = bytes / row.shape[dim] * row.local[dim];
     }
-    paramBytes += bytes;
-    params.push_back(row);
+    out.paramBytes += bytes;
+    out.params.push_back(row);
   }
-  int64_t stateBytes = 0;
   for (int i = 0; i < program.inputs_size(); ++i)
     if (program.input_bindings(i).role() == pb::Binding::OPTIMIZER_STATE)
-      stateBytes += bytesOf(program.values(program.inputs(i)).type());
+      out.stateBytes += bytesOf(program.values(program.inputs(i)).type());
 
-  struct CollectiveRow {
-    std::string kind, phase, source, reason;
-    int64_t bytes;
-    bool megatron;
-  };
-  std::vector<CollectiveRow> collectives;
   for (const pb::Instruction &inst : program.instructions()) {
     if (inst.kernel() != "all_reduce" && inst.kernel() != "all_gather" &&
         inst.kernel() != "reduce_scatter")
@@ -106,54 +107,58 @@ int runInspect(const std::string &bundle, bool json) {
     // The payload: the larger side (the gathered or reduced tensor).
     int64_t bytes = std::max(bytesOf(program.values(inst.operands(0)).type()),
                              bytesOf(program.values(inst.results(0)).type()));
-    collectives.push_back(
+    out.collectives.push_back(
         {inst.kernel(), inst.phase().empty() ? "forward" : inst.phase(),
          inst.location(), inst.reason(), bytes, inst.megatron()});
   }
+  out.activationBytes = program.arena_bytes();
+  return out;
+}
 
-  if (json) {
-    llvm::json::Object root;
-    root["mesh"] = llvm::json::Object{{"tp", tp}};
-    llvm::json::Array ps;
-    for (const ParamRow &p : params) {
-      llvm::json::Object o{{"name", p.name},
-                           {"shape", p.shape},
-                           {"sharding", p.sharding},
-                           {"local_shape", p.local}};
-      if (!p.segmentOf.empty())
-        o["segment_of"] = p.segmentOf;
-      ps.push_back(std::move(o));
-    }
-    root["parameters"] = std::move(ps);
-    llvm::json::Array cs;
-    for (const CollectiveRow &c : collectives)
-      cs.push_back(llvm::json::Object{{"kind", c.kind},
-                                      {"phase", c.phase},
-                                      {"bytes", c.bytes},
-                                      {"source", c.source},
-                                      {"megatron", c.megatron},
-                                      {"reason", c.reason}});
-    root["collectives"] = std::move(cs);
-    root["memory_per_rank"] =
-        llvm::json::Object{{"parameters", paramBytes},
-                           {"gradients", paramBytes},
-                           {"optimizer_state", stateBytes},
-                           {"activations_peak", program.arena_bytes()}};
-    llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
-                 << "\n";
-    return 0;
+void printJson(const BundleSummary &sum) {
+  llvm::json::Object root;
+  root["mesh"] = llvm::json::Object{{"tp", sum.tp}};
+  llvm::json::Array ps;
+  for (const ParamRow &p : sum.params) {
+    llvm::json::Object o{{"name", p.name},
+                         {"shape", p.shape},
+                         {"sharding", p.sharding},
+                         {"local_shape", p.local}};
+    if (!p.segmentOf.empty())
+      o["segment_of"] = p.segmentOf;
+    ps.push_back(std::move(o));
   }
-  llvm::outs() << "mesh: tp = " << tp << "\n\nparameters\n";
+  root["parameters"] = std::move(ps);
+  llvm::json::Array cs;
+  for (const CollectiveRow &c : sum.collectives)
+    cs.push_back(llvm::json::Object{{"kind", c.kind},
+                                    {"phase", c.phase},
+                                    {"bytes", c.bytes},
+                                    {"source", c.source},
+                                    {"megatron", c.megatron},
+                                    {"reason", c.reason}});
+  root["collectives"] = std::move(cs);
+  root["memory_per_rank"] =
+      llvm::json::Object{{"parameters", sum.paramBytes},
+                         {"gradients", sum.paramBytes},
+                         {"optimizer_state", sum.stateBytes},
+                         {"activations_peak", sum.activationBytes}};
+  llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+               << "\n";
+}
+
+void printText(const BundleSummary &sum) {
+  llvm::outs() << "mesh: tp = " << sum.tp << "\n\nparameters\n";
   size_t width = 4;
-  for (const ParamRow &p : params)
+  for (const ParamRow &p : sum.params)
     width = std::max(width, p.name.size());
-  for (const ParamRow &p : params)
+  for (const ParamRow &p : sum.params)
     llvm::outs() << "  " << llvm::left_justify(p.name, width) << "  "
                  << llvm::left_justify(shapeString(p.shape), 16) << "  "
                  << llvm::left_justify(p.sharding, 10) << "  "
                  << shapeString(p.local) << "\n";
   std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> sums;
-  for (const CollectiveRow &c : collectives) {
+  for (const CollectiveRow &c : sum.collectives) {
     auto &s = sums[{c.phase, c.kind}];
     ++s.first;
     s.second += c.bytes;
@@ -169,7 +174,7 @@ int runInspect(const std::string &bundle, bool json) {
   // The collectives a user should look at: the ones Megatron's own plan
   // would not have, each with the partitioner's reason.
   std::vector<const CollectiveRow *> others;
-  for (const CollectiveRow &c : collectives)
+  for (const CollectiveRow &c : sum.collectives)
     if (!c.megatron)
       others.push_back(&c);
   if (!others.empty()) {
@@ -186,9 +191,23 @@ int runInspect(const std::string &bundle, bool json) {
                    << " more; --json lists every collective with its reason\n";
   }
   llvm::outs() << "\nmemory per rank (bytes)\n"
-               << "  parameters       " << paramBytes << "\n"
-               << "  gradients        " << paramBytes << "\n"
-               << "  optimizer state  " << stateBytes << "\n"
-               << "  activations peak " << program.arena_bytes() << "\n";
+               << "  parameters       " << sum.paramBytes << "\n"
+               << "  gradients        " << sum.paramBytes << "\n"
+               << "  optimizer state  " << sum.stateBytes << "\n"
+               << "  activations peak " << sum.activationBytes << "\n";
+}
+} // namespace
+
+int runInspect(const std::string &bundle, bool json) {
+  pb::Plan plan;
+  if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s) {
+    llvm::errs() << "cleave: error: " << s.message() << "\n";
+    return 1;
+  }
+  BundleSummary sum = summarize(plan);
+  if (json)
+    printJson(sum);
+  else
+    printText(sum);
   return 0;
 }

@@ -542,6 +542,21 @@ public:
   int64_t nextStream = 0;
 
 private:
+  /// The model's default-domain opset, checked against what Cleave knows.
+  FailureOr<int64_t> readOpset(Location loc);
+  /// Checks --input names and marks the buffers: BatchNorm statistics and
+  /// what --freeze matches.
+  LogicalResult markBuffers(const llvm::StringSet<> &initializerNames,
+                            Location loc);
+  /// The arguments of @main: graph inputs, then float initializers;
+  /// other initializers become known constants.
+  LogicalResult
+  declareArguments(const llvm::StringSet<> &initializerNames, Location loc,
+                   SmallVector<Type> &argTypes,
+                   SmallVector<std::pair<StringRef, std::string>> &argNames);
+  /// Graph output \p out, checked against its declared type.
+  FailureOr<Value> graphOutput(const onnx::ValueInfoProto &out,
+                               OpBuilder &builder, Location loc);
   LogicalResult importNode(const onnx::NodeProto &node, int64_t opset,
                            OpBuilder &builder);
   Location fileLoc() {
@@ -731,19 +746,17 @@ static LogicalResult checkModelHeader(const onnx::ModelProto &proto,
   return success();
 }
 
-OwningOpRef<ModuleOp> GraphImporter::run() {
+FailureOr<int64_t> GraphImporter::readOpset(Location loc) {
   const onnx::ModelProto &proto = model.proto();
-  const onnx::GraphProto &graph = proto.graph();
-  Location loc = fileLoc();
   if (failed(checkModelHeader(proto, loc)))
-    return nullptr;
+    return failure();
   int64_t opset = -1;
   for (const auto &imp : proto.opset_import())
     if (imp.domain().empty() || imp.domain() == "ai.onnx")
       opset = imp.version();
   if (opset < 0) {
     emitError(loc) << "the model imports no default-domain opset";
-    return nullptr;
+    return failure();
   }
   // An op's meaning may change in a newer opset: such a model is refused,
   // not read with the newest semantics Cleave knows.
@@ -752,17 +765,15 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
                    << " of the default domain; Cleave knows opsets up to "
                    << kNewestOpset << ": export it at opset " << kNewestOpset
                    << " or lower";
-    return nullptr;
+    return failure();
   }
+  return opset;
+}
 
-  OpBuilder builder(context);
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  module->getOperation()->setAttr("cleave.onnx_opset",
-                                  builder.getI64IntegerAttr(opset));
-
-  llvm::StringSet<> initializerNames;
-  for (const auto &t : graph.initializer())
-    initializerNames.insert(t.name());
+LogicalResult
+GraphImporter::markBuffers(const llvm::StringSet<> &initializerNames,
+                           Location loc) {
+  const onnx::GraphProto &graph = model.proto().graph();
   for (const auto &[name, spec] : options.inputs) {
     bool found = false;
     for (const auto &in : graph.input())
@@ -770,7 +781,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     if (!found) {
       emitError(loc) << "--input names '" << name
                      << "', which is not a graph input of the model";
-      return nullptr;
+      return failure();
     }
   }
 
@@ -789,7 +800,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     if (!regex.isValid(why)) {
       emitError(loc) << "--freeze '" << pattern << "' is not a valid regular "
                      << "expression: " << why;
-      return nullptr;
+      return failure();
     }
     bool any = false;
     for (const auto &t : graph.initializer())
@@ -800,14 +811,17 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     if (!any) {
       emitError(loc) << "--freeze '" << pattern
                      << "' matches no initializer of the model";
-      return nullptr;
+      return failure();
     }
   }
+  return success();
+}
 
-  // Arguments: graph inputs, then float initializers (parameters and
-  // buffers).
-  SmallVector<Type> argTypes;
-  SmallVector<std::pair<StringRef, std::string>> argNames; // (attr, name)
+LogicalResult GraphImporter::declareArguments(
+    const llvm::StringSet<> &initializerNames, Location loc,
+    SmallVector<Type> &argTypes,
+    SmallVector<std::pair<StringRef, std::string>> &argNames) {
+  const onnx::GraphProto &graph = model.proto().graph();
   for (const auto &in : graph.input()) {
     if (initializerNames.contains(in.name()))
       continue;
@@ -816,7 +830,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
         context, in, it == options.inputs.end() ? nullptr : &it->second, loc,
         "graph input");
     if (failed(type))
-      return nullptr;
+      return failure();
     argTypes.push_back(*type);
     argNames.push_back({kInputAttr, in.name()});
   }
@@ -831,7 +845,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       std::string error;
       if (failed(locateTensor(context, t, baseDir, src, error))) {
         emitError(loc) << "initializer '" << t.name() << "' " << error;
-        return nullptr;
+        return failure();
       }
       argTypes.push_back(RankedTensorType::get(shape, element));
       argNames.push_back(
@@ -845,10 +859,79 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     FailureOr<TensorData> data = decodeTensor(context, t, baseDir, error);
     if (failed(data)) {
       emitError(loc) << "initializer '" << t.name() << "' " << error;
-      return nullptr;
+      return failure();
     }
     known[t.name()] = tensorDataToAttr(*data);
   }
+  return success();
+}
+
+FailureOr<Value> GraphImporter::graphOutput(const onnx::ValueInfoProto &out,
+                                            OpBuilder &builder, Location loc) {
+  Value v = values.lookup(out.name());
+  if (!v) {
+    auto k = known.find(out.name());
+    if (k == known.end()) {
+      emitError(loc) << "graph output '" << out.name()
+                     << "' is not produced by any node";
+      return failure();
+    }
+    v = ConstantOp::create(builder, loc, k->second);
+  }
+  auto type = cast<RankedTensorType>(v.getType());
+  const auto &tt = out.type().tensor_type();
+  if (out.type().has_tensor_type() && tt.elem_type() != 0) {
+    Type declared = elementTypeFromOnnx(context, tt.elem_type());
+    if (declared != type.getElementType()) {
+      emitError(loc) << "graph output '" << out.name() << "' is declared "
+                     << onnxTypeName(tt.elem_type()) << " but computes "
+                     << type.getElementType();
+      return failure();
+    }
+    if (tt.has_shape() && tt.shape().dim_size() != type.getRank()) {
+      emitError(loc) << "graph output '" << out.name() << "' is declared "
+                     << "with rank " << tt.shape().dim_size()
+                     << " but computes " << type;
+      return failure();
+    }
+    for (auto [i, dim] : llvm::enumerate(tt.shape().dim()))
+      if (tt.has_shape() && dim.has_dim_value() &&
+          dim.dim_value() != type.getDimSize(i)) {
+        emitError(loc) << "graph output '" << out.name()
+                       << "' is declared with dimension " << i << " = "
+                       << dim.dim_value() << " but computes " << type;
+        return failure();
+      }
+  }
+  return v;
+}
+
+OwningOpRef<ModuleOp> GraphImporter::run() {
+  const onnx::ModelProto &proto = model.proto();
+  const onnx::GraphProto &graph = proto.graph();
+  Location loc = fileLoc();
+  FailureOr<int64_t> opsetOr = readOpset(loc);
+  if (failed(opsetOr))
+    return nullptr;
+  int64_t opset = *opsetOr;
+
+  OpBuilder builder(context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  module->getOperation()->setAttr("cleave.onnx_opset",
+                                  builder.getI64IntegerAttr(opset));
+
+  llvm::StringSet<> initializerNames;
+  for (const auto &t : graph.initializer())
+    initializerNames.insert(t.name());
+  if (failed(markBuffers(initializerNames, loc)))
+    return nullptr;
+
+  // Arguments: graph inputs, then float initializers (parameters and
+  // buffers).
+  SmallVector<Type> argTypes;
+  SmallVector<std::pair<StringRef, std::string>> argNames; // (attr, name)
+  if (failed(declareArguments(initializerNames, loc, argTypes, argNames)))
+    return nullptr;
 
   func =
       func::FuncOp::create(loc, "main", builder.getFunctionType(argTypes, {}));
@@ -877,43 +960,11 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   SmallVector<Value> results;
   SmallVector<Type> resultTypes;
   for (const auto &out : graph.output()) {
-    Value v = values.lookup(out.name());
-    if (!v) {
-      auto k = known.find(out.name());
-      if (k == known.end()) {
-        emitError(loc) << "graph output '" << out.name()
-                       << "' is not produced by any node";
-        return nullptr;
-      }
-      v = ConstantOp::create(builder, loc, k->second);
-    }
-    auto type = cast<RankedTensorType>(v.getType());
-    const auto &tt = out.type().tensor_type();
-    if (out.type().has_tensor_type() && tt.elem_type() != 0) {
-      Type declared = elementTypeFromOnnx(context, tt.elem_type());
-      if (declared != type.getElementType()) {
-        emitError(loc) << "graph output '" << out.name() << "' is declared "
-                       << onnxTypeName(tt.elem_type()) << " but computes "
-                       << type.getElementType();
-        return nullptr;
-      }
-      if (tt.has_shape() && tt.shape().dim_size() != type.getRank()) {
-        emitError(loc) << "graph output '" << out.name() << "' is declared "
-                       << "with rank " << tt.shape().dim_size()
-                       << " but computes " << type;
-        return nullptr;
-      }
-      for (auto [i, dim] : llvm::enumerate(tt.shape().dim()))
-        if (tt.has_shape() && dim.has_dim_value() &&
-            dim.dim_value() != type.getDimSize(i)) {
-          emitError(loc) << "graph output '" << out.name()
-                         << "' is declared with dimension " << i << " = "
-                         << dim.dim_value() << " but computes " << type;
-          return nullptr;
-        }
-    }
-    results.push_back(v);
-    resultTypes.push_back(v.getType());
+    FailureOr<Value> v = graphOutput(out, builder, loc);
+    if (failed(v))
+      return nullptr;
+    results.push_back(*v);
+    resultTypes.push_back(v->getType());
   }
   // Updated buffers follow the model's outputs.
   for (auto &[name, v] : bufferUpdates) {

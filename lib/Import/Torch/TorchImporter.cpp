@@ -94,53 +94,102 @@ void Translator::getAttr(Node *n) {
 }
 
 /// Scalar and list arithmetic that only needs compile-time values.
-bool Translator::foldScalar(Node *n) {
-  std::string kind = n->kind().toQualString();
+/// aten::size: known sizes fold here; others become Shape/Gather, which the
+/// ONNX importer folds (every shape is static once the inputs are fixed).
+bool Translator::foldSize(Node *n) {
+  const TValue *out = n->output();
+  auto known = knownShape(n->input(0));
+  int64_t rank = rankOf(n->input(0));
+  auto dimItem = [&](int64_t d) {
+    if (known)
+      return Item::of((*known)[d]);
+    std::string &cached = sizeOf[{tensor(n->input(0)), d}];
+    if (cached.empty()) {
+      onnx::NodeProto *gather =
+          node("Gather", {emit("Shape", {tensor(n->input(0))}),
+                          constant(at::kLong, {}, {double(d)})});
+      attr(gather, "axis", int64_t(0));
+      cached = gather->output(0);
+    }
+    Item i;
+    i.kind = Item::Tensor;
+    i.name = cached;
+    i.rank = 0;
+    i.dtype = at::kLong;
+    return i;
+  };
+  if (n->inputs().size() == 1) {
+    Item list;
+    list.kind = Item::List;
+    for (int64_t d = 0; d < rank; ++d)
+      list.elems.push_back(dimItem(d));
+    items[out] = list;
+  } else {
+    items[out] = dimItem(axis(constInt(n->input(1)), rank));
+  }
+  return true;
+}
+
+/// Arithmetic and comparisons of compile-time numbers.
+bool Translator::foldNumbers(Node *n, const std::string &kind) {
   auto in = [&](size_t i) -> Item & { return item(n->input(i)); };
+  const TValue *out = n->outputs().size() == 1 ? n->output() : nullptr;
+  auto setNumber = [&](double x, bool integer) {
+    items[out] = integer ? Item::of(static_cast<int64_t>(x)) : Item::of(x);
+  };
   auto allNumbers = [&] {
     for (const TValue *v : n->inputs())
       if (!item(v).isNumber())
         return false;
     return true;
   };
+  if (!out || n->inputs().empty() || !allNumbers())
+    return false;
+  bool integer = true;
+  for (const TValue *v : n->inputs())
+    integer &= !item(v).scalar.isDouble();
+  double a = in(0).number(), b = n->inputs().size() > 1 ? in(1).number() : 0;
+  if (kind == "aten::add")
+    setNumber(a + b, integer);
+  else if (kind == "aten::sub")
+    setNumber(a - b, integer);
+  else if (kind == "aten::mul")
+    setNumber(a * b, integer);
+  else if (kind == "aten::div" || kind == "aten::true_divide")
+    setNumber(a / b, false);
+  else if (kind == "aten::floordiv" || kind == "aten::floor_divide")
+    setNumber(std::floor(a / b), integer);
+  else if (kind == "aten::neg")
+    setNumber(-a, integer);
+  else if (kind == "aten::sqrt")
+    setNumber(std::sqrt(a), false);
+  else if (kind == "aten::pow")
+    setNumber(std::pow(a, b), integer && b >= 0);
+  else if (kind == "aten::eq")
+    items[out] = Item::of(a == b);
+  else if (kind == "aten::ne")
+    items[out] = Item::of(a != b);
+  else if (kind == "aten::gt")
+    items[out] = Item::of(a > b);
+  else if (kind == "aten::lt")
+    items[out] = Item::of(a < b);
+  else if (kind == "aten::ge")
+    items[out] = Item::of(a >= b);
+  else if (kind == "aten::le")
+    items[out] = Item::of(a <= b);
+  else if (kind == "aten::__not__")
+    items[out] = Item::of(a == 0);
+  else
+    return false;
+  return true;
+}
+
+bool Translator::foldScalar(Node *n) {
+  std::string kind = n->kind().toQualString();
+  auto in = [&](size_t i) -> Item & { return item(n->input(i)); };
   const TValue *out = n->outputs().size() == 1 ? n->output() : nullptr;
-  auto setNumber = [&](double x, bool integer) {
-    items[out] = integer ? Item::of(static_cast<int64_t>(x)) : Item::of(x);
-  };
-  if (kind == "aten::size" && isTensor(n->input(0))) {
-    // Known sizes fold here; others become Shape/Gather, which the ONNX
-    // importer folds (every shape is static once the inputs are fixed).
-    auto known = knownShape(n->input(0));
-    int64_t rank = rankOf(n->input(0));
-    auto dimItem = [&](int64_t d) {
-      if (known)
-        return Item::of((*known)[d]);
-      std::string &cached = sizeOf[{tensor(n->input(0)), d}];
-      if (cached.empty()) {
-        onnx::NodeProto *gather =
-            node("Gather", {emit("Shape", {tensor(n->input(0))}),
-                            constant(at::kLong, {}, {double(d)})});
-        attr(gather, "axis", int64_t(0));
-        cached = gather->output(0);
-      }
-      Item i;
-      i.kind = Item::Tensor;
-      i.name = cached;
-      i.rank = 0;
-      i.dtype = at::kLong;
-      return i;
-    };
-    if (n->inputs().size() == 1) {
-      Item list;
-      list.kind = Item::List;
-      for (int64_t d = 0; d < rank; ++d)
-        list.elems.push_back(dimItem(d));
-      items[out] = list;
-    } else {
-      items[out] = dimItem(axis(constInt(n->input(1)), rank));
-    }
-    return true;
-  }
+  if (kind == "aten::size" && isTensor(n->input(0)))
+    return foldSize(n);
   if (kind == "aten::dim" && isTensor(n->input(0))) {
     items[out] = Item::of(static_cast<int64_t>(rankOf(n->input(0))));
     return true;
@@ -220,45 +269,7 @@ bool Translator::foldScalar(Node *n) {
     items[out] = i;
     return true;
   }
-  if (!out || n->inputs().empty() || !allNumbers())
-    return false;
-  bool integer = true;
-  for (const TValue *v : n->inputs())
-    integer &= !item(v).scalar.isDouble();
-  double a = in(0).number(), b = n->inputs().size() > 1 ? in(1).number() : 0;
-  if (kind == "aten::add")
-    setNumber(a + b, integer);
-  else if (kind == "aten::sub")
-    setNumber(a - b, integer);
-  else if (kind == "aten::mul")
-    setNumber(a * b, integer);
-  else if (kind == "aten::div" || kind == "aten::true_divide")
-    setNumber(a / b, false);
-  else if (kind == "aten::floordiv" || kind == "aten::floor_divide")
-    setNumber(std::floor(a / b), integer);
-  else if (kind == "aten::neg")
-    setNumber(-a, integer);
-  else if (kind == "aten::sqrt")
-    setNumber(std::sqrt(a), false);
-  else if (kind == "aten::pow")
-    setNumber(std::pow(a, b), integer && b >= 0);
-  else if (kind == "aten::eq")
-    items[out] = Item::of(a == b);
-  else if (kind == "aten::ne")
-    items[out] = Item::of(a != b);
-  else if (kind == "aten::gt")
-    items[out] = Item::of(a > b);
-  else if (kind == "aten::lt")
-    items[out] = Item::of(a < b);
-  else if (kind == "aten::ge")
-    items[out] = Item::of(a >= b);
-  else if (kind == "aten::le")
-    items[out] = Item::of(a <= b);
-  else if (kind == "aten::__not__")
-    items[out] = Item::of(a == 0);
-  else
-    return false;
-  return true;
+  return foldNumbers(n, kind);
 }
 
 void Translator::translateBlock(torch::jit::Block *block) {
@@ -480,6 +491,55 @@ static std::string firstLine(const std::string &what) {
   return line;
 }
 
+/// Gives the forward's inputs their types: --input fixes them; otherwise
+/// the graph's own (a traced module records them). False with \p error when
+/// an input has none or --input names no input.
+static bool typeInputs(std::shared_ptr<torch::jit::Graph> &graph,
+                       const std::vector<std::string> &names,
+                       const std::map<std::string, InputSpec> &inputs,
+                       const std::string &path, std::string &error) {
+  bool changed = false;
+  for (size_t i = 1; i < graph->inputs().size(); ++i) {
+    auto it = inputs.find(names[i - 1]);
+    if (it == inputs.end())
+      continue;
+    const InputSpec &spec = it->second;
+    at::ScalarType dtype = at::kFloat;
+    auto recorded = graph->inputs()[i]->type()->cast<c10::TensorType>();
+    if (recorded && recorded->scalarType())
+      dtype = *recorded->scalarType();
+    if (!spec.type.empty())
+      dtype = spec.type == "i64"    ? at::kLong
+              : spec.type == "i32"  ? at::kInt
+              : spec.type == "bool" ? at::kBool
+                                    : at::kFloat;
+    graph->inputs()[i]->setType(
+        c10::TensorType::createContiguous(dtype, at::kCPU, spec.shape));
+    changed = true;
+  }
+  for (const auto &[name, spec] : inputs)
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      error = "--input " + name + ": the module's forward has no input '" +
+              name + "'";
+      return false;
+    }
+  // A saved module records no input shapes, traced or scripted.
+  for (size_t i = 1; i < graph->inputs().size(); ++i) {
+    auto t = graph->inputs()[i]->type()->cast<c10::TensorType>();
+    if (!t || !t->sizes().concrete_sizes() || !t->scalarType()) {
+      error = "'" + path + "': give the shape of the module's input '" +
+              names[i - 1] + "' with --input " + names[i - 1] +
+              "=DIMS[xTYPE] (e.g. 8x128xi64)";
+      return false;
+    }
+  }
+  if (changed) {
+    torch::jit::ConstantPropagation(graph);
+    torch::jit::PropagateInputShapes(graph);
+  }
+  return true;
+}
+
 /// Translates the module at \p path; false with \p error on failure.
 static bool translateModule(const std::string &path,
                             const std::map<std::string, InputSpec> &inputs,
@@ -495,47 +555,8 @@ static bool translateModule(const std::string &path,
     std::vector<std::string> names;
     for (size_t i = 1; i < schema.arguments().size(); ++i)
       names.push_back(schema.arguments()[i].name());
-    // Input types: --input fixes them; otherwise the graph's own (a traced
-    // module records them).
-    bool changed = false;
-    for (size_t i = 1; i < graph->inputs().size(); ++i) {
-      auto it = inputs.find(names[i - 1]);
-      if (it == inputs.end())
-        continue;
-      const InputSpec &spec = it->second;
-      at::ScalarType dtype = at::kFloat;
-      auto recorded = graph->inputs()[i]->type()->cast<c10::TensorType>();
-      if (recorded && recorded->scalarType())
-        dtype = *recorded->scalarType();
-      if (!spec.type.empty())
-        dtype = spec.type == "i64"    ? at::kLong
-                : spec.type == "i32"  ? at::kInt
-                : spec.type == "bool" ? at::kBool
-                                      : at::kFloat;
-      graph->inputs()[i]->setType(
-          c10::TensorType::createContiguous(dtype, at::kCPU, spec.shape));
-      changed = true;
-    }
-    for (const auto &[name, spec] : inputs)
-      if (std::find(names.begin(), names.end(), name) == names.end()) {
-        error = "--input " + name + ": the module's forward has no input '" +
-                name + "'";
-        return false;
-      }
-    // A saved module records no input shapes, traced or scripted.
-    for (size_t i = 1; i < graph->inputs().size(); ++i) {
-      auto t = graph->inputs()[i]->type()->cast<c10::TensorType>();
-      if (!t || !t->sizes().concrete_sizes() || !t->scalarType()) {
-        error = "'" + path + "': give the shape of the module's input '" +
-                names[i - 1] + "' with --input " + names[i - 1] +
-                "=DIMS[xTYPE] (e.g. 8x128xi64)";
-        return false;
-      }
-    }
-    if (changed) {
-      torch::jit::ConstantPropagation(graph);
-      torch::jit::PropagateInputShapes(graph);
-    }
+    if (!typeInputs(graph, names, inputs, path, error))
+      return false;
     auto proto = std::make_unique<onnx::ModelProto>();
     proto->set_ir_version(8);
     proto->set_producer_name("pytorch"); // PyTorch's BatchNorm conventions

@@ -466,6 +466,8 @@ private:
   void translateBlock(torch::jit::Block *block);
   void translate(Node *n);
   bool foldScalar(Node *n);
+  bool foldSize(Node *n);
+  bool foldNumbers(Node *n, const std::string &kind);
   void getAttr(Node *n);
   void tensorOp(Node *n);
   /// The parts of tensorOp, by op family; each sets the op's result or
