@@ -1,6 +1,7 @@
 //===- CleaveDialect.cpp - The cleave dialect -------------------*- C++ -*-===//
 
 #include "Cleave/CleaveDialect.h"
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -32,4 +33,126 @@ Operation *CleaveDialect::materializeConstant(OpBuilder &builder,
   if (!elements || elements.getType() != type)
     return nullptr;
   return ConstantOp::create(builder, loc, elements);
+}
+
+//===----------------------------------------------------------------------===//
+// The discardable cleave.* attributes
+//===----------------------------------------------------------------------===//
+
+namespace {
+enum class AttrValue { String, Unit, Int, IntArray, StringPair };
+enum Where : unsigned { OnOp = 1, OnArg = 2, OnResult = 4 };
+
+struct AttrSpec {
+  llvm::StringLiteral name;
+  AttrValue value;
+  unsigned where;
+};
+
+// Every cleave.* attribute, what it holds and where it may stand.
+constexpr AttrSpec kAttrSpecs[] = {
+    {kInputAttr, AttrValue::String, OnArg},
+    {kParameterAttr, AttrValue::String, OnArg | OnResult},
+    {kOutputAttr, AttrValue::String, OnResult},
+    {kBufferAttr, AttrValue::String, OnArg | OnResult},
+    {kStepAttr, AttrValue::Unit, OnArg},
+    {kLossAttr, AttrValue::Unit, OnResult},
+    {kGradientAttr, AttrValue::String, OnResult},
+    {kOptimizerStateAttr, AttrValue::StringPair, OnArg | OnResult},
+    {kMeshAttr, AttrValue::IntArray, OnOp},
+    {kSplitDimAttr, AttrValue::Int, OnArg | OnResult},
+    {kSplitBlocksAttr, AttrValue::Int, OnArg | OnResult},
+    {kSplitGranuleAttr, AttrValue::Int, OnArg | OnResult},
+    {kSegmentOfAttr, AttrValue::String, OnArg},
+    {kSegmentAttr, AttrValue::IntArray, OnArg},
+    {kPhaseAttr, AttrValue::String, OnOp},
+    {kReasonAttr, AttrValue::String, OnOp},
+    {kMegatronAttr, AttrValue::Unit, OnOp},
+    {kShardAxesAttr, AttrValue::IntArray, OnOp},
+    {kShardSizeAttr, AttrValue::Int, OnOp},
+    {kNoGradAttr, AttrValue::Unit, OnOp},
+    {kOffsetsAttr, AttrValue::IntArray, OnOp},
+    {kArenaBytesAttr, AttrValue::Int, OnOp},
+    {kOnnxOpsetAttr, AttrValue::Int, OnOp},
+    {kShardingRuleAttr, AttrValue::String, OnOp},
+};
+
+const char *describe(AttrValue v) {
+  switch (v) {
+  case AttrValue::String:
+    return "a string";
+  case AttrValue::Unit:
+    return "a unit attribute";
+  case AttrValue::Int:
+    return "an integer";
+  case AttrValue::IntArray:
+    return "an array<i64>";
+  case AttrValue::StringPair:
+    return "an array of two strings";
+  }
+  return "";
+}
+
+bool holds(Attribute a, AttrValue v) {
+  switch (v) {
+  case AttrValue::String:
+    return isa<StringAttr>(a);
+  case AttrValue::Unit:
+    return isa<UnitAttr>(a);
+  case AttrValue::Int:
+    return isa<IntegerAttr>(a);
+  case AttrValue::IntArray:
+    return isa<DenseI64ArrayAttr>(a);
+  case AttrValue::StringPair: {
+    auto array = dyn_cast<ArrayAttr>(a);
+    return array && array.size() == 2 &&
+           llvm::all_of(array, [](Attribute e) { return isa<StringAttr>(e); });
+  }
+  }
+  return false;
+}
+
+/// Checks \p attr against its spec, reporting through \p error.
+LogicalResult verifyCleaveAttr(NamedAttribute attr, Where where,
+                               llvm::function_ref<InFlightDiagnostic()> error) {
+  StringRef name = attr.getName().getValue();
+  const AttrSpec *spec = llvm::find_if(
+      kAttrSpecs, [&](const AttrSpec &s) { return s.name == name; });
+  if (spec == std::end(kAttrSpecs))
+    return error() << "has unknown attribute '" << name
+                   << "' (the cleave.* attributes are listed in "
+                      "CleaveAttrNames.h)";
+  if (!(spec->where & where))
+    return error() << "has '" << name << "' where it cannot stand ("
+                   << (where == OnOp    ? "on an op"
+                       : where == OnArg ? "on an argument"
+                                        : "on a result")
+                   << ")";
+  if (!holds(attr.getValue(), spec->value))
+    return error() << "'" << name << "' must be " << describe(spec->value)
+                   << ", got " << attr.getValue();
+  return success();
+}
+} // namespace
+
+LogicalResult CleaveDialect::verifyOperationAttribute(Operation *op,
+                                                      NamedAttribute attr) {
+  return verifyCleaveAttr(attr, OnOp, [&] { return op->emitOpError(); });
+}
+
+LogicalResult CleaveDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                      unsigned argIndex,
+                                                      NamedAttribute attr) {
+  return verifyCleaveAttr(attr, OnArg, [&] {
+    return op->emitOpError() << "argument " << argIndex << " ";
+  });
+}
+
+LogicalResult CleaveDialect::verifyRegionResultAttribute(Operation *op,
+                                                         unsigned,
+                                                         unsigned resultIndex,
+                                                         NamedAttribute attr) {
+  return verifyCleaveAttr(attr, OnResult, [&] {
+    return op->emitOpError() << "result " << resultIndex << " ";
+  });
 }

@@ -34,6 +34,11 @@ def Cleave_Dialect : Dialect {
     model stays small and weights live outside it.
   }];
   let hasConstantMaterializer = 1;
+  // The discardable cleave.* attributes (CleaveAttrNames.h) are verified
+  // wherever they appear.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let useDefaultAttributePrinterParser = 1;
 }
 

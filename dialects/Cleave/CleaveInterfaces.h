@@ -3,8 +3,8 @@
 #ifndef CLEAVE_DIALECT_CLEAVEINTERFACES_H
 #define CLEAVE_DIALECT_CLEAVEINTERFACES_H
 
-#include "mlir/IR/Builders.h"
 #include "Cleave/ShardingRule.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/OpDefinition.h"
 
 #include "Cleave/CleaveInterfaces.h.inc"

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cleave/CleaveOps.h"
+#include "Cleave/CleaveAttrNames.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
@@ -738,7 +739,7 @@ LogicalResult RandomUniformOp::verify() {
 /// it.
 static std::optional<ArrayRef<int64_t>> meshOf(Operation *op) {
   for (Operation *p = op->getParentOp(); p; p = p->getParentOp())
-    if (auto mesh = p->getAttrOfType<DenseI64ArrayAttr>("cleave.mesh"))
+    if (auto mesh = p->getAttrOfType<DenseI64ArrayAttr>(kMeshAttr))
       return mesh.asArrayRef();
   return std::nullopt;
 }

@@ -87,7 +87,7 @@ struct PrintShardingRulesPass
       ShardingRule rule;
       if (failed(op.getShardingRule(rule)))
         return;
-      op->setAttr("cleave.sharding_rule",
+      op->setAttr(kShardingRuleAttr,
                   StringAttr::get(op->getContext(), format(op, rule)));
     });
   }

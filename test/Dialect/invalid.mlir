@@ -227,3 +227,41 @@ func.func @random_step(%s: tensor<1xi64>) {
   %0 = cleave.random_uniform %s seed = 1 stream = 0 : tensor<1xi64> -> tensor<4xf32>
   return
 }
+
+// -----
+
+// The discardable cleave.* attributes are the dialect's (CleaveAttrNames.h).
+func.func @misspelt_attr(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{has unknown attribute 'cleave.nograd'}}
+  %0 = cleave.exp %x {cleave.nograd} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @offsets_of_wrong_kind(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'cleave.offsets' must be an array<i64>, got 0 : i64}}
+  %0 = cleave.exp %x {cleave.offsets = 0 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{argument 0 'cleave.parameter' must be a string}}
+func.func @parameter_not_named(%w: tensor<4xf32> {cleave.parameter = 1 : i64}) -> tensor<4xf32> {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{result 0 has 'cleave.step' where it cannot stand (on a result)}}
+func.func @step_as_result(%s: tensor<i64>) -> (tensor<i64> {cleave.step}) {
+  return %s : tensor<i64>
+}
+
+// -----
+
+// expected-error @below {{argument 0 'cleave.optimizer_state' must be an array of two strings}}
+func.func @state_slot_missing(%m: tensor<4xf32> {cleave.optimizer_state = ["w"]}) -> tensor<4xf32> {
+  return %m : tensor<4xf32>
+}

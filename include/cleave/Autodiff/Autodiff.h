@@ -1,8 +1,7 @@
 //===- Autodiff.h - Training-step construction -------------------*- C++
 //-*-===//
 //
-// The attributes that name the roles of a train-step function's arguments and
-// results, the registration of the differentiation rules, and the loss
+// The registration of the differentiation rules, and the loss
 // builders shared by the importer (ONNX loss ops) and --cleave-append-loss.
 //
 //===----------------------------------------------------------------------===//
@@ -10,28 +9,12 @@
 #ifndef CLEAVE_AUTODIFF_AUTODIFF_H
 #define CLEAVE_AUTODIFF_AUTODIFF_H
 
+#include "Cleave/CleaveAttrNames.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/Value.h"
 
 namespace mlir::cleave {
-
-// Argument and result roles (besides cleave.input / cleave.parameter /
-// cleave.output of EmitPlan.h).
-/// Non-trainable float state (BatchNorm running statistics); on an argument
-/// its current value, on a result its updated value. A string: the name.
-constexpr llvm::StringLiteral kBufferAttr = "cleave.buffer";
-/// The 1-based number of the training step being run (i64 scalar argument).
-constexpr llvm::StringLiteral kStepAttr = "cleave.step";
-/// Result: the scalar loss (unit attribute).
-constexpr llvm::StringLiteral kLossAttr = "cleave.loss";
-/// Result: the gradient of the named parameter.
-constexpr llvm::StringLiteral kGradientAttr = "cleave.gradient";
-/// Argument or result: optimizer state, an array ["parameter", "slot"].
-constexpr llvm::StringLiteral kOptimizerStateAttr = "cleave.optimizer_state";
-/// On an op: its results do not propagate gradients (a stop-gradient mark,
-/// e.g. the max subtracted before an exponential for stability).
-constexpr llvm::StringLiteral kNoGradAttr = "cleave.no_grad";
 
 /// Attaches the DifferentiableOpInterface models of the cleave ops.
 void registerDifferentiationRules(DialectRegistry &registry);

@@ -3,6 +3,7 @@
 #ifndef CLEAVE_LOWERING_EMITPLAN_H
 #define CLEAVE_LOWERING_EMITPLAN_H
 
+#include "Cleave/CleaveAttrNames.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace cleave::plan {
@@ -10,13 +11,6 @@ class Program;
 } // namespace cleave::plan
 
 namespace mlir::cleave {
-
-/// Argument attribute naming a graph input.
-inline constexpr char kInputAttr[] = "cleave.input";
-/// Argument attribute naming a parameter (weights: values outside the IR).
-inline constexpr char kParameterAttr[] = "cleave.parameter";
-/// Result attribute naming a graph output.
-inline constexpr char kOutputAttr[] = "cleave.output";
 
 /// Translates \p func, already through cleave-plan-buffers, into \p program:
 /// one instruction per op, in order, with kernel names from kernels.def.

@@ -7,14 +7,11 @@
 #ifndef CLEAVE_LOWERING_PLANBUFFERS_H
 #define CLEAVE_LOWERING_PLANBUFFERS_H
 
+#include "Cleave/CleaveAttrNames.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Types.h"
 
 namespace mlir::cleave {
-/// Per-op attribute: one arena byte offset per result, -1 for a view.
-inline constexpr char kOffsetsAttr[] = "cleave.offsets";
-/// Per-function attribute: arena size in bytes.
-inline constexpr char kArenaBytesAttr[] = "cleave.arena_bytes";
 
 /// Bytes of a static tensor type as the runtime stores it (i1 takes a byte).
 int64_t storageBytes(Type type);

@@ -9,6 +9,7 @@
 #ifndef CLEAVE_SHARDING_SHARDING_H
 #define CLEAVE_SHARDING_SHARDING_H
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveDialect.h"
 #include "Cleave/ShardingRule.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -20,43 +21,6 @@
 #include <vector>
 
 namespace mlir::cleave {
-
-/// Module attribute: the device mesh shape (DenseI64ArrayAttr); axis 0 is
-/// the tensor-parallel axis "tp".
-constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
-/// Argument/result attribute of the partitioned function: the dimension split
-/// across the tp axis (i64), absent when replicated; and, when that dimension
-/// is several equal blocks each split on its own, their number.
-constexpr llvm::StringLiteral kSplitDimAttr = "cleave.split_dim";
-constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
-/// With kSplitDimAttr, where tp does not divide a block: the chunks are
-/// whole multiples of this many indices (a head's width), so no head is
-/// cut between two ranks.
-constexpr llvm::StringLiteral kSplitGranuleAttr = "cleave.split_granule";
-
-/// Argument attributes of a parameter that is one piece of a model tensor
-/// (cleave-segment-parameters): the tensor's name, and the piece as an
-/// array [dim, offset, size] along that one dimension.
-constexpr llvm::StringLiteral kSegmentOfAttr = "cleave.segment_of";
-constexpr llvm::StringLiteral kSegmentAttr = "cleave.segment";
-
-/// Collective attribute set by the partitioner: the phase of the train step
-/// that needs it ("forward", "backward", "optimizer").
-constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
-/// Collective attributes: why the partitioner needed it (which op needed the
-/// value whole or summed, and what keeping it split would have cost), and a
-/// unit attribute where it is one of Megatron's own (the sum of a split
-/// contraction with a weight, a vocab-parallel table or loss).
-constexpr llvm::StringLiteral kReasonAttr = "cleave.reason";
-constexpr llvm::StringLiteral kMegatronAttr = "cleave.megatron";
-
-/// On a partitioned gather / scatter_add: the mesh axes over which its table
-/// (result) is split along the gather axis; the rank's rows start at its
-/// group rank times the local extent.
-constexpr llvm::StringLiteral kShardAxesAttr = "cleave.shard_axes";
-/// With kShardAxesAttr: the table's real extent along the gathered axis
-/// when the ranks' chunks are padded (ids at or past it are out of range).
-constexpr llvm::StringLiteral kShardSizeAttr = "cleave.shard_size";
 
 /// A value's state on the tp axis: replicated, split along one dimension, or
 /// a pending partial result (each rank holds an addend, or a candidate for

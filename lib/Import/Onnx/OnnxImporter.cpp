@@ -917,7 +917,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
 
   OpBuilder builder(context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  module->getOperation()->setAttr("cleave.onnx_opset",
+  module->getOperation()->setAttr(kOnnxOpsetAttr,
                                   builder.getI64IntegerAttr(opset));
 
   llvm::StringSet<> initializerNames;

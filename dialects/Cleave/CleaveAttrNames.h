@@ -1,0 +1,89 @@
+//===- CleaveAttrNames.h - The IR's discardable cleave.* attributes -*- C++
+//-*-===//
+//
+// Every `cleave.*` attribute the pipeline puts on ops, functions, their
+// arguments and results, declared once, with what it holds. The dialect
+// verifies them (CleaveDialect.cpp: verifyOperationAttribute and the
+// region argument/result hooks): a misspelt name or a value of the wrong
+// kind is an error of the IR, not a silent miss in a later stage.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_DIALECT_CLEAVEATTRNAMES_H
+#define CLEAVE_DIALECT_CLEAVEATTRNAMES_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace mlir::cleave {
+
+//===--- Roles of a function's arguments and results ----------------------===//
+
+/// Argument: a graph input (a string: its name).
+constexpr llvm::StringLiteral kInputAttr = "cleave.input";
+/// Argument: a parameter (weights: values outside the IR), by name; on a
+/// result, its updated value.
+constexpr llvm::StringLiteral kParameterAttr = "cleave.parameter";
+/// Result: a graph output, by name.
+constexpr llvm::StringLiteral kOutputAttr = "cleave.output";
+/// Non-trainable float state (BatchNorm running statistics); on an argument
+/// its current value, on a result its updated value. A string: the name.
+constexpr llvm::StringLiteral kBufferAttr = "cleave.buffer";
+/// The 1-based number of the training step being run (i64 scalar argument;
+/// a unit attribute).
+constexpr llvm::StringLiteral kStepAttr = "cleave.step";
+/// Result: the scalar loss (unit attribute).
+constexpr llvm::StringLiteral kLossAttr = "cleave.loss";
+/// Result: the gradient of the named parameter.
+constexpr llvm::StringLiteral kGradientAttr = "cleave.gradient";
+/// Argument or result: optimizer state, an array ["parameter", "slot"].
+constexpr llvm::StringLiteral kOptimizerStateAttr = "cleave.optimizer_state";
+
+//===--- Tensor parallelism
+//------------------------------------------------===//
+
+/// Module: the device mesh shape (array<i64>); axis 0 is "tp".
+constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
+/// Argument/result of the partitioned function: the dimension split across
+/// the tp axis (i64), absent when replicated; and, when that dimension is
+/// several equal blocks each split on its own, their number (i64).
+constexpr llvm::StringLiteral kSplitDimAttr = "cleave.split_dim";
+constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
+/// With kSplitDimAttr, where tp does not divide a block: the chunks are
+/// whole multiples of this many indices (a head's width, i64).
+constexpr llvm::StringLiteral kSplitGranuleAttr = "cleave.split_granule";
+/// Argument of a parameter that is one piece of a model tensor
+/// (cleave-segment-parameters): the tensor's name (a string), and the piece
+/// as [dim, offset, size] along that one dimension (array<i64>).
+constexpr llvm::StringLiteral kSegmentOfAttr = "cleave.segment_of";
+constexpr llvm::StringLiteral kSegmentAttr = "cleave.segment";
+/// Collective: the phase of the train step that needs it ("forward",
+/// "backward", "optimizer").
+constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
+/// Collective: why the partitioner needed it (a string), and a unit
+/// attribute where it is one of Megatron's own reductions.
+constexpr llvm::StringLiteral kReasonAttr = "cleave.reason";
+constexpr llvm::StringLiteral kMegatronAttr = "cleave.megatron";
+/// Partitioned gather / scatter_add: the mesh axes (array<i64>) over which
+/// its table (result) is split along the gather axis, and the table's real
+/// extent (i64) when the ranks' chunks are padded.
+constexpr llvm::StringLiteral kShardAxesAttr = "cleave.shard_axes";
+constexpr llvm::StringLiteral kShardSizeAttr = "cleave.shard_size";
+
+//===--- Autodiff, lowering, import
+//----------------------------------------===//
+
+/// Op: its results do not propagate gradients (unit attribute; the max
+/// subtracted before an exponential for stability).
+constexpr llvm::StringLiteral kNoGradAttr = "cleave.no_grad";
+/// Op: one arena byte offset per result, -1 for a view (array<i64>).
+constexpr llvm::StringLiteral kOffsetsAttr = "cleave.offsets";
+/// Function: arena size in bytes (i64).
+constexpr llvm::StringLiteral kArenaBytesAttr = "cleave.arena_bytes";
+/// Module: the default-domain opset of the imported ONNX model (i64).
+constexpr llvm::StringLiteral kOnnxOpsetAttr = "cleave.onnx_opset";
+/// Op, printed by --cleave-print-sharding-rules for tests (a string).
+constexpr llvm::StringLiteral kShardingRuleAttr = "cleave.sharding_rule";
+
+} // namespace mlir::cleave
+
+#endif // CLEAVE_DIALECT_CLEAVEATTRNAMES_H
