@@ -1,9 +1,9 @@
 //===- AppendLoss.cpp - The training loss of a forward model ----*- C++ -*-===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Autodiff/Passes.h"
-#include "cleave/Lowering/EmitPlan.h"
 
 namespace mlir::cleave {
 #define GEN_PASS_DEF_APPENDLOSSPASS

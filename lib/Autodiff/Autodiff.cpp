@@ -8,10 +8,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Autodiff/Autodiff.h"
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveInterfaces.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Passes.h"
-#include "cleave/Lowering/EmitPlan.h"
 #include "llvm/ADT/DenseSet.h"
 
 namespace mlir::cleave {

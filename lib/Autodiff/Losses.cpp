@@ -8,9 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
-#include "cleave/Lowering/EmitPlan.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 

@@ -7,10 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Autodiff/Passes.h"
-#include "cleave/Lowering/EmitPlan.h"
 
 namespace mlir::cleave {
 #define GEN_PASS_DEF_OPTIMIZERPASS

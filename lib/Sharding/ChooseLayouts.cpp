@@ -1,22 +1,28 @@
 //===- ChooseLayouts.cpp - Automatic parameter layouts ----------*- C++ -*-===//
 //
-// The decision variables are the parameters' layouts (optimizer state follows
-// its parameter; activations follow by propagation). Every candidate plan is
-// scored by a dry run of the partitioner over the whole train step, forward,
-// backward and optimizer together, so forward and backward agree: the score
-// is the step's communication time plus the cost model's charge for per-rank
-// memory. The search is coordinate descent from the replicated plan, with
-// moves that change one parameter and let its neighbours adapt (a lone
-// column split pays an all-gather that only the matching row split
-// removes). A second descent, from the first one's plan, removes the
-// gathers of values that carry a parameter's split where that costs little
-// (chooseLayouts), and every collective's reason gets what the cheapest
-// other layout of its parameter would have cost.
+// The decision variables are the parameters' layouts, one per group of
+// parameters in structurally identical positions (the same role in every
+// layer); optimizer state follows its parameter, activations follow by
+// propagation. Each group's candidates are the replicated layout, a split
+// of each dimension, and splits in the blocks and head-wide granules the
+// step itself reveals (fused projections sliced or reshaped into [B, ...]).
+// Every candidate plan is scored by a dry run of the partitioner over the
+// whole train step, forward, backward and optimizer together: the step's
+// communication time plus the cost model's charge for per-rank memory.
+// The search is coordinate descent from the replicated plan, with moves
+// that change one group and let its neighbours adapt (a lone column split
+// pays an all-gather that only the matching row split removes). Where the
+// plan found gathers values that carry a parameter's split, a second
+// descent (and, if that leaves some, a restart whose moves adapt every
+// layer) looks for a plan without them at a small extra cost; the last
+// decision is whether gradients may stay partial across a fan-out. Every
+// collective's reason gets what the cheapest other layout of its
+// parameter would have cost.
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
-#include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Sharding/Sharding.h"
 
 #include "llvm/Support/Format.h"

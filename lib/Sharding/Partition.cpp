@@ -10,12 +10,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveInterfaces.h"
 #include "Cleave/CleaveOps.h"
 #include "Partitioner.h"
 #include "cleave/Autodiff/Autodiff.h"
-#include "cleave/Lowering/EmitPlan.h"
-#include "cleave/Lowering/PlanBuffers.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/Support/Format.h"

@@ -1,7 +1,7 @@
 //===- PartitionPass.cpp - The cleave-partition pass ------------*- C++ -*-===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
-#include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Sharding/Passes.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/Support/FileUtilities.h"

@@ -10,10 +10,10 @@
 #ifndef CLEAVE_LIB_SHARDING_PARTITIONER_H
 #define CLEAVE_LIB_SHARDING_PARTITIONER_H
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveInterfaces.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
-#include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Lowering/PlanBuffers.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/IR/IRMapping.h"

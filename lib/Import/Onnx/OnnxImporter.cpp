@@ -7,11 +7,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Import/OnnxImporter.h"
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/TensorSize.h"
 #include "NodeContext.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Lowering/ConstantEvaluator.h"
-#include "cleave/Lowering/EmitPlan.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
