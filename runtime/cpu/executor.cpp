@@ -15,34 +15,18 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
-#include <unordered_map>
 
 namespace cleave::rt {
 
 namespace {
 
-struct KernelEntry {
-  const char *name;
-  PrepareFn prepare;
-};
-
-// Each name in kernels.def must have a prepare_<name> definition, or linking
-// the runtime fails naming the missing symbol.
-const KernelEntry kKernels[] = {
-#define CLEAVE_KERNEL(NAME) {#NAME, &prepare_##NAME},
+// Indexed by schema::Kernel (kernels.def's order). Each name in kernels.def
+// must have a prepare_<name> definition, or linking the runtime fails naming
+// the missing symbol.
+const PrepareFn kPrepare[] = {
+#define CLEAVE_KERNEL(NAME) &prepare_##NAME,
 #include "cleave/runtime/kernels.def"
 };
-
-PrepareFn findKernel(const std::string &name) {
-  static const std::unordered_map<std::string, PrepareFn> table = [] {
-    std::unordered_map<std::string, PrepareFn> t;
-    for (const KernelEntry &e : kKernels)
-      t.emplace(e.name, e.prepare);
-    return t;
-  }();
-  auto it = table.find(name);
-  return it == table.end() ? nullptr : it->second;
-}
 
 struct FreeDeleter {
   void operator()(uint8_t *p) const { std::free(p); }
@@ -252,8 +236,7 @@ static Status bindInstruction(const plan::Program &program, size_t index,
         describeInstruction(index, inst.kernel(), inst.location()) + ": " +
         msg);
   };
-  PrepareFn prepare = findKernel(inst.kernel());
-  if (!prepare)
+  if (!schema::kernelNamed(inst.kernel()))
     return fail("unknown kernel '" + inst.kernel() + "'");
 
   KernelInfo info;
@@ -288,6 +271,7 @@ static Status bindInstruction(const plan::Program &program, size_t index,
              std::vector<double>(attr.floats().begin(), attr.floats().end())};
   if (Status s = validateInstruction(attrs, info); !s)
     return fail(s.message());
+  PrepareFn prepare = kPrepare[static_cast<size_t>(*info.kernelId)];
 
   ProgramInstruction bound;
   if (Status s = prepare(info, &bound.cpu); !s)

@@ -51,9 +51,9 @@ struct Attr {
 /// What prepare functions see of an instruction.
 struct KernelInfo {
   std::string kernel;
-  /// Set by validateInstruction, with decoded (monostate for the runtime's
-  /// own fused_elementwise).
-  schema::Kernel kernelId{};
+  /// Set by validateInstruction, with decoded; absent (and decoded
+  /// monostate) for the runtime's own fused_elementwise.
+  std::optional<schema::Kernel> kernelId;
   schema::AnyParams decoded;
   /// Absent optional operands (id -1) are std::nullopt.
   std::vector<std::optional<TensorType>> operands;

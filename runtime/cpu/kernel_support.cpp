@@ -314,7 +314,9 @@ std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
 
 std::vector<int64_t> collectiveAxes(const KernelInfo &info) {
   using K = schema::Kernel;
-  switch (info.kernelId) {
+  if (!info.kernelId)
+    return {};
+  switch (*info.kernelId) {
   case K::k_all_reduce:
     return info.params<K::k_all_reduce>().axes;
   case K::k_all_gather:

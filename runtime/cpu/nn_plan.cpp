@@ -40,7 +40,9 @@ template <typename P> WindowAttrs poolWindowOf(const P &p) {
 
 WindowAttrs windowAttrs(const KernelInfo &info) {
   using K = schema::Kernel;
-  switch (info.kernelId) {
+  if (!info.kernelId)
+    return WindowAttrs();
+  switch (*info.kernelId) {
   case K::k_conv2d:
     return convWindowOf(info.params<K::k_conv2d>());
   case K::k_conv2d_backward_input:

@@ -86,7 +86,9 @@ template <typename P> void copySplit(const P &p, Split *split) {
 
 Status readSplit(const KernelInfo &info, Split *split) {
   using K = schema::Kernel;
-  switch (info.kernelId) {
+  if (!info.kernelId)
+    return Status::error("not a split collective");
+  switch (*info.kernelId) {
   case K::k_all_gather:
     copySplit(info.params<K::k_all_gather>(), split);
     break;

@@ -29,7 +29,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <unordered_map>
 
 namespace cleave::rt::cuda {
 
@@ -37,14 +36,12 @@ namespace {
 
 using PrepareFn = Status (*)(const KernelInfo &, DeviceFn *);
 
-PrepareFn findKernel(const std::string &name) {
-  static const std::unordered_map<std::string, PrepareFn> table = {
-#define CLEAVE_KERNEL(NAME) {#NAME, &prepare_##NAME},
+/// Indexed by schema::Kernel (kernels.def's order); a kernel without a
+/// CUDA prepare function fails at link time.
+const PrepareFn kPrepare[] = {
+#define CLEAVE_KERNEL(NAME) &prepare_##NAME,
 #include "cleave/runtime/kernels.def"
-  };
-  auto it = table.find(name);
-  return it == table.end() ? nullptr : it->second;
-}
+};
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
@@ -117,7 +114,7 @@ private:
   std::string indexErrorDetail(size_t i) {
     std::string generic = "an index is out of range";
     for (const Step &step : steps_) {
-      if (step.index != i || step.inst->fused ||
+      if (step.index != i ||
           step.inst->info.kernelId != schema::Kernel::k_check_index ||
           step.operands.empty())
         continue;
@@ -302,9 +299,9 @@ Status CudaRunner::bind() {
         return Status::error(where(i) + ": " + s.message());
       return Status::ok();
     }
-    PrepareFn prepare = findKernel(inst.info.kernel);
-    if (!prepare)
+    if (!inst.info.kernelId)
       return Status::error(where(i) + ": no CUDA kernel");
+    PrepareFn prepare = kPrepare[static_cast<size_t>(*inst.info.kernelId)];
     if (Status s = prepare(inst.info, fn); !s)
       return Status::error(where(i) + ": " + s.message());
     return Status::ok();
