@@ -13,6 +13,7 @@ config.test_exec_root = os.path.join(config.cleave_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%cleave_src", config.cleave_src_root))
+config.substitutions.append(("%cleave_obj", config.cleave_obj_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # The TorchScript front end is built where libtorch is found.
 if config.cleave_torchscript == "1":

@@ -26,10 +26,13 @@ find_nccl() {
 read -r nccl_inc nccl_lib < <(find_nccl) || { echo "build_plugin: no nccl.h + libnccl found" >&2; exit 1; }
 cudalib=$cuda/lib64; [ -d "$cudalib" ] || cudalib=$cuda/lib
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-inc="-I$root/runtime/include -I$root/runtime/cpu -I$root/runtime/cuda -I$nccl_inc -I$cuda/include"
+inc="-I$root/runtime/include -I$root/runtime -I$nccl_inc -I$cuda/include"
 arch="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
-srcs=$(ls "$root"/runtime/cuda/*.cu "$root"/runtime/cuda/*.cpp \
-  "$root"/runtime/cpu/{kernel_support,comm,fusion,nn_plan,types}.cpp)
+# The sources of runtime/cuda/CMakeLists.txt's cleave_cuda and
+# runtime/core/CMakeLists.txt's cleave_runtime_core (which it links).
+srcs=$(ls "$root"/runtime/cuda/{collectives,executor,matmul_cache,schedule}.cpp \
+  "$root"/runtime/cuda/{conv,elementwise,fused,matmul,random,reduce,shape,support}.cu \
+  "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,types}.cpp)
 echo "$srcs" | xargs -P "$(nproc)" -I{} sh -c '
   f={}; o='"$work"'/$(basename "$f").o
   case "$f" in

@@ -43,6 +43,14 @@ inline int64_t elementByteSize(Type type) {
   return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8);
 }
 
+/// Bytes of a static tensor type as the runtime stores it (i1 takes a
+/// byte); the partitioner's memory estimates and the buffer planner agree
+/// through it.
+inline int64_t storageBytes(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() * elementByteSize(tensor.getElementType());
+}
+
 /// Whether \p type is a statically shaped tensor whose bytes fit in int64.
 inline bool hasCheckedSize(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);

@@ -1,8 +1,8 @@
 //===- AppendLoss.cpp - The training loss of a forward model ----*- C++ -*-===//
 
 #include "Cleave/CleaveAttrNames.h"
+#include "Cleave/CleaveLosses.h"
 #include "Cleave/CleaveOps.h"
-#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Autodiff/Passes.h"
 
 namespace mlir::cleave {

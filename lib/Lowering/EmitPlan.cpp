@@ -9,7 +9,6 @@
 
 #include "cleave/Lowering/EmitPlan.h"
 #include "Cleave/CleaveOps.h"
-#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Lowering/Passes.h"
 #include "cleave/Lowering/PlanBuffers.h"
 #include "cleave/Sharding/Sharding.h"

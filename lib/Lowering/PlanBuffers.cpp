@@ -20,13 +20,6 @@ namespace mlir::cleave {
 using namespace mlir;
 using namespace mlir::cleave;
 
-int64_t mlir::cleave::storageBytes(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  unsigned bits = tensor.getElementTypeBitWidth();
-  int64_t bytes = bits == 1 ? 1 : bits / 8;
-  return tensor.getNumElements() * bytes;
-}
-
 bool mlir::cleave::isView(Operation *op) { return isa<ReshapeOp>(op); }
 
 bool mlir::cleave::isStoredConstant(Operation *op) {

@@ -23,7 +23,7 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
 }
 
 void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
-                                      const TrainOptions &options) {
+                                      const TrainStepOptions &options) {
   // The forward canonicalized first, so the backward is derived from its
   // simplest form (torch.onnx's repeat_interleave becomes one broadcast).
   pm.addPass(createCanonicalizerPass());
@@ -76,8 +76,9 @@ void mlir::cleave::registerPipelines() {
       "cleave-train-pipeline",
       "Builds and lowers the train step (loss, gradients, optimizer update)",
       [](OpPassManager &pm, const TrainPipelineOptions &o) {
-        TrainOptions t{o.loss,  o.optimizer, o.lr,  o.momentum, o.weightDecay,
-                       o.beta1, o.beta2,     o.eps, o.tp,       o.plan};
+        TrainStepOptions t{o.loss,        o.optimizer, o.lr,    o.momentum,
+                           o.weightDecay, o.beta1,     o.beta2, o.eps,
+                           o.tp,          o.plan};
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(
@@ -98,7 +99,7 @@ static LogicalResult runAndEmit(ModuleOp module, PassManager &pm,
 }
 
 LogicalResult mlir::cleave::compileTrainStep(ModuleOp module,
-                                             const TrainOptions &options,
+                                             const TrainStepOptions &options,
                                              ::cleave::plan::Program &program) {
   PassManager pm(module.getContext());
   buildTrainPipeline(pm, options);

@@ -14,7 +14,6 @@
 #include "Cleave/CleaveInterfaces.h"
 #include "Cleave/CleaveOps.h"
 #include "Partitioner.h"
-#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/Support/Format.h"

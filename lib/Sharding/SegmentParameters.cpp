@@ -12,7 +12,6 @@
 
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
-#include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Sharding/Passes.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/IR/Builders.h"

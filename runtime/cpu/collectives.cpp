@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kernel.h"
+#include "cpu/cpu_kernel.h"
 
 #include "cleave/runtime/comm.h"
 

@@ -6,8 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "fused_ops.h"
-#include "kernel.h"
+#include "core/fused_ops.h"
+#include "core/int_arith.h"
+#include "cpu/cpu_kernel.h"
 
 #include <cmath>
 #include <limits>
@@ -108,41 +109,6 @@ void selectLoop(const ElementwisePlan &plan, const uint8_t *c, const T *a,
 //===----------------------------------------------------------------------===//
 
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
-
-/// Integer arithmetic wraps (through the unsigned type) instead of being UB.
-template <typename T> T wrapAdd(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-}
-template <typename T> T wrapSub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-}
-template <typename T> T wrapMul(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-}
-
-/// Integer power by squaring. A negative exponent gives the truncated value
-/// of 1 / base^-exp: 0 except for bases 1 and -1 (and 0, whose reciprocal
-/// does not exist; it also gives 0 rather than trapping).
-template <typename T> T intPow(T base, T exp) {
-  if (exp < 0) {
-    if (base == 1)
-      return 1;
-    if (base == -1)
-      return (exp % 2 == 0) ? 1 : -1;
-    return 0;
-  }
-  T result = 1;
-  while (exp > 0) {
-    if (exp & 1)
-      result = wrapMul(result, base);
-    base = wrapMul(base, base);
-    exp >>= 1;
-  }
-  return result;
-}
 
 template <typename T> T maxOf(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {

@@ -1,20 +1,21 @@
-//===- executor.cpp - Loads and runs a plan Program on the CPU ------------===//
+//===- executor.cpp - Runs a loaded program on the CPU --------------------===//
 //
-// Loading validates the whole program so that running it can only fail for
-// data-dependent reasons (e.g. gather indices): every value's bytes are in
-// bounds of their storage, and every kernel's prepare function has checked its
-// operand types and attributes.
+// Loading (core/program.cpp) has validated the whole program and each CPU
+// prepare function its shape rules, so running it can only fail for
+// data-dependent reasons (e.g. gather indices).
 //
 //===----------------------------------------------------------------------===//
 
-#include "program.h"
+#include "cpu/cpu_kernel.h"
+#include "cpu/runner.h"
 
 #include "cleave/runtime/comm.h"
+#include "core/plan_reader.h"
+#include "core/program.h"
 #include "plan/plan.pb.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 
 namespace cleave::rt {
 
@@ -45,9 +46,6 @@ AlignedBytes allocateAligned(size_t size) {
   return AlignedBytes(p);
 }
 
-/// Largest element count accepted; keeps byte sizes far from overflow.
-constexpr int64_t kMaxElements = int64_t(1) << 48;
-
 struct BoundInstruction {
   const ProgramInstruction *inst = nullptr;
   // Scratch for the pointers of one run; sized once here.
@@ -61,6 +59,8 @@ struct Executor::Impl {
   /// The communicator collectives use; ownedComm when none was given.
   std::unique_ptr<Communicator> ownedComm;
   LoadedProgram program;
+  /// Per instruction of program, its CPU kernel.
+  std::vector<KernelFn> kernels;
   std::vector<AlignedBytes> constants;
   AlignedBytes arena;
   std::vector<BoundInstruction> instructions;
@@ -71,233 +71,24 @@ struct Executor::Impl {
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() = default;
 
-static Status convertDType(int dtype, DType *out) {
-  switch (dtype) {
-  case plan::F32:
-    *out = DType::F32;
-    return Status::ok();
-  case plan::I64:
-    *out = DType::I64;
-    return Status::ok();
-  case plan::I32:
-    *out = DType::I32;
-    return Status::ok();
-  case plan::BOOL:
-    *out = DType::Bool;
-    return Status::ok();
-  default:
-    return Status::error("unsupported dtype " + std::to_string(dtype));
-  }
-}
-
-static Status loadValues(const plan::Program &program, LoadedProgram &impl) {
-  if (program.arena_bytes() < 0)
-    return Status::error("negative arena_bytes " +
-                         std::to_string(program.arena_bytes()));
-  impl.values.resize(program.values_size());
-  for (int i = 0; i < program.values_size(); ++i) {
-    const plan::Value &v = program.values(i);
-    ProgramValue &info = impl.values[i];
-    auto fail = [&](const std::string &msg) {
-      return Status::error("value " + std::to_string(i) + ": " + msg);
-    };
-    if (Status s = convertDType(v.type().dtype(), &info.type.dtype); !s)
-      return fail(s.message());
-    int64_t n = 1;
-    for (int64_t d : v.type().shape()) {
-      if (d < 0)
-        return fail("negative dimension " + std::to_string(d));
-      if (d != 0 && n > kMaxElements / d)
-        return fail("too many elements");
-      n *= d;
-      info.type.shape.push_back(d);
-    }
-    int64_t elemSize = static_cast<int64_t>(dtypeSize(info.type.dtype));
-    info.numBytes = n * elemSize;
-    info.offset = v.offset();
-    info.index = v.index();
-    if (info.offset < 0 || info.offset % elemSize != 0)
-      return fail("offset " + std::to_string(info.offset) +
-                  " is negative or not a multiple of the element size");
-    switch (v.storage()) {
-    case plan::Value::ARENA:
-      info.storage = Storage::Arena;
-      if (info.offset > program.arena_bytes() - info.numBytes)
-        return fail("arena bytes [" + std::to_string(info.offset) + ", " +
-                    std::to_string(info.offset + info.numBytes) +
-                    ") exceed arena_bytes " +
-                    std::to_string(program.arena_bytes()));
-      break;
-    case plan::Value::INPUT:
-      info.storage = Storage::Input;
-      if (info.index < 0 || info.index >= program.inputs_size())
-        return fail("input index " + std::to_string(info.index) +
-                    " out of range (program has " +
-                    std::to_string(program.inputs_size()) + " inputs)");
-      break;
-    case plan::Value::CONSTANT:
-      info.storage = Storage::Constant;
-      if (info.index < 0 || info.index >= program.constants_size())
-        return fail("constant index " + std::to_string(info.index) +
-                    " out of range (program has " +
-                    std::to_string(program.constants_size()) + " constants)");
-      if (info.offset >
-          static_cast<int64_t>(program.constants(info.index).size()) -
-              info.numBytes)
-        return fail("bytes [" + std::to_string(info.offset) + ", " +
-                    std::to_string(info.offset + info.numBytes) +
-                    ") exceed constant " + std::to_string(info.index) + " of " +
-                    std::to_string(program.constants(info.index).size()) +
-                    " bytes");
-      break;
-    default:
-      return fail("unknown storage " + std::to_string(v.storage()));
-    }
-  }
-
-  // Inputs: the value listed at position i is the whole of input i.
-  int numValues = program.values_size();
-  for (int i = 0; i < program.inputs_size(); ++i) {
-    int32_t id = program.inputs(i);
-    std::string what = "input " + std::to_string(i);
-    if (id < 0 || id >= numValues)
-      return Status::error(what + ": value id " + std::to_string(id) +
-                           " out of range");
-    const ProgramValue &v = impl.values[id];
-    if (v.storage != Storage::Input || v.index != i || v.offset != 0)
-      return Status::error(what + ": value " + std::to_string(id) +
-                           " is not INPUT storage with index " +
-                           std::to_string(i) + " and offset 0");
-    impl.inputs.push_back(id);
-  }
-  // Views of inputs must stay inside them.
-  for (int i = 0; i < numValues; ++i) {
-    const ProgramValue &v = impl.values[i];
-    if (v.storage != Storage::Input)
-      continue;
-    const ProgramValue &whole = impl.values[impl.inputs[v.index]];
-    if (v.offset > whole.numBytes - v.numBytes)
-      return Status::error("value " + std::to_string(i) + ": bytes [" +
-                           std::to_string(v.offset) + ", " +
-                           std::to_string(v.offset + v.numBytes) +
-                           ") exceed input " + std::to_string(v.index) +
-                           " of " + std::to_string(whole.numBytes) + " bytes");
-  }
-  // A constant's bytes must be exactly what its values cover: the largest
-  // value referring to it (its owner) ends where the constant ends.
-  std::vector<int64_t> constantEnd(program.constants_size(), -1);
-  for (const ProgramValue &v : impl.values)
-    if (v.storage == Storage::Constant)
-      constantEnd[v.index] =
-          std::max(constantEnd[v.index], v.offset + v.numBytes);
-  for (int c = 0; c < program.constants_size(); ++c) {
-    int64_t size = static_cast<int64_t>(program.constants(c).size());
-    if (constantEnd[c] >= 0 && constantEnd[c] != size)
-      return Status::error(
-          "constant " + std::to_string(c) + " has " + std::to_string(size) +
-          " bytes but its values cover " + std::to_string(constantEnd[c]));
-  }
-
-  for (int i = 0; i < program.outputs_size(); ++i) {
-    int32_t id = program.outputs(i);
-    if (id < 0 || id >= numValues)
-      return Status::error("output " + std::to_string(i) + ": value id " +
-                           std::to_string(id) + " out of range");
-    impl.outputs.push_back(id);
-  }
-
-  auto loadNames = [](const auto &names, size_t count, const char *what,
-                      std::vector<std::string> *out) {
-    if (names.empty()) {
-      for (size_t i = 0; i < count; ++i)
-        out->push_back(std::string(what) + std::to_string(i));
-      return Status::ok();
-    }
-    if (static_cast<size_t>(names.size()) != count)
-      return Status::error(
-          std::string("program has ") + std::to_string(count) + " " + what +
-          "s but " + std::to_string(names.size()) + " " + what + " names");
-    out->assign(names.begin(), names.end());
-    return Status::ok();
+/// Binds the CPU kernels of \p program's instructions: the prepare
+/// function of each instruction as it loads (its shape rules are the checks
+/// both backends rely on), then fusion's kernels.
+Status bindCpuKernels(const cleave_program &program, Communicator *comm,
+                      LoadedProgram *loaded, std::vector<KernelFn> *kernels) {
+  std::vector<KernelFn> prepared;
+  InstructionCheck check = [&](const ProgramInstruction &inst) {
+    prepared.emplace_back();
+    return kPrepare[static_cast<size_t>(*inst.info.kernelId)](inst.info,
+                                                              &prepared.back());
   };
-  if (Status s = loadNames(program.input_names(), impl.inputs.size(), "input",
-                           &impl.inputNames);
-      !s)
+  if (Status s = loadProgram(program, comm, check, loaded); !s)
     return s;
-  return loadNames(program.output_names(), impl.outputs.size(), "output",
-                   &impl.outputNames);
-}
-
-static Status bindInstruction(const plan::Program &program, size_t index,
-                              Communicator *comm, LoadedProgram &impl) {
-  const plan::Instruction &inst = program.instructions(index);
-  auto fail = [&](const std::string &msg) {
-    return Status::error(
-        describeInstruction(index, inst.kernel(), inst.location()) + ": " +
-        msg);
-  };
-  if (!schema::kernelNamed(inst.kernel()))
-    return fail("unknown kernel '" + inst.kernel() + "'");
-
-  KernelInfo info;
-  info.kernel = inst.kernel();
-  info.comm = comm;
-  int numValues = program.values_size();
-  for (int32_t id : inst.operands()) {
-    if (id == -1) {
-      info.operands.push_back(std::nullopt);
-      continue;
-    }
-    if (id < 0 || id >= numValues)
-      return fail("operand value id " + std::to_string(id) + " out of range");
-    info.operands.push_back(impl.values[id].type);
-  }
-  for (int32_t id : inst.results()) {
-    if (id == -1) {
-      info.results.push_back(std::nullopt);
-      continue;
-    }
-    if (id < 0 || id >= numValues)
-      return fail("result value id " + std::to_string(id) + " out of range");
-    if (impl.values[id].storage != Storage::Arena)
-      return fail("result value " + std::to_string(id) +
-                  " is not in the arena");
-    info.results.push_back(impl.values[id].type);
-  }
-  std::map<std::string, Attr> attrs;
-  for (const auto &[name, attr] : inst.attrs())
-    attrs[name] =
-        Attr{std::vector<int64_t>(attr.ints().begin(), attr.ints().end()),
-             std::vector<double>(attr.floats().begin(), attr.floats().end())};
-  if (Status s = validateInstruction(attrs, info); !s)
-    return fail(s.message());
-  PrepareFn prepare = kPrepare[static_cast<size_t>(*info.kernelId)];
-
-  ProgramInstruction bound;
-  if (Status s = prepare(info, &bound.cpu); !s)
-    return fail(s.message());
-  bound.info = std::move(info);
-  bound.location = inst.location();
-  bound.operands.assign(inst.operands().begin(), inst.operands().end());
-  bound.results.assign(inst.results().begin(), inst.results().end());
-  impl.instructions.push_back(std::move(bound));
-  return Status::ok();
-}
-
-Status loadProgram(const plan::Program &program, Communicator *comm,
-                   LoadedProgram *result) {
-  LoadedProgram &loaded = *result;
-  loaded.name = program.name();
-  std::string prefix = "program '" + program.name() + "': ";
-  if (Status s = loadValues(program, loaded); !s)
-    return Status::error(prefix + s.message());
-  for (size_t i = 0; i < static_cast<size_t>(program.instructions_size()); ++i)
-    if (Status s = bindInstruction(program, i, comm, loaded); !s)
-      return Status::error(prefix + s.message());
-  loaded.constants.assign(program.constants().begin(),
-                          program.constants().end());
-  loaded.arenaBytes = program.arena_bytes();
-  fuseElementwise(loaded);
+  fuseElementwise(*loaded);
+  kernels->clear();
+  for (const ProgramInstruction &inst : loaded->instructions)
+    kernels->push_back(inst.fused ? fusedCpuKernel(inst.fused)
+                                  : std::move(prepared[inst.origin]));
   return Status::ok();
 }
 
@@ -308,7 +99,10 @@ Status Executor::create(const plan::Program &program,
     impl->ownedComm = makeSingleProcessCommunicator({1});
     comm = impl->ownedComm.get();
   }
-  if (Status s = loadProgram(program, comm, &impl->program); !s)
+  PlanView view(program);
+  if (Status s =
+          bindCpuKernels(view.program(), comm, &impl->program, &impl->kernels);
+      !s)
     return s;
   LoadedProgram &loaded = impl->program;
   std::string prefix = "program '" + program.name() + "': ";
@@ -395,7 +189,7 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
               ? nullptr
               : impl.arena.get() + program.values[inst.results[k]].offset;
     KernelArgs args{bound.operandPtrs.data(), bound.resultPtrs.data()};
-    if (Status s = inst.cpu(args); !s)
+    if (Status s = impl.kernels[i](args); !s)
       return Status::error(
           describeInstruction(i, inst.info.kernel, inst.location) + ": " +
           s.message());

@@ -1,6 +1,6 @@
 //===- fill.cpp - The fill kernel -----------------------------------------===//
 
-#include "kernel.h"
+#include "cpu/cpu_kernel.h"
 
 #include <algorithm>
 

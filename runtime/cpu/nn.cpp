@@ -1,6 +1,6 @@
 //===- nn.cpp - Normalisation, convolution and pooling kernels ------------===//
 
-#include "nn_common.h"
+#include "cpu/nn_cpu.h"
 
 #include <cblas.h>
 

@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kernel.h"
-#include "philox.h"
+#include "core/philox.h"
+#include "cpu/cpu_kernel.h"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kernel.h"
+#include "cpu/cpu_kernel.h"
 
 #include <algorithm>
 #include <cmath>

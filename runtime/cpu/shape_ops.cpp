@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
-#include "kernel.h"
+#include "cpu/cpu_kernel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -433,35 +433,6 @@ Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
   return Status::ok();
 }
 
-/// A gather table (or scatter result) split along its axis over the mesh
-/// axes of attr shard_axes: this rank holds rows [offset, offset + extent)
-/// of `global`. Unsplit: offset 0, global = extent. \p P: gather's or
-/// scatter_add's Params.
-template <typename P>
-Status shardRange(const KernelInfo &info, const P &attrs, int64_t extent,
-                  int64_t *offset, int64_t *global) {
-  *offset = 0;
-  *global = extent;
-  if (!attrs.shard_axes)
-    return Status::ok();
-  if (!info.comm)
-    return Status::error("shard_axes needs a communicator");
-  const std::vector<int64_t> &axes = *attrs.shard_axes;
-  if (Status s = info.comm->checkAxes(axes); !s)
-    return s;
-  *offset = info.comm->groupRank(axes) * extent;
-  *global = info.comm->groupSize(axes) * extent;
-  // Chunks padded to a common extent: the real rows end at shard_size.
-  int64_t size = attrs.shard_size.value_or(*global);
-  if (size > *global || size < 0)
-    return Status::error("attribute 'shard_size' " + std::to_string(size) +
-                         " does not fit chunks of " + std::to_string(extent) +
-                         " rows on " +
-                         std::to_string(info.comm->groupSize(axes)) + " ranks");
-  *global = size;
-  return Status::ok();
-}
-
 /// Maps global indices (i64 when \p wide, else i32) to this rank's rows: -1
 /// for rows another rank holds.
 Status localRows(const void *indices, bool wide, int64_t count, int64_t offset,
@@ -541,9 +512,10 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
       static_cast<size_t>(product(data.shape, axis + 1, data.shape.size())) *
       dtypeSize(data.dtype);
   bool wide = idx.dtype == DType::I64;
-  int64_t offset = 0, global = 0;
-  if (Status s = shardRange(info, attrs, extent, &offset, &global); !s)
+  ShardRows rows;
+  if (Status s = readShardRows(info, attrs, extent, &rows); !s)
     return s;
+  int64_t offset = rows.offset, global = rows.global;
   if (global != extent) {
     // Vocab-parallel lookup: rows of other ranks read as zeros.
     *fn = [=](const KernelArgs &args) {
@@ -679,9 +651,10 @@ Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
   int64_t outer = scatter ? product(r.shape, 0, axis) : 0;
   int64_t inner = scatter ? product(r.shape, axis + 1, r.shape.size()) : 0;
   bool wide = idx.dtype == DType::I64;
-  int64_t offset = 0, global = 0;
-  if (Status s = shardRange(info, attrs, extent, &offset, &global); !s)
+  ShardRows rows;
+  if (Status s = readShardRows(info, attrs, extent, &rows); !s)
     return s;
+  int64_t offset = rows.offset, global = rows.global;
   if (global != extent) {
     // This rank keeps only its rows of the result; in index order, so the
     // sums are those of the unsplit scatter.

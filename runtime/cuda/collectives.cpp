@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "collectives.h"
+#include "cuda/collectives.h"
 
 #include <nccl.h>
 #include <type_traits>

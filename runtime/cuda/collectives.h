@@ -11,7 +11,7 @@
 #ifndef CLEAVE_RUNTIME_CUDA_COLLECTIVES_H
 #define CLEAVE_RUNTIME_CUDA_COLLECTIVES_H
 
-#include "cuda_kernel.h"
+#include "cuda/cuda_kernel.h"
 
 #include "cleave/runtime/comm.h"
 

@@ -3,7 +3,7 @@
 // Direct kernels in place of the CPU backend's im2col + sgemm (nn.cpp,
 // nn_backward.cpp): the models are small CNNs, and a direct kernel needs no
 // column scratch, which a captured step could not allocate. The geometry comes
-// from the CPU backend's own readers (nn_common.h, nn_plan.cpp), so both
+// from the readers in runtime/core/nn_geometry.{h,cpp}, so both
 // backends agree on it by construction.
 //
 // The adjoints gather rather than scatter: each thread owns one element of the
@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_common.cuh"
-#include "nn_common.h"
+#include "core/nn_geometry.h"
+#include "cuda/cuda_common.cuh"
 
 #include <limits>
 

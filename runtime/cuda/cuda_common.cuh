@@ -9,7 +9,7 @@
 #ifndef CLEAVE_RUNTIME_CUDA_CUDA_COMMON_CUH
 #define CLEAVE_RUNTIME_CUDA_CUDA_COMMON_CUH
 
-#include "cuda_kernel.h"
+#include "cuda/cuda_kernel.h"
 
 #include <cstdint>
 #include <vector>

@@ -3,7 +3,7 @@
 // Private to libcleave_cuda.so. The CUDA backend runs the same plan as the
 // CPU backend, kernel for kernel (kernels.def): before any CUDA prepare
 // function sees an instruction, the schema's validator (validateInstruction,
-// runtime/cpu/kernel_schema.cpp) has checked its arity, dtypes and
+// runtime/core/kernel_schema.cpp) has checked its arity, dtypes and
 // attributes, decoded into KernelInfo::decoded, and the CPU backend's
 // prepare function its shape rules, so the CUDA prepare functions only turn
 // a valid KernelInfo into a launch; they
@@ -20,7 +20,7 @@
 #ifndef CLEAVE_RUNTIME_CUDA_CUDA_KERNEL_H
 #define CLEAVE_RUNTIME_CUDA_CUDA_KERNEL_H
 
-#include "kernel.h" // runtime/cpu: KernelInfo, KernelArgs, TensorType, Status
+#include "core/kernel_info.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -78,7 +78,7 @@ using DeviceFn = std::function<Status(const KernelArgs &, Context &)>;
   Status prepare_##NAME(const KernelInfo &, DeviceFn *);
 #include "cleave/runtime/kernels.def"
 
-/// A fused elementwise chain (runtime/cpu/fusion.h).
+/// A fused elementwise chain (runtime/core/fusion.h).
 Status prepareFused(const rt::FusedProgram &program, DeviceFn *fn);
 
 /// Ok, or an error naming the CUDA call and its message.

@@ -8,8 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_common.cuh"
-#include "fused_ops.h"
+#include "core/fused_ops.h"
+#include "core/int_arith.h"
+#include "cuda/cuda_common.cuh"
 
 #include <string>
 #include <type_traits>
@@ -157,40 +158,6 @@ DeviceFn binaryFn(const ElementwisePlan &plan, F f, std::string name) {
 //===----------------------------------------------------------------------===//
 
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
-
-// Integer arithmetic wraps (through the unsigned type), as on the CPU.
-template <typename T> __device__ T wrapAdd(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-}
-template <typename T> __device__ T wrapSub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-}
-template <typename T> __device__ T wrapMul(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-}
-
-/// The CPU's intPow: squaring with wrap-around; a negative exponent gives the
-/// truncated 1 / base^-exp (0 unless base is 1 or -1, and 0 for base 0).
-template <typename T> __device__ T intPow(T base, T exp) {
-  if (exp < 0) {
-    if (base == 1)
-      return 1;
-    if (base == -1)
-      return (exp % 2 == 0) ? 1 : -1;
-    return 0;
-  }
-  T result = 1;
-  while (exp > 0) {
-    if (exp & 1)
-      result = wrapMul(result, base);
-    base = wrapMul(base, base);
-    exp >>= 1;
-  }
-  return result;
-}
 
 /// Every binary op but integer division (which needs the error flag).
 template <typename T, BinaryOp Op> struct Arith {

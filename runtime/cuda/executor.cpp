@@ -16,16 +16,19 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "collectives.h"
-#include "cuda_kernel.h"
-#include "matmul_cache.h"
-#include "program.h"
-#include "schedule.h"
+#include "core/program.h"
+#include "cuda/collectives.h"
+#include "cuda/cuda_kernel.h"
+#include "cuda/matmul_cache.h"
+#include "cuda/schedule.h"
 
+#include "cleave/runtime/backend_plugin.h"
+#include "cleave/runtime/comm.h"
 #include "cleave/runtime/runner.h"
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -618,40 +621,194 @@ Status CudaRunner::getOutput(size_t o, HostTensor *value) {
 
 } // namespace cleave::rt::cuda
 
-// The plugin's entry points (runtime/cpu/runner.cpp loads them).
+// The plugin's entry points (backend_plugin.h; train/backend.cpp loads
+// them). Nothing but C types crosses: the program arrives as a
+// cleave_program and is loaded here by the runtime's core, linked into the
+// plugin.
+
+namespace cleave::rt::cuda {
+namespace {
+
+void writeError(char *error, size_t size, const std::string &message) {
+  if (error && size > 0)
+    std::snprintf(error, size, "%s", message.c_str());
+}
+
+int report(const Status &s, char *error, size_t size) {
+  if (s)
+    return 0;
+  writeError(error, size, s.message());
+  return 1;
+}
+
+/// The host's mesh, reached through cleave_mesh: this rank's place, and the
+/// broadcast that shares NCCL's unique id. Collectives on tensors run over
+/// NCCL (collectives.h), never through here.
+class MeshCommunicator final : public Communicator {
+public:
+  explicit MeshCommunicator(const cleave_mesh &mesh)
+      : Communicator(
+            std::vector<int64_t>(mesh.shape, mesh.shape + mesh.num_dims)),
+        mesh_(mesh) {}
+  int rank() const override { return mesh_.rank; }
+  int size() const override {
+    int64_t n = 1;
+    for (int64_t d : meshShape())
+      n *= d;
+    return static_cast<int>(n);
+  }
+  double timeoutSeconds() const override { return mesh_.timeout_seconds; }
+  void setTimeoutSeconds(double seconds) override {
+    mesh_.timeout_seconds = seconds;
+  }
+  Status broadcast(void *buf, int64_t bytes, int root,
+                   const std::vector<int64_t> &axes) override {
+    char error[1024] = "";
+    if (mesh_.broadcast(mesh_.context, buf, bytes, root, axes.data(),
+                        static_cast<int32_t>(axes.size()), error,
+                        sizeof(error)) == 0)
+      return Status::ok();
+    return Status::error(error);
+  }
+  Status allReduce(void *, int64_t, DType, Reduction,
+                   const std::vector<int64_t> &) override {
+    return hostOnly("all_reduce");
+  }
+  Status allGather(const void *, void *, int64_t,
+                   const std::vector<int64_t> &) override {
+    return hostOnly("all_gather");
+  }
+  Status reduceScatter(const void *, void *, int64_t, DType,
+                       const std::vector<int64_t> &) override {
+    return hostOnly("reduce_scatter");
+  }
+  Status barrier() override { return hostOnly("barrier"); }
+
+private:
+  static Status hostOnly(const char *what) {
+    return Status::error(std::string("the CUDA backend runs ") + what +
+                         " over NCCL, not the host's communicator");
+  }
+  cleave_mesh mesh_;
+};
+
+/// What a cleave_runner's handle points to.
+struct PluginRunner {
+  std::unique_ptr<MeshCommunicator> comm;
+  CudaRunner runner;
+};
+
+PluginRunner *self(void *handle) { return static_cast<PluginRunner *>(handle); }
+
+int carry(void *handle, int32_t input, int32_t output, char *error,
+          size_t size) {
+  return report(self(handle)->runner.carry(input, output), error, size);
+}
+
+int setInput(void *handle, int32_t input, const void *bytes, int64_t count,
+             char *error, size_t size) {
+  CudaRunner &r = self(handle)->runner;
+  if (input < 0 || static_cast<size_t>(input) >= r.numInputs())
+    return report(Status::error("no input " + std::to_string(input)), error,
+                  size);
+  HostTensor t;
+  t.dtype = r.inputDType(input);
+  t.shape = r.inputShape(input);
+  const auto *b = static_cast<const uint8_t *>(bytes);
+  t.bytes.assign(b, b + count);
+  return report(r.setInput(input, std::move(t)), error, size);
+}
+
+int runStep(void *handle, char *error, size_t size) {
+  return report(self(handle)->runner.run(), error, size);
+}
+
+/// Copies \p t into the caller's \p count bytes.
+int copyOut(const Status &s, const HostTensor &t, void *bytes, int64_t count,
+            char *error, size_t size) {
+  if (!s)
+    return report(s, error, size);
+  if (static_cast<int64_t>(t.bytes.size()) != count)
+    return report(Status::error("a buffer of " + std::to_string(count) +
+                                " bytes for a tensor of " +
+                                std::to_string(t.bytes.size())),
+                  error, size);
+  if (count > 0)
+    std::memcpy(bytes, t.bytes.data(), static_cast<size_t>(count));
+  return 0;
+}
+
+int getInput(void *handle, int32_t input, void *bytes, int64_t count,
+             char *error, size_t size) {
+  HostTensor t;
+  Status s = input < 0 ? Status::error("no input " + std::to_string(input))
+                       : self(handle)->runner.getInput(input, &t);
+  return copyOut(s, t, bytes, count, error, size);
+}
+
+int getOutput(void *handle, int32_t output, void *bytes, int64_t count,
+              char *error, size_t size) {
+  HostTensor t;
+  Status s = output < 0 ? Status::error("no output " + std::to_string(output))
+                        : self(handle)->runner.getOutput(output, &t);
+  return copyOut(s, t, bytes, count, error, size);
+}
+
+void destroy(void *handle) { delete self(handle); }
+
+} // namespace
+} // namespace cleave::rt::cuda
 
 #define CLEAVE_EXPORT extern "C" __attribute__((visibility("default")))
 
-CLEAVE_EXPORT int cleave_cuda_probe(std::string *reason) {
+CLEAVE_EXPORT uint32_t cleave_cuda_abi_version(void) {
+  return CLEAVE_PLUGIN_ABI_VERSION;
+}
+
+CLEAVE_EXPORT int cleave_cuda_probe(char *reason, size_t reasonSize) {
+  using cleave::rt::cuda::writeError;
   // The runtime library loads without a driver; say plainly when there is
   // none rather than relay "driver version is insufficient".
   if (void *driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     ::dlclose(driver);
   } else {
-    *reason = "no NVIDIA driver on this machine (libcuda.so.1 is missing)";
+    writeError(reason, reasonSize,
+               "no NVIDIA driver on this machine (libcuda.so.1 is missing)");
     return 0;
   }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    *reason = std::string("no usable CUDA GPU (") + cudaGetErrorString(e) + ")";
+    writeError(reason, reasonSize,
+               std::string("no usable CUDA GPU (") + cudaGetErrorString(e) +
+                   ")");
     return 0;
   }
   if (count == 0)
-    *reason = "no CUDA GPU is present";
+    writeError(reason, reasonSize, "no CUDA GPU is present");
   return count;
 }
 
-CLEAVE_EXPORT int cleave_cuda_create(const cleave::rt::LoadedProgram *program,
-                                     cleave::rt::Communicator *comm,
-                                     int precision,
-                                     cleave::rt::StepRunner **result,
-                                     std::string *error) {
-  auto runner = std::make_unique<cleave::rt::cuda::CudaRunner>();
-  if (cleave::rt::Status s = runner->load(*program, comm, precision == 1); !s) {
-    *error = s.message();
-    return 1;
+CLEAVE_EXPORT int cleave_cuda_create(const cleave_program *program,
+                                     const cleave_mesh *mesh, int32_t precision,
+                                     cleave_runner *out, char *error,
+                                     size_t errorSize) {
+  namespace cuda = cleave::rt::cuda;
+  using cleave::rt::Status;
+  auto plugin = std::make_unique<cuda::PluginRunner>();
+  plugin->comm = std::make_unique<cuda::MeshCommunicator>(*mesh);
+  cleave::rt::LoadedProgram loaded;
+  Status s =
+      cleave::rt::loadProgram(*program, plugin->comm.get(), nullptr, &loaded);
+  if (s) {
+    cleave::rt::fuseElementwise(loaded);
+    s = plugin->runner.load(std::move(loaded), plugin->comm.get(),
+                            precision == 1);
   }
-  *result = runner.release();
+  if (!s)
+    return cuda::report(s, error, errorSize);
+  *out = cleave_runner{plugin.release(), &cuda::carry,    &cuda::setInput,
+                       &cuda::runStep,   &cuda::getInput, &cuda::getOutput,
+                       &cuda::destroy};
   return 0;
 }

@@ -1,4 +1,4 @@
-//===- fused.cu - Fused elementwise chains (runtime/cpu/fusion.h) ---------===//
+//===- fused.cu - Fused elementwise chains (runtime/core/fusion.h) --------===//
 //
 // One thread per element runs the chain's ops over registers; inputs are
 // read once and only the chain's live-out values are written. The program
@@ -7,9 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_common.cuh"
-#include "fused_ops.h"
-#include "fusion.h"
+#include "core/fused_ops.h"
+#include "core/fusion.h"
+#include "cuda/cuda_common.cuh"
 
 #include <memory>
 

@@ -14,8 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_common.cuh"
-#include "matmul_cache.h"
+#include "cuda/cuda_common.cuh"
+#include "cuda/matmul_cache.h"
 
 #include <cuda_bf16.h>
 

@@ -1,6 +1,6 @@
 //===- matmul_cache.cpp - cuBLASLt descriptors and algorithms per problem -===//
 
-#include "matmul_cache.h"
+#include "cuda/matmul_cache.h"
 
 namespace cleave::rt::cuda {
 

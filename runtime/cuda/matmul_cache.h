@@ -9,7 +9,7 @@
 #ifndef CLEAVE_RUNTIME_CUDA_MATMUL_CACHE_H
 #define CLEAVE_RUNTIME_CUDA_MATMUL_CACHE_H
 
-#include "cuda_kernel.h"
+#include "cuda/cuda_kernel.h"
 
 #include <map>
 #include <memory>

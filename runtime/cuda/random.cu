@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_common.cuh"
-#include "philox.h"
+#include "core/philox.h"
+#include "cuda/cuda_common.cuh"
 
 #include <cstdint>
 

@@ -23,7 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda_common.cuh"
+#include "cuda/cuda_common.cuh"
 
 #include <algorithm>
 #include <cmath>

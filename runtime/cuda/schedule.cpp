@@ -1,6 +1,6 @@
 //===- schedule.cpp - Steps, fusions and stream waits of a GPU program ----===//
 
-#include "schedule.h"
+#include "cuda/schedule.h"
 
 namespace cleave::rt::cuda {
 

@@ -11,7 +11,7 @@
 #ifndef CLEAVE_RUNTIME_CUDA_SCHEDULE_H
 #define CLEAVE_RUNTIME_CUDA_SCHEDULE_H
 
-#include "program.h"
+#include "core/program.h"
 
 #include <functional>
 #include <vector>

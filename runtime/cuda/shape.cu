@@ -12,7 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
-#include "cuda_common.cuh"
+#include "cuda/cuda_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -288,38 +288,8 @@ CastLaunch castFrom(DType from, DType to) {
 // Indexed rows: gather and scatter_add
 //===----------------------------------------------------------------------===//
 
-/// Rows an index may name: global rows [0, global), of which this rank holds
-/// [offset, offset + extent) (all of them unless attr shard_axes splits the
-/// table over mesh axes).
-struct Rows {
-  int64_t offset = 0, extent = 0, global = 0;
-};
-
-/// \p P: gather's or scatter_add's Params.
-template <typename P>
-Status shardRows(const KernelInfo &info, const P &attrs, int64_t extent,
-                 Rows *rows) {
-  rows->offset = 0;
-  rows->extent = extent;
-  rows->global = extent;
-  if (!attrs.shard_axes)
-    return Status::ok();
-  if (!info.comm)
-    return Status::error("shard_axes needs a communicator");
-  const std::vector<int64_t> &axes = *attrs.shard_axes;
-  if (Status s = info.comm->checkAxes(axes); !s)
-    return s;
-  rows->offset = info.comm->groupRank(axes) * extent;
-  rows->global = info.comm->groupSize(axes) * extent;
-  // Chunks padded to a common extent: the real rows end at shard_size.
-  if (attrs.shard_size) {
-    int64_t n = *attrs.shard_size;
-    if (n > rows->global || n < 0)
-      return Status::error("attribute 'shard_size' does not fit the chunks");
-    rows->global = n;
-  }
-  return Status::ok();
-}
+/// Rows an index may name (core/kernel_info.h), read as the CPU reads them.
+using Rows = ShardRows;
 
 constexpr int64_t kOtherRank = -1;
 constexpr int64_t kOutOfRange = -2;
@@ -799,7 +769,7 @@ Status prepare_gather(const KernelInfo &info, DeviceFn *fn) {
   const auto &attrs = info.params<schema::Kernel::k_gather>();
   int64_t axis = attrs.axis;
   GatherPlan p;
-  if (Status s = shardRows(info, attrs, data.shape[axis], &p.rows); !s)
+  if (Status s = readShardRows(info, attrs, data.shape[axis], &p.rows); !s)
     return s;
   p.count = safeNumElements(idx);
   int64_t total = safeNumElements(r);
@@ -836,7 +806,7 @@ Status prepare_scatter_add(const KernelInfo &info, DeviceFn *fn) {
   int64_t axis = attrs.axis;
   ScatterPlan p;
   p.extent = r.shape[axis];
-  if (Status s = shardRows(info, attrs, p.extent, &p.rows); !s)
+  if (Status s = readShardRows(info, attrs, p.extent, &p.rows); !s)
     return s;
   p.count = safeNumElements(idx);
   p.total = safeNumElements(r);

@@ -1,6 +1,6 @@
 //===- support.cu - Shared helpers of the CUDA kernels --------------------===//
 
-#include "cuda_common.cuh"
+#include "cuda/cuda_common.cuh"
 
 namespace cleave::rt::cuda {
 

@@ -11,8 +11,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cleave/CleaveDialect.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Import/OnnxImporter.h"
-#include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"
@@ -164,6 +164,7 @@ Result runTest(const std::string &dir) {
 
   std::string dataDir = dir + "/test_data_set_0";
   OnnxImportOptions options;
+  options.foldConstants = mlir::cleave::foldConstantOps;
   std::vector<std::string> inputNames = model->graphInputNames();
   std::map<std::string, TensorData> inputs;
   for (size_t i = 0; i < inputNames.size(); ++i) {

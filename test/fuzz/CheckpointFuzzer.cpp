@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   (void)rt::modelTensors(ckpt.tensors(), &tensors);
   if (assets.empty())
     return 0;
-  rt::TrainOptions options;
+  rt::TrainerOptions options;
   options.bundleDir = assets + "/bundle";
   options.data.inputsDir = assets + "/inputs";
   options.resumeFrom = dir;

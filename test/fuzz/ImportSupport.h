@@ -12,6 +12,7 @@
 
 #include "Cleave/CleaveDialect.h"
 #include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -39,6 +40,7 @@ inline std::unique_ptr<mlir::MLIRContext> makeImportContext() {
 inline void importAndVerify(mlir::MLIRContext &context,
                             const mlir::cleave::OnnxModel &model) {
   mlir::cleave::OnnxImportOptions options;
+  options.foldConstants = mlir::cleave::foldConstantOps;
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::cleave::importOnnx(&context, model, options);
   if (module && mlir::failed(mlir::verify(*module))) {

@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)rt::loadBundlePlan(bundle, &plan);
     return 0;
   }
-  rt::TrainOptions options;
+  rt::TrainerOptions options;
   options.bundleDir = bundle;
   options.steps = 1;
   options.randomWeights = true;

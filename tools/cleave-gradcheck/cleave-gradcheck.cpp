@@ -20,7 +20,7 @@
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Autodiff/Passes.h"
-#include "cleave/Lowering/ConstantEvaluator.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/runtime/executor.h"

@@ -3,7 +3,7 @@
 #include "Bundle.h"
 
 #include "cleave/Autodiff/Autodiff.h"
-#include "cleave/Lowering/ConstantEvaluator.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Sharding/Sharding.h"
 #include "cleave/runtime/checkpoint.h"

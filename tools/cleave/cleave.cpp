@@ -11,9 +11,9 @@
 #include "Cleave/CleaveDialect.h"
 #include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/Import/TorchImporter.h"
-#include "cleave/Lowering/ConstantEvaluator.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/Sharding/Sharding.h"
@@ -260,6 +260,7 @@ using mlir::cleave::OnnxModel;
 
 static LogicalResult parseInputFlags(MLIRContext &ctx,
                                      OnnxImportOptions &options) {
+  options.foldConstants = mlir::cleave::foldConstantOps;
   for (const std::string &spec : inputSpecs) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -498,7 +499,7 @@ static int runCompile(MLIRContext &ctx) {
   OwningOpRef<ModuleOp> module = importModel(ctx, options, model);
   if (!module)
     return 1;
-  mlir::cleave::TrainOptions train;
+  mlir::cleave::TrainStepOptions train;
   train.loss = lossKind;
   train.optimizer = optimizerKind;
   bool adam = optimizerKind == "adamw";

@@ -3,9 +3,11 @@
 #ifndef CLEAVE_IMPORT_ONNXIMPORTER_H
 #define CLEAVE_IMPORT_ONNXIMPORTER_H
 
+#include "mlir/IR/Block.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/DenseMap.h"
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,7 +32,24 @@ struct InputSpec {
 std::string parseInputSpec(MLIRContext *context, const std::string &text,
                            InputSpec &spec);
 
+/// Replaces the ops in [begin, end) whose operands are all constants, and
+/// whose results hold at most maxElements elements, with constants, mapping
+/// each folded result to its constant. lib/Evaluate's foldConstantOps is
+/// one: it runs the runtime's kernels, so folding and execution cannot
+/// disagree. That stage comes after import in the pipeline, so the importer
+/// is handed it rather than linking it.
+using ConstantFolder = void (*)(Block::iterator begin, Block::iterator end,
+                                DenseMap<Value, Value> &replaced,
+                                int64_t maxElements);
+
+/// Results above this many elements stay computed at run time.
+inline constexpr int64_t kMaxFoldedElements = 1 << 16;
+
 struct OnnxImportOptions {
+  /// Folds what each node computes from constants, so that later nodes
+  /// needing compile-time values (a Reshape's shape, a Range's bounds) find
+  /// them. Null: nothing folds, and such models are refused.
+  ConstantFolder foldConstants = nullptr;
   /// Fixed dims (and dtypes) of graph inputs, by name.
   std::map<std::string, InputSpec> inputs;
   /// Values of graph inputs, used only where the model needs a compile-time

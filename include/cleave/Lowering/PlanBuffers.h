@@ -8,13 +8,12 @@
 #define CLEAVE_LOWERING_PLANBUFFERS_H
 
 #include "Cleave/CleaveAttrNames.h"
+#include "Cleave/TensorSize.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Types.h"
 
 namespace mlir::cleave {
 
-/// Bytes of a static tensor type as the runtime stores it (i1 takes a byte).
-int64_t storageBytes(Type type);
 /// Whether \p op's result aliases its first operand's storage.
 bool isView(Operation *op);
 /// Whether \p op is a constant stored in the plan's constant table (needing

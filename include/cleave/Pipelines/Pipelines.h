@@ -17,7 +17,7 @@ namespace mlir::cleave {
 void buildForwardPipeline(OpPassManager &pm);
 
 /// What the training pipeline needs to know: the loss and the optimizer.
-struct TrainOptions {
+struct TrainStepOptions {
   std::string loss = "auto";
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = 0, weightDecay = 0;
@@ -30,7 +30,7 @@ struct TrainOptions {
 /// Training lowering: append the loss, differentiate, apply the optimizer,
 /// clean up, partition for tensor parallelism (tp > 1), then the forward
 /// pipeline's clean-up and buffer planning.
-void buildTrainPipeline(OpPassManager &pm, const TrainOptions &options);
+void buildTrainPipeline(OpPassManager &pm, const TrainStepOptions &options);
 
 /// Registers `cleave-forward-pipeline` and `cleave-train-pipeline` with the
 /// pass registry.
@@ -41,7 +41,7 @@ LogicalResult compileForward(ModuleOp module, ::cleave::plan::Program &program);
 
 /// Runs the training pipeline on \p module and emits the train-step plan of
 /// its @main.
-LogicalResult compileTrainStep(ModuleOp module, const TrainOptions &options,
+LogicalResult compileTrainStep(ModuleOp module, const TrainStepOptions &options,
                                ::cleave::plan::Program &program);
 
 } // namespace mlir::cleave

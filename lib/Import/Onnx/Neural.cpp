@@ -1,7 +1,8 @@
 //===- Neural.cpp - ONNX contractions, reductions, norms, conv --*- C++ -*-===//
 
+#include "Cleave/CleaveAttrNames.h"
+#include "Cleave/CleaveLosses.h"
 #include "NodeContext.h"
-#include "cleave/Autodiff/Autodiff.h"
 #include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;

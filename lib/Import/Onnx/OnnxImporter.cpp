@@ -10,8 +10,6 @@
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/TensorSize.h"
 #include "NodeContext.h"
-#include "cleave/Autodiff/Autodiff.h"
-#include "cleave/Lowering/ConstantEvaluator.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
@@ -694,8 +692,10 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   // Fold what the node computed from constants, so later nodes that need
   // compile-time values (shapes, bounds) find them.
   DenseMap<Value, Value> replaced;
-  foldConstantOps(before ? std::next(before->getIterator()) : block->begin(),
-                  block->end(), replaced);
+  if (options.foldConstants)
+    options.foldConstants(before ? std::next(before->getIterator())
+                                 : block->begin(),
+                          block->end(), replaced, kMaxFoldedElements);
   for (const std::string &out : node.output()) {
     auto it = values.find(out);
     if (it != values.end())

@@ -496,14 +496,14 @@ static std::string firstLine(const std::string &what) {
 /// an input has none or --input names no input.
 static bool typeInputs(std::shared_ptr<torch::jit::Graph> &graph,
                        const std::vector<std::string> &names,
-                       const std::map<std::string, InputSpec> &inputs,
+                       const std::map<std::string, TorchInputSpec> &inputs,
                        const std::string &path, std::string &error) {
   bool changed = false;
   for (size_t i = 1; i < graph->inputs().size(); ++i) {
     auto it = inputs.find(names[i - 1]);
     if (it == inputs.end())
       continue;
-    const InputSpec &spec = it->second;
+    const TorchInputSpec &spec = it->second;
     at::ScalarType dtype = at::kFloat;
     auto recorded = graph->inputs()[i]->type()->cast<c10::TensorType>();
     if (recorded && recorded->scalarType())
@@ -542,7 +542,7 @@ static bool typeInputs(std::shared_ptr<torch::jit::Graph> &graph,
 
 /// Translates the module at \p path; false with \p error on failure.
 static bool translateModule(const std::string &path,
-                            const std::map<std::string, InputSpec> &inputs,
+                            const std::map<std::string, TorchInputSpec> &inputs,
                             std::string &bytes, std::string &error) {
   try {
     torch::jit::Module module = torch::jit::load(path);
@@ -607,7 +607,7 @@ static bool translateModule(const std::string &path,
 extern "C" __attribute__((visibility("default"))) int
 cleave_torchscript_to_onnx(const char *path, const char *specs, char **model,
                            size_t *size, char **error) {
-  std::map<std::string, InputSpec> inputs;
+  std::map<std::string, TorchInputSpec> inputs;
   std::string list = specs ? specs : "";
   for (size_t at = 0; at < list.size();) {
     size_t end = list.find(';', at);
@@ -618,7 +618,7 @@ cleave_torchscript_to_onnx(const char *path, const char *specs, char **model,
     size_t eq = entry.find('=');
     if (eq == std::string::npos)
       continue;
-    InputSpec spec;
+    TorchInputSpec spec;
     std::string dims = entry.substr(eq + 1);
     for (size_t p = 0; p <= dims.size();) {
       size_t x = dims.find('x', p);

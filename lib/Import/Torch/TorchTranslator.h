@@ -34,7 +34,7 @@ using torch::jit::Node;
 using TValue = torch::jit::Value;
 
 /// A --input: dims and, optionally, the element type (i64, i32, bool, f32).
-struct InputSpec {
+struct TorchInputSpec {
   std::vector<int64_t> shape;
   std::string type;
 };

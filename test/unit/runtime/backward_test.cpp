@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "philox.h"
+#include "core/philox.h"
 #include "test_util.h"
 
 #include <algorithm>

@@ -6,7 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "schedule.h"
+#include "core/plan_reader.h"
+#include "core/program.h"
+#include "cpu/runner.h"
+#include "cuda/schedule.h"
 #include "test_util.h"
 
 #include "cleave/runtime/comm.h"
@@ -23,7 +26,10 @@ struct Loaded {
 
 std::unique_ptr<Loaded> load(const plan::Program &program) {
   auto l = std::make_unique<Loaded>();
-  Status s = loadProgram(program, l->comm.get(), &l->program);
+  PlanView view(program);
+  std::vector<KernelFn> kernels;
+  Status s =
+      bindCpuKernels(view.program(), l->comm.get(), &l->program, &kernels);
   EXPECT_TRUE(s.isOk()) << s.message();
   return l;
 }

@@ -1,6 +1,8 @@
 //===- fusion_test.cpp - Elementwise fusion: grouping, hazards, results ---===//
 
-#include "program.h"
+#include "core/plan_reader.h"
+#include "core/program.h"
+#include "cpu/runner.h"
 #include "test_util.h"
 
 #include "cleave/runtime/comm.h"
@@ -31,7 +33,9 @@ std::vector<HostTensor> runWith(bool fuse, const plan::Program &program,
 std::vector<std::string> loadedKernels(const plan::Program &program) {
   auto comm = makeSingleProcessCommunicator();
   LoadedProgram loaded;
-  Status s = loadProgram(program, comm.get(), &loaded);
+  PlanView view(program);
+  std::vector<KernelFn> cpuKernels;
+  Status s = bindCpuKernels(view.program(), comm.get(), &loaded, &cpuKernels);
   EXPECT_TRUE(s.isOk()) << s.message();
   std::vector<std::string> kernels;
   for (const ProgramInstruction &inst : loaded.instructions)

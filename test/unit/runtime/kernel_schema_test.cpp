@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "kernel.h"
+#include "core/kernel_info.h"
 #include "test_util.h"
 
 #include "cleave/runtime/plan_writer.h"

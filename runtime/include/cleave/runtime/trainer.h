@@ -18,6 +18,7 @@
 #include "cleave/runtime/runner.h"
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -39,7 +40,7 @@ constexpr const char *kBundleModelFile = "model.onnx";
 /// Reads and checks BUNDLE/plan.pb (presence, parse, format version).
 Status loadBundlePlan(const std::string &bundleDir, plan::Plan *plan);
 
-struct TrainOptions {
+struct TrainerOptions {
   std::string bundleDir;
   /// Steps this run makes (a resumed run continues the step count).
   int64_t steps = 1;
@@ -73,8 +74,46 @@ struct TrainOptions {
   bool randomWeights = false;
 };
 
-/// Runs \p options.steps training steps. Errors name the file or tensor.
-Status train(const TrainOptions &options);
+class TrainSession;
+
+/// A training run as a library: `cleave run` and the Python package drive
+/// it. open() reads the bundle (or resumes a checkpoint of any layout,
+/// resharding it), binds the state to the backend and opens the data; each
+/// step() feeds the next batch and runs one step. On a mesh every rank
+/// makes the same calls in the same order (they run collectives).
+class Trainer {
+public:
+  static Status open(const TrainerOptions &options,
+                     std::unique_ptr<Trainer> *result);
+  ~Trainer();
+
+  /// Steps made (a resumed run starts at its checkpoint's count).
+  int64_t stepsDone() const;
+  /// The step count the run ends at: stepsDone() at open plus
+  /// options.steps.
+  int64_t lastStep() const;
+  /// One step on the data feed's next batch (its loss in \p loss, 0 for a
+  /// program without one); checkpoints where options.saveEvery says.
+  /// An error after lastStep().
+  Status step(float *loss = nullptr);
+  /// A checkpoint of the state after stepsDone() steps, under
+  /// options.checkpointDir.
+  Status saveCheckpoint();
+  /// Model tensor \p name (a parameter or buffer as the model names it),
+  /// whole: gathered from every rank's slices, on every rank.
+  Status readTensor(const std::string &name, HostTensor *value);
+  /// Ends the run: the re-sharded checkpoint of a 0-step run, then what
+  /// options.dumpDir asks for.
+  Status finish();
+
+private:
+  explicit Trainer(std::unique_ptr<TrainSession> session);
+  std::unique_ptr<TrainSession> session_;
+};
+
+/// Runs \p options.steps training steps (Trainer from open to finish).
+/// Errors name the file or tensor.
+Status train(const TrainerOptions &options);
 
 /// The flags of `cleave run BUNDLE` (cleave and cleave-run parse them).
 struct RunBundleArgs {

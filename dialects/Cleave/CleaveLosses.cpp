@@ -1,4 +1,4 @@
-//===- Losses.cpp - Loss functions built from cleave ops --------*- C++ -*-===//
+//===- CleaveLosses.cpp - Loss functions built from cleave ops --*- C++ -*-===//
 //
 // Cross-entropy is written as reductions over the class axis (max, sum of
 // exponentials, target logit) rather than log_softmax + gather: with the
@@ -10,7 +10,7 @@
 
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
-#include "cleave/Autodiff/Autodiff.h"
+#include "Cleave/CleaveLosses.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 

@@ -1,18 +1,14 @@
-//===- kernel.h - Private interface between executor and kernels -*- C++
-//-*-===//
+//===- kernel_info.h - What a backend's kernel sees of an instruction -*- C++ -*-===//
 //
-// Every kernel in kernels.def has a "prepare" function. It sees an
-// instruction the schema's validator (kernel_schema.cpp) has already
-// checked: arity, dtypes and attributes, decoded into the kernel's Params.
-// prepare checks the shape rules once, at load time, and returns the
-// function that runs it. Run-time functions only see raw pointers, so
-// everything that could make them read or write out of bounds must be
-// rejected before they run.
+// Backend-neutral: an instruction as the schema's validator
+// (kernel_schema.cpp) leaves it, with its types, decoded attributes and
+// mesh, and the geometry readers both backends share, so that the CPU and
+// CUDA kernels of one instruction agree on what it means.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_KERNEL_H
-#define CLEAVE_RUNTIME_CPU_KERNEL_H
+#ifndef CLEAVE_RUNTIME_CORE_KERNEL_INFO_H
+#define CLEAVE_RUNTIME_CORE_KERNEL_INFO_H
 
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/kernel_schema.h"
@@ -28,10 +24,6 @@
 namespace cleave::rt {
 
 class Communicator;
-
-/// Element counts above which loops are split across OpenMP threads; below it
-/// the fork/join overhead dominates.
-constexpr int64_t kParallelThreshold = 32 * 1024;
 
 /// Static type of a value.
 struct TensorType {
@@ -98,6 +90,7 @@ struct KernelArgs {
   void *const *results;
 };
 
+/// A host kernel bound to its instruction (the CPU backend's).
 using KernelFn = std::function<Status(const KernelArgs &)>;
 
 /// iota's layout, checked, for both backends: result element i holds
@@ -108,13 +101,33 @@ struct IotaGeometry {
 };
 Status readIotaGeometry(const KernelInfo &info, IotaGeometry *out);
 
+/// Rows an index of gather or scatter_add may name: global rows
+/// [0, global), of which this rank holds [offset, offset + extent) (all of
+/// them unless attr shard_axes splits the table over mesh axes; chunks are
+/// padded to a common extent, the real rows ending at shard_size).
+struct ShardRows {
+  int64_t offset = 0, extent = 0, global = 0;
+};
+
+/// Reads them, for a table of \p extent rows on this rank, from the
+/// instruction's shard_axes and shard_size against its mesh; both backends
+/// map indices through it.
+Status readShardRows(const KernelInfo &info,
+                     const std::optional<std::vector<int64_t>> &shardAxes,
+                     std::optional<int64_t> shardSize, int64_t extent,
+                     ShardRows *rows);
+/// \p P: gather's or scatter_add's Params.
+template <typename P>
+Status readShardRows(const KernelInfo &info, const P &attrs, int64_t extent,
+                     ShardRows *rows) {
+  return readShardRows(info, attrs.shard_axes, attrs.shard_size, extent, rows);
+}
+
 /// check_index's error for element \p flat (row-major in \p shape) of
 /// value \p value: "value 1000 at [1, 5] is out of range [0, 8)".
 std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
                             int64_t value, int64_t bound,
                             std::optional<int64_t> ignore);
-using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
-
 /// Checks \p info (kernel name, operand and result types) and \p attrs
 /// against kernels.def and decodes the attributes into info.decoded. The
 /// one validator of the schema, run for every backend.
@@ -127,10 +140,6 @@ Status decodeParams(schema::Kernel kernel,
                     schema::AnyParams *params);
 /// The schema's rules for \p kernel.
 const schema::KernelSignature &signatureOf(schema::Kernel kernel);
-
-#define CLEAVE_KERNEL(NAME)                                                    \
-  Status prepare_##NAME(const KernelInfo &, KernelFn *);
-#include "cleave/runtime/kernels.def"
 
 //===----------------------------------------------------------------------===//
 // Shared helpers
@@ -146,55 +155,6 @@ int64_t product(const std::vector<int64_t> &shape, size_t begin, size_t end);
 /// or 1"); \p what names the operand in the error.
 Status checkBroadcastable(const TensorType &operand, const TensorType &result,
                           const std::string &what);
-
-/// A strided walk over a result of some shape, reading up to 3 operands with
-/// arbitrary (possibly 0 or negative) element strides. Dims are coalesced so
-/// that the inner loop is as long as possible.
-struct StridedLoop {
-  static constexpr int kMaxOperands = 3;
-  int numOperands = 0;
-  /// Coalesced dims, outermost first; at least one dim (possibly of size 1).
-  std::vector<int64_t> dims;
-  /// Per operand, element strides per coalesced dim.
-  std::vector<int64_t> strides[kMaxOperands];
-  /// Element offsets added to every operand index.
-  int64_t baseOffset[kMaxOperands] = {0, 0, 0};
-
-  /// \p operandStrides[k] has one stride per dim of \p resultShape.
-  static StridedLoop
-  build(const std::vector<int64_t> &resultShape,
-        const std::vector<std::vector<int64_t>> &operandStrides);
-
-  int64_t innerSize() const { return dims.back(); }
-  int64_t outerSize() const;
-  int64_t innerStride(int k) const { return strides[k].back(); }
-
-  /// Calls fn(row, outOffset, operandOffsets) for each row of the inner dim,
-  /// in parallel when the total size is large. Offsets are element indices.
-  template <typename Fn> void forEachRow(Fn fn) const {
-    int64_t outer = outerSize();
-    int64_t inner = innerSize();
-    if (inner == 0)
-      return;
-    int64_t rank = static_cast<int64_t>(dims.size());
-    int n = numOperands;
-#pragma omp parallel for schedule(                                             \
-    static) if (outer * inner > kParallelThreshold && outer > 1)
-    for (int64_t row = 0; row < outer; ++row) {
-      int64_t offsets[kMaxOperands];
-      for (int k = 0; k < n; ++k)
-        offsets[k] = baseOffset[k];
-      int64_t rest = row;
-      for (int64_t d = rank - 2; d >= 0; --d) {
-        int64_t i = rest % dims[d];
-        rest /= dims[d];
-        for (int k = 0; k < n; ++k)
-          offsets[k] += i * strides[k][d];
-      }
-      fn(row * inner, static_cast<const int64_t *>(offsets));
-    }
-  }
-};
 
 /// Strides of \p operand broadcast to \p resultShape: 0 along dims of size 1
 /// that the result does not share.
@@ -224,11 +184,6 @@ struct RandomGeometry {
 /// use it, so they draw the same elements.
 Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out);
 
-/// Copies elements of \p elemSize bytes: out (contiguous, loop's result
-/// shape) from in through loop operand 0.
-void stridedCopy(const StridedLoop &loop, size_t elemSize, const void *in,
-                 void *out);
-
 } // namespace cleave::rt
 
-#endif // CLEAVE_RUNTIME_CPU_KERNEL_H
+#endif // CLEAVE_RUNTIME_CORE_KERNEL_INFO_H

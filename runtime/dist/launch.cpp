@@ -323,4 +323,13 @@ Status launchRanks(const std::vector<std::string> &argv, int ranks,
   return Status::error(command + " ended abnormally");
 }
 
+bool launchedByMpi() {
+  auto has = [](const char *name) {
+    const char *v = std::getenv(name);
+    return v && *v;
+  };
+  return has("OMPI_COMM_WORLD_SIZE") || has("PMI_SIZE") || has("PMIX_RANK") ||
+         (has("SLURM_PROCID") && has("SLURM_NTASKS"));
+}
+
 } // namespace cleave::rt

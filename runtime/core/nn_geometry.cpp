@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "nn_common.h"
+#include "core/nn_geometry.h"
 
 #include <algorithm>
 

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_HOST_DEVICE_H
-#define CLEAVE_RUNTIME_CPU_HOST_DEVICE_H
+#ifndef CLEAVE_RUNTIME_CORE_HOST_DEVICE_H
+#define CLEAVE_RUNTIME_CORE_HOST_DEVICE_H
 
 #ifdef __CUDACC__
 #define CLEAVE_HOST_DEVICE __host__ __device__
@@ -15,4 +15,4 @@
 #define CLEAVE_HOST_DEVICE
 #endif
 
-#endif // CLEAVE_RUNTIME_CPU_HOST_DEVICE_H
+#endif // CLEAVE_RUNTIME_CORE_HOST_DEVICE_H

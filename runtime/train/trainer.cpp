@@ -141,7 +141,7 @@ std::string stateKeyOf(const pb::TensorEntry &e) {
 /// terminal, else a line every N steps; and the JSON lines of --metrics.
 class Progress {
 public:
-  Progress(const TrainOptions &o, int64_t first, int64_t last,
+  Progress(const TrainerOptions &o, int64_t first, int64_t last,
            const DataFeed &feed)
       : options(o), first(first), last(last), tokens(feed.tokensPerStep()),
         samples(feed.samplesPerStep()),
@@ -225,7 +225,7 @@ private:
     return os.str();
   }
 
-  const TrainOptions &options;
+  const TrainerOptions &options;
   int64_t first, last, tokens, samples, logEvery;
   std::chrono::steady_clock::time_point begin, lastDraw;
   std::ofstream metrics;
@@ -246,26 +246,31 @@ void fillRandom(const std::string &name, HostTensor *value) {
 
 } // namespace
 
-namespace {
-
 /// One run of a bundle on this rank, one method per job: open the bundle
 /// and its runner, build the state table, load the state (from the bundle
 /// or a checkpoint, in any layout: resume and reshard), bind it to the
-/// runner, open the data, run the steps, and save or dump what it holds.
+/// runner, open the data, run steps, and save or dump what it holds.
 class TrainSession {
 public:
-  explicit TrainSession(const TrainOptions &options) : options(options) {}
+  explicit TrainSession(const TrainerOptions &options) : options(options) {}
 
-  Status run() {
+  Status openAll() {
     for (Status (TrainSession::*phase)() :
          {&TrainSession::open, &TrainSession::buildTable,
           &TrainSession::loadState, &TrainSession::checkInputs,
-          &TrainSession::openData, &TrainSession::bindState,
-          &TrainSession::runSteps, &TrainSession::finish})
+          &TrainSession::openData, &TrainSession::bindState})
       if (Status s = (this->*phase)(); !s)
         return s;
+    next = first;
     return Status::ok();
   }
+  Status runStep(float *loss);
+  Status finish();
+  Status save(int64_t steps);
+  Status readTensor(const std::string &name, HostTensor *value);
+
+  int64_t next = 0;
+  int64_t first = 0, last = 0;
 
 private:
   Status open();
@@ -276,20 +281,19 @@ private:
   Status checkInputs();
   Status openData();
   Status bindState();
-  Status runSteps();
   Status setStepInputs(int64_t step);
-  Status finish();
   Status fetchState();
-  Status save(int64_t steps);
   Status dump();
   Status dumpTensor(const ModelTensor &t, bool grads);
+  Status gatherTensor(const ModelTensor &t, bool grads, HostTensor *full,
+                      bool *present);
   Status gatherFull(const HostTensor &t, const std::string &key,
                     HostTensor *full);
   /// The program's chunk of \p value, padded where tp does not divide.
   void padChunk(const pb::TensorEntry &e, HostTensor *value) const;
   std::string bundle() const { return "bundle '" + options.bundleDir + "'"; }
 
-  const TrainOptions &options;
+  const TrainerOptions &options;
   pb::Plan plan;
   const pb::Program *program = nullptr;
   int64_t tp = 1, rank = 0;
@@ -303,7 +307,6 @@ private:
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
   std::vector<InputSlot> dataInputs;
   std::map<std::string, HostTensor> state;
-  int64_t first = 0, last = 0;
   std::string resumedData;
   std::unique_ptr<DataFeed> feed;
   std::unique_ptr<Progress> progress;
@@ -609,32 +612,34 @@ Status TrainSession::setStepInputs(int64_t step) {
   return Status::ok();
 }
 
-Status TrainSession::runSteps() {
-  for (int64_t step = first; step < last; ++step) {
-    auto start = std::chrono::steady_clock::now();
-    if (Status s = setStepInputs(step); !s)
+Status TrainSession::runStep(float *lossOut) {
+  int64_t step = next;
+  auto start = std::chrono::steady_clock::now();
+  if (Status s = setStepInputs(step); !s)
+    return s;
+  if (Status s = executor->run(); !s)
+    return Status::error("step " + std::to_string(step) + ": " + s.message());
+  float loss = 0;
+  if (lossOutput >= 0) {
+    HostTensor value;
+    if (Status s = executor->getOutput(lossOutput, &value); !s)
       return s;
-    if (Status s = executor->run(); !s)
-      return Status::error("step " + std::to_string(step) + ": " + s.message());
-    float loss = 0;
-    if (lossOutput >= 0) {
-      HostTensor value;
-      if (Status s = executor->getOutput(lossOutput, &value); !s)
-        return s;
-      loss = *value.data<float>();
-    }
-    losses.push_back(loss);
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    if (leader)
-      progress->step(step, loss, seconds);
-    if (!options.checkpointDir.empty() &&
-        ((options.saveEvery > 0 && (step + 1) % options.saveEvery == 0) ||
-         step + 1 == last))
-      if (Status s = save(step + 1); !s)
-        return s;
+    loss = *value.data<float>();
   }
+  losses.push_back(loss);
+  ++next;
+  if (lossOut)
+    *lossOut = loss;
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (leader)
+    progress->step(step, loss, seconds);
+  if (!options.checkpointDir.empty() &&
+      ((options.saveEvery > 0 && (step + 1) % options.saveEvery == 0) ||
+       step + 1 == last))
+    if (Status s = save(step + 1); !s)
+      return s;
   return Status::ok();
 }
 
@@ -661,8 +666,11 @@ Status TrainSession::gatherFull(const HostTensor &t, const std::string &key,
 }
 
 /// One of the model's own tensors (a parameter cut into segments whole), or
-/// its gradient: every rank takes part in gathering it, rank 0 writes.
-Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
+/// its gradient (absent when it is not trained), gathered whole on every
+/// rank: every rank takes part.
+Status TrainSession::gatherTensor(const ModelTensor &t, bool grads,
+                                  HostTensor *full, bool *present) {
+  *present = false;
   std::vector<HostTensor> parts(t.entries.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     std::string key = stateKeyOf(*t.entries[i]);
@@ -676,11 +684,35 @@ Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
     if (Status s = gatherFull(*value, key, &parts[i]); !s)
       return s;
   }
-  if (!leader)
+  *full = joinSegments(t, std::move(parts));
+  *present = true;
+  return Status::ok();
+}
+
+/// Writes gatherTensor's tensor (rank 0).
+Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
+  HostTensor full;
+  bool present = false;
+  if (Status s = gatherTensor(t, grads, &full, &present); !s)
+    return s;
+  if (!leader || !present)
     return Status::ok();
   std::string file = sanitizeFileName(t.name) + (grads ? ".grad.npy" : ".npy");
-  return writeNpy((fs::path(options.dumpDir) / file).string(),
-                  joinSegments(t, std::move(parts)));
+  return writeNpy((fs::path(options.dumpDir) / file).string(), full);
+}
+
+Status TrainSession::readTensor(const std::string &name, HostTensor *value) {
+  if (Status s = fetchState(); !s)
+    return s;
+  std::vector<ModelTensor> tensors;
+  if (Status s = modelTensors(plan.tensors(), &tensors); !s)
+    return s;
+  for (const ModelTensor &t : tensors)
+    if (t.name == name) {
+      bool present = false;
+      return gatherTensor(t, false, value, &present);
+    }
+  return Status::error(bundle() + " has no tensor '" + name + "'");
 }
 
 Status TrainSession::dump() {
@@ -721,10 +753,42 @@ Status TrainSession::dump() {
   return Status::ok();
 }
 
-} // namespace
+Trainer::Trainer(std::unique_ptr<TrainSession> session)
+    : session_(std::move(session)) {}
+Trainer::~Trainer() = default;
 
-Status train(const TrainOptions &options) {
-  return TrainSession(options).run();
+Status Trainer::open(const TrainerOptions &options,
+                     std::unique_ptr<Trainer> *result) {
+  auto session = std::make_unique<TrainSession>(options);
+  if (Status s = session->openAll(); !s)
+    return s;
+  result->reset(new Trainer(std::move(session)));
+  return Status::ok();
+}
+
+int64_t Trainer::stepsDone() const { return session_->next; }
+int64_t Trainer::lastStep() const { return session_->last; }
+Status Trainer::step(float *loss) {
+  if (session_->next >= session_->last)
+    return Status::error("the run's " +
+                         std::to_string(session_->last - session_->first) +
+                         " steps are done");
+  return session_->runStep(loss);
+}
+Status Trainer::saveCheckpoint() { return session_->save(session_->next); }
+Status Trainer::readTensor(const std::string &name, HostTensor *value) {
+  return session_->readTensor(name, value);
+}
+Status Trainer::finish() { return session_->finish(); }
+
+Status train(const TrainerOptions &options) {
+  std::unique_ptr<Trainer> trainer;
+  if (Status s = Trainer::open(options, &trainer); !s)
+    return s;
+  while (trainer->stepsDone() < trainer->lastStep())
+    if (Status s = trainer->step(); !s)
+      return s;
+  return trainer->finish();
 }
 
 } // namespace cleave::rt

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cleave/Lowering/ConstantEvaluator.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
 #include "Cleave/CleaveOps.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Lowering/Passes.h"

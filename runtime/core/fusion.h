@@ -17,10 +17,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_FUSION_H
-#define CLEAVE_RUNTIME_CPU_FUSION_H
+#ifndef CLEAVE_RUNTIME_CORE_FUSION_H
+#define CLEAVE_RUNTIME_CORE_FUSION_H
 
-#include "fused_ops.h"
+#include "core/fused_ops.h"
 
 #include <cstdint>
 #include <memory>
@@ -76,10 +76,11 @@ std::vector<int> useCounts(const LoadedProgram &program);
 std::vector<bool> viewedValues(const LoadedProgram &program);
 
 /// Rewrites runs of fusable instructions of \p program into
-/// "fused_elementwise" instructions (ProgramInstruction::fused), with CPU
-/// kernels. Does nothing when $CLEAVE_NO_FUSION is set (to compare).
+/// "fused_elementwise" instructions (ProgramInstruction::fused, origin -1);
+/// each backend brings its kernel for them. Does nothing when
+/// $CLEAVE_NO_FUSION is set (to compare).
 void fuseElementwise(LoadedProgram &program);
 
 } // namespace cleave::rt
 
-#endif // CLEAVE_RUNTIME_CPU_FUSION_H
+#endif // CLEAVE_RUNTIME_CORE_FUSION_H

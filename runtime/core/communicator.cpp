@@ -1,4 +1,4 @@
-//===- comm.cpp - Mesh geometry and the single-process communicator -------===//
+//===- communicator.cpp - Mesh geometry and the one-rank communicator -----===//
 
 #include "cleave/runtime/comm.h"
 
@@ -180,15 +180,6 @@ makeSingleProcessCommunicator(std::vector<int64_t> meshShape) {
   if (n != 1)
     return nullptr;
   return std::make_unique<SingleProcessCommunicator>(std::move(meshShape));
-}
-
-bool launchedByMpi() {
-  auto has = [](const char *name) {
-    const char *v = std::getenv(name);
-    return v && *v;
-  };
-  return has("OMPI_COMM_WORLD_SIZE") || has("PMI_SIZE") || has("PMIX_RANK") ||
-         (has("SLURM_PROCID") && has("SLURM_NTASKS"));
 }
 
 } // namespace cleave::rt

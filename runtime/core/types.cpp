@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "program.h"
+#include "core/program.h"
 
 namespace cleave::rt {
 

@@ -1,8 +1,8 @@
 //===- ConstantEvaluator.h - Folds ops with the runtime's kernels -*- C++
 //-*-===//
 
-#ifndef CLEAVE_LOWERING_CONSTANTEVALUATOR_H
-#define CLEAVE_LOWERING_CONSTANTEVALUATOR_H
+#ifndef CLEAVE_EVALUATE_CONSTANTEVALUATOR_H
+#define CLEAVE_EVALUATE_CONSTANTEVALUATOR_H
 
 #include "cleave/runtime/executor.h"
 #include "mlir/IR/Block.h"
@@ -35,4 +35,4 @@ DenseElementsAttr hostTensorToAttr(RankedTensorType type,
 
 } // namespace mlir::cleave
 
-#endif // CLEAVE_LOWERING_CONSTANTEVALUATOR_H
+#endif // CLEAVE_EVALUATE_CONSTANTEVALUATOR_H

@@ -7,13 +7,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_FUSED_OPS_H
-#define CLEAVE_RUNTIME_CPU_FUSED_OPS_H
+#ifndef CLEAVE_RUNTIME_CORE_FUSED_OPS_H
+#define CLEAVE_RUNTIME_CORE_FUSED_OPS_H
 
 #include <cmath>
 #include <cstdint>
 
-#include "host_device.h"
+#include "core/host_device.h"
 
 namespace cleave::rt {
 
@@ -108,4 +108,4 @@ CLEAVE_HOST_DEVICE inline float applySelect(float cond, float a, float b) {
 
 } // namespace cleave::rt
 
-#endif // CLEAVE_RUNTIME_CPU_FUSED_OPS_H
+#endif // CLEAVE_RUNTIME_CORE_FUSED_OPS_H

@@ -1,15 +1,16 @@
-//===- nn_common.h - Window geometry of conv and pool kernels ---*- C++ -*-===//
+//===- nn_geometry.h - Window geometry of conv and pool kernels -*- C++ -*-===//
 //
-// The forward kernels (nn.cpp) and their adjoints (nn_backward.cpp) validate
-// the same attributes and shapes; they share the readers here, so that a plan
-// the forward kernel accepts has the same geometry in its backward kernels.
+// The forward kernels and their adjoints, on both backends, validate the
+// same attributes and shapes; they share the readers here, so that a plan
+// the forward kernel accepts has the same geometry in its backward kernels
+// and on the GPU.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_NN_COMMON_H
-#define CLEAVE_RUNTIME_CPU_NN_COMMON_H
+#ifndef CLEAVE_RUNTIME_CORE_NN_GEOMETRY_H
+#define CLEAVE_RUNTIME_CORE_NN_GEOMETRY_H
 
-#include "kernel.h"
+#include "core/kernel_info.h"
 
 #include <vector>
 
@@ -81,9 +82,6 @@ Status readConvPlan(const KernelInfo &info, const TensorType &x,
                     const TensorType &w, const TensorType &y,
                     const ConvRoles &roles, ConvPlan *p);
 
-/// Lays out the receptive fields of one group of one image as a
-/// [cg * kh * kw, oh * ow] matrix.
-void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col);
 
 //===----------------------------------------------------------------------===//
 // Pools
@@ -101,10 +99,7 @@ Status readPoolPlan(const KernelInfo &info, const TensorType &x,
                     const TensorType &y, const char *xWhat, const char *yWhat,
                     bool isMax, PoolPlan *p);
 
-/// avg_pool2d's divisor of output (oy, ox) is rowTaps[oy] * colTaps[ox].
-void avgPoolTaps(const PoolPlan &p, std::vector<int64_t> *rowTaps,
-                 std::vector<int64_t> *colTaps);
 
 } // namespace cleave::rt::nn
 
-#endif // CLEAVE_RUNTIME_CPU_NN_COMMON_H
+#endif // CLEAVE_RUNTIME_CORE_NN_GEOMETRY_H

@@ -43,7 +43,7 @@ static int fail(const std::string &message) {
 }
 
 int runBundle(const RunBundleArgs &args) {
-  TrainOptions options;
+  TrainerOptions options;
   options.bundleDir = args.bundle;
   options.steps = args.steps;
   options.data = args.data;

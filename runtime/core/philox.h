@@ -12,13 +12,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_PHILOX_H
-#define CLEAVE_RUNTIME_CPU_PHILOX_H
+#ifndef CLEAVE_RUNTIME_CORE_PHILOX_H
+#define CLEAVE_RUNTIME_CORE_PHILOX_H
 
 #include <cstddef>
 #include <cstdint>
 
-#include "host_device.h"
+#include "core/host_device.h"
 
 namespace cleave::rt::philox {
 
@@ -81,4 +81,4 @@ CLEAVE_HOST_DEVICE inline float uniform24(uint32_t word) {
 
 } // namespace cleave::rt::philox
 
-#endif // CLEAVE_RUNTIME_CPU_PHILOX_H
+#endif // CLEAVE_RUNTIME_CORE_PHILOX_H

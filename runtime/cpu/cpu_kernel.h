@@ -1,0 +1,97 @@
+//===- cpu_kernel.h - The CPU kernels' prepare functions --------*- C++ -*-===//
+//
+// Every kernel in kernels.def has a CPU "prepare" function. It sees an
+// instruction the schema's validator (core/kernel_schema.cpp) has already
+// checked: arity, dtypes and attributes, decoded into the kernel's Params.
+// prepare checks the shape rules once, at load time, and returns the
+// function that runs it. Run-time functions only see raw pointers, so
+// everything that could make them read or write out of bounds must be
+// rejected before they run. The CUDA backend relies on the same checks:
+// the host runs these prepare functions on every program before it hands
+// the program to the plugin (train/backend.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_CPU_CPU_KERNEL_H
+#define CLEAVE_RUNTIME_CPU_CPU_KERNEL_H
+
+#include "core/kernel_info.h"
+
+#include <functional>
+#include <memory>
+
+namespace cleave::rt {
+
+struct FusedProgram;
+
+/// Element counts above which loops are split across OpenMP threads; below it
+/// the fork/join overhead dominates.
+constexpr int64_t kParallelThreshold = 32 * 1024;
+
+using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
+
+#define CLEAVE_KERNEL(NAME)                                                    \
+  Status prepare_##NAME(const KernelInfo &, KernelFn *);
+#include "cleave/runtime/kernels.def"
+
+/// A strided walk over a result of some shape, reading up to 3 operands with
+/// arbitrary (possibly 0 or negative) element strides. Dims are coalesced so
+/// that the inner loop is as long as possible.
+struct StridedLoop {
+  static constexpr int kMaxOperands = 3;
+  int numOperands = 0;
+  /// Coalesced dims, outermost first; at least one dim (possibly of size 1).
+  std::vector<int64_t> dims;
+  /// Per operand, element strides per coalesced dim.
+  std::vector<int64_t> strides[kMaxOperands];
+  /// Element offsets added to every operand index.
+  int64_t baseOffset[kMaxOperands] = {0, 0, 0};
+
+  /// \p operandStrides[k] has one stride per dim of \p resultShape.
+  static StridedLoop
+  build(const std::vector<int64_t> &resultShape,
+        const std::vector<std::vector<int64_t>> &operandStrides);
+
+  int64_t innerSize() const { return dims.back(); }
+  int64_t outerSize() const;
+  int64_t innerStride(int k) const { return strides[k].back(); }
+
+  /// Calls fn(row, outOffset, operandOffsets) for each row of the inner dim,
+  /// in parallel when the total size is large. Offsets are element indices.
+  template <typename Fn> void forEachRow(Fn fn) const {
+    int64_t outer = outerSize();
+    int64_t inner = innerSize();
+    if (inner == 0)
+      return;
+    int64_t rank = static_cast<int64_t>(dims.size());
+    int n = numOperands;
+#pragma omp parallel for schedule(                                             \
+    static) if (outer * inner > kParallelThreshold && outer > 1)
+    for (int64_t row = 0; row < outer; ++row) {
+      int64_t offsets[kMaxOperands];
+      for (int k = 0; k < n; ++k)
+        offsets[k] = baseOffset[k];
+      int64_t rest = row;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        int64_t i = rest % dims[d];
+        rest /= dims[d];
+        for (int k = 0; k < n; ++k)
+          offsets[k] += i * strides[k][d];
+      }
+      fn(row * inner, static_cast<const int64_t *>(offsets));
+    }
+  }
+};
+
+/// Copies elements of \p elemSize bytes: out (contiguous, loop's result
+/// shape) from in through loop operand 0.
+void stridedCopy(const StridedLoop &loop, size_t elemSize, const void *in,
+                 void *out);
+
+/// The CPU kernel of a fused_elementwise instruction: blocks of elements
+/// through registers.
+KernelFn fusedCpuKernel(std::shared_ptr<const FusedProgram> program);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_CPU_CPU_KERNEL_H

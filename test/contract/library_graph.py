@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Issue 15: the library graph is the pipeline.
+
+Reads CMake's --graphviz output for the build tree and fails on any link
+from a library to one that comes later in the pipeline:
+
+  compiler  CleaveDialect -> Import -> Autodiff -> Sharding -> Lowering
+            -> Evaluate / Pipelines
+  runtime   cleave_plan, core -> cpu, dist -> train; cuda (the plugin) links
+            core alone
+
+and on a runtime source that includes a private header of a layer it may
+not use ("cpu/...", "train/..."). With --inject EDGE (FROM:TO) it adds that
+link before checking, which must then fail: proof the check can.
+
+usage: library_graph.py SRC BUILD [--inject FROM:TO]
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# Rank in the pipeline; a library may link only libraries of a lower rank,
+# or of its own group (the two importers).
+COMPILER = {
+    "CleaveDialect": (0, "dialect"),
+    "CleaveImportOnnx": (1, "import"),
+    "CleaveImportTorch": (1, "import"),
+    "CleaveAutodiff": (2, "autodiff"),
+    "CleaveSharding": (3, "sharding"),
+    "CleaveLowering": (4, "lowering"),
+    "CleaveEvaluate": (5, "evaluate"),
+    "CleavePipelines": (5, "pipelines"),
+}
+RUNTIME = {
+    "cleave_plan": (0, "plan"),
+    "cleave_runtime_core": (0, "core"),
+    "cleave_runtime_plan_reader": (1, "core"),
+    "cleave_runtime_cpu": (2, "cpu"),
+    "cleave_runtime_dist": (2, "dist"),
+    "cleave_runtime_train": (3, "train"),
+    "cleave_cuda": (3, "cuda"),
+}
+# The compiler may use the plan's contract and, to evaluate constants, the
+# CPU backend; nothing in the runtime links the compiler.
+COMPILER_MAY_LINK = {"cleave_plan", "cleave_runtime_core",
+                     "cleave_runtime_plan_reader", "cleave_runtime_cpu"}
+# Private headers a runtime layer may include ("layer/x.h").
+INCLUDES = {
+    "core": {"core"},
+    "cpu": {"core", "cpu"},
+    "dist": {"core", "dist"},
+    "cuda": {"core", "cuda"},
+    "train": {"core", "cpu", "dist", "train"},
+}
+CUDA_MAY_LINK = {"cleave_runtime_core"}
+
+
+def graph(build):
+    """Edges (from, to) between the project's targets, from cmake --graphviz."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dot = os.path.join(tmp, "deps.dot")
+        subprocess.run(["cmake", "--graphviz=" + dot, "."], cwd=build,
+                       check=True, stdout=subprocess.DEVNULL)
+        text = open(dot).read()
+    names = dict(re.findall(r'"(node\d+)" \[ label = "([^"]+)"', text))
+    edges = set()
+    for a, b in re.findall(r'"(node\d+)" -> "(node\d+)"', text):
+        edges.add((names[a], names[b]))
+    return set(names.values()), edges
+
+
+def check_links(targets, edges):
+    failures = []
+    for lib in list(COMPILER) + list(RUNTIME):
+        if lib not in targets and lib != "cleave_cuda":
+            failures.append("%s: not a target of the build" % lib)
+    for a, b in sorted(edges):
+        if a in COMPILER and b in COMPILER:
+            (ra, ga), (rb, gb) = COMPILER[a], COMPILER[b]
+            if rb >= ra and ga != gb:
+                failures.append("%s links %s, a later stage" % (a, b))
+        elif a in COMPILER and b in RUNTIME and b not in COMPILER_MAY_LINK:
+            failures.append("%s links the runtime's %s" % (a, b))
+        elif a in RUNTIME and b in COMPILER:
+            failures.append("%s (runtime) links the compiler's %s" % (a, b))
+        elif a == "cleave_cuda" and b in RUNTIME and b not in CUDA_MAY_LINK:
+            failures.append("the CUDA plugin links %s" % b)
+        elif a in RUNTIME and b in RUNTIME:
+            (ra, ga), (rb, gb) = RUNTIME[a], RUNTIME[b]
+            if rb >= ra and ga != gb:
+                failures.append("%s links %s, a later layer" % (a, b))
+    return failures
+
+
+def check_includes(src):
+    failures = []
+    runtime = os.path.join(src, "runtime")
+    for layer, allowed in INCLUDES.items():
+        for path in sorted(glob.glob(os.path.join(runtime, layer, "*"))):
+            for n, line in enumerate(open(path, errors="replace"), 1):
+                m = re.match(r'\s*#\s*include\s+"(\w+)/[^"]+"', line)
+                if m and m.group(1) in INCLUDES and m.group(1) not in allowed:
+                    failures.append("%s:%d: the %s layer includes %s" % (
+                        os.path.relpath(path, src), n, layer, line.strip()))
+    return failures
+
+
+def main():
+    src, build = sys.argv[1], sys.argv[2]
+    targets, edges = graph(build)
+    if "--inject" in sys.argv:
+        a, b = sys.argv[sys.argv.index("--inject") + 1].split(":")
+        edges.add((a, b))
+    failures = check_links(targets, edges) + check_includes(src)
+    known = [e for e in edges if e[0] in COMPILER or e[0] in RUNTIME]
+    print("library graph: %d links between the project's libraries" %
+          len(known))
+    for f in failures:
+        print("FAIL: " + f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
