@@ -1,8 +1,9 @@
 //===- TorchOps.cpp - aten ops onto ONNX's operator set -------------------===//
 //
-// Part of libcleave_torchscript.so (see TorchTranslator.h): one branch per
-// aten op, each emitting the ONNX nodes torch.onnx would and recording the
-// result's rank and dtype.
+// Part of libcleave_torchscript.so (see TorchTranslator.h): one handler per
+// aten op (or family of overloads), listed with its kinds in TorchOps.def as
+// the ONNX importer lists its handlers; each emits the ONNX nodes torch.onnx
+// would and records the result's rank and dtype.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,11 +11,11 @@
 
 namespace cleave_torch {
 
-/// What every part of tensorOp reads an aten op through: its kind (an
+/// What every handler reads an aten op through: its kind (an
 /// in-place activation's functional one), operands, the default result rank
 /// and dtype (the widest tensor operand's, the first one's), and the helpers
-/// below. Each part defines the same names with ATEN_LOCALS, so the branches
-/// read alike in all of them.
+/// below. Each handler defines the same names with ATEN_LOCALS, so they
+/// read alike.
 struct Translator::AtenCall {
   Translator &t;
   Node *n;
@@ -81,7 +82,7 @@ struct Translator::AtenCall {
   }
 };
 
-// The names every part of tensorOp reads the op through (see AtenCall).
+// The names every handler reads the op through (see AtenCall).
 #define ATEN_LOCALS(c)                                                         \
   [[maybe_unused]] const std::string &kind = (c).kind;                         \
   [[maybe_unused]] const auto &ins = (c).ins;                                  \
@@ -107,6 +108,41 @@ struct Translator::AtenCall {
     return (c).binary(op, a, b);                                               \
   };                                                                           \
   [[maybe_unused]] auto binaryOut = [&](const char *op) { (c).binaryOut(op); }
+
+namespace {
+
+/// aten's unary ops that are one ONNX op.
+const std::unordered_map<std::string, const char *> &unaryOps() {
+  static const std::unordered_map<std::string, const char *> ops = {
+      {"aten::relu", "Relu"},       {"aten::tanh", "Tanh"},
+      {"aten::sigmoid", "Sigmoid"}, {"aten::exp", "Exp"},
+      {"aten::log", "Log"},         {"aten::sqrt", "Sqrt"},
+      {"aten::neg", "Neg"},         {"aten::abs", "Abs"},
+      {"aten::sin", "Sin"},         {"aten::cos", "Cos"},
+      {"aten::erf", "Erf"},         {"aten::bitwise_not", "Not"},
+      {"aten::logical_not", "Not"}, {"aten::reciprocal", "Reciprocal"}};
+  return ops;
+}
+
+} // namespace
+
+const std::multimap<std::string, Translator::AtenHandler> &
+Translator::atenHandlers() {
+  static const std::multimap<std::string, AtenHandler> table = [] {
+    std::multimap<std::string, AtenHandler> t;
+    for (const auto &entry : unaryOps()) {
+      t.emplace(entry.first, &Translator::atenUnary);
+      t.emplace(entry.first + "_", &Translator::atenUnaryInPlace);
+    }
+#define ATEN_HANDLER(HANDLER, ...)                                             \
+  for (const char *kind : {__VA_ARGS__})                                       \
+    t.emplace(kind, &Translator::HANDLER);
+#include "TorchOps.def"
+#undef ATEN_HANDLER
+    return t;
+  }();
+  return table;
+}
 
 void Translator::tensorOp(Node *node) {
   AtenCall c(*this, node);
@@ -143,717 +179,814 @@ void Translator::tensorOp(Node *node) {
   }
   if (node->outputs().empty())
     fail("unsupported TorchScript op '" + c.kind + "' (it has no result)");
-  // Each part translates the ops it knows and leaves the rest: an op is
-  // done once its result is set.
-  using Part = void (Translator::*)(AtenCall &);
-  for (Part part :
-       {&Translator::elementwiseOp, &Translator::matrixOp,
-        &Translator::reshapeOp, &Translator::pieceOp, &Translator::creationOp,
-        &Translator::layerOp, &Translator::indexOp}) {
-    (this->*part)(c);
+  // The handlers of the op's kind, in TorchOps.def's order: each sets the
+  // result or leaves it for the next.
+  auto [begin, end] = atenHandlers().equal_range(c.kind);
+  for (auto it = begin; it != end; ++it) {
+    (this->*(it->second))(c);
     if (items.count(n->outputs()[0]))
       return;
   }
   fail("unsupported TorchScript op '" + c.kind + "'");
 }
 
-void Translator::elementwiseOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  static const std::unordered_map<std::string, const char *> unaryOps = {
-      {"aten::relu", "Relu"},       {"aten::tanh", "Tanh"},
-      {"aten::sigmoid", "Sigmoid"}, {"aten::exp", "Exp"},
-      {"aten::log", "Log"},         {"aten::sqrt", "Sqrt"},
-      {"aten::neg", "Neg"},         {"aten::abs", "Abs"},
-      {"aten::sin", "Sin"},         {"aten::cos", "Cos"},
-      {"aten::erf", "Erf"},         {"aten::bitwise_not", "Not"},
-      {"aten::logical_not", "Not"}, {"aten::reciprocal", "Reciprocal"}};
-  // In-place unary ops (relu_, tanh_, ...): the functional op, and later
-  // reads of the operand see the result.
-  if (kind.size() > 1 && kind.back() == '_' &&
-      unaryOps.count(kind.substr(0, kind.size() - 1))) {
-    std::string r = emit(unaryOps.at(kind.substr(0, kind.size() - 1)), {T(0)});
-    out(r);
-    setTensor(ins[0], r, widest, firstType);
-    return;
-  }
-  if (auto it = unaryOps.find(kind); it != unaryOps.end()) {
-    bool floatOp = kind != "aten::relu" && kind != "aten::neg" &&
-                   kind != "aten::abs" && kind != "aten::bitwise_not" &&
-                   kind != "aten::logical_not";
-    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-    if (floatOp && dt != at::kFloat && dt != at::kDouble)
-      return outRD(emit(it->second, {cast(T(0), at::kFloat)}), widest,
-                   at::kFloat);
-    return unary(it->second);
-  }
-  if (kind == "aten::rsqrt")
-    return out(emit("Reciprocal", {emit("Sqrt", {T(0)})}));
-  if (kind == "aten::silu")
-    return out(emit("Mul", {T(0), emit("Sigmoid", {T(0)})}));
-  if (kind == "aten::hardswish" || kind == "aten::hardsigmoid") {
-    // x * relu6(x + 3) / 6 and relu6(x + 3) / 6, as PyTorch defines them.
-    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-    std::string relu6 =
-        emit("Clip", {emit("Add", {T(0), constant(dt, {}, {3.0})}),
-                      constant(dt, {}, {0.0}), constant(dt, {}, {6.0})});
-    std::string y = emit("Div", {relu6, constant(dt, {}, {6.0})});
-    return out(kind == "aten::hardsigmoid" ? y : emit("Mul", {T(0), y}));
-  }
-  if (kind == "aten::leaky_relu") {
-    onnx::NodeProto *r = node("LeakyRelu", {T(0)});
-    attr(r, "alpha",
-         static_cast<float>(ins.size() > 1 ? constDouble(ins[1]) : 0.01));
-    return out(r->output(0));
-  }
-  if (kind == "aten::gelu") {
-    std::string approx = ins.size() > 1 && item(ins[1]).kind == Item::String
-                             ? item(ins[1]).text
-                             : "none";
-    std::string x = T(0);
-    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-    std::string half = constant(dt, {}, {0.5}), one = constant(dt, {}, {1.0});
-    std::string inner;
-    if (approx == "tanh") {
-      std::string cube = emit("Mul", {x, emit("Mul", {x, x})});
-      std::string z =
-          emit("Mul",
-               {constant(dt, {}, {std::sqrt(2.0 / M_PI)}),
-                emit("Add",
-                     {x, emit("Mul", {constant(dt, {}, {0.044715}), cube})})});
-      inner = emit("Tanh", {z});
-    } else {
-      inner = emit("Erf", {emit("Div", {x, constant(dt, {}, {M_SQRT2})})});
-    }
-    return out(
-        emit("Mul", {emit("Mul", {x, half}), emit("Add", {inner, one})}));
-  }
-  if (kind == "aten::add" || kind == "aten::sub" || kind == "aten::add_" ||
-      kind == "aten::sub_" || kind == "aten::rsub") {
-    // rsub(a, b, alpha) = b - alpha * a; add/sub(a, b, alpha) = a +- alpha*b.
-    const TValue *a = ins[0], *b = ins[1];
-    if (kind == "aten::rsub")
-      std::swap(a, b);
-    at::ScalarType t = promoted(a, b);
-    if (ins.size() > 2 && item(ins[2]).kind == Item::Scalar &&
-        item(ins[2]).scalar.isDouble() && t != at::kFloat && t != at::kDouble)
-      t = at::kFloat;
-    std::string rhs = as(b, t);
-    if (ins.size() > 2 && item(ins[2]).isNumber() &&
-        item(ins[2]).number() != 1.0)
-      rhs = emit("Mul", {rhs, constant(t, {}, {item(ins[2]).number()})});
-    bool add = kind == "aten::add" || kind == "aten::add_";
-    std::string r = emit(add ? "Add" : "Sub", {as(a, t), rhs});
-    outRD(r, widest, t);
-    if (kind.back() == '_')
-      setTensor(ins[0], r, widest, t); // in place: later reads see it
-    return;
-  }
-  if (kind == "aten::mul" || kind == "aten::mul_") {
-    binaryOut("Mul");
-    if (kind == "aten::mul_")
-      items[ins[0]] = items[n->output()]; // in place
-    return;
-  }
-  if (kind == "aten::div" || kind == "aten::true_divide") {
-    at::ScalarType t = promoted(ins[0], ins[1]);
-    if (ins.size() > 2 && item(ins[2]).kind == Item::String) {
-      const std::string &mode = item(ins[2]).text;
-      bool integer = t != at::kFloat && t != at::kDouble;
-      std::string q = emit("Div", {as(ins[0], t), as(ins[1], t)});
-      // Integer division truncates (ONNX's Div); floats round after.
-      if (mode == "floor" && !integer)
-        q = emit("Floor", {q});
-      else if (mode == "floor")
-        q = floorInt(q, as(ins[0], t), as(ins[1], t), t);
-      else if (mode == "trunc" && !integer)
-        q = cast(cast(q, at::kLong), t);
-      else if (mode != "floor" && mode != "trunc")
-        fail("aten::div with rounding_mode '" + mode + "' is not supported");
-      return outRD(q, widest, t);
-    }
-    if (t != at::kFloat && t != at::kDouble)
-      t = at::kFloat; // true division
-    return outRD(emit("Div", {as(ins[0], t), as(ins[1], t)}), widest, t);
-  }
-  if (kind == "aten::floor_divide" || kind == "aten::floordiv") {
-    at::ScalarType dt = promoted(ins[0], ins[1]);
-    std::string q = emit("Div", {as(ins[0], dt), as(ins[1], dt)});
-    return outRD(dt == at::kFloat || dt == at::kDouble
-                     ? emit("Floor", {q})
-                     : floorInt(q, as(ins[0], dt), as(ins[1], dt), dt),
-                 widest, dt);
-  }
-  if (kind == "aten::pow")
-    return binaryOut("Pow");
-  if (kind == "aten::maximum" || kind == "aten::minimum")
-    return binaryOut(kind == "aten::maximum" ? "Max" : "Min");
-  // max(a, b) / min(a, b) of two tensors (max.other); the reductions
-  // (max(x), max(x, dim)) are other overloads.
-  if ((kind == "aten::max" || kind == "aten::min") && ins.size() == 2 &&
-      isTensor(ins[1]))
-    return binaryOut(kind == "aten::max" ? "Max" : "Min");
-  if (kind == "aten::eq" || kind == "aten::gt" || kind == "aten::lt" ||
-      kind == "aten::ge" || kind == "aten::le") {
-    static const std::unordered_map<std::string, const char *> cmp = {
-        {"aten::eq", "Equal"},
-        {"aten::gt", "Greater"},
-        {"aten::lt", "Less"},
-        {"aten::ge", "GreaterOrEqual"},
-        {"aten::le", "LessOrEqual"}};
-    return outRD(binary(cmp.at(kind), ins[0], ins[1]), widest, at::kBool);
-  }
+//===----------------------------------------------------------------------===//
+// Elementwise and comparison ops
+//===----------------------------------------------------------------------===//
+
+// In-place unary ops (relu_, tanh_, ...): the functional op, and later
+// reads of the operand see the result.
+void Translator::atenUnaryInPlace(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::string r = emit(unaryOps().at(kind.substr(0, kind.size() - 1)), {T(0)});
+  out(r);
+  setTensor(ins[0], r, widest, firstType);
+  return;
 }
 
-void Translator::matrixOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  if (kind == "aten::linear") {
-    std::string y =
-        emit("MatMul", {T(0), node("Transpose", {T(1)})->output(0)});
-    if (ins.size() > 2 && !isNone(ins[2]))
-      y = emit("Add", {y, T(2)});
-    return outRD(y, rankOf(ins[0]), firstType);
+void Translator::atenUnary(AtenCall &call) {
+  ATEN_LOCALS(call);
+  auto it = unaryOps().find(kind);
+  bool floatOp = kind != "aten::relu" && kind != "aten::neg" &&
+                 kind != "aten::abs" && kind != "aten::bitwise_not" &&
+                 kind != "aten::logical_not";
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  if (floatOp && dt != at::kFloat && dt != at::kDouble)
+    return outRD(emit(it->second, {cast(T(0), at::kFloat)}), widest,
+                 at::kFloat);
+  return unary(it->second);
+}
+
+void Translator::atenRsqrt(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return out(emit("Reciprocal", {emit("Sqrt", {T(0)})}));
+}
+
+void Translator::atenSilu(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return out(emit("Mul", {T(0), emit("Sigmoid", {T(0)})}));
+}
+
+void Translator::atenHardswish(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // x * relu6(x + 3) / 6 and relu6(x + 3) / 6, as PyTorch defines them.
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  std::string relu6 =
+      emit("Clip", {emit("Add", {T(0), constant(dt, {}, {3.0})}),
+                    constant(dt, {}, {0.0}), constant(dt, {}, {6.0})});
+  std::string y = emit("Div", {relu6, constant(dt, {}, {6.0})});
+  return out(kind == "aten::hardsigmoid" ? y : emit("Mul", {T(0), y}));
+}
+
+void Translator::atenLeakyRelu(AtenCall &call) {
+  ATEN_LOCALS(call);
+  onnx::NodeProto *r = node("LeakyRelu", {T(0)});
+  attr(r, "alpha",
+       static_cast<float>(ins.size() > 1 ? constDouble(ins[1]) : 0.01));
+  return out(r->output(0));
+}
+
+void Translator::atenGelu(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::string approx = ins.size() > 1 && item(ins[1]).kind == Item::String
+                           ? item(ins[1]).text
+                           : "none";
+  std::string x = T(0);
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  std::string half = constant(dt, {}, {0.5}), one = constant(dt, {}, {1.0});
+  std::string inner;
+  if (approx == "tanh") {
+    std::string cube = emit("Mul", {x, emit("Mul", {x, x})});
+    std::string z = emit(
+        "Mul",
+        {constant(dt, {}, {std::sqrt(2.0 / M_PI)}),
+         emit("Add", {x, emit("Mul", {constant(dt, {}, {0.044715}), cube})})});
+    inner = emit("Tanh", {z});
+  } else {
+    inner = emit("Erf", {emit("Div", {x, constant(dt, {}, {M_SQRT2})})});
   }
-  if (kind == "aten::einsum") {
-    Item &list = item(ins[1]);
-    if (item(ins[0]).kind != Item::String || list.kind != Item::List)
+  return out(emit("Mul", {emit("Mul", {x, half}), emit("Add", {inner, one})}));
+}
+
+void Translator::atenAddSub(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // rsub(a, b, alpha) = b - alpha * a; add/sub(a, b, alpha) = a +- alpha*b.
+  const TValue *a = ins[0], *b = ins[1];
+  if (kind == "aten::rsub")
+    std::swap(a, b);
+  at::ScalarType t = promoted(a, b);
+  if (ins.size() > 2 && item(ins[2]).kind == Item::Scalar &&
+      item(ins[2]).scalar.isDouble() && t != at::kFloat && t != at::kDouble)
+    t = at::kFloat;
+  std::string rhs = as(b, t);
+  if (ins.size() > 2 && item(ins[2]).isNumber() && item(ins[2]).number() != 1.0)
+    rhs = emit("Mul", {rhs, constant(t, {}, {item(ins[2]).number()})});
+  bool add = kind == "aten::add" || kind == "aten::add_";
+  std::string r = emit(add ? "Add" : "Sub", {as(a, t), rhs});
+  outRD(r, widest, t);
+  if (kind.back() == '_')
+    setTensor(ins[0], r, widest, t); // in place: later reads see it
+  return;
+}
+
+void Translator::atenMul(AtenCall &call) {
+  ATEN_LOCALS(call);
+  binaryOut("Mul");
+  if (kind == "aten::mul_")
+    items[ins[0]] = items[n->output()]; // in place
+  return;
+}
+
+void Translator::atenDiv(AtenCall &call) {
+  ATEN_LOCALS(call);
+  at::ScalarType t = promoted(ins[0], ins[1]);
+  if (ins.size() > 2 && item(ins[2]).kind == Item::String) {
+    const std::string &mode = item(ins[2]).text;
+    bool integer = t != at::kFloat && t != at::kDouble;
+    std::string q = emit("Div", {as(ins[0], t), as(ins[1], t)});
+    // Integer division truncates (ONNX's Div); floats round after.
+    if (mode == "floor" && !integer)
+      q = emit("Floor", {q});
+    else if (mode == "floor")
+      q = floorInt(q, as(ins[0], t), as(ins[1], t), t);
+    else if (mode == "trunc" && !integer)
+      q = cast(cast(q, at::kLong), t);
+    else if (mode != "floor" && mode != "trunc")
+      fail("aten::div with rounding_mode '" + mode + "' is not supported");
+    return outRD(q, widest, t);
+  }
+  if (t != at::kFloat && t != at::kDouble)
+    t = at::kFloat; // true division
+  return outRD(emit("Div", {as(ins[0], t), as(ins[1], t)}), widest, t);
+}
+
+void Translator::atenFloorDivide(AtenCall &call) {
+  ATEN_LOCALS(call);
+  at::ScalarType dt = promoted(ins[0], ins[1]);
+  std::string q = emit("Div", {as(ins[0], dt), as(ins[1], dt)});
+  return outRD(dt == at::kFloat || dt == at::kDouble
+                   ? emit("Floor", {q})
+                   : floorInt(q, as(ins[0], dt), as(ins[1], dt), dt),
+               widest, dt);
+}
+
+void Translator::atenPow(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return binaryOut("Pow");
+}
+
+void Translator::atenMaximum(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return binaryOut(kind == "aten::maximum" ? "Max" : "Min");
+}
+
+// max(a, b) / min(a, b) of two tensors (max.other); the reductions
+// (max(x), max(x, dim)) are other overloads.
+void Translator::atenMaxMinOfTwo(AtenCall &call) {
+  ATEN_LOCALS(call);
+  if (!(ins.size() == 2 && isTensor(ins[1])))
+    return;
+  return binaryOut(kind == "aten::max" ? "Max" : "Min");
+}
+
+void Translator::atenCompare(AtenCall &call) {
+  ATEN_LOCALS(call);
+  static const std::unordered_map<std::string, const char *> cmp = {
+      {"aten::eq", "Equal"},
+      {"aten::gt", "Greater"},
+      {"aten::lt", "Less"},
+      {"aten::ge", "GreaterOrEqual"},
+      {"aten::le", "LessOrEqual"}};
+  return outRD(binary(cmp.at(kind), ins[0], ins[1]), widest, at::kBool);
+}
+
+//===----------------------------------------------------------------------===//
+// Matrix products, embedding, normalisation, softmax
+//===----------------------------------------------------------------------===//
+
+void Translator::atenLinear(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::string y = emit("MatMul", {T(0), node("Transpose", {T(1)})->output(0)});
+  if (ins.size() > 2 && !isNone(ins[2]))
+    y = emit("Add", {y, T(2)});
+  return outRD(y, rankOf(ins[0]), firstType);
+}
+
+void Translator::atenEinsum(AtenCall &call) {
+  ATEN_LOCALS(call);
+  Item &list = item(ins[1]);
+  if (item(ins[0]).kind != Item::String || list.kind != Item::List)
+    fail("aten::einsum needs an equation and a list of tensors");
+  std::vector<std::string> operands;
+  for (const Item &e : list.elems) {
+    if (e.kind != Item::Tensor)
       fail("aten::einsum needs an equation and a list of tensors");
-    std::vector<std::string> operands;
-    for (const Item &e : list.elems) {
-      if (e.kind != Item::Tensor)
-        fail("aten::einsum needs an equation and a list of tensors");
-      operands.push_back(e.name);
-    }
-    std::string equation = item(ins[0]).text;
-    onnx::NodeProto *e = node("Einsum", operands);
-    attr(e, "equation", equation);
-    // The result's rank: the subscripts after "->" (or the implicit form's
-    // letters that appear once; not needed for the common explicit form).
-    size_t arrow = equation.find("->");
-    int64_t rank = -1;
-    if (arrow != std::string::npos) {
-      rank = 0;
-      for (char c : equation.substr(arrow + 2))
-        rank += std::isalpha(static_cast<unsigned char>(c)) ? 1 : 0;
-    }
-    return outRD(e->output(0), rank, list.elems[0].dtype);
+    operands.push_back(e.name);
   }
-  if (kind == "aten::matmul" || kind == "aten::bmm" || kind == "aten::mm") {
-    int64_t ra = rankOf(ins[0]), rb = rankOf(ins[1]);
-    int64_t r = rb == 1 ? ra - 1 : ra == 1 ? rb - 1 : std::max(ra, rb);
-    return outRD(emit("MatMul", {T(0), T(1)}), r, firstType);
+  std::string equation = item(ins[0]).text;
+  onnx::NodeProto *e = node("Einsum", operands);
+  attr(e, "equation", equation);
+  // The result's rank: the subscripts after "->" (or the implicit form's
+  // letters that appear once; not needed for the common explicit form).
+  size_t arrow = equation.find("->");
+  int64_t rank = -1;
+  if (arrow != std::string::npos) {
+    rank = 0;
+    for (char c : equation.substr(arrow + 2))
+      rank += std::isalpha(static_cast<unsigned char>(c)) ? 1 : 0;
   }
-  if (kind == "aten::t") {
-    onnx::NodeProto *t = node("Transpose", {T(0)});
-    attr(t, "perm", std::vector<int64_t>{1, 0});
-    return out(t->output(0));
-  }
-  if (kind == "aten::embedding") {
-    if (ins.size() > 2 && item(ins[2]).isInt() && constInt(ins[2]) >= 0)
-      fail("aten::embedding with padding_idx (no gradient for that row) is "
-           "not supported");
-    onnx::NodeProto *gather = node("Gather", {T(0), T(1)});
-    attr(gather, "axis", int64_t(0));
-    return outRD(gather->output(0), rankOf(ins[1]) + 1, dtypeOf(ins[0]));
-  }
-  if (kind == "aten::layer_norm") {
-    std::vector<int64_t> normalized = constInts(ins[1]);
-    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-    std::string scale = isNone(ins[2]) ? constant(dt, normalized, {1.0}) : T(2);
-    std::string bias = isNone(ins[3]) ? constant(dt, normalized, {0.0}) : T(3);
-    onnx::NodeProto *ln = node("LayerNormalization", {T(0), scale, bias});
-    attr(ln, "axis", -static_cast<int64_t>(normalized.size()));
-    attr(ln, "epsilon", static_cast<float>(constDouble(ins[4])));
-    return out(ln->output(0));
-  }
-  if (kind == "aten::softmax" || kind == "aten::log_softmax") {
-    onnx::NodeProto *s =
-        node(kind == "aten::softmax" ? "Softmax" : "LogSoftmax", {T(0)});
-    attr(s, "axis", constInt(ins[1]));
-    std::string y = s->output(0);
-    if (ins.size() > 2 && item(ins[2]).isInt())
-      y = cast(y, static_cast<at::ScalarType>(constInt(ins[2])));
-    return out(y);
-  }
+  return outRD(e->output(0), rank, list.elems[0].dtype);
 }
 
-void Translator::reshapeOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  if (kind == "aten::view" || kind == "aten::reshape") {
-    int64_t r = item(ins[1]).kind == Item::List
-                    ? static_cast<int64_t>(item(ins[1]).elems.size())
-                    : 1;
-    return outRD(emit("Reshape", {T(0), intList(ins[1])}), r, firstType);
-  }
-  if (kind == "aten::view_as" || kind == "aten::reshape_as")
-    return outRD(emit("Reshape", {T(0), emit("Shape", {T(1)})}), rankOf(ins[1]),
-                 dtypeOf(ins[0]));
-  if (kind == "aten::expand_as")
-    return outRD(emit("Expand", {T(0), emit("Shape", {T(1)})}), rankOf(ins[1]),
-                 dtypeOf(ins[0]));
-  if (kind == "aten::unsqueeze")
-    return outRD(emit("Unsqueeze", {T(0), int1(ins[1])}), rankOf(ins[0]) + 1,
-                 firstType);
-  if (kind == "aten::squeeze")
-    return ins.size() > 1 ? outRD(emit("Squeeze", {T(0), int1(ins[1])}),
-                                  rankOf(ins[0]) - 1, firstType)
-                          : outRD(emit("Squeeze", {T(0)}), -1, firstType);
-  if (kind == "aten::flatten") {
-    int64_t r = rankOf(ins[0]);
-    int64_t start = axis(constInt(ins[1]), r), end = axis(constInt(ins[2]), r);
-    if (r == 0 || start == end)
-      return out(r == 0 ? emit("Reshape", {T(0), ints({1})}) : T(0));
-    if (end != r - 1)
-      fail("aten::flatten of inner dimensions is not supported");
-    // Dims before start copied (0), the rest merged (-1).
-    std::vector<int64_t> shape(start, 0);
-    shape.push_back(-1);
-    return outRD(emit("Reshape", {T(0), ints(shape)}), start + 1, firstType);
-  }
-  if (kind == "aten::expand") {
-    // -1 keeps a dimension: in ONNX's broadcasting, 1 does.
-    Item sizes = item(ins[1]);
-    for (Item &e : sizes.elems)
-      if (e.isInt() && e.scalar.toInt() == -1)
-        e = Item::of(int64_t(1));
-    return outRD(emit("Expand", {T(0), intList(sizes)}),
-                 static_cast<int64_t>(sizes.elems.size()), firstType);
-  }
-  if (kind == "aten::contiguous" || kind == "aten::clone" ||
-      kind == "aten::alias")
-    return out(T(0));
-  if (kind == "aten::detach")
-    fail("aten::detach (a stop-gradient) is not supported yet: its gradient "
-         "would flow");
-  if (kind == "aten::to" || kind == "aten::type_as") {
-    at::ScalarType to = dtypeOr(n->output(), dtypeOr(ins[0], at::kFloat));
-    if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
-      to = static_cast<at::ScalarType>(constInt(d));
-    else if (const TValue *other = argument(n, "other"))
-      to = dtypeOf(other);
-    return outRD(dtypeOr(ins[0], at::kFloat) == to && !item(ins[0]).isNumber()
-                     ? T(0)
-                     : cast(T(0), to),
-                 std::max<int64_t>(widest, 0), to);
-  }
-  if (kind == "aten::transpose") {
-    int64_t r = rankOf(ins[0]);
-    std::vector<int64_t> perm(r);
-    for (int64_t i = 0; i < r; ++i)
-      perm[i] = i;
-    std::swap(perm[axis(constInt(ins[1]), r)], perm[axis(constInt(ins[2]), r)]);
-    onnx::NodeProto *t = node("Transpose", {T(0)});
-    attr(t, "perm", perm);
-    return out(t->output(0));
-  }
-  if (kind == "aten::permute") {
-    int64_t r = rankOf(ins[0]);
-    std::vector<int64_t> perm;
-    for (int64_t d : constInts(ins[1]))
-      perm.push_back(axis(d, r));
-    onnx::NodeProto *t = node("Transpose", {T(0)});
-    attr(t, "perm", perm);
-    return out(t->output(0));
-  }
+void Translator::atenMatmul(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t ra = rankOf(ins[0]), rb = rankOf(ins[1]);
+  int64_t r = rb == 1 ? ra - 1 : ra == 1 ? rb - 1 : std::max(ra, rb);
+  return outRD(emit("MatMul", {T(0), T(1)}), r, firstType);
 }
 
-void Translator::pieceOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  if (kind == "aten::split" || kind == "aten::split_with_sizes" ||
-      kind == "aten::chunk" || kind == "aten::unbind") {
-    int64_t r = rankOf(ins[0]);
-    int64_t dim =
-        axis(kind == "aten::unbind" ? constInt(ins[1]) : constInt(ins[2]), r);
-    // How many pieces: from the dimension's size when known, else from the
-    // prim::ListUnpack that takes the list apart.
-    int64_t pieces = -1;
-    for (const torch::jit::Use &use : n->output()->uses())
-      if (use.user->kind() == c10::Symbol::fromQualString("prim::ListUnpack"))
-        pieces = use.user->outputs().size();
-    auto known = knownShape(ins[0]);
-    std::vector<int64_t> sizes;
-    // Sizes computed from shapes (q|k|v of a fused projection split by
-    // [d, head_dim, head_dim] read off x.shape) go to Split as a tensor the
-    // ONNX importer folds once the shapes are fixed.
-    std::string computedSizes;
-    // x.split([a, b, c]) in a scripted module is aten::split with a list.
-    if (kind == "aten::split_with_sizes" ||
-        (kind == "aten::split" && item(ins[1]).kind == Item::List)) {
-      const Item &list = item(ins[1]);
-      bool allKnown = list.kind == Item::List;
-      for (const Item &e : list.elems)
-        allKnown &= e.isInt();
-      if (allKnown) {
-        sizes = constInts(ins[1]);
-      } else {
-        computedSizes = intList(ins[1]);
-        pieces = static_cast<int64_t>(list.elems.size());
-      }
-    } else if (known) {
-      int64_t size = (*known)[dim];
-      if (kind != "aten::unbind" && constInt(ins[1]) <= 0)
-        fail(kind + " into pieces of " + std::to_string(constInt(ins[1])));
-      int64_t piece = kind == "aten::unbind" ? 1
-                      : kind == "aten::chunk"
-                          ? (size + constInt(ins[1]) - 1) / constInt(ins[1])
-                          : constInt(ins[1]);
-      for (int64_t at = 0; at < size; at += piece)
-        sizes.push_back(std::min(piece, size - at));
-    } else if (pieces > 0 && kind == "aten::split" && item(ins[1]).isInt()) {
-      sizes.assign(pieces, constInt(ins[1]));
-    } else if (kind == "aten::chunk") {
-      pieces = constInt(ins[1]); // equal pieces when the size divides
-    } else if (pieces <= 0) {
-      fail("cannot tell into how many pieces " + kind + " cuts '" +
-           ins[0]->debugName() + "'");
-    }
-    int count = sizes.empty() ? pieces : static_cast<int>(sizes.size());
-    // Without sizes ONNX's Split cuts equal pieces (chunk, unbind).
-    std::vector<std::string> splitInputs{T(0)};
-    if (!sizes.empty())
-      splitInputs.push_back(ints(sizes));
-    else if (!computedSizes.empty())
-      splitInputs.push_back(computedSizes);
-    onnx::NodeProto *s = node("Split", splitInputs, count);
-    attr(s, "axis", dim);
-    Item list;
-    list.kind = Item::List;
-    for (int i = 0; i < s->output_size(); ++i) {
-      Item e;
-      e.kind = Item::Tensor;
-      e.name = s->output(i);
-      e.rank = r;
-      e.dtype = firstType;
-      if (kind == "aten::unbind") {
-        e.name = emit("Squeeze", {e.name, ints({dim})});
-        e.rank = r - 1;
-      }
-      list.elems.push_back(e);
-    }
-    items[n->output()] = list;
-    return;
-  }
-  if (kind == "aten::select") {
-    int64_t r = rankOf(ins[0]);
-    int64_t dim = axis(constInt(ins[1]), r);
-    // ONNX's Gather counts negative indices from the end, as PyTorch does.
-    onnx::NodeProto *gather = node(
-        "Gather", {T(0), constant(at::kLong, {}, {double(constInt(ins[2]))})});
-    attr(gather, "axis", dim);
-    return outRD(gather->output(0), r - 1, firstType);
-  }
-  if (kind == "aten::slice") {
-    int64_t dim = axis(constInt(ins[1]), rankOf(ins[0]));
-    // ONNX's Slice clamps and counts negative bounds from the end.
-    std::string start = isNone(ins[2]) ? ints({0}) : int1(ins[2]);
-    std::string end = isNone(ins[3])
-                          ? ints({std::numeric_limits<int64_t>::max()})
-                          : int1(ins[3]);
-    std::string step = ins.size() > 4 ? int1(ins[4]) : ints({1});
-    return out(emit("Slice", {T(0), start, end, ints({dim}), step}));
-  }
-  if (kind == "aten::stack") {
-    // Each tensor unsqueezed at dim, then concatenated there.
-    Item &list = item(ins[0]);
-    if (list.kind != Item::List || list.elems.empty())
-      fail("aten::stack of something that is not a list of tensors");
-    int64_t r = list.elems[0].rank;
-    if (r < 0)
-      fail("aten::stack needs its tensors' rank");
-    int64_t dim = axis(constInt(ins[1]), r + 1);
-    std::vector<std::string> parts;
-    for (const Item &e : list.elems) {
-      if (e.kind != Item::Tensor || e.rank != r)
-        fail("aten::stack of tensors of different ranks");
-      parts.push_back(emit("Unsqueeze", {e.name, ints({dim})}));
-    }
-    onnx::NodeProto *c = node("Concat", parts);
-    attr(c, "axis", dim);
-    return outRD(c->output(0), r + 1, list.elems[0].dtype);
-  }
-  if (kind == "aten::cat") {
-    Item &list = item(ins[0]);
-    if (list.kind != Item::List)
-      fail("aten::cat of something that is not a list of tensors");
-    std::vector<std::string> parts;
-    for (const Item &e : list.elems) {
-      if (e.kind != Item::Tensor)
-        fail("aten::cat of something that is not a list of tensors");
-      parts.push_back(e.name);
-    }
-    onnx::NodeProto *c = node("Concat", parts);
-    attr(c, "axis", constInt(ins[1]));
-    return outRD(c->output(0), list.elems[0].rank, list.elems[0].dtype);
-  }
+void Translator::atenT(AtenCall &call) {
+  ATEN_LOCALS(call);
+  onnx::NodeProto *t = node("Transpose", {T(0)});
+  attr(t, "perm", std::vector<int64_t>{1, 0});
+  return out(t->output(0));
 }
 
-void Translator::creationOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  if (kind == "aten::masked_fill") {
-    std::string value = operandLike(ins[2], ins[0]);
-    return out(emit("Where", {T(1), value, T(0)}));
-  }
-  if (kind == "aten::where") {
-    const TValue *like = isTensor(ins[1]) ? ins[1] : ins[2];
-    return outRD(emit("Where", {T(0), operandLike(ins[1], like),
-                                operandLike(ins[2], like)}),
-                 widest, dtypeOf(like));
-  }
-  if (kind == "aten::tril" || kind == "aten::triu") {
-    onnx::NodeProto *t = node(
-        "Trilu", {T(0), constant(at::kLong, {}, {double(constInt(ins[1]))})});
-    attr(t, "upper", int64_t(kind == "aten::triu"));
-    return out(t->output(0));
-  }
-  if (kind == "aten::ones" || kind == "aten::zeros" || kind == "aten::full" ||
-      kind == "aten::ones_like" || kind == "aten::zeros_like" ||
-      kind == "aten::full_like") {
-    double value = kind == "aten::full" || kind == "aten::full_like"
-                       ? constDouble(ins[1])
-                   : kind == "aten::ones" || kind == "aten::ones_like" ? 1.0
-                                                                       : 0.0;
-    bool like = kind.size() > 5 && kind.substr(kind.size() - 5) == "_like";
-    at::ScalarType dtype = like ? dtypeOr(ins[0], at::kFloat) : at::kFloat;
-    if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
-      dtype = static_cast<at::ScalarType>(constInt(d));
-    else if (!like)
-      dtype = dtypeOr(n->output(), at::kFloat);
-    onnx::NodeProto *c = node("ConstantOfShape",
-                              {like ? emit("Shape", {T(0)}) : intList(ins[0])});
-    onnx::TensorProto *t = c->add_attribute()->mutable_t();
-    c->mutable_attribute(0)->set_name("value");
-    c->mutable_attribute(0)->set_type(onnx::AttributeProto::TENSOR);
-    t->set_data_type(onnxType(dtype));
-    t->add_dims(1);
-    std::string raw;
-    appendElement(raw, dtype, value);
-    t->set_raw_data(raw);
-    int64_t r = like ? rankOf(ins[0])
-                     : static_cast<int64_t>(item(ins[0]).kind == Item::List
-                                                ? item(ins[0]).elems.size()
-                                                : 1);
-    return outRD(c->output(0), r, dtype);
-  }
-  if (kind == "aten::arange") {
-    // arange(end, ...), arange(start, end, ...), arange(start, end, step,
-    // ...): the schema's argument names tell them apart.
-    const TValue *start = argument(n, "start"), *end = argument(n, "end"),
-                 *step = argument(n, "step");
-    at::ScalarType dtype = at::kLong;
-    for (const TValue *v : {start, end, step})
-      if (v && item(v).kind == Item::Scalar && item(v).scalar.isDouble())
-        dtype = at::kFloat;
-    if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
-      dtype = static_cast<at::ScalarType>(constInt(d));
-    auto bound = [&](const TValue *v, double dflt) {
-      return v ? tensor(v, dtype) : constant(dtype, {}, {dflt});
-    };
-    return outRD(
-        emit("Range", {bound(start, 0), bound(end, 0), bound(step, 1)}), 1,
-        dtype);
-  }
-  if (kind == "aten::mean" || kind == "aten::sum") {
-    std::vector<int64_t> dims;
-    bool keep = false;
-    int64_t r = rankOf(ins[0]);
-    if (ins.size() >= 3 && item(ins[1]).kind == Item::List) {
-      for (int64_t d : constInts(ins[1]))
-        dims.push_back(axis(d, r));
-      keep = constBool(ins[2]);
-    } else {
-      for (int64_t d = 0; d < r; ++d)
-        dims.push_back(d);
-    }
-    int64_t rank = keep ? r : r - static_cast<int64_t>(dims.size());
-    if (kind == "aten::mean") {
-      onnx::NodeProto *m = node("ReduceMean", {T(0)});
-      attr(m, "axes", dims);
-      attr(m, "keepdims", int64_t(keep));
-      return outRD(m->output(0), rank, firstType);
-    }
-    onnx::NodeProto *s = node("ReduceSum", {T(0), ints(dims)});
-    attr(s, "keepdims", int64_t(keep));
-    return outRD(s->output(0), rank, firstType);
-  }
+void Translator::atenEmbedding(AtenCall &call) {
+  ATEN_LOCALS(call);
+  if (ins.size() > 2 && item(ins[2]).isInt() && constInt(ins[2]) >= 0)
+    fail("aten::embedding with padding_idx (no gradient for that row) is "
+         "not supported");
+  onnx::NodeProto *gather = node("Gather", {T(0), T(1)});
+  attr(gather, "axis", int64_t(0));
+  return outRD(gather->output(0), rankOf(ins[1]) + 1, dtypeOf(ins[0]));
 }
 
-void Translator::layerOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  if (kind == "aten::dropout" || kind == "aten::feature_dropout") {
-    double p = constDouble(ins[1]);
-    bool train = constBool(ins[2]);
-    if (p == 0.0 || !train)
-      return out(T(0));
-    if (kind == "aten::feature_dropout")
-      fail("channel dropout (aten::feature_dropout) is not supported");
-    onnx::NodeProto *d = node("Dropout", {T(0), constant(at::kFloat, {}, {p}),
-                                          constant(at::kBool, {}, {1.0})});
-    return out(d->output(0));
-  }
-  if (kind == "aten::cross_entropy_loss") {
-    if (!isNone(ins[2]))
-      fail("aten::cross_entropy_loss with class weights is not supported");
-    if (ins.size() > 5 && constDouble(ins[5]) != 0.0)
-      fail("aten::cross_entropy_loss with label smoothing is not supported");
-    static const char *reductions[] = {"none", "mean", "sum"};
-    int64_t reduction = constInt(ins[3]);
-    onnx::NodeProto *l = node("SoftmaxCrossEntropyLoss", {T(0), T(1)});
-    attr(l, "reduction", std::string(reductions[reduction]));
-    attr(l, "ignore_index", constInt(ins[4]));
-    return outRD(l->output(0), reduction == 0 ? rankOf(ins[1]) : 0, firstType);
-  }
-  if (kind == "aten::batch_norm") {
-    bool training = constBool(ins[5]);
-    std::string x = T(0);
-    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-    if (isNone(ins[1]) || isNone(ins[2]))
-      fail("aten::batch_norm without an affine weight and bias is not "
-           "supported");
-    std::string scale = T(1), bias = T(2);
-    (void)dt;
-    if (isNone(ins[3]) || isNone(ins[4]))
-      fail("aten::batch_norm without running statistics is not supported");
-    onnx::NodeProto *bn = node("BatchNormalization",
-                               {x, scale, bias, T(3), T(4)}, training ? 3 : 1);
-    // ONNX's momentum weighs the old statistics, PyTorch's the new.
-    attr(bn, "momentum", static_cast<float>(1.0 - constDouble(ins[6])));
-    attr(bn, "epsilon", static_cast<float>(constDouble(ins[7])));
-    attr(bn, "training_mode", int64_t(training));
-    out(bn->output(0));
-    if (training) {
-      // In place: the statistics' later readers see the update.
-      setTensor(ins[3], bn->output(1), 1, firstType);
-      setTensor(ins[4], bn->output(2), 1, firstType);
-    }
-    return;
-  }
-  if (kind == "aten::_convolution" || kind == "aten::conv2d") {
-    if (rankOf(ins[0]) != 4)
-      fail("only 2-D convolutions are supported");
-    bool full = kind == "aten::_convolution";
-    if (full && constBool(ins[6]))
-      fail("transposed convolutions are not supported");
-    std::vector<int64_t> stride = constInts(ins[3]), pad = constInts(ins[4]),
-                         dilation = constInts(ins[5]);
-    int64_t groups = constInt(ins[full ? 8 : 6]);
-    auto pair = [](std::vector<int64_t> v) {
-      return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
-    };
-    stride = pair(stride);
-    pad = pair(pad);
-    dilation = pair(dilation);
-    std::vector<std::string> operands = {T(0), T(1)};
-    if (!isNone(ins[2]))
-      operands.push_back(T(2));
-    onnx::NodeProto *c = node("Conv", operands);
-    attr(c, "strides", stride);
-    attr(c, "pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]});
-    attr(c, "dilations", dilation);
-    attr(c, "group", groups);
-    return out(c->output(0));
-  }
-  if (kind == "aten::max_pool2d" || kind == "aten::avg_pool2d") {
-    auto pair = [](std::vector<int64_t> v) {
-      return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
-    };
-    std::vector<int64_t> kernel = pair(constInts(ins[1]));
-    std::vector<int64_t> stride = constInts(ins[2]);
-    stride = stride.empty() ? kernel : pair(stride);
-    std::vector<int64_t> pad = pair(constInts(ins[3]));
-    bool max = kind == "aten::max_pool2d";
-    if (constBool(ins[max ? 5 : 4]))
-      fail("ceil_mode pooling is not supported");
-    onnx::NodeProto *p = node(max ? "MaxPool" : "AveragePool", {T(0)});
-    attr(p, "kernel_shape", kernel);
-    attr(p, "strides", stride);
-    attr(p, "pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]});
-    if (max) {
-      std::vector<int64_t> dilation = pair(constInts(ins[4]));
-      if (dilation != std::vector<int64_t>{1, 1})
-        fail("dilated max pooling is not supported");
-    } else {
-      attr(p, "count_include_pad", int64_t(constBool(ins[5])));
-      if (ins.size() > 6 && !isNone(ins[6]))
-        fail("avg_pool2d with divisor_override is not supported");
-    }
-    return out(p->output(0));
-  }
-  if (kind == "aten::adaptive_avg_pool2d") {
-    std::vector<int64_t> size = constInts(ins[1]);
-    if (size != std::vector<int64_t>{1, 1} && size != std::vector<int64_t>{1})
-      fail("adaptive average pooling to anything but 1x1 is not supported");
-    return out(emit("GlobalAveragePool", {T(0)}));
-  }
+void Translator::atenLayerNorm(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::vector<int64_t> normalized = constInts(ins[1]);
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  std::string scale = isNone(ins[2]) ? constant(dt, normalized, {1.0}) : T(2);
+  std::string bias = isNone(ins[3]) ? constant(dt, normalized, {0.0}) : T(3);
+  onnx::NodeProto *ln = node("LayerNormalization", {T(0), scale, bias});
+  attr(ln, "axis", -static_cast<int64_t>(normalized.size()));
+  attr(ln, "epsilon", static_cast<float>(constDouble(ins[4])));
+  return out(ln->output(0));
 }
 
-void Translator::indexOp(AtenCall &c) {
-  ATEN_LOCALS(c);
-  if (kind == "aten::index") {
-    // x[idx], x[:, idx]: one tensor index (None elsewhere) gathers along its
-    // dimension, PyTorch's and ONNX's result shape alike (cos[position_ids]).
+void Translator::atenSoftmax(AtenCall &call) {
+  ATEN_LOCALS(call);
+  onnx::NodeProto *s =
+      node(kind == "aten::softmax" ? "Softmax" : "LogSoftmax", {T(0)});
+  attr(s, "axis", constInt(ins[1]));
+  std::string y = s->output(0);
+  if (ins.size() > 2 && item(ins[2]).isInt())
+    y = cast(y, static_cast<at::ScalarType>(constInt(ins[2])));
+  return out(y);
+}
+
+//===----------------------------------------------------------------------===//
+// Views, reshapes, casts and permutations
+//===----------------------------------------------------------------------===//
+
+void Translator::atenView(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = item(ins[1]).kind == Item::List
+                  ? static_cast<int64_t>(item(ins[1]).elems.size())
+                  : 1;
+  return outRD(emit("Reshape", {T(0), intList(ins[1])}), r, firstType);
+}
+
+void Translator::atenViewAs(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return outRD(emit("Reshape", {T(0), emit("Shape", {T(1)})}), rankOf(ins[1]),
+               dtypeOf(ins[0]));
+}
+
+void Translator::atenExpandAs(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return outRD(emit("Expand", {T(0), emit("Shape", {T(1)})}), rankOf(ins[1]),
+               dtypeOf(ins[0]));
+}
+
+void Translator::atenUnsqueeze(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return outRD(emit("Unsqueeze", {T(0), int1(ins[1])}), rankOf(ins[0]) + 1,
+               firstType);
+}
+
+void Translator::atenSqueeze(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return ins.size() > 1 ? outRD(emit("Squeeze", {T(0), int1(ins[1])}),
+                                rankOf(ins[0]) - 1, firstType)
+                        : outRD(emit("Squeeze", {T(0)}), -1, firstType);
+}
+
+void Translator::atenFlatten(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  int64_t start = axis(constInt(ins[1]), r), end = axis(constInt(ins[2]), r);
+  if (r == 0 || start == end)
+    return out(r == 0 ? emit("Reshape", {T(0), ints({1})}) : T(0));
+  if (end != r - 1)
+    fail("aten::flatten of inner dimensions is not supported");
+  // Dims before start copied (0), the rest merged (-1).
+  std::vector<int64_t> shape(start, 0);
+  shape.push_back(-1);
+  return outRD(emit("Reshape", {T(0), ints(shape)}), start + 1, firstType);
+}
+
+void Translator::atenExpand(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // -1 keeps a dimension: in ONNX's broadcasting, 1 does.
+  Item sizes = item(ins[1]);
+  for (Item &e : sizes.elems)
+    if (e.isInt() && e.scalar.toInt() == -1)
+      e = Item::of(int64_t(1));
+  return outRD(emit("Expand", {T(0), intList(sizes)}),
+               static_cast<int64_t>(sizes.elems.size()), firstType);
+}
+
+void Translator::atenIdentity(AtenCall &call) {
+  ATEN_LOCALS(call);
+  return out(T(0));
+}
+
+void Translator::atenDetach(AtenCall &call) {
+  ATEN_LOCALS(call);
+  fail("aten::detach (a stop-gradient) is not supported yet: its gradient "
+       "would flow");
+}
+
+void Translator::atenTo(AtenCall &call) {
+  ATEN_LOCALS(call);
+  at::ScalarType to = dtypeOr(n->output(), dtypeOr(ins[0], at::kFloat));
+  if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
+    to = static_cast<at::ScalarType>(constInt(d));
+  else if (const TValue *other = argument(n, "other"))
+    to = dtypeOf(other);
+  return outRD(dtypeOr(ins[0], at::kFloat) == to && !item(ins[0]).isNumber()
+                   ? T(0)
+                   : cast(T(0), to),
+               std::max<int64_t>(widest, 0), to);
+}
+
+void Translator::atenTranspose(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  std::vector<int64_t> perm(r);
+  for (int64_t i = 0; i < r; ++i)
+    perm[i] = i;
+  std::swap(perm[axis(constInt(ins[1]), r)], perm[axis(constInt(ins[2]), r)]);
+  onnx::NodeProto *t = node("Transpose", {T(0)});
+  attr(t, "perm", perm);
+  return out(t->output(0));
+}
+
+void Translator::atenPermute(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  std::vector<int64_t> perm;
+  for (int64_t d : constInts(ins[1]))
+    perm.push_back(axis(d, r));
+  onnx::NodeProto *t = node("Transpose", {T(0)});
+  attr(t, "perm", perm);
+  return out(t->output(0));
+}
+
+//===----------------------------------------------------------------------===//
+// Pieces: slicing, concatenation, splitting
+//===----------------------------------------------------------------------===//
+
+void Translator::atenSplit(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  int64_t dim =
+      axis(kind == "aten::unbind" ? constInt(ins[1]) : constInt(ins[2]), r);
+  // How many pieces: from the dimension's size when known, else from the
+  // prim::ListUnpack that takes the list apart.
+  int64_t pieces = -1;
+  for (const torch::jit::Use &use : n->output()->uses())
+    if (use.user->kind() == c10::Symbol::fromQualString("prim::ListUnpack"))
+      pieces = use.user->outputs().size();
+  auto known = knownShape(ins[0]);
+  std::vector<int64_t> sizes;
+  // Sizes computed from shapes (q|k|v of a fused projection split by
+  // [d, head_dim, head_dim] read off x.shape) go to Split as a tensor the
+  // ONNX importer folds once the shapes are fixed.
+  std::string computedSizes;
+  // x.split([a, b, c]) in a scripted module is aten::split with a list.
+  if (kind == "aten::split_with_sizes" ||
+      (kind == "aten::split" && item(ins[1]).kind == Item::List)) {
     const Item &list = item(ins[1]);
-    if (list.kind != Item::List)
-      fail("aten::index without a list of indices");
-    int64_t dim = -1;
-    const Item *index = nullptr;
-    for (size_t i = 0; i < list.elems.size(); ++i) {
-      const Item &e = list.elems[i];
-      if (e.kind == Item::None)
-        continue;
-      if (e.kind != Item::Tensor || index)
-        fail("aten::index with more than one tensor index (advanced "
-             "indexing that broadcasts them together) is not supported");
-      if (e.dtype == at::kBool)
-        fail("aten::index with a boolean mask (a result whose shape depends "
-             "on the data) is not supported");
-      dim = static_cast<int64_t>(i);
-      index = &e;
+    bool allKnown = list.kind == Item::List;
+    for (const Item &e : list.elems)
+      allKnown &= e.isInt();
+    if (allKnown) {
+      sizes = constInts(ins[1]);
+    } else {
+      computedSizes = intList(ins[1]);
+      pieces = static_cast<int64_t>(list.elems.size());
     }
-    if (!index)
-      fail("aten::index with no tensor index");
-    onnx::NodeProto *gather = node("Gather", {T(0), index->name});
-    attr(gather, "axis", dim);
-    int64_t r = rankOf(ins[0]) < 0 || index->rank < 0
-                    ? -1
-                    : rankOf(ins[0]) - 1 + index->rank;
-    return outRD(gather->output(0), r, firstType);
+  } else if (known) {
+    int64_t size = (*known)[dim];
+    if (kind != "aten::unbind" && constInt(ins[1]) <= 0)
+      fail(kind + " into pieces of " + std::to_string(constInt(ins[1])));
+    int64_t piece = kind == "aten::unbind" ? 1
+                    : kind == "aten::chunk"
+                        ? (size + constInt(ins[1]) - 1) / constInt(ins[1])
+                        : constInt(ins[1]);
+    for (int64_t at = 0; at < size; at += piece)
+      sizes.push_back(std::min(piece, size - at));
+  } else if (pieces > 0 && kind == "aten::split" && item(ins[1]).isInt()) {
+    sizes.assign(pieces, constInt(ins[1]));
+  } else if (kind == "aten::chunk") {
+    pieces = constInt(ins[1]); // equal pieces when the size divides
+  } else if (pieces <= 0) {
+    fail("cannot tell into how many pieces " + kind + " cuts '" +
+         ins[0]->debugName() + "'");
   }
-  if (kind == "aten::repeat_interleave") {
-    // repeat_interleave(x, repeats: int, dim): x unsqueezed after dim,
-    // broadcast to `repeats` there and the two dimensions merged, which is
-    // how transformers' repeat_kv writes it (and what the partitioner keeps
-    // split by head). The merged shape is read off x's at run time, so
-    // shapes fixed only later (--input) work too.
-    int64_t r = rankOf(ins[0]);
-    if (r < 0 || isNone(ins[2]))
-      fail("aten::repeat_interleave needs its input's rank and a dim "
-           "(a flattening repeat_interleave is not supported)");
-    if (!item(ins[1]).isInt())
-      fail("aten::repeat_interleave with a tensor of repeats (a data-"
-           "dependent shape) is not supported");
-    int64_t dim = axis(constInt(ins[2]), r);
-    std::vector<int64_t> ones(r + 1, 1);
-    ones[dim + 1] = constInt(ins[1]);
-    std::string wide = emit(
-        "Expand", {emit("Unsqueeze", {T(0), ints({dim + 1})}), ints(ones)});
-    std::string shape = emit("Shape", {T(0)});
-    auto part = [&](int64_t from, int64_t to) {
-      return emit("Slice", {shape, ints({from}), ints({to})});
-    };
-    onnx::NodeProto *target =
-        node("Concat", {part(0, dim), ints({-1}), part(dim + 1, r)});
-    attr(target, "axis", int64_t(0));
-    return out(emit("Reshape", {wide, target->output(0)}));
+  int count = sizes.empty() ? pieces : static_cast<int>(sizes.size());
+  // Without sizes ONNX's Split cuts equal pieces (chunk, unbind).
+  std::vector<std::string> splitInputs{T(0)};
+  if (!sizes.empty())
+    splitInputs.push_back(ints(sizes));
+  else if (!computedSizes.empty())
+    splitInputs.push_back(computedSizes);
+  onnx::NodeProto *s = node("Split", splitInputs, count);
+  attr(s, "axis", dim);
+  Item list;
+  list.kind = Item::List;
+  for (int i = 0; i < s->output_size(); ++i) {
+    Item e;
+    e.kind = Item::Tensor;
+    e.name = s->output(i);
+    e.rank = r;
+    e.dtype = firstType;
+    if (kind == "aten::unbind") {
+      e.name = emit("Squeeze", {e.name, ints({dim})});
+      e.rank = r - 1;
+    }
+    list.elems.push_back(e);
   }
-  if (kind == "aten::clamp") {
-    // PyTorch's clamp: max(x, min) then min(., max), either bound optional.
-    at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-    std::string y = T(0);
-    if (ins.size() > 1 && !isNone(ins[1]))
-      y = emit("Max", {y, operandLike(ins[1], ins[0])});
-    if (ins.size() > 2 && !isNone(ins[2]))
-      y = emit("Min", {y, operandLike(ins[2], ins[0])});
-    return outRD(y, widest, dt);
+  items[n->output()] = list;
+  return;
+}
+
+void Translator::atenSelect(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  int64_t dim = axis(constInt(ins[1]), r);
+  // ONNX's Gather counts negative indices from the end, as PyTorch does.
+  onnx::NodeProto *gather = node(
+      "Gather", {T(0), constant(at::kLong, {}, {double(constInt(ins[2]))})});
+  attr(gather, "axis", dim);
+  return outRD(gather->output(0), r - 1, firstType);
+}
+
+void Translator::atenSlice(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t dim = axis(constInt(ins[1]), rankOf(ins[0]));
+  // ONNX's Slice clamps and counts negative bounds from the end.
+  std::string start = isNone(ins[2]) ? ints({0}) : int1(ins[2]);
+  std::string end = isNone(ins[3]) ? ints({std::numeric_limits<int64_t>::max()})
+                                   : int1(ins[3]);
+  std::string step = ins.size() > 4 ? int1(ins[4]) : ints({1});
+  return out(emit("Slice", {T(0), start, end, ints({dim}), step}));
+}
+
+void Translator::atenStack(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // Each tensor unsqueezed at dim, then concatenated there.
+  Item &list = item(ins[0]);
+  if (list.kind != Item::List || list.elems.empty())
+    fail("aten::stack of something that is not a list of tensors");
+  int64_t r = list.elems[0].rank;
+  if (r < 0)
+    fail("aten::stack needs its tensors' rank");
+  int64_t dim = axis(constInt(ins[1]), r + 1);
+  std::vector<std::string> parts;
+  for (const Item &e : list.elems) {
+    if (e.kind != Item::Tensor || e.rank != r)
+      fail("aten::stack of tensors of different ranks");
+    parts.push_back(emit("Unsqueeze", {e.name, ints({dim})}));
   }
+  onnx::NodeProto *c = node("Concat", parts);
+  attr(c, "axis", dim);
+  return outRD(c->output(0), r + 1, list.elems[0].dtype);
+}
+
+void Translator::atenCat(AtenCall &call) {
+  ATEN_LOCALS(call);
+  Item &list = item(ins[0]);
+  if (list.kind != Item::List)
+    fail("aten::cat of something that is not a list of tensors");
+  std::vector<std::string> parts;
+  for (const Item &e : list.elems) {
+    if (e.kind != Item::Tensor)
+      fail("aten::cat of something that is not a list of tensors");
+    parts.push_back(e.name);
+  }
+  onnx::NodeProto *c = node("Concat", parts);
+  attr(c, "axis", constInt(ins[1]));
+  return outRD(c->output(0), list.elems[0].rank, list.elems[0].dtype);
+}
+
+//===----------------------------------------------------------------------===//
+// Masks, creation and reductions
+//===----------------------------------------------------------------------===//
+
+void Translator::atenMaskedFill(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::string value = operandLike(ins[2], ins[0]);
+  return out(emit("Where", {T(1), value, T(0)}));
+}
+
+void Translator::atenWhere(AtenCall &call) {
+  ATEN_LOCALS(call);
+  const TValue *like = isTensor(ins[1]) ? ins[1] : ins[2];
+  return outRD(emit("Where", {T(0), operandLike(ins[1], like),
+                              operandLike(ins[2], like)}),
+               widest, dtypeOf(like));
+}
+
+void Translator::atenTril(AtenCall &call) {
+  ATEN_LOCALS(call);
+  onnx::NodeProto *t = node(
+      "Trilu", {T(0), constant(at::kLong, {}, {double(constInt(ins[1]))})});
+  attr(t, "upper", int64_t(kind == "aten::triu"));
+  return out(t->output(0));
+}
+
+void Translator::atenFill(AtenCall &call) {
+  ATEN_LOCALS(call);
+  double value = kind == "aten::full" || kind == "aten::full_like"
+                     ? constDouble(ins[1])
+                 : kind == "aten::ones" || kind == "aten::ones_like" ? 1.0
+                                                                     : 0.0;
+  bool like = kind.size() > 5 && kind.substr(kind.size() - 5) == "_like";
+  at::ScalarType dtype = like ? dtypeOr(ins[0], at::kFloat) : at::kFloat;
+  if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
+    dtype = static_cast<at::ScalarType>(constInt(d));
+  else if (!like)
+    dtype = dtypeOr(n->output(), at::kFloat);
+  onnx::NodeProto *c =
+      node("ConstantOfShape", {like ? emit("Shape", {T(0)}) : intList(ins[0])});
+  onnx::TensorProto *t = c->add_attribute()->mutable_t();
+  c->mutable_attribute(0)->set_name("value");
+  c->mutable_attribute(0)->set_type(onnx::AttributeProto::TENSOR);
+  t->set_data_type(onnxType(dtype));
+  t->add_dims(1);
+  std::string raw;
+  appendElement(raw, dtype, value);
+  t->set_raw_data(raw);
+  int64_t r = like ? rankOf(ins[0])
+                   : static_cast<int64_t>(item(ins[0]).kind == Item::List
+                                              ? item(ins[0]).elems.size()
+                                              : 1);
+  return outRD(c->output(0), r, dtype);
+}
+
+void Translator::atenArange(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // arange(end, ...), arange(start, end, ...), arange(start, end, step,
+  // ...): the schema's argument names tell them apart.
+  const TValue *start = argument(n, "start"), *end = argument(n, "end"),
+               *step = argument(n, "step");
+  at::ScalarType dtype = at::kLong;
+  for (const TValue *v : {start, end, step})
+    if (v && item(v).kind == Item::Scalar && item(v).scalar.isDouble())
+      dtype = at::kFloat;
+  if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
+    dtype = static_cast<at::ScalarType>(constInt(d));
+  auto bound = [&](const TValue *v, double dflt) {
+    return v ? tensor(v, dtype) : constant(dtype, {}, {dflt});
+  };
+  return outRD(emit("Range", {bound(start, 0), bound(end, 0), bound(step, 1)}),
+               1, dtype);
+}
+
+void Translator::atenMeanSum(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::vector<int64_t> dims;
+  bool keep = false;
+  int64_t r = rankOf(ins[0]);
+  if (ins.size() >= 3 && item(ins[1]).kind == Item::List) {
+    for (int64_t d : constInts(ins[1]))
+      dims.push_back(axis(d, r));
+    keep = constBool(ins[2]);
+  } else {
+    for (int64_t d = 0; d < r; ++d)
+      dims.push_back(d);
+  }
+  int64_t rank = keep ? r : r - static_cast<int64_t>(dims.size());
+  if (kind == "aten::mean") {
+    onnx::NodeProto *m = node("ReduceMean", {T(0)});
+    attr(m, "axes", dims);
+    attr(m, "keepdims", int64_t(keep));
+    return outRD(m->output(0), rank, firstType);
+  }
+  onnx::NodeProto *s = node("ReduceSum", {T(0), ints(dims)});
+  attr(s, "keepdims", int64_t(keep));
+  return outRD(s->output(0), rank, firstType);
+}
+
+//===----------------------------------------------------------------------===//
+// Layers: dropout, losses, batch norm, convolution, pooling
+//===----------------------------------------------------------------------===//
+
+void Translator::atenDropout(AtenCall &call) {
+  ATEN_LOCALS(call);
+  double p = constDouble(ins[1]);
+  bool train = constBool(ins[2]);
+  if (p == 0.0 || !train)
+    return out(T(0));
+  if (kind == "aten::feature_dropout")
+    fail("channel dropout (aten::feature_dropout) is not supported");
+  onnx::NodeProto *d = node("Dropout", {T(0), constant(at::kFloat, {}, {p}),
+                                        constant(at::kBool, {}, {1.0})});
+  return out(d->output(0));
+}
+
+void Translator::atenCrossEntropyLoss(AtenCall &call) {
+  ATEN_LOCALS(call);
+  if (!isNone(ins[2]))
+    fail("aten::cross_entropy_loss with class weights is not supported");
+  if (ins.size() > 5 && constDouble(ins[5]) != 0.0)
+    fail("aten::cross_entropy_loss with label smoothing is not supported");
+  static const char *reductions[] = {"none", "mean", "sum"};
+  int64_t reduction = constInt(ins[3]);
+  onnx::NodeProto *l = node("SoftmaxCrossEntropyLoss", {T(0), T(1)});
+  attr(l, "reduction", std::string(reductions[reduction]));
+  attr(l, "ignore_index", constInt(ins[4]));
+  return outRD(l->output(0), reduction == 0 ? rankOf(ins[1]) : 0, firstType);
+}
+
+void Translator::atenBatchNorm(AtenCall &call) {
+  ATEN_LOCALS(call);
+  bool training = constBool(ins[5]);
+  std::string x = T(0);
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  if (isNone(ins[1]) || isNone(ins[2]))
+    fail("aten::batch_norm without an affine weight and bias is not "
+         "supported");
+  std::string scale = T(1), bias = T(2);
+  (void)dt;
+  if (isNone(ins[3]) || isNone(ins[4]))
+    fail("aten::batch_norm without running statistics is not supported");
+  onnx::NodeProto *bn = node("BatchNormalization", {x, scale, bias, T(3), T(4)},
+                             training ? 3 : 1);
+  // ONNX's momentum weighs the old statistics, PyTorch's the new.
+  attr(bn, "momentum", static_cast<float>(1.0 - constDouble(ins[6])));
+  attr(bn, "epsilon", static_cast<float>(constDouble(ins[7])));
+  attr(bn, "training_mode", int64_t(training));
+  out(bn->output(0));
+  if (training) {
+    // In place: the statistics' later readers see the update.
+    setTensor(ins[3], bn->output(1), 1, firstType);
+    setTensor(ins[4], bn->output(2), 1, firstType);
+  }
+  return;
+}
+
+void Translator::atenConvolution(AtenCall &call) {
+  ATEN_LOCALS(call);
+  if (rankOf(ins[0]) != 4)
+    fail("only 2-D convolutions are supported");
+  bool full = kind == "aten::_convolution";
+  if (full && constBool(ins[6]))
+    fail("transposed convolutions are not supported");
+  std::vector<int64_t> stride = constInts(ins[3]), pad = constInts(ins[4]),
+                       dilation = constInts(ins[5]);
+  int64_t groups = constInt(ins[full ? 8 : 6]);
+  auto pair = [](std::vector<int64_t> v) {
+    return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
+  };
+  stride = pair(stride);
+  pad = pair(pad);
+  dilation = pair(dilation);
+  std::vector<std::string> operands = {T(0), T(1)};
+  if (!isNone(ins[2]))
+    operands.push_back(T(2));
+  onnx::NodeProto *c = node("Conv", operands);
+  attr(c, "strides", stride);
+  attr(c, "pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]});
+  attr(c, "dilations", dilation);
+  attr(c, "group", groups);
+  return out(c->output(0));
+}
+
+void Translator::atenPool2d(AtenCall &call) {
+  ATEN_LOCALS(call);
+  auto pair = [](std::vector<int64_t> v) {
+    return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
+  };
+  std::vector<int64_t> kernel = pair(constInts(ins[1]));
+  std::vector<int64_t> stride = constInts(ins[2]);
+  stride = stride.empty() ? kernel : pair(stride);
+  std::vector<int64_t> pad = pair(constInts(ins[3]));
+  bool max = kind == "aten::max_pool2d";
+  if (constBool(ins[max ? 5 : 4]))
+    fail("ceil_mode pooling is not supported");
+  onnx::NodeProto *p = node(max ? "MaxPool" : "AveragePool", {T(0)});
+  attr(p, "kernel_shape", kernel);
+  attr(p, "strides", stride);
+  attr(p, "pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]});
+  if (max) {
+    std::vector<int64_t> dilation = pair(constInts(ins[4]));
+    if (dilation != std::vector<int64_t>{1, 1})
+      fail("dilated max pooling is not supported");
+  } else {
+    attr(p, "count_include_pad", int64_t(constBool(ins[5])));
+    if (ins.size() > 6 && !isNone(ins[6]))
+      fail("avg_pool2d with divisor_override is not supported");
+  }
+  return out(p->output(0));
+}
+
+void Translator::atenAdaptiveAvgPool2d(AtenCall &call) {
+  ATEN_LOCALS(call);
+  std::vector<int64_t> size = constInts(ins[1]);
+  if (size != std::vector<int64_t>{1, 1} && size != std::vector<int64_t>{1})
+    fail("adaptive average pooling to anything but 1x1 is not supported");
+  return out(emit("GlobalAveragePool", {T(0)}));
+}
+
+//===----------------------------------------------------------------------===//
+// Indexing, repetition, clamping
+//===----------------------------------------------------------------------===//
+
+void Translator::atenIndex(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // x[idx], x[:, idx]: one tensor index (None elsewhere) gathers along its
+  // dimension, PyTorch's and ONNX's result shape alike (cos[position_ids]).
+  const Item &list = item(ins[1]);
+  if (list.kind != Item::List)
+    fail("aten::index without a list of indices");
+  int64_t dim = -1;
+  const Item *index = nullptr;
+  for (size_t i = 0; i < list.elems.size(); ++i) {
+    const Item &e = list.elems[i];
+    if (e.kind == Item::None)
+      continue;
+    if (e.kind != Item::Tensor || index)
+      fail("aten::index with more than one tensor index (advanced "
+           "indexing that broadcasts them together) is not supported");
+    if (e.dtype == at::kBool)
+      fail("aten::index with a boolean mask (a result whose shape depends "
+           "on the data) is not supported");
+    dim = static_cast<int64_t>(i);
+    index = &e;
+  }
+  if (!index)
+    fail("aten::index with no tensor index");
+  onnx::NodeProto *gather = node("Gather", {T(0), index->name});
+  attr(gather, "axis", dim);
+  int64_t r = rankOf(ins[0]) < 0 || index->rank < 0
+                  ? -1
+                  : rankOf(ins[0]) - 1 + index->rank;
+  return outRD(gather->output(0), r, firstType);
+}
+
+void Translator::atenRepeatInterleave(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // repeat_interleave(x, repeats: int, dim): x unsqueezed after dim,
+  // broadcast to `repeats` there and the two dimensions merged, which is
+  // how transformers' repeat_kv writes it (and what the partitioner keeps
+  // split by head). The merged shape is read off x's at run time, so
+  // shapes fixed only later (--input) work too.
+  int64_t r = rankOf(ins[0]);
+  if (r < 0 || isNone(ins[2]))
+    fail("aten::repeat_interleave needs its input's rank and a dim "
+         "(a flattening repeat_interleave is not supported)");
+  if (!item(ins[1]).isInt())
+    fail("aten::repeat_interleave with a tensor of repeats (a data-"
+         "dependent shape) is not supported");
+  int64_t dim = axis(constInt(ins[2]), r);
+  std::vector<int64_t> ones(r + 1, 1);
+  ones[dim + 1] = constInt(ins[1]);
+  std::string wide =
+      emit("Expand", {emit("Unsqueeze", {T(0), ints({dim + 1})}), ints(ones)});
+  std::string shape = emit("Shape", {T(0)});
+  auto part = [&](int64_t from, int64_t to) {
+    return emit("Slice", {shape, ints({from}), ints({to})});
+  };
+  onnx::NodeProto *target =
+      node("Concat", {part(0, dim), ints({-1}), part(dim + 1, r)});
+  attr(target, "axis", int64_t(0));
+  return out(emit("Reshape", {wide, target->output(0)}));
+}
+
+void Translator::atenClamp(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // PyTorch's clamp: max(x, min) then min(., max), either bound optional.
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  std::string y = T(0);
+  if (ins.size() > 1 && !isNone(ins[1]))
+    y = emit("Max", {y, operandLike(ins[1], ins[0])});
+  if (ins.size() > 2 && !isNone(ins[2]))
+    y = emit("Min", {y, operandLike(ins[2], ins[0])});
+  return outRD(y, widest, dt);
 }
 
 } // namespace cleave_torch

@@ -470,16 +470,17 @@ private:
   bool foldNumbers(Node *n, const std::string &kind);
   void getAttr(Node *n);
   void tensorOp(Node *n);
-  /// The parts of tensorOp, by op family; each sets the op's result or
-  /// leaves it for the next.
+  /// tensorOp's handlers (TorchOps.def); each sets the op's result or
+  /// leaves it for the next handler of its kind.
   struct AtenCall;
-  void elementwiseOp(AtenCall &c);
-  void matrixOp(AtenCall &c);
-  void reshapeOp(AtenCall &c);
-  void pieceOp(AtenCall &c);
-  void creationOp(AtenCall &c);
-  void layerOp(AtenCall &c);
-  void indexOp(AtenCall &c);
+  void atenUnary(AtenCall &c);
+  void atenUnaryInPlace(AtenCall &c);
+#define ATEN_HANDLER(HANDLER, ...) void HANDLER(AtenCall &c);
+#include "TorchOps.def"
+#undef ATEN_HANDLER
+  using AtenHandler = void (Translator::*)(AtenCall &);
+  /// Every aten kind's handlers, in TorchOps.def's order.
+  static const std::multimap<std::string, AtenHandler> &atenHandlers();
   std::string initializer(const std::string &name, const at::Tensor &t);
 };
 
