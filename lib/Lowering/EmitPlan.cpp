@@ -12,8 +12,8 @@
 #include "cleave/Lowering/Passes.h"
 #include "cleave/Lowering/PlanBuffers.h"
 #include "cleave/Sharding/Sharding.h"
-#include "cleave/runtime/plan_writer.h"
 #include "plan/plan.pb.h"
+#include "plan/plan_writer.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 #include <google/protobuf/text_format.h>

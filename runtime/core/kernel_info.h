@@ -1,4 +1,5 @@
-//===- kernel_info.h - What a backend's kernel sees of an instruction -*- C++ -*-===//
+//===- kernel_info.h - What a backend's kernel sees of an instruction -*- C++
+//-*-===//
 //
 // Backend-neutral: an instruction as the schema's validator
 // (kernel_schema.cpp) leaves it, with its types, decoded attributes and
@@ -11,7 +12,7 @@
 #define CLEAVE_RUNTIME_CORE_KERNEL_INFO_H
 
 #include "cleave/runtime/executor.h"
-#include "cleave/runtime/kernel_schema.h"
+#include "plan/kernel_schema.h"
 
 #include <cstdint>
 #include <cstring>

@@ -32,7 +32,7 @@ struct Tables {
   sig->results.push_back({#NAME, Presence::PRESENCE, Tie::TIE, DTYPES});
 #define CLEAVE_ATTR(K, NAME, TYPE, COUNT, RULE, ...)                           \
   sig->attrs.push_back({#NAME, AttrType::TYPE, COUNT, AttrRule::RULE});
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
   }
 };
 
@@ -238,12 +238,12 @@ Status decode(const std::map<std::string, Attr> &attrs, AnyParams *out);
   *out = std::move(p);                                                         \
   return Status::ok();                                                         \
   }
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 
 using DecodeFn = Status (*)(const std::map<std::string, Attr> &, AnyParams *);
 const DecodeFn kDecoders[] = {
 #define CLEAVE_KERNEL_BEGIN(K) &decode<Kernel::k_##K>,
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 };
 
 } // namespace

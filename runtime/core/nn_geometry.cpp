@@ -129,9 +129,9 @@ static Status checkExtents(const TensorType &t, const std::string &what) {
   return Status::ok();
 }
 
-Status readConvPlan(const KernelInfo &info, const TensorType &x,
-                    const TensorType &w, const TensorType &y,
-                    const ConvRoles &roles, ConvPlan *p) {
+Status readConvGeometry(const KernelInfo &info, const TensorType &x,
+                        const TensorType &w, const TensorType &y,
+                        const ConvRoles &roles, ConvGeometry *p) {
   std::string names = std::string(roles.x) + " " + x.str() + ", " + roles.w +
                       " " + w.str() + " and " + roles.y + " " + y.str();
   if (x.dtype != DType::F32 || w.dtype != DType::F32 || y.dtype != DType::F32)
@@ -180,9 +180,9 @@ Status readConvPlan(const KernelInfo &info, const TensorType &x,
   return Status::ok();
 }
 
-Status readPoolPlan(const KernelInfo &info, const TensorType &x,
-                    const TensorType &y, const char *xWhat, const char *yWhat,
-                    bool isMax, PoolPlan *p) {
+Status readPoolGeometry(const KernelInfo &info, const TensorType &x,
+                        const TensorType &y, const char *xWhat,
+                        const char *yWhat, bool isMax, PoolGeometry *p) {
   if (Status s = checkF32(x, xWhat); !s)
     return s;
   if (Status s = checkF32(y, yWhat); !s)

@@ -60,7 +60,7 @@ void validOutputRange(int64_t offset, int64_t stride, int64_t size, int64_t out,
 // conv2d
 //===----------------------------------------------------------------------===//
 
-struct ConvPlan {
+struct ConvGeometry {
   Window win;
   int64_t n = 0, c = 0, h = 0, w = 0;
   int64_t f = 0, oh = 0, ow = 0, groups = 1;
@@ -78,16 +78,15 @@ struct ConvRoles {
 /// Validates the types of a convolution's input \p x [N,C,H,W], weight \p w
 /// [F,C/groups,KH,KW] and output \p y [N,F,OH,OW] (whichever of them are
 /// operands or the result of the kernel at hand) and the conv2d attributes.
-Status readConvPlan(const KernelInfo &info, const TensorType &x,
-                    const TensorType &w, const TensorType &y,
-                    const ConvRoles &roles, ConvPlan *p);
-
+Status readConvGeometry(const KernelInfo &info, const TensorType &x,
+                        const TensorType &w, const TensorType &y,
+                        const ConvRoles &roles, ConvGeometry *p);
 
 //===----------------------------------------------------------------------===//
 // Pools
 //===----------------------------------------------------------------------===//
 
-struct PoolPlan {
+struct PoolGeometry {
   Window win;
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
   bool countIncludePad = false;
@@ -95,10 +94,9 @@ struct PoolPlan {
 
 /// Validates a pool's input \p x [N,C,H,W] and output \p y [N,C,OH,OW] (f32)
 /// and the pool attributes (count_include_pad unless \p isMax).
-Status readPoolPlan(const KernelInfo &info, const TensorType &x,
-                    const TensorType &y, const char *xWhat, const char *yWhat,
-                    bool isMax, PoolPlan *p);
-
+Status readPoolGeometry(const KernelInfo &info, const TensorType &x,
+                        const TensorType &y, const char *xWhat,
+                        const char *yWhat, bool isMax, PoolGeometry *p);
 
 } // namespace cleave::rt::nn
 

@@ -32,7 +32,7 @@ using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
 
 #define CLEAVE_KERNEL(NAME)                                                    \
   Status prepare_##NAME(const KernelInfo &, KernelFn *);
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 
 /// A strided walk over a result of some shape, reading up to 3 operands with
 /// arbitrary (possibly 0 or negative) element strides. Dims are coalesced so

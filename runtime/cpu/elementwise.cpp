@@ -17,16 +17,16 @@
 namespace cleave::rt {
 namespace {
 
-struct ElementwisePlan {
+struct ElementwiseGeometry {
   /// Every operand has the result's shape.
   bool contiguous = true;
   int64_t numElements = 0;
   StridedLoop loop;
 };
 
-ElementwisePlan makePlan(const TensorType &result,
-                         const std::vector<const TensorType *> &operands) {
-  ElementwisePlan plan;
+ElementwiseGeometry makePlan(const TensorType &result,
+                             const std::vector<const TensorType *> &operands) {
+  ElementwiseGeometry plan;
   plan.numElements = result.numElements();
   std::vector<std::vector<int64_t>> strides;
   for (const TensorType *op : operands) {
@@ -46,8 +46,8 @@ void unaryLoop(int64_t n, const A *a, Out *out, F f) {
 }
 
 template <typename Out, typename A, typename B, typename F>
-void binaryLoop(const ElementwisePlan &plan, const A *a, const B *b, Out *out,
-                F f) {
+void binaryLoop(const ElementwiseGeometry &plan, const A *a, const B *b,
+                Out *out, F f) {
   if (plan.contiguous) {
     int64_t n = plan.numElements;
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
@@ -81,7 +81,7 @@ void binaryLoop(const ElementwisePlan &plan, const A *a, const B *b, Out *out,
 }
 
 template <typename T>
-void selectLoop(const ElementwisePlan &plan, const uint8_t *c, const T *a,
+void selectLoop(const ElementwiseGeometry &plan, const uint8_t *c, const T *a,
                 const T *b, T *out) {
   if (plan.contiguous) {
     int64_t n = plan.numElements;
@@ -131,7 +131,7 @@ template <typename T> T minOf(T a, T b) {
 }
 
 template <typename T>
-KernelFn makeBinary(BinaryOp op, std::shared_ptr<ElementwisePlan> plan) {
+KernelFn makeBinary(BinaryOp op, std::shared_ptr<ElementwiseGeometry> plan) {
   auto run = [plan](auto f) -> KernelFn {
     return [plan, f](const KernelArgs &args) {
       binaryLoop(*plan, static_cast<const T *>(args.operands[0]),
@@ -191,7 +191,7 @@ Status prepareBinary(const KernelInfo &info, KernelFn *fn, BinaryOp op) {
     return s;
   if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
     return s;
-  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&a, &b}));
+  auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&a, &b}));
   switch (r.dtype) {
   case DType::F32:
     *fn = makeBinary<float>(op, plan);
@@ -242,7 +242,7 @@ template <typename T, bool IsBool> auto compareKey(T x) {
 }
 
 template <typename T, bool IsBool = false>
-KernelFn makeCompare(CmpOp op, std::shared_ptr<ElementwisePlan> plan) {
+KernelFn makeCompare(CmpOp op, std::shared_ptr<ElementwiseGeometry> plan) {
   auto k = [](T x) { return compareKey<T, IsBool>(x); };
   auto run = [plan](auto f) -> KernelFn {
     return [plan, f](const KernelArgs &args) {
@@ -283,7 +283,7 @@ Status prepareCompare(const KernelInfo &info, KernelFn *fn, CmpOp op) {
     return s;
   if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
     return s;
-  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&a, &b}));
+  auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&a, &b}));
   switch (a.dtype) {
   case DType::F32:
     *fn = makeCompare<float>(op, plan);
@@ -316,7 +316,7 @@ Status prepareLogic(const KernelInfo &info, KernelFn *fn, LogicOp op) {
     return s;
   if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
     return s;
-  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&a, &b}));
+  auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&a, &b}));
   auto run = [plan](auto f) -> KernelFn {
     return [plan, f](const KernelArgs &args) {
       binaryLoop(*plan, static_cast<const uint8_t *>(args.operands[0]),
@@ -464,7 +464,7 @@ Status prepare_select(const KernelInfo &info, KernelFn *fn) {
     return s;
   if (Status s = checkBroadcastable(b, r, "operand 2"); !s)
     return s;
-  auto plan = std::make_shared<ElementwisePlan>(makePlan(r, {&c, &a, &b}));
+  auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&c, &a, &b}));
   // Selection only moves bits, so the element size is all that matters.
   auto make = [plan](auto tag) -> KernelFn {
     using T = decltype(tag);

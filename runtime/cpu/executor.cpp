@@ -26,7 +26,7 @@ namespace {
 // the missing symbol.
 const PrepareFn kPrepare[] = {
 #define CLEAVE_KERNEL(NAME) &prepare_##NAME,
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 };
 
 struct FreeDeleter {

@@ -12,14 +12,15 @@
 namespace cleave::rt {
 namespace {
 
-struct MatmulPlan {
+struct MatmulGeometry {
   bool transposeA = false, transposeB = false;
   int64_t m = 0, n = 0, k = 0;
   /// Element offsets of each batch's A and B matrices; C is contiguous.
   std::vector<int64_t> aOffsets, bOffsets;
 };
 
-void runMatmul(const MatmulPlan &p, const float *a, const float *b, float *c) {
+void runMatmul(const MatmulGeometry &p, const float *a, const float *b,
+               float *c) {
   int64_t batches = static_cast<int64_t>(p.aOffsets.size());
   if (p.m == 0 || p.n == 0)
     return;
@@ -52,7 +53,7 @@ Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
     return Status::error("operands " + a.str() + ", " + b.str() +
                          " and result " + r.str() +
                          " must share a rank of at least 2");
-  MatmulPlan plan;
+  MatmulGeometry plan;
   const auto &attrs = info.params<schema::Kernel::k_matmul>();
   bool ta = attrs.transpose_a, tb = attrs.transpose_b;
   plan.transposeA = ta;

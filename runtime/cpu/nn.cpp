@@ -11,7 +11,7 @@
 namespace cleave::rt {
 namespace nn {
 
-void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col) {
+void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col) {
   const Window &win = p.win;
   int64_t rows = cg * win.kh * win.kw;
   int64_t plane = p.oh * p.ow;
@@ -40,7 +40,7 @@ void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col) {
   }
 }
 
-void avgPoolTaps(const PoolPlan &p, std::vector<int64_t> *rowTaps,
+void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
                  std::vector<int64_t> *colTaps) {
   const Window &win = p.win;
   rowTaps->assign(p.oh, 0);
@@ -67,7 +67,7 @@ namespace {
 
 using namespace nn;
 
-void runConv(const ConvPlan &p, const float *x, const float *weight,
+void runConv(const ConvGeometry &p, const float *x, const float *weight,
              const float *bias, float *y) {
   int64_t cg = p.c / p.groups, fg = p.f / p.groups;
   int64_t kdim = cg * p.win.kh * p.win.kw;
@@ -114,7 +114,7 @@ void runConv(const ConvPlan &p, const float *x, const float *weight,
 // Pools
 //===----------------------------------------------------------------------===//
 
-void runMaxPool(const PoolPlan &p, const float *x, float *y) {
+void runMaxPool(const PoolGeometry &p, const float *x, float *y) {
   const Window &win = p.win;
 #pragma omp parallel for schedule(                                             \
     static) if (p.planes > 1 &&                                                \
@@ -144,7 +144,7 @@ void runMaxPool(const PoolPlan &p, const float *x, float *y) {
   }
 }
 
-void runAvgPool(const PoolPlan &p, const float *x, float *y) {
+void runAvgPool(const PoolGeometry &p, const float *x, float *y) {
   const Window &win = p.win;
   // The divisor only depends on the output position, not the plane.
   std::vector<int64_t> rowTaps, colTaps;
@@ -180,9 +180,9 @@ void runAvgPool(const PoolPlan &p, const float *x, float *y) {
 Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
-  PoolPlan p;
-  if (Status s = readPoolPlan(info, info.operand(0), info.result(0), "operand",
-                              "result", isMax, &p);
+  PoolGeometry p;
+  if (Status s = readPoolGeometry(info, info.operand(0), info.result(0),
+                                  "operand", "result", isMax, &p);
       !s)
     return s;
   *fn = [p, isMax](const KernelArgs &args) {
@@ -328,10 +328,10 @@ Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
 Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 3, 1); !s)
     return s;
-  ConvPlan p;
+  ConvGeometry p;
   if (Status s =
-          readConvPlan(info, info.operand(0), info.operand(1), info.result(0),
-                       {"input", "weight", "result"}, &p);
+          readConvGeometry(info, info.operand(0), info.operand(1),
+                           info.result(0), {"input", "weight", "result"}, &p);
       !s)
     return s;
   if (info.hasOperand(2)) {

@@ -28,7 +28,8 @@ using namespace nn;
 
 /// Accumulates \p channels planes' columns \p col ([channels * kh * kw,
 /// oh * ow], as im2col lays them out) onto the zeroed-here planes \p dx.
-void col2im(const ConvPlan &p, const float *col, int64_t channels, float *dx) {
+void col2im(const ConvGeometry &p, const float *col, int64_t channels,
+            float *dx) {
   const Window &win = p.win;
   int64_t taps = win.kh * win.kw;
   int64_t plane = p.oh * p.ow;
@@ -69,7 +70,7 @@ void col2im(const ConvPlan &p, const float *col, int64_t channels, float *dx) {
   }
 }
 
-Status runConvBackwardInput(const ConvPlan &p, const float *dy,
+Status runConvBackwardInput(const ConvGeometry &p, const float *dy,
                             const float *weight, float *dx) {
   int64_t cg = p.c / p.groups, fg = p.f / p.groups;
   int64_t kdim = cg * p.win.kh * p.win.kw;
@@ -120,8 +121,8 @@ Status runConvBackwardInput(const ConvPlan &p, const float *dy,
 // conv2d_backward_filter
 //===----------------------------------------------------------------------===//
 
-Status runConvBackwardFilter(const ConvPlan &p, const float *x, const float *dy,
-                             float *dw) {
+Status runConvBackwardFilter(const ConvGeometry &p, const float *x,
+                             const float *dy, float *dw) {
   int64_t cg = p.c / p.groups, fg = p.f / p.groups;
   int64_t kdim = cg * p.win.kh * p.win.kw;
   int64_t plane = p.oh * p.ow;
@@ -165,7 +166,7 @@ Status runConvBackwardFilter(const ConvPlan &p, const float *x, const float *dy,
 // Pools
 //===----------------------------------------------------------------------===//
 
-void runMaxPoolBackward(const PoolPlan &p, const float *x, const float *dy,
+void runMaxPoolBackward(const PoolGeometry &p, const float *x, const float *dy,
                         float *dx) {
   const Window &win = p.win;
   int64_t hw = p.h * p.w, plane = p.oh * p.ow;
@@ -215,7 +216,7 @@ void runMaxPoolBackward(const PoolPlan &p, const float *x, const float *dy,
   }
 }
 
-void runAvgPoolBackward(const PoolPlan &p, const float *dy, float *dx) {
+void runAvgPoolBackward(const PoolGeometry &p, const float *dy, float *dx) {
   const Window &win = p.win;
   int64_t hw = p.h * p.w, plane = p.oh * p.ow;
   if (p.planes == 0 || hw == 0)
@@ -264,10 +265,10 @@ void runAvgPoolBackward(const PoolPlan &p, const float *dy, float *dx) {
 Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 2, 1); !s)
     return s;
-  ConvPlan p;
-  if (Status s =
-          readConvPlan(info, info.result(0), info.operand(1), info.operand(0),
-                       {"grad_in (result)", "weight", "grad_out"}, &p);
+  ConvGeometry p;
+  if (Status s = readConvGeometry(
+          info, info.result(0), info.operand(1), info.operand(0),
+          {"grad_in (result)", "weight", "grad_out"}, &p);
       !s)
     return s;
   *fn = [p](const KernelArgs &args) {
@@ -281,10 +282,10 @@ Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
 Status prepare_conv2d_backward_filter(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 2, 1); !s)
     return s;
-  ConvPlan p;
-  if (Status s =
-          readConvPlan(info, info.operand(0), info.result(0), info.operand(1),
-                       {"input", "grad_w (result)", "grad_out"}, &p);
+  ConvGeometry p;
+  if (Status s = readConvGeometry(info, info.operand(0), info.result(0),
+                                  info.operand(1),
+                                  {"input", "grad_w (result)", "grad_out"}, &p);
       !s)
     return s;
   *fn = [p](const KernelArgs &args) {
@@ -300,9 +301,9 @@ Status prepare_max_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 2, 1); !s)
     return s;
   const TensorType &x = info.operand(0), &r = info.result(0);
-  PoolPlan p;
-  if (Status s = readPoolPlan(info, x, info.operand(1), "input", "grad_out",
-                              /*isMax=*/true, &p);
+  PoolGeometry p;
+  if (Status s = readPoolGeometry(info, x, info.operand(1), "input", "grad_out",
+                                  /*isMax=*/true, &p);
       !s)
     return s;
   if (r.dtype != DType::F32 || r.shape != x.shape)
@@ -320,10 +321,10 @@ Status prepare_max_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
 Status prepare_avg_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(1, 1, 1); !s)
     return s;
-  PoolPlan p;
-  if (Status s = readPoolPlan(info, info.result(0), info.operand(0),
-                              "grad_in (result)", "grad_out",
-                              /*isMax=*/false, &p);
+  PoolGeometry p;
+  if (Status s = readPoolGeometry(info, info.result(0), info.operand(0),
+                                  "grad_in (result)", "grad_out",
+                                  /*isMax=*/false, &p);
       !s)
     return s;
   *fn = [p](const KernelArgs &args) {

@@ -10,10 +10,10 @@ namespace cleave::rt::nn {
 
 /// Lays out the receptive fields of one group of one image as a
 /// [cg * kh * kw, oh * ow] matrix.
-void im2col(const ConvPlan &p, const float *x, int64_t cg, float *col);
+void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col);
 
 /// avg_pool2d's divisor of output (oy, ox) is rowTaps[oy] * colTaps[ox].
-void avgPoolTaps(const PoolPlan &p, std::vector<int64_t> *rowTaps,
+void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
                  std::vector<int64_t> *colTaps);
 
 } // namespace cleave::rt::nn

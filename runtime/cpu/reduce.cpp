@@ -20,7 +20,7 @@ namespace {
 
 enum class ReduceKind { Sum, Mean, Max, Min, Prod };
 
-struct ReducePlan {
+struct ReduceGeometry {
   /// Kept dims outside the lanes (outermost first) and their input strides.
   std::vector<int64_t> keptDims, keptStrides;
   /// Reduced dims walked by the odometer and their input strides.
@@ -84,7 +84,7 @@ template <typename T, ReduceKind K> struct Reducer {
 
 /// Visits the offsets of the reduced odometer dims in row-major order.
 template <typename Fn>
-void walkReduced(const ReducePlan &p, int64_t base, Fn fn) {
+void walkReduced(const ReduceGeometry &p, int64_t base, Fn fn) {
   size_t rank = p.redDims.size();
   if (rank == 0) {
     fn(base);
@@ -118,7 +118,7 @@ void walkReduced(const ReducePlan &p, int64_t base, Fn fn) {
   }
 }
 
-int64_t keptBase(const ReducePlan &p, int64_t block) {
+int64_t keptBase(const ReduceGeometry &p, int64_t block) {
   int64_t base = 0;
   for (int64_t d = static_cast<int64_t>(p.keptDims.size()) - 1; d >= 0; --d) {
     base += (block % p.keptDims[d]) * p.keptStrides[d];
@@ -128,7 +128,7 @@ int64_t keptBase(const ReducePlan &p, int64_t block) {
 }
 
 template <typename T, ReduceKind K>
-void runReduce(const ReducePlan &p, const T *in, T *out) {
+void runReduce(const ReduceGeometry &p, const T *in, T *out) {
   using R = Reducer<T, K>;
   using Acc = typename R::Acc;
   bool parallel = p.numOutputs * p.reduceCount > kParallelThreshold;
@@ -169,7 +169,7 @@ void runReduce(const ReducePlan &p, const T *in, T *out) {
 }
 
 template <typename T>
-KernelFn makeReduce(ReduceKind kind, std::shared_ptr<ReducePlan> plan) {
+KernelFn makeReduce(ReduceKind kind, std::shared_ptr<ReduceGeometry> plan) {
   auto make = [plan](auto fnPtr) -> KernelFn {
     return [plan, fnPtr](const KernelArgs &args) {
       fnPtr(*plan, static_cast<const T *>(args.operands[0]),
@@ -216,7 +216,7 @@ Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind,
     reduced[axes[i]] = true;
   }
 
-  auto plan = std::make_shared<ReducePlan>();
+  auto plan = std::make_shared<ReduceGeometry>();
   int64_t kept = 1;
   for (size_t d = 0; d < a.shape.size(); ++d)
     if (reduced[d])

@@ -24,8 +24,8 @@
 namespace cleave::rt::cuda {
 namespace {
 
-using nn::ConvPlan;
-using nn::PoolPlan;
+using nn::ConvGeometry;
+using nn::PoolGeometry;
 
 //===----------------------------------------------------------------------===//
 // Window arithmetic
@@ -66,7 +66,7 @@ __device__ inline int64_t windowOf(int64_t i, int64_t k, int64_t stride,
 
 /// nn::avgPoolTaps' factors: avg_pool2d divides window (oy, ox) by
 /// rowTaps(oy) * colTaps(ox).
-__device__ inline int64_t rowTaps(const PoolPlan &p, int64_t oy) {
+__device__ inline int64_t rowTaps(const PoolGeometry &p, int64_t oy) {
   const nn::Window win = p.win;
   int64_t start = oy * win.strideH - win.padTop;
   return p.countIncludePad ? tapsInside(start, win.kh, win.dilationH,
@@ -74,7 +74,7 @@ __device__ inline int64_t rowTaps(const PoolPlan &p, int64_t oy) {
                            : tapsInside(start, win.kh, win.dilationH, 0, p.h);
 }
 
-__device__ inline int64_t colTaps(const PoolPlan &p, int64_t ox) {
+__device__ inline int64_t colTaps(const PoolGeometry &p, int64_t ox) {
   const nn::Window win = p.win;
   int64_t start = ox * win.strideW - win.padLeft;
   return p.countIncludePad ? tapsInside(start, win.kw, win.dilationW,
@@ -107,8 +107,9 @@ __device__ inline float blockSum(float v, float *scratch) {
 //===----------------------------------------------------------------------===//
 
 /// One thread per output element y[img, f, oy, ox].
-__global__ void conv2dKernel(ConvPlan p, const float *x, const float *weight,
-                             const float *bias, float *y, int64_t total) {
+__global__ void conv2dKernel(ConvGeometry p, const float *x,
+                             const float *weight, const float *bias, float *y,
+                             int64_t total) {
   const nn::Window win = p.win;
   int64_t cg = p.c / p.groups, fg = p.f / p.groups;
   int64_t hw = p.h * p.w;
@@ -147,7 +148,7 @@ __global__ void conv2dKernel(ConvPlan p, const float *x, const float *weight,
 /// One thread per input-gradient element dx[img, c, iy, ix]: sums, per tap
 /// (ki, kj) that some output position reads it through, the filters of its
 /// group (col = W^T dY then col2im on the CPU, in the same tap order).
-__global__ void conv2dBackwardInputKernel(ConvPlan p, const float *dy,
+__global__ void conv2dBackwardInputKernel(ConvGeometry p, const float *dy,
                                           const float *weight, float *dx,
                                           int64_t total) {
   const nn::Window win = p.win;
@@ -190,15 +191,15 @@ __global__ void conv2dBackwardInputKernel(ConvPlan p, const float *dy,
 
 /// One block per filter element dw[f, cl, ki, kj]: each thread sums a strided
 /// share of the output positions of every image, then the block reduces.
-__global__ void conv2dBackwardFilterKernel(ConvPlan p, const float *x,
+__global__ void conv2dBackwardFilterKernel(ConvGeometry p, const float *x,
                                            const float *dy, float *dw,
                                            int64_t total) {
   __shared__ float scratch[kBlock / 32];
   const nn::Window win = p.win;
   int64_t cg = p.c / p.groups, fg = p.f / p.groups;
   int64_t hw = p.h * p.w;
-  // readConvPlan bounds the output plane to int32, so positions can be split
-  // into rows and columns with (cheaper) 32-bit division.
+  // readConvGeometry bounds the output plane to int32, so positions can be
+  // split into rows and columns with (cheaper) 32-bit division.
   int64_t plane = p.oh * p.ow;
   int ow = static_cast<int>(p.ow);
   // e depends only on the block, so every thread of a block takes the same
@@ -238,7 +239,7 @@ __global__ void conv2dBackwardFilterKernel(ConvPlan p, const float *x,
 //===----------------------------------------------------------------------===//
 
 /// One thread per output element; the CPU's loop, NaN propagating.
-__global__ void maxPoolKernel(PoolPlan p, const float *x, float *y,
+__global__ void maxPoolKernel(PoolGeometry p, const float *x, float *y,
                               int64_t total) {
   const nn::Window win = p.win;
   CLEAVE_GRID_LOOP(idx, total) {
@@ -264,7 +265,7 @@ __global__ void maxPoolKernel(PoolPlan p, const float *x, float *y,
 }
 
 /// One thread per output element; the CPU's loop and divisor.
-__global__ void avgPoolKernel(PoolPlan p, const float *x, float *y,
+__global__ void avgPoolKernel(PoolGeometry p, const float *x, float *y,
                               int64_t total) {
   const nn::Window win = p.win;
   CLEAVE_GRID_LOOP(idx, total) {
@@ -293,7 +294,7 @@ __global__ void avgPoolKernel(PoolPlan p, const float *x, float *y,
 /// the input, row-major in the window, holding the maximum, NaN counting as
 /// the maximum. Windows are visited in the CPU's order (oy, then ox,
 /// ascending), so the sum is bit-identical.
-__global__ void maxPoolBackwardKernel(PoolPlan p, const float *x,
+__global__ void maxPoolBackwardKernel(PoolGeometry p, const float *x,
                                       const float *dy, float *dx,
                                       int64_t total) {
   const nn::Window win = p.win;
@@ -344,8 +345,8 @@ __global__ void maxPoolBackwardKernel(PoolPlan p, const float *x,
 
 /// One thread per input element dx[pl, iy, ix]: adds each covering window's
 /// gradient over its divisor, in the CPU's window order (bit-identical).
-__global__ void avgPoolBackwardKernel(PoolPlan p, const float *dy, float *dx,
-                                      int64_t total) {
+__global__ void avgPoolBackwardKernel(PoolGeometry p, const float *dy,
+                                      float *dx, int64_t total) {
   const nn::Window win = p.win;
   int64_t plane = p.oh * p.ow;
   CLEAVE_GRID_LOOP(idx, total) {
@@ -384,9 +385,9 @@ unsigned blocksFor(int64_t elements) {
 }
 
 Status preparePool(const KernelInfo &info, DeviceFn *fn, bool isMax) {
-  PoolPlan p;
-  if (Status s = nn::readPoolPlan(info, info.operand(0), info.result(0),
-                                  "operand", "result", isMax, &p);
+  PoolGeometry p;
+  if (Status s = nn::readPoolGeometry(info, info.operand(0), info.result(0),
+                                      "operand", "result", isMax, &p);
       !s)
     return s;
   int64_t total = p.planes * p.oh * p.ow;
@@ -408,10 +409,10 @@ Status preparePool(const KernelInfo &info, DeviceFn *fn, bool isMax) {
 } // namespace
 
 Status prepare_conv2d(const KernelInfo &info, DeviceFn *fn) {
-  ConvPlan p;
-  if (Status s =
-          nn::readConvPlan(info, info.operand(0), info.operand(1),
-                           info.result(0), {"input", "weight", "result"}, &p);
+  ConvGeometry p;
+  if (Status s = nn::readConvGeometry(info, info.operand(0), info.operand(1),
+                                      info.result(0),
+                                      {"input", "weight", "result"}, &p);
       !s)
     return s;
   int64_t total = p.n * p.f * p.oh * p.ow;
@@ -430,8 +431,8 @@ Status prepare_conv2d(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_conv2d_backward_input(const KernelInfo &info, DeviceFn *fn) {
   // Operands (grad_out, weight); the result is grad_in.
-  ConvPlan p;
-  if (Status s = nn::readConvPlan(
+  ConvGeometry p;
+  if (Status s = nn::readConvGeometry(
           info, info.result(0), info.operand(1), info.operand(0),
           {"grad_in (result)", "weight", "grad_out"}, &p);
       !s)
@@ -451,10 +452,10 @@ Status prepare_conv2d_backward_input(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_conv2d_backward_filter(const KernelInfo &info, DeviceFn *fn) {
   // Operands (input, grad_out); the result is grad_w.
-  ConvPlan p;
-  if (Status s = nn::readConvPlan(info, info.operand(0), info.result(0),
-                                  info.operand(1),
-                                  {"input", "grad_w (result)", "grad_out"}, &p);
+  ConvGeometry p;
+  if (Status s = nn::readConvGeometry(
+          info, info.operand(0), info.result(0), info.operand(1),
+          {"input", "grad_w (result)", "grad_out"}, &p);
       !s)
     return s;
   int64_t total = p.f * (p.c / p.groups) * p.win.kh * p.win.kw;
@@ -480,9 +481,9 @@ Status prepare_avg_pool2d(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_max_pool2d_backward(const KernelInfo &info, DeviceFn *fn) {
   // Operands (input, grad_out); the result is grad_in, shaped like input.
-  PoolPlan p;
-  if (Status s = nn::readPoolPlan(info, info.operand(0), info.operand(1),
-                                  "input", "grad_out", /*isMax=*/true, &p);
+  PoolGeometry p;
+  if (Status s = nn::readPoolGeometry(info, info.operand(0), info.operand(1),
+                                      "input", "grad_out", /*isMax=*/true, &p);
       !s)
     return s;
   int64_t total = p.planes * p.h * p.w;
@@ -500,10 +501,10 @@ Status prepare_max_pool2d_backward(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_avg_pool2d_backward(const KernelInfo &info, DeviceFn *fn) {
   // Operand grad_out; the result is grad_in.
-  PoolPlan p;
-  if (Status s = nn::readPoolPlan(info, info.result(0), info.operand(0),
-                                  "grad_in (result)", "grad_out",
-                                  /*isMax=*/false, &p);
+  PoolGeometry p;
+  if (Status s = nn::readPoolGeometry(info, info.result(0), info.operand(0),
+                                      "grad_in (result)", "grad_out",
+                                      /*isMax=*/false, &p);
       !s)
     return s;
   int64_t total = p.planes * p.h * p.w;

@@ -76,7 +76,7 @@ using DeviceFn = std::function<Status(const KernelArgs &, Context &)>;
 
 #define CLEAVE_KERNEL(NAME)                                                    \
   Status prepare_##NAME(const KernelInfo &, DeviceFn *);
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 
 /// A fused elementwise chain (runtime/core/fusion.h).
 Status prepareFused(const rt::FusedProgram &program, DeviceFn *fn);

@@ -19,7 +19,7 @@
 namespace cleave::rt::cuda {
 namespace {
 
-struct ElementwisePlan {
+struct ElementwiseGeometry {
   /// Every operand has the result's shape.
   bool contiguous = true;
   int64_t numElements = 0;
@@ -31,7 +31,7 @@ struct ElementwisePlan {
 
 Status makePlan(const TensorType &result,
                 const std::vector<const TensorType *> &operands,
-                ElementwisePlan *plan) {
+                ElementwiseGeometry *plan) {
   plan->numElements = result.numElements();
   plan->contiguous = true;
   plan->narrow = plan->numElements <= int64_t(UINT32_MAX);
@@ -129,7 +129,7 @@ DeviceFn unaryFn(int64_t n, F f, std::string name) {
 }
 
 template <typename T, typename Out, typename F>
-Status launchBinary(const ElementwisePlan &plan, const KernelArgs &args,
+Status launchBinary(const ElementwiseGeometry &plan, const KernelArgs &args,
                     cudaStream_t stream, F f, const std::string &name) {
   int64_t n = plan.numElements;
   if (n == 0)
@@ -147,7 +147,7 @@ Status launchBinary(const ElementwisePlan &plan, const KernelArgs &args,
 
 /// A DeviceFn applying the stateless functor \p f to operands 0 and 1.
 template <typename T, typename Out, typename F>
-DeviceFn binaryFn(const ElementwisePlan &plan, F f, std::string name) {
+DeviceFn binaryFn(const ElementwiseGeometry &plan, F f, std::string name) {
   return [plan, f, name](const KernelArgs &args, Context &ctx) {
     return launchBinary<T, Out>(plan, args, ctx.stream, f, name);
   };
@@ -234,7 +234,7 @@ __global__ void checkDivisors(int64_t n, const T *b, int *errorFlag,
 }
 
 template <typename T>
-DeviceFn intDivFn(const ElementwisePlan &plan, int64_t divisorCount,
+DeviceFn intDivFn(const ElementwiseGeometry &plan, int64_t divisorCount,
                   std::string name) {
   return [plan, divisorCount, name](const KernelArgs &args,
                                     Context &ctx) -> Status {
@@ -252,7 +252,7 @@ DeviceFn intDivFn(const ElementwisePlan &plan, int64_t divisorCount,
 }
 
 template <typename T, BinaryOp Op>
-DeviceFn makeBinary(const ElementwisePlan &plan, const TensorType &divisor,
+DeviceFn makeBinary(const ElementwiseGeometry &plan, const TensorType &divisor,
                     const std::string &name) {
   if constexpr (Op == BinaryOp::Div && !std::is_floating_point_v<T>)
     return intDivFn<T>(plan, divisor.numElements(), name);
@@ -263,7 +263,7 @@ DeviceFn makeBinary(const ElementwisePlan &plan, const TensorType &divisor,
 template <BinaryOp Op>
 Status prepareBinary(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &b = info.operand(1), &r = info.result(0);
-  ElementwisePlan plan;
+  ElementwiseGeometry plan;
   if (Status s = makePlan(r, {&info.operand(0), &b}, &plan); !s)
     return s;
   switch (r.dtype) {
@@ -316,7 +316,7 @@ template <typename T, CmpOp Op, bool IsBool> struct Compare {
 template <CmpOp Op>
 Status prepareCompare(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  ElementwisePlan plan;
+  ElementwiseGeometry plan;
   if (Status s = makePlan(r, {&a, &info.operand(1)}, &plan); !s)
     return s;
   const std::string &name = info.kernel;
@@ -352,7 +352,7 @@ template <LogicOp Op> struct Logic {
 
 template <LogicOp Op>
 Status prepareLogic(const KernelInfo &info, DeviceFn *fn) {
-  ElementwisePlan plan;
+  ElementwiseGeometry plan;
   if (Status s =
           makePlan(info.result(0), {&info.operand(0), &info.operand(1)}, &plan);
       !s)
@@ -538,7 +538,7 @@ Status prepare_not(const KernelInfo &info, DeviceFn *fn) {
 
 Status prepare_select(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &r = info.result(0);
-  ElementwisePlan plan;
+  ElementwiseGeometry plan;
   if (Status s = makePlan(
           r, {&info.operand(0), &info.operand(1), &info.operand(2)}, &plan);
       !s)

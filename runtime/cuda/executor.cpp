@@ -43,7 +43,7 @@ using PrepareFn = Status (*)(const KernelInfo &, DeviceFn *);
 /// CUDA prepare function fails at link time.
 const PrepareFn kPrepare[] = {
 #define CLEAVE_KERNEL(NAME) &prepare_##NAME,
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 };
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;

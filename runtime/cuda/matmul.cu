@@ -114,7 +114,7 @@ Status Runner::run(const float *a, const float *b, float *c, Context &ctx,
   // One call per matrix (unequally spaced batches) writes C at m*n steps.
   align = std::min(align,
                    alignmentOf(c, calls > 1 ? p.m * p.n * 4 : p.strideC * 4));
-  const MatmulPlan *plan = nullptr;
+  const MatmulGeometry *plan = nullptr;
   MatmulKey key{p.transA,  p.transB, p.m,       p.n,
                 p.k,       p.batch,  p.strideA, p.strideB,
                 p.strideC, ctx.bf16, align,     bias != nullptr};

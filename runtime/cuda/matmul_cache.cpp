@@ -4,7 +4,7 @@
 
 namespace cleave::rt::cuda {
 
-MatmulPlan::~MatmulPlan() {
+MatmulGeometry::~MatmulGeometry() {
   if (cLayout)
     cublasLtMatrixLayoutDestroy(cLayout);
   if (bLayout)
@@ -47,13 +47,13 @@ Status layout(cudaDataType type, int64_t rows, int64_t cols, int64_t batch,
 
 } // namespace
 
-Status MatmulCache::get(const MatmulKey &key, const MatmulPlan **result) {
+Status MatmulCache::get(const MatmulKey &key, const MatmulGeometry **result) {
   auto it = plans_.find(key);
   if (it != plans_.end()) {
     *result = it->second.get();
     return Status::ok();
   }
-  auto plan = std::make_unique<MatmulPlan>();
+  auto plan = std::make_unique<MatmulGeometry>();
   cudaDataType in = key.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   if (Status s = check(
           cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),

@@ -34,13 +34,13 @@ struct MatmulKey {
   bool operator<(const MatmulKey &o) const { return tie() < o.tie(); }
 };
 
-struct MatmulPlan {
+struct MatmulGeometry {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t aLayout = nullptr, bLayout = nullptr,
                          cLayout = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool hasAlgo = false;
-  ~MatmulPlan();
+  ~MatmulGeometry();
 };
 
 class MatmulCache {
@@ -48,13 +48,13 @@ public:
   MatmulCache(cublasLtHandle_t lt, size_t workspaceBytes)
       : lt_(lt), workspaceBytes_(workspaceBytes) {}
   /// The plan for \p key, made on first use.
-  Status get(const MatmulKey &key, const MatmulPlan **plan);
+  Status get(const MatmulKey &key, const MatmulGeometry **plan);
   size_t size() const { return plans_.size(); }
 
 private:
   cublasLtHandle_t lt_;
   size_t workspaceBytes_;
-  std::map<MatmulKey, std::unique_ptr<MatmulPlan>> plans_;
+  std::map<MatmulKey, std::unique_ptr<MatmulGeometry>> plans_;
 };
 
 /// Elements of the bf16 copies a matmul instruction needs (both operands).

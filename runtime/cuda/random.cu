@@ -20,7 +20,7 @@ namespace {
 /// The result is `rows` runs of `run` elements; run r starts at global index
 /// base + sum_d index_d(r) * rowStrides[d], index_d(r) being r's multi-index
 /// over rowDims.
-struct RandomPlan {
+struct RandomLaunch {
   philox::Key key = {0, 0};
   uint32_t stream = 0;
   int64_t rows = 0, run = 0;
@@ -33,7 +33,7 @@ struct RandomPlan {
   int64_t base = 0;
 };
 
-__device__ int64_t rowStart(const RandomPlan &p, int64_t r) {
+__device__ int64_t rowStart(const RandomLaunch &p, int64_t r) {
   int64_t e = p.base;
   for (int d = p.rowRank - 1; d >= 0; --d) {
     e += (r % p.rowDims[d]) * p.rowStrides[d];
@@ -42,7 +42,7 @@ __device__ int64_t rowStart(const RandomPlan &p, int64_t r) {
   return e;
 }
 
-__global__ void randomUniformKernel(RandomPlan p, const int64_t *stepPtr,
+__global__ void randomUniformKernel(RandomLaunch p, const int64_t *stepPtr,
                                     float *out) {
   // Read here rather than on the host: the step changes between replays of
   // the captured graph.
@@ -80,7 +80,7 @@ Status prepare_random_uniform(const KernelInfo &info, DeviceFn *fn) {
     *fn = [](const KernelArgs &, Context &) { return Status::ok(); };
     return Status::ok();
   }
-  RandomPlan p;
+  RandomLaunch p;
   p.key = {g.key[0], g.key[1]};
   p.stream = g.stream;
   p.rows = g.rows;

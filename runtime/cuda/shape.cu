@@ -353,7 +353,7 @@ __global__ void gatherKernel(const T *data, const Index *indices, T *out,
 }
 
 /// gather's launch parameters (rowBytes > 0, outer * count > 0).
-struct GatherPlan {
+struct GatherGeometry {
   int64_t outer = 0, count = 0, rowBytes = 0;
   Rows rows;
   /// Every element index of the result and of data fits in int32.
@@ -361,8 +361,8 @@ struct GatherPlan {
 };
 
 template <typename T, typename Index>
-void launchGather(const GatherPlan &p, const void *data, const void *indices,
-                  void *out, Context &ctx) {
+void launchGather(const GatherGeometry &p, const void *data,
+                  const void *indices, void *out, Context &ctx) {
   int64_t rowWords = p.rowBytes / static_cast<int64_t>(sizeof(T));
   int64_t total = p.outer * p.count * rowWords;
   auto *d = static_cast<const T *>(data);
@@ -379,7 +379,7 @@ void launchGather(const GatherPlan &p, const void *data, const void *indices,
 }
 
 template <typename Index>
-void runGather(const GatherPlan &p, const KernelArgs &args, Context &ctx) {
+void runGather(const GatherGeometry &p, const KernelArgs &args, Context &ctx) {
   const void *data = args.operands[0], *indices = args.operands[1];
   void *out = args.results[0];
   // The widest word that divides a row and both buffers' alignment.
@@ -502,7 +502,7 @@ Status allocScatterScratch(int64_t count, int64_t extent, int endBit,
 }
 
 /// scatter_add's launch parameters.
-struct ScatterPlan {
+struct ScatterGeometry {
   int64_t count = 0, outer = 0, extent = 0, inner = 0, total = 0;
   /// Whether there are updates to sum (else the result is zeros).
   bool scatter = false;
@@ -512,7 +512,7 @@ struct ScatterPlan {
 };
 
 template <typename Index>
-Status runScatterAdd(const ScatterPlan &p, const KernelArgs &args,
+Status runScatterAdd(const ScatterGeometry &p, const KernelArgs &args,
                      Context &ctx) {
   const auto *updates = static_cast<const float *>(args.operands[0]);
   const auto *indices = static_cast<const Index *>(args.operands[1]);
@@ -768,7 +768,7 @@ Status prepare_gather(const KernelInfo &info, DeviceFn *fn) {
                    &r = info.result(0);
   const auto &attrs = info.params<schema::Kernel::k_gather>();
   int64_t axis = attrs.axis;
-  GatherPlan p;
+  GatherGeometry p;
   if (Status s = readShardRows(info, attrs, data.shape[axis], &p.rows); !s)
     return s;
   p.count = safeNumElements(idx);
@@ -804,7 +804,7 @@ Status prepare_scatter_add(const KernelInfo &info, DeviceFn *fn) {
                    &r = info.result(0);
   const auto &attrs = info.params<schema::Kernel::k_scatter_add>();
   int64_t axis = attrs.axis;
-  ScatterPlan p;
+  ScatterGeometry p;
   p.extent = r.shape[axis];
   if (Status s = readShardRows(info, attrs, p.extent, &p.rows); !s)
     return s;

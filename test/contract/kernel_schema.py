@@ -2,7 +2,7 @@
 
 Usage: kernel_schema.py SOURCE_ROOT
 
-Reads runtime/include/cleave/runtime/kernels.def and fails (exit 1, one
+Reads runtime/plan/kernels.def and fails (exit 1, one
 line per offence) when
   * a kernel attribute's name appears as a string literal in the code that
     speaks the plan (runtime/, lib/Lowering/) outside the schema:
@@ -20,8 +20,7 @@ SOURCES = (".cpp", ".h", ".cu", ".cuh")
 
 
 def schema(root):
-    text = open(os.path.join(root, "runtime", "include", "cleave", "runtime",
-                             "kernels.def")).read()
+    text = open(os.path.join(root, "runtime", "plan", "kernels.def")).read()
     attrs = set(re.findall(r"^CLEAVE_ATTR\(\w+,\s*(\w+),", text, re.M))
     # Attributes declared inside the file's shorthand macros.
     attrs |= set(re.findall(r"CLEAVE_ATTR\(K,\s*(\w+),", text))

@@ -10,7 +10,8 @@ from a library to one that comes later in the pipeline:
             core alone
 
 and on a runtime source that includes a private header of a layer it may
-not use ("cpu/...", "train/..."). With --inject EDGE (FROM:TO) it adds that
+not use ("cpu/...", "train/..."), or a compiler source that includes any
+("core/...": the compiler sees plan/ and cleave/runtime/ only). With --inject EDGE (FROM:TO) it adds that
 link before checking, which must then fail: proof the check can.
 
 usage: library_graph.py SRC BUILD [--inject FROM:TO]
@@ -108,13 +109,32 @@ def check_includes(src):
     return failures
 
 
+def check_compiler_includes(src):
+    """The compiler sees of runtime/ only the plan's contract (plan/) and
+    the public headers (cleave/runtime/), never a layer's private ones."""
+    failures = []
+    for top in ["dialects", "lib", "include", "tools"]:
+        for dp, _, files in os.walk(os.path.join(src, top)):
+            for f in sorted(files):
+                if not f.endswith((".cpp", ".h", ".td")):
+                    continue
+                path = os.path.join(dp, f)
+                for n, line in enumerate(open(path, errors="replace"), 1):
+                    m = re.match(r'\s*#\s*include\s+"(\w+)/[^"]+"', line)
+                    if m and m.group(1) in INCLUDES:
+                        failures.append("%s:%d: the compiler includes %s" % (
+                            os.path.relpath(path, src), n, line.strip()))
+    return failures
+
+
 def main():
     src, build = sys.argv[1], sys.argv[2]
     targets, edges = graph(build)
     if "--inject" in sys.argv:
         a, b = sys.argv[sys.argv.index("--inject") + 1].split(":")
         edges.add((a, b))
-    failures = check_links(targets, edges) + check_includes(src)
+    failures = (check_links(targets, edges) + check_includes(src) +
+                check_compiler_includes(src))
     known = [e for e in edges if e[0] in COMPILER or e[0] in RUNTIME]
     print("library graph: %d links between the project's libraries" %
           len(known))

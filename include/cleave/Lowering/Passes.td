@@ -56,7 +56,7 @@ def EmitPlanPass : Pass<"cleave-emit-plan", "ModuleOp"> {
     Plan emission, made visible: every function, in order, already through
     `cleave-plan-buffers` is translated to the plan's Program (one
     instruction per op, written through the kernel schema of
-    runtime/include/cleave/runtime/kernels.def) and printed to stdout in
+    runtime/plan/kernels.def) and printed to stdout in
     protobuf's text format, so lowering is tested with FileCheck like every
     other pass. The IR is left as it is; an op with no kernel is an error.
     `cleave compile` writes the same Program, in binary, into a bundle.

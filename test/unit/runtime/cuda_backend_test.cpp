@@ -805,7 +805,7 @@ const std::vector<Case> &allCases() {
 std::vector<std::string> kernelNames() {
   return {
 #define CLEAVE_KERNEL(NAME) #NAME,
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
   };
 }
 

@@ -9,7 +9,7 @@
 #include "core/kernel_info.h"
 #include "test_util.h"
 
-#include "cleave/runtime/plan_writer.h"
+#include "plan/plan_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -50,7 +50,7 @@ TEST(KernelSchema, EveryKernelRoundTripsThroughWriterAndDecoder) {
 #define CLEAVE_KERNEL_BEGIN(K)                                                 \
   roundTrip(schema::Params<Kernel::k_##K>());                                  \
   ++kernels;
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
   EXPECT_EQ(kernels, schema::kNumKernels);
   // Set values survive too, optionals included.
   schema::Params<Kernel::k_gather> g;

@@ -11,7 +11,7 @@
 #ifndef CLEAVE_RUNTIME_PLAN_WRITER_H
 #define CLEAVE_RUNTIME_PLAN_WRITER_H
 
-#include "cleave/runtime/kernel_schema.h"
+#include "plan/kernel_schema.h"
 #include "plan/plan.pb.h"
 
 namespace cleave::rt::schema {
@@ -57,7 +57,7 @@ void put(plan::Instruction &inst, const char *name, const std::optional<T> &v) {
 #define CLEAVE_ATTR(K, NAME, TYPE, COUNT, RULE, ...)                           \
   detail::put(inst, #NAME, p.NAME);
 #define CLEAVE_KERNEL_END(K) }
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 
 } // namespace cleave::rt::schema
 

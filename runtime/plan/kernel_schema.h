@@ -42,12 +42,12 @@ enum class AttrRule { Required, Optional, Default };
 
 enum class Kernel : uint8_t {
 #define CLEAVE_KERNEL_BEGIN(K) k_##K,
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 };
 
 constexpr size_t kNumKernels = 0
 #define CLEAVE_KERNEL_BEGIN(K) +1
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
     ;
 
 /// A Scalar attribute: a float (for an f32 result) or an integer.
@@ -87,7 +87,7 @@ template <Kernel K> struct Params;
 #define CLEAVE_KERNEL_END(K)                                                   \
   }                                                                            \
   ;
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
 #undef CLEAVE_SCHEMA_FIELD_Required
 #undef CLEAVE_SCHEMA_FIELD_Optional
 #undef CLEAVE_SCHEMA_FIELD_Default
@@ -96,14 +96,14 @@ template <Kernel K> struct Params;
 /// describe (the runtime's own fused_elementwise).
 using AnyParams = std::variant<std::monostate
 #define CLEAVE_KERNEL_BEGIN(K) , Params<Kernel::k_##K>
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
                                >;
 
 /// The kernel's name in plans.
 constexpr const char *kernelName(Kernel k) {
   constexpr const char *names[] = {
 #define CLEAVE_KERNEL_BEGIN(K) #K,
-#include "cleave/runtime/kernels.def"
+#include "plan/kernels.def"
   };
   return names[static_cast<size_t>(k)];
 }
