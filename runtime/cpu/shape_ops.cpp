@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
+#include "core/convert.h"
 #include "cpu/cpu_kernel.h"
 
 #include <algorithm>
@@ -32,47 +33,13 @@ KernelFn makeStridedCopy(StridedLoop loop, size_t elemSize) {
   };
 }
 
-/// Float to integer: truncation toward zero, saturating, NaN to 0 (the C++
-/// conversion is undefined for values out of range).
-template <typename To> To floatToInt(float x) {
-  if (std::isnan(x))
-    return 0;
-  constexpr double lo = static_cast<double>(std::numeric_limits<To>::min());
-  constexpr double hi = static_cast<double>(std::numeric_limits<To>::max());
-  double d = std::trunc(static_cast<double>(x));
-  if (d <= lo)
-    return std::numeric_limits<To>::min();
-  if (d >= hi)
-    return std::numeric_limits<To>::max();
-  return static_cast<To>(d);
-}
-
-template <typename From, typename To> To convert(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return x != 0;
-  } else if constexpr (std::is_floating_point_v<From> &&
-                       std::is_integral_v<To>) {
-    return floatToInt<To>(x);
-  } else {
-    return static_cast<To>(x);
-  }
-}
-
 template <typename From, typename To>
 void castLoop(int64_t n, const void *in, void *out) {
-  // Bools are stored as bytes; read and write them as uint8_t so that a
-  // non-canonical input byte cannot produce an invalid bool.
-  using InT = std::conditional_t<std::is_same_v<From, bool>, uint8_t, From>;
-  using OutT = std::conditional_t<std::is_same_v<To, bool>, uint8_t, To>;
-  const InT *src = static_cast<const InT *>(in);
-  OutT *dst = static_cast<OutT *>(out);
+  const auto *src = static_cast<const typename StorageOf<From>::type *>(in);
+  auto *dst = static_cast<typename StorageOf<To>::type *>(out);
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<From, bool>)
-      dst[i] = static_cast<OutT>(convert<uint8_t, To>(src[i] != 0));
-    else
-      dst[i] = static_cast<OutT>(convert<From, To>(src[i]));
-  }
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = convertValue<From, To>(src[i]);
 }
 
 template <typename From> KernelFn makeCast(DType to, int64_t n) {

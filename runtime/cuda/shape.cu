@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
+#include "core/convert.h"
 #include "cuda/cuda_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -197,49 +198,6 @@ DeviceFn walkFn(Walk w, const char *kernel) {
 //===----------------------------------------------------------------------===//
 // Casts
 //===----------------------------------------------------------------------===//
-
-/// How a dtype is stored: bools as bytes, so that a non-canonical input byte
-/// cannot produce an invalid bool.
-template <typename T> struct StorageOf { using type = T; };
-template <> struct StorageOf<bool> { using type = uint8_t; };
-
-template <typename T> struct IntLimits;
-template <> struct IntLimits<int32_t> {
-  static constexpr int32_t lo = INT32_MIN, hi = INT32_MAX;
-};
-template <> struct IntLimits<int64_t> {
-  static constexpr int64_t lo = INT64_MIN, hi = INT64_MAX;
-};
-
-/// Float to integer as on the CPU: truncation toward zero, saturating, NaN to
-/// 0 (the plain conversion is undefined for values out of range).
-template <typename To> __device__ To floatToInt(float x) {
-  if (isnan(x))
-    return 0;
-  constexpr double lo = static_cast<double>(IntLimits<To>::lo);
-  constexpr double hi = static_cast<double>(IntLimits<To>::hi);
-  double d = trunc(static_cast<double>(x));
-  if (d <= lo)
-    return IntLimits<To>::lo;
-  if (d >= hi)
-    return IntLimits<To>::hi;
-  return static_cast<To>(d);
-}
-
-template <typename From, typename To>
-__device__ typename StorageOf<To>::type
-convertValue(typename StorageOf<From>::type x) {
-  using Out = typename StorageOf<To>::type;
-  if constexpr (std::is_same_v<From, bool> || std::is_same_v<To, bool>) {
-    // From bool: any non-zero byte is true. To bool: x != 0 (NaN is true).
-    return static_cast<Out>(x != 0);
-  } else if constexpr (std::is_floating_point_v<From> &&
-                       std::is_integral_v<To>) {
-    return floatToInt<To>(x);
-  } else {
-    return static_cast<Out>(x);
-  }
-}
 
 template <typename From, typename To>
 __global__ void castKernel(const typename StorageOf<From>::type *in,

@@ -277,6 +277,24 @@ TEST(Elementwise, Cast) {
             (std::vector<int64_t>{-3, 4}));
 }
 
+// The saturating edges (core/convert.h): NaN is 0, infinities and the
+// floats at and beyond each bound saturate, the largest float inside a
+// bound converts exactly.
+TEST(Elementwise, CastSaturates) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  HostTensor f = f32({7}, {nan, inf, -inf, 2147483648.0f, -2147483648.0f,
+                           2147483520.0f, -9.3e18f});
+  EXPECT_EQ(values<int32_t>(run1("cast", {f}, DType::I32, {7})),
+            (std::vector<int32_t>{0, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN,
+                                  2147483520, INT32_MIN}));
+  EXPECT_EQ(values<int64_t>(run1("cast", {f}, DType::I64, {7})),
+            (std::vector<int64_t>{0, INT64_MAX, INT64_MIN, 2147483648,
+                                  -2147483648, 2147483520, INT64_MIN}));
+  EXPECT_EQ(values<uint8_t>(run1("cast", {f}, DType::Bool, {7})),
+            (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 1}));
+}
+
 TEST(Elementwise, Copy) {
   HostTensor a = randomF32({2, 3}, 9);
   EXPECT_EQ(values<float>(run1("copy", {a}, DType::F32, {2, 3})),
