@@ -235,18 +235,89 @@ template <typename OpTy> LogicalResult softmax1(NodeContext &ctx) {
   return success();
 }
 
+/// ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum and ReduceLogSumExp
+/// are a plain reduction between an elementwise step before it and one
+/// after.
+enum class ReduceForm { Plain, SumSquare, L1, L2, LogSum, LogSumExp };
+
+/// \p x reduced over \p dims in \p form (a plain reduction keeps them
+/// as the node says; the other forms compute with them kept and drop them
+/// last).
+FailureOr<Value> reduceInForm(NodeContext &ctx, ReduceForm form,
+                              ReduceKind kind, Value x, ArrayRef<int64_t> dims,
+                              bool keep) {
+  auto reduce = [&](ReduceKind k, Value v, bool keepDims = true) -> Value {
+    return ReduceOp::create(ctx.b, k, v, ctx.b.getDenseI64ArrayAttr(dims),
+                            keepDims);
+  };
+  Value y;
+  switch (form) {
+  case ReduceForm::Plain:
+    return reduce(kind, x, keep);
+  case ReduceForm::SumSquare:
+    y = reduce(ReduceKind::sum, MulOp::create(ctx.b, x, x));
+    break;
+  case ReduceForm::L1:
+    y = reduce(ReduceKind::sum, AbsOp::create(ctx.b, x));
+    break;
+  case ReduceForm::L2:
+    y = SqrtOp::create(ctx.b,
+                       reduce(ReduceKind::sum, MulOp::create(ctx.b, x, x)));
+    break;
+  case ReduceForm::LogSum:
+    y = LogOp::create(ctx.b, reduce(ReduceKind::sum, x));
+    break;
+  case ReduceForm::LogSumExp: {
+    // log(sum(exp(x - m))) + m with m the max where it is finite (0 where
+    // it is not: all -inf, or inf or NaN), so exp never overflows.
+    Value m = reduce(ReduceKind::max, x);
+    Value zero = ctx.splat(NodeContext::typeOf(x).getElementType(), {}, 0.0);
+    CmpOp::Properties eq;
+    eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
+    FailureOr<Value> finite =
+        ctx.createBroadcasting<CmpOp>({SubOp::create(ctx.b, m, m), zero}, eq);
+    if (failed(finite))
+      return failure();
+    FailureOr<Value> shift =
+        ctx.createBroadcasting<SelectOp>({*finite, m, zero});
+    if (failed(shift))
+      return failure();
+    FailureOr<Value> shifted = ctx.createBroadcasting<SubOp>({x, *shift});
+    if (failed(shifted))
+      return failure();
+    Value sum = reduce(ReduceKind::sum, ExpOp::create(ctx.b, *shifted));
+    y = AddOp::create(ctx.b, LogOp::create(ctx.b, sum), *shift);
+    break;
+  }
+  }
+  if (keep)
+    return y;
+  SmallVector<int64_t> shape;
+  auto type = NodeContext::typeOf(x);
+  for (int64_t i = 0; i < type.getRank(); ++i)
+    if (!llvm::is_contained(dims, i))
+      shape.push_back(type.getDimSize(i));
+  return ctx.reshape(y, shape);
+}
+
 LogicalResult reduceWith(NodeContext &ctx, ReduceKind kind,
                          std::optional<SmallVector<int64_t>> axes,
-                         bool noopWithEmpty) {
+                         bool noopWithEmpty,
+                         ReduceForm form = ReduceForm::Plain) {
   FailureOr<Value> x = ctx.input(0);
   if (failed(x))
     return failure();
   int64_t rank = NodeContext::rankOf(*x);
   bool keep = ctx.attrInt("keepdims", 1) != 0;
+  bool floatOnly = kind == ReduceKind::mean || form == ReduceForm::L2 ||
+                   form == ReduceForm::LogSum || form == ReduceForm::LogSumExp;
   SmallVector<int64_t> dims;
   if (!axes || axes->empty()) {
     if (noopWithEmpty) {
-      ctx.setOutput(0, *x);
+      // ONNX's reference: the input as it is, squared for SumSquare.
+      ctx.setOutput(0, form == ReduceForm::SumSquare
+                           ? Value(MulOp::create(ctx.b, *x, *x))
+                           : *x);
       return success();
     }
     for (int64_t i = 0; i < rank; ++i)
@@ -261,19 +332,22 @@ LogicalResult reduceWith(NodeContext &ctx, ReduceKind kind,
     llvm::sort(dims);
     dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
   }
-  if (kind == ReduceKind::mean && failed(requireFloat(ctx, *x)))
+  if (floatOnly && failed(requireFloat(ctx, *x)))
     return failure();
-  auto op =
-      ReduceOp::create(ctx.b, kind, *x, ctx.b.getDenseI64ArrayAttr(dims), keep);
-  ctx.setOutput(0, op);
+  FailureOr<Value> y = reduceInForm(ctx, form, kind, *x, dims, keep);
+  if (failed(y))
+    return failure();
+  ctx.setOutput(0, *y);
   return success();
 }
 
-template <ReduceKind K> LogicalResult reduceAttr(NodeContext &ctx) {
-  return reduceWith(ctx, K, ctx.attrInts("axes"), false);
+template <ReduceKind K, ReduceForm F = ReduceForm::Plain>
+LogicalResult reduceAttr(NodeContext &ctx) {
+  return reduceWith(ctx, K, ctx.attrInts("axes"), false, F);
 }
 
-template <ReduceKind K> LogicalResult reduceInput(NodeContext &ctx) {
+template <ReduceKind K, ReduceForm F = ReduceForm::Plain>
+LogicalResult reduceInput(NodeContext &ctx) {
   std::optional<SmallVector<int64_t>> axes;
   if (ctx.hasInput(1)) {
     FailureOr<SmallVector<int64_t>> v = ctx.constantInts(1, "axes");
@@ -281,7 +355,7 @@ template <ReduceKind K> LogicalResult reduceInput(NodeContext &ctx) {
       return failure();
     axes = *v;
   }
-  return reduceWith(ctx, K, axes, ctx.attrInt("noop_with_empty_axes", 0));
+  return reduceWith(ctx, K, axes, ctx.attrInt("noop_with_empty_axes", 0), F);
 }
 
 LogicalResult layerNorm(NodeContext &ctx) {
@@ -678,6 +752,17 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("ReduceProd", 18, reduceInput<ReduceKind::prod>);
   t.on("ReduceSum", 1, reduceAttr<ReduceKind::sum>);
   t.on("ReduceSum", 13, reduceInput<ReduceKind::sum>);
+  using RF = ReduceForm;
+  t.on("ReduceSumSquare", 1, reduceAttr<ReduceKind::sum, RF::SumSquare>);
+  t.on("ReduceSumSquare", 18, reduceInput<ReduceKind::sum, RF::SumSquare>);
+  t.on("ReduceL1", 1, reduceAttr<ReduceKind::sum, RF::L1>);
+  t.on("ReduceL1", 18, reduceInput<ReduceKind::sum, RF::L1>);
+  t.on("ReduceL2", 1, reduceAttr<ReduceKind::sum, RF::L2>);
+  t.on("ReduceL2", 18, reduceInput<ReduceKind::sum, RF::L2>);
+  t.on("ReduceLogSum", 1, reduceAttr<ReduceKind::sum, RF::LogSum>);
+  t.on("ReduceLogSum", 18, reduceInput<ReduceKind::sum, RF::LogSum>);
+  t.on("ReduceLogSumExp", 1, reduceAttr<ReduceKind::sum, RF::LogSumExp>);
+  t.on("ReduceLogSumExp", 18, reduceInput<ReduceKind::sum, RF::LogSumExp>);
   t.on("LayerNormalization", 17, layerNorm);
   t.on("SoftmaxCrossEntropyLoss", 12, crossEntropyLoss<false>);
   t.on("NegativeLogLikelihoodLoss", 12, crossEntropyLoss<true>);

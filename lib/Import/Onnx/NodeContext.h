@@ -142,6 +142,7 @@ private:
 };
 
 void registerElementwiseHandlers(HandlerTable &table);
+void registerActivationHandlers(HandlerTable &table);
 void registerShapeHandlers(HandlerTable &table);
 void registerNeuralHandlers(HandlerTable &table);
 

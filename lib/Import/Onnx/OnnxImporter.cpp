@@ -467,6 +467,7 @@ static const HandlerTable &handlers() {
   static const HandlerTable table = [] {
     HandlerTable t;
     registerElementwiseHandlers(t);
+    registerActivationHandlers(t);
     registerShapeHandlers(t);
     registerNeuralHandlers(t);
     return t;

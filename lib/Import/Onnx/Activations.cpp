@@ -1,0 +1,310 @@
+//===- Activations.cpp - ONNX activations and elementwise predicates ------===//
+//
+// HardSigmoid, HardSwish, Elu, Selu, Celu, Softplus, Softsign, Mish,
+// ThresholdedRelu, Shrink, PRelu, Sign, IsNaN, IsInf and Mean, each written
+// in the dialect's existing ops (as torch.onnx's decompositions do): they
+// then have kernels on both backends, differentiation rules and sharding
+// rules without a line of their own, and a split tensor stays split through
+// them. Where one branch of a select would overflow (exp of a large x), its
+// operand is clamped to the branch's own domain first, so that the branch
+// the select discards cannot turn a gradient into 0 * inf = NaN.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NodeContext.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::cleave;
+using namespace mlir::cleave::onnx_import;
+
+namespace {
+
+/// Builds an expression over one node's operands: each step broadcasts
+/// (numpy's rank alignment) and a failure anywhere leaves a null value and
+/// the diagnostic the failing op emitted.
+class Expr {
+public:
+  Expr(NodeContext &ctx, Type element) : ctx(ctx), element(element) {}
+
+  Value k(double v) { return ctx.splat(element, {}, v); }
+  template <typename OpTy> Value op(ArrayRef<Value> operands) {
+    for (Value v : operands)
+      if (!v)
+        return {};
+    FailureOr<Value> r = ctx.createBroadcasting<OpTy>(operands);
+    return succeeded(r) ? *r : Value();
+  }
+  Value add(Value a, Value b) { return op<AddOp>({a, b}); }
+  Value sub(Value a, Value b) { return op<SubOp>({a, b}); }
+  Value mul(Value a, Value b) { return op<MulOp>({a, b}); }
+  Value div(Value a, Value b) { return op<DivOp>({a, b}); }
+  Value max(Value a, Value b) { return op<MaxOp>({a, b}); }
+  Value min(Value a, Value b) { return op<MinOp>({a, b}); }
+  Value select(Value c, Value t, Value f) { return op<SelectOp>({c, t, f}); }
+  template <typename OpTy> Value unary(Value a) {
+    return a ? ctx.b.createOrFold<OpTy>(a) : Value();
+  }
+  Value exp(Value a) { return unary<ExpOp>(a); }
+  Value cmp(CmpPredicate p, Value a, Value b) {
+    if (!a || !b)
+      return {};
+    CmpOp::Properties props;
+    props.predicate = CmpPredicateAttr::get(ctx.b.getContext(), p);
+    FailureOr<Value> r = ctx.createBroadcasting<CmpOp>({a, b}, props);
+    return succeeded(r) ? *r : Value();
+  }
+  Value cast(Value a, Type to) {
+    if (!a)
+      return {};
+    return ctx.b.createOrFold<CastOp>(NodeContext::typeOf(a).clone(to), a);
+  }
+  /// alpha * (exp(min(x, 0) / scale) - 1): the negative branch of the ELU
+  /// family, finite for every x.
+  Value expm1Negative(Value x, double alpha, double scale = 1.0) {
+    Value e = min(x, k(0.0));
+    if (scale != 1.0)
+      e = div(e, k(scale));
+    return mul(k(alpha), sub(exp(e), k(1.0)));
+  }
+  /// log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow.
+  Value softplus(Value x) {
+    Value t = exp(unary<NegOp>(unary<AbsOp>(x)));
+    return add(max(x, k(0.0)), unary<LogOp>(add(k(1.0), t)));
+  }
+
+  LogicalResult result(Value v) {
+    if (!v)
+      return failure();
+    ctx.setOutput(0, v);
+    return success();
+  }
+
+private:
+  NodeContext &ctx;
+  Type element;
+};
+
+/// Input 0, which must be a float tensor.
+FailureOr<Value> floatInput(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  Type element = NodeContext::typeOf(*x).getElementType();
+  if (!isa<FloatType>(element))
+    return ctx.error() << "needs a float input, got " << element;
+  return x;
+}
+
+Type elementOf(Value v) { return NodeContext::typeOf(v).getElementType(); }
+
+/// Input 0, which must be a number tensor (not bool).
+FailureOr<Value> numericInput(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  if (elementOf(*x).isInteger(1))
+    return ctx.error() << "needs a numeric input, got bool";
+  return x;
+}
+
+/// max(0, min(1, alpha * x + beta)).
+Value hardSigmoidOf(Expr &e, Value x, double alpha, double beta) {
+  return e.max(e.k(0.0),
+               e.min(e.k(1.0), e.add(e.mul(e.k(alpha), x), e.k(beta))));
+}
+
+LogicalResult hardSigmoid(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  return e.result(hardSigmoidOf(e, *x, ctx.attrFloat("alpha", 0.2f),
+                                ctx.attrFloat("beta", 0.5f)));
+}
+
+LogicalResult hardSwish(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  return e.result(e.mul(*x, hardSigmoidOf(e, *x, 1.0 / 6.0, 0.5)));
+}
+
+LogicalResult elu(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  Value negative = e.expm1Negative(*x, ctx.attrFloat("alpha", 1.0f));
+  return e.result(
+      e.select(e.cmp(CmpPredicate::lt, *x, e.k(0.0)), negative, *x));
+}
+
+LogicalResult selu(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  double alpha = ctx.attrFloat("alpha", 1.67326319217681884765625f);
+  double gamma = ctx.attrFloat("gamma", 1.05070102214813232421875f);
+  Value inner = e.select(e.cmp(CmpPredicate::le, *x, e.k(0.0)),
+                         e.expm1Negative(*x, alpha), *x);
+  return e.result(e.mul(e.k(gamma), inner));
+}
+
+/// max(0, x) + min(0, alpha * (exp(x / alpha) - 1)); the second term is
+/// already <= 0 where it is not 0.
+LogicalResult celu(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  double alpha = ctx.attrFloat("alpha", 1.0f);
+  if (alpha == 0)
+    return ctx.error() << "alpha must not be 0";
+  return e.result(
+      e.add(e.max(*x, e.k(0.0)), e.expm1Negative(*x, alpha, alpha)));
+}
+
+LogicalResult softplus(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  return e.result(e.softplus(*x));
+}
+
+LogicalResult softsign(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  return e.result(e.div(*x, e.add(e.k(1.0), e.unary<AbsOp>(*x))));
+}
+
+LogicalResult mish(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  return e.result(e.mul(*x, e.unary<TanhOp>(e.softplus(*x))));
+}
+
+LogicalResult thresholdedRelu(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  Value above = e.cmp(CmpPredicate::gt, *x, e.k(ctx.attrFloat("alpha", 1.0f)));
+  return e.result(e.select(above, *x, e.k(0.0)));
+}
+
+/// x + bias below -lambd, x - bias above lambd, 0 between; any numeric type.
+LogicalResult shrink(NodeContext &ctx) {
+  FailureOr<Value> x = numericInput(ctx);
+  if (failed(x))
+    return failure();
+  Type element = elementOf(*x);
+  Expr e(ctx, element);
+  double lambd = ctx.attrFloat("lambd", 0.5f), bias = ctx.attrFloat("bias", 0);
+  Value low = e.cmp(CmpPredicate::lt, *x, e.k(-lambd));
+  Value high = e.cmp(CmpPredicate::gt, *x, e.k(lambd));
+  return e.result(e.select(low, e.add(*x, e.k(bias)),
+                           e.select(high, e.sub(*x, e.k(bias)), e.k(0.0))));
+}
+
+/// slope * x below 0, x elsewhere; slope broadcasts to x.
+LogicalResult prelu(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  FailureOr<Value> slope = ctx.input(1);
+  if (failed(x) || failed(slope))
+    return failure();
+  if (NodeContext::rankOf(*slope) > NodeContext::rankOf(*x))
+    return ctx.error() << "slope has a higher rank than X";
+  Expr e(ctx, elementOf(*x));
+  Value y =
+      e.select(e.cmp(CmpPredicate::lt, *x, e.k(0.0)), e.mul(*slope, *x), *x);
+  if (y && NodeContext::typeOf(y) != NodeContext::typeOf(*x))
+    return ctx.error() << "slope of type " << NodeContext::typeOf(*slope)
+                       << " does not broadcast to X of type "
+                       << NodeContext::typeOf(*x);
+  return e.result(y);
+}
+
+/// (x > 0) - (x < 0) in x's type; NaN stays NaN.
+LogicalResult sign(NodeContext &ctx) {
+  FailureOr<Value> x = numericInput(ctx);
+  if (failed(x))
+    return failure();
+  Type element = elementOf(*x);
+  Expr e(ctx, element);
+  Value y = e.sub(e.cast(e.cmp(CmpPredicate::gt, *x, e.k(0.0)), element),
+                  e.cast(e.cmp(CmpPredicate::lt, *x, e.k(0.0)), element));
+  if (isa<FloatType>(element))
+    y = e.select(e.cmp(CmpPredicate::ne, *x, *x), *x, y);
+  return e.result(y);
+}
+
+LogicalResult isNaN(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  return e.result(e.cmp(CmpPredicate::ne, *x, *x));
+}
+
+LogicalResult isInf(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  const double inf = std::numeric_limits<double>::infinity();
+  bool positive = ctx.attrInt("detect_positive", 1) != 0;
+  bool negative = ctx.attrInt("detect_negative", 1) != 0;
+  Value pos = e.cmp(CmpPredicate::eq, *x, e.k(inf));
+  Value neg = e.cmp(CmpPredicate::eq, *x, e.k(-inf));
+  if (positive && negative)
+    return e.result(e.op<OrOp>({pos, neg}));
+  if (positive || negative)
+    return e.result(positive ? pos : neg);
+  // Neither: false everywhere (no x is both), in x's shape.
+  return e.result(e.op<AndOp>({pos, neg}));
+}
+
+/// The elementwise mean of the inputs, broadcasting.
+LogicalResult mean(NodeContext &ctx) {
+  FailureOr<Value> acc = floatInput(ctx);
+  if (failed(acc))
+    return failure();
+  Expr e(ctx, elementOf(*acc));
+  Value sum = *acc;
+  for (unsigned i = 1; i < ctx.numInputs(); ++i) {
+    FailureOr<Value> next = ctx.input(i);
+    if (failed(next))
+      return failure();
+    sum = e.add(sum, *next);
+  }
+  return e.result(e.div(sum, e.k(static_cast<double>(ctx.numInputs()))));
+}
+
+} // namespace
+
+void onnx_import::registerActivationHandlers(HandlerTable &t) {
+  t.on("HardSigmoid", 6, hardSigmoid);
+  t.on("HardSwish", 14, hardSwish);
+  t.on("Elu", 6, elu);
+  t.on("Selu", 6, selu);
+  t.on("Celu", 12, celu);
+  t.on("Softplus", 1, softplus);
+  t.on("Softsign", 1, softsign);
+  t.on("Mish", 18, mish);
+  t.on("ThresholdedRelu", 10, thresholdedRelu);
+  t.on("Shrink", 9, shrink);
+  t.on("PRelu", 7, prelu);
+  t.on("Sign", 9, sign);
+  t.on("IsNaN", 9, isNaN);
+  t.on("IsInf", 10, isInf);
+  t.on("Mean", 8, mean);
+}
