@@ -358,6 +358,55 @@ LogicalResult reduceInput(NodeContext &ctx) {
   return reduceWith(ctx, K, axes, ctx.attrInt("noop_with_empty_axes", 0), F);
 }
 
+/// ArgMax / ArgMin: the first (select_last_index: the last) position along
+/// axis holding the extreme, as reductions over an iota where the value
+/// equals its extreme; a NaN counts as the extreme, as in numpy.
+template <bool IsMax> LogicalResult argExtreme(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  if (type.getElementType().isInteger(1))
+    return ctx.error() << "needs a numeric input, got bool";
+  FailureOr<int64_t> axis =
+      ctx.normaliseAxis(ctx.attrInt("axis", 0), type.getRank());
+  if (failed(axis))
+    return failure();
+  bool keep = ctx.attrInt("keepdims", 1) != 0;
+  bool last = ctx.attrInt("select_last_index", 0) != 0;
+  auto dims = ctx.b.getDenseI64ArrayAttr({*axis});
+  Value extreme = ReduceOp::create(
+      ctx.b, IsMax ? ReduceKind::max : ReduceKind::min, *x, dims, true);
+  CmpOp::Properties eq, ne;
+  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
+  ne.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::ne);
+  FailureOr<Value> hit = ctx.createBroadcasting<CmpOp>({*x, extreme}, eq);
+  if (failed(hit))
+    return failure();
+  if (isa<FloatType>(type.getElementType())) {
+    FailureOr<Value> nan = ctx.createBroadcasting<CmpOp>({*x, *x}, ne);
+    if (failed(nan))
+      return failure();
+    hit = ctx.createBroadcasting<OrOp>({*hit, *nan});
+    if (failed(hit))
+      return failure();
+  }
+  auto indexType = type.clone(ctx.b.getI64Type());
+  Value index =
+      IotaOp::create(ctx.b, indexType, ctx.b.getI64IntegerAttr(*axis));
+  Value none =
+      ctx.splat(ctx.b.getI64Type(), {},
+                last ? -1.0 : static_cast<double>(type.getDimSize(*axis)));
+  FailureOr<Value> candidates =
+      ctx.createBroadcasting<SelectOp>({*hit, index, none});
+  if (failed(candidates))
+    return failure();
+  ctx.setOutput(0, ReduceOp::create(ctx.b,
+                                    last ? ReduceKind::max : ReduceKind::min,
+                                    *candidates, dims, keep));
+  return success();
+}
+
 LogicalResult layerNorm(NodeContext &ctx) {
   FailureOr<Value> x = ctx.input(0), scale = ctx.input(1);
   if (failed(x) || failed(scale) || failed(requireFloat(ctx, *x)))
@@ -752,6 +801,8 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("ReduceProd", 18, reduceInput<ReduceKind::prod>);
   t.on("ReduceSum", 1, reduceAttr<ReduceKind::sum>);
   t.on("ReduceSum", 13, reduceInput<ReduceKind::sum>);
+  t.on("ArgMax", 1, argExtreme<true>);
+  t.on("ArgMin", 1, argExtreme<false>);
   using RF = ReduceForm;
   t.on("ReduceSumSquare", 1, reduceAttr<ReduceKind::sum, RF::SumSquare>);
   t.on("ReduceSumSquare", 18, reduceInput<ReduceKind::sum, RF::SumSquare>);

@@ -424,6 +424,50 @@ LogicalResult shape(NodeContext &ctx) {
   return success();
 }
 
+/// The element count, a static i64 scalar.
+LogicalResult size(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  auto type = RankedTensorType::get({}, ctx.b.getI64Type());
+  int64_t count = NodeContext::typeOf(*x).getNumElements();
+  ctx.setOutput(0, ConstantOp::create(
+                       ctx.b, DenseElementsAttr::get(type, ArrayRef(count))));
+  return success();
+}
+
+/// Tile as a broadcast: x [d0, d1, ...] seen as [1, d0, 1, d1, ...],
+/// broadcast to [r0, d0, r1, d1, ...] and merged to [r0 d0, r1 d1, ...], so
+/// the gradient (a sum over the copies) and the sharding come with it.
+LogicalResult tile(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  FailureOr<SmallVector<int64_t>> repeats = ctx.constantInts(1, "repeats");
+  if (failed(x) || failed(repeats))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  if (static_cast<int64_t>(repeats->size()) != type.getRank())
+    return ctx.error() << "repeats has " << repeats->size()
+                       << " entries for an input of rank " << type.getRank();
+  SmallVector<int64_t> split, spread, merged;
+  for (auto [d, r] : llvm::zip(type.getShape(), *repeats)) {
+    if (r < 0)
+      return ctx.error() << "repeats must not be negative, got " << r;
+    int64_t n = 0;
+    if (__builtin_mul_overflow(d, r, &n))
+      return ctx.error() << "the tiled shape overflows";
+    split.append({1, d});
+    spread.append({r, d});
+    merged.push_back(n);
+  }
+  if (!hasCheckedSize(RankedTensorType::get(spread, type.getElementType())))
+    return ctx.error() << "the tiled tensor holds more bytes than fit in "
+                          "memory";
+  Value wide = ctx.b.createOrFold<BroadcastOp>(type.clone(spread),
+                                               ctx.reshape(*x, split));
+  ctx.setOutput(0, ctx.reshape(wide, merged));
+  return success();
+}
+
 LogicalResult constantOfShape(NodeContext &ctx) {
   FailureOr<SmallVector<int64_t>> shape = ctx.constantInts(0, "input");
   if (failed(shape))
@@ -626,6 +670,8 @@ void onnx_import::registerShapeHandlers(HandlerTable &t) {
   t.on("Gather", 1, gather);
   t.on("Expand", 8, expand);
   t.on("Shape", 1, shape);
+  t.on("Size", 1, size);
+  t.on("Tile", 6, tile);
   t.on("ConstantOfShape", 9, constantOfShape);
   t.on("Range", 11, range);
   t.on("Constant", 1, constant);
