@@ -1,7 +1,8 @@
 //===- Activations.cpp - ONNX activations and elementwise predicates ------===//
 //
 // HardSigmoid, HardSwish, Elu, Selu, Celu, Softplus, Softsign, Mish,
-// ThresholdedRelu, Shrink, PRelu, Sign, IsNaN, IsInf and Mean, each written
+// ThresholdedRelu, Shrink, PRelu, Sign, IsNaN, IsInf, Mean, Floor, Ceil and
+// Round, each written
 // in the dialect's existing ops (as torch.onnx's decompositions do): they
 // then have kernels on both backends, differentiation rules and sharding
 // rules without a line of their own, and a split tensor stays split through
@@ -289,6 +290,46 @@ LogicalResult mean(NodeContext &ctx) {
   return e.result(e.div(sum, e.k(static_cast<double>(ctx.numInputs()))));
 }
 
+/// Floor, Ceil and Round (half to even) on floats, through a round trip
+/// to i64 (which truncates) where it is exact: |x| < 2^23, below which a
+/// float can have a fraction; larger values, infinities and NaN are already
+/// their own rounding and pass through. (Their gradient is 0 almost
+/// everywhere, as in PyTorch, except that those pass-through values carry
+/// x's gradient.)
+enum class Rounding { Floor, Ceil, HalfEven };
+
+template <Rounding R> LogicalResult rounding(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Type element = elementOf(*x);
+  Expr e(ctx, element);
+  auto floorOf = [&](Value v) {
+    Value t = e.cast(e.cast(v, ctx.b.getI64Type()), element);
+    return e.sub(t, e.cast(e.cmp(CmpPredicate::gt, t, v), element));
+  };
+  Value r;
+  if (R == Rounding::Floor) {
+    r = floorOf(*x);
+  } else if (R == Rounding::Ceil) {
+    Value t = e.cast(e.cast(*x, ctx.b.getI64Type()), element);
+    r = e.add(t, e.cast(e.cmp(CmpPredicate::lt, t, *x), element));
+  } else {
+    // floor(x), plus 1 above the half, and at the half when floor is odd.
+    Value f = floorOf(*x);
+    Value frac = e.sub(*x, f);
+    Value odd =
+        e.cmp(CmpPredicate::ne,
+              e.sub(f, e.mul(e.k(2.0), floorOf(e.mul(f, e.k(0.5))))), e.k(0.0));
+    Value up = e.op<OrOp>(
+        {e.cmp(CmpPredicate::gt, frac, e.k(0.5)),
+         e.op<AndOp>({e.cmp(CmpPredicate::eq, frac, e.k(0.5)), odd})});
+    r = e.add(f, e.cast(up, element));
+  }
+  Value exact = e.cmp(CmpPredicate::lt, e.unary<AbsOp>(*x), e.k(8388608.0));
+  return e.result(e.select(exact, r, *x));
+}
+
 } // namespace
 
 void onnx_import::registerActivationHandlers(HandlerTable &t) {
@@ -307,4 +348,7 @@ void onnx_import::registerActivationHandlers(HandlerTable &t) {
   t.on("IsNaN", 9, isNaN);
   t.on("IsInf", 10, isInf);
   t.on("Mean", 8, mean);
+  t.on("Floor", 6, rounding<Rounding::Floor>);
+  t.on("Ceil", 6, rounding<Rounding::Ceil>);
+  t.on("Round", 11, rounding<Rounding::HalfEven>);
 }
