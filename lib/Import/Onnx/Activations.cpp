@@ -1,8 +1,8 @@
 //===- Activations.cpp - ONNX activations and elementwise predicates ------===//
 //
 // HardSigmoid, HardSwish, Elu, Selu, Celu, Softplus, Softsign, Mish,
-// ThresholdedRelu, Shrink, PRelu, Sign, IsNaN, IsInf, Mean, Floor, Ceil and
-// Round, each written
+// ThresholdedRelu, Shrink, PRelu, Sign, IsNaN, IsInf, Mean, Floor, Ceil,
+// Round, Mod, Tan and the hyperbolic functions, each written
 // in the dialect's existing ops (as torch.onnx's decompositions do): they
 // then have kernels on both backends, differentiation rules and sharding
 // rules without a line of their own, and a split tensor stays split through
@@ -330,6 +330,78 @@ template <Rounding R> LogicalResult rounding(NodeContext &ctx) {
   return e.result(e.select(exact, r, *x));
 }
 
+/// tan, sinh, cosh and the inverse hyperbolics from exp, log, sqrt, sin,
+/// cos (within float32 rounding of the library functions on the domains
+/// models use them on).
+enum class Trig { Tan, Sinh, Cosh, Asinh, Acosh, Atanh };
+
+template <Trig T> LogicalResult trig(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  if (failed(x))
+    return failure();
+  Expr e(ctx, elementOf(*x));
+  auto log = [&](Value v) { return e.unary<LogOp>(v); };
+  auto sqrt = [&](Value v) { return e.unary<SqrtOp>(v); };
+  Value half = e.k(0.5), one = e.k(1.0);
+  switch (T) {
+  case Trig::Tan:
+    return e.result(e.div(e.unary<SinOp>(*x), e.unary<CosOp>(*x)));
+  case Trig::Sinh:
+    return e.result(e.mul(half, e.sub(e.exp(*x), e.exp(e.unary<NegOp>(*x)))));
+  case Trig::Cosh:
+    return e.result(e.mul(half, e.add(e.exp(*x), e.exp(e.unary<NegOp>(*x)))));
+  case Trig::Asinh: {
+    // Odd: computed on |x| so that large negative x does not cancel.
+    Value a = e.unary<AbsOp>(*x);
+    Value r = log(e.add(a, sqrt(e.add(e.mul(a, a), one))));
+    Value negative = e.cmp(CmpPredicate::lt, *x, e.k(0.0));
+    return e.result(e.select(negative, e.unary<NegOp>(r), r));
+  }
+  case Trig::Acosh:
+    return e.result(log(e.add(*x, sqrt(e.sub(e.mul(*x, *x), one)))));
+  case Trig::Atanh:
+    return e.result(e.mul(half, log(e.div(e.add(one, *x), e.sub(one, *x)))));
+  }
+  return failure();
+}
+
+/// Mod: with fmod = 1 C's fmod (the dividend's sign); with fmod = 0
+/// (integers only) Python's % (the divisor's sign). Both from a truncating
+/// quotient: integer division truncates, floats go through rounding's i64
+/// round trip where the quotient has a fraction.
+LogicalResult mod(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b))
+    return failure();
+  Type element = elementOf(*a);
+  if (element != elementOf(*b))
+    return ctx.error() << "A and B must have one element type, got " << element
+                       << " and " << elementOf(*b);
+  if (element.isInteger(1))
+    return ctx.error() << "needs numeric inputs, got bool";
+  bool fmod = ctx.attrInt("fmod", 0) != 0;
+  bool isFloat = isa<FloatType>(element);
+  if (isFloat && !fmod)
+    return ctx.error() << "fmod must be 1 for float inputs";
+  Expr e(ctx, element);
+  Value q = e.div(*a, *b);
+  if (isFloat) {
+    Value t = e.cast(e.cast(q, ctx.b.getI64Type()), element);
+    Value exact = e.cmp(CmpPredicate::lt, e.unary<AbsOp>(q), e.k(8388608.0));
+    q = e.select(exact, t, q);
+  }
+  Value r = e.sub(*a, e.mul(*b, q));
+  if (!fmod) {
+    Value zero = e.k(0.0);
+    Value wrong =
+        e.op<AndOp>({e.cmp(CmpPredicate::ne, r, zero),
+                     e.op<XorOp>({e.cmp(CmpPredicate::lt, r, zero),
+                                  e.cmp(CmpPredicate::lt, *b, zero)})});
+    r = e.select(wrong, e.add(r, *b), r);
+  }
+  return e.result(r);
+}
+
 } // namespace
 
 void onnx_import::registerActivationHandlers(HandlerTable &t) {
@@ -351,4 +423,11 @@ void onnx_import::registerActivationHandlers(HandlerTable &t) {
   t.on("Floor", 6, rounding<Rounding::Floor>);
   t.on("Ceil", 6, rounding<Rounding::Ceil>);
   t.on("Round", 11, rounding<Rounding::HalfEven>);
+  t.on("Tan", 7, trig<Trig::Tan>);
+  t.on("Sinh", 9, trig<Trig::Sinh>);
+  t.on("Cosh", 9, trig<Trig::Cosh>);
+  t.on("Asinh", 9, trig<Trig::Asinh>);
+  t.on("Acosh", 9, trig<Trig::Acosh>);
+  t.on("Atanh", 9, trig<Trig::Atanh>);
+  t.on("Mod", 10, mod);
 }

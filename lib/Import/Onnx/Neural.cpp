@@ -358,9 +358,42 @@ LogicalResult reduceInput(NodeContext &ctx) {
   return reduceWith(ctx, K, axes, ctx.attrInt("noop_with_empty_axes", 0), F);
 }
 
-/// ArgMax / ArgMin: the first (select_last_index: the last) position along
-/// axis holding the extreme, as reductions over an iota where the value
-/// equals its extreme; a NaN counts as the extreme, as in numpy.
+/// The first (\p last: the last) position along \p axis of \p x holding
+/// its extreme, as reductions over an iota where the value equals its
+/// extreme; a NaN counts as the extreme, as in numpy.
+FailureOr<Value> extremeIndex(NodeContext &ctx, Value x, int64_t axis,
+                              bool isMax, bool last, bool keep) {
+  auto type = NodeContext::typeOf(x);
+  auto dims = ctx.b.getDenseI64ArrayAttr({axis});
+  Value extreme = ReduceOp::create(
+      ctx.b, isMax ? ReduceKind::max : ReduceKind::min, x, dims, true);
+  CmpOp::Properties eq, ne;
+  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
+  ne.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::ne);
+  FailureOr<Value> hit = ctx.createBroadcasting<CmpOp>({x, extreme}, eq);
+  if (failed(hit))
+    return failure();
+  if (isa<FloatType>(type.getElementType())) {
+    FailureOr<Value> nan = ctx.createBroadcasting<CmpOp>({x, x}, ne);
+    if (failed(nan))
+      return failure();
+    hit = ctx.createBroadcasting<OrOp>({*hit, *nan});
+    if (failed(hit))
+      return failure();
+  }
+  Value index = IotaOp::create(ctx.b, type.clone(ctx.b.getI64Type()),
+                               ctx.b.getI64IntegerAttr(axis));
+  Value none =
+      ctx.splat(ctx.b.getI64Type(), {},
+                last ? -1.0 : static_cast<double>(type.getDimSize(axis)));
+  FailureOr<Value> candidates =
+      ctx.createBroadcasting<SelectOp>({*hit, index, none});
+  if (failed(candidates))
+    return failure();
+  return Value(ReduceOp::create(ctx.b, last ? ReduceKind::max : ReduceKind::min,
+                                *candidates, dims, keep));
+}
+
 template <bool IsMax> LogicalResult argExtreme(NodeContext &ctx) {
   FailureOr<Value> x = ctx.input(0);
   if (failed(x))
@@ -372,38 +405,50 @@ template <bool IsMax> LogicalResult argExtreme(NodeContext &ctx) {
       ctx.normaliseAxis(ctx.attrInt("axis", 0), type.getRank());
   if (failed(axis))
     return failure();
-  bool keep = ctx.attrInt("keepdims", 1) != 0;
-  bool last = ctx.attrInt("select_last_index", 0) != 0;
-  auto dims = ctx.b.getDenseI64ArrayAttr({*axis});
-  Value extreme = ReduceOp::create(
-      ctx.b, IsMax ? ReduceKind::max : ReduceKind::min, *x, dims, true);
-  CmpOp::Properties eq, ne;
-  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
-  ne.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::ne);
-  FailureOr<Value> hit = ctx.createBroadcasting<CmpOp>({*x, extreme}, eq);
-  if (failed(hit))
+  FailureOr<Value> y =
+      extremeIndex(ctx, *x, *axis, IsMax, ctx.attrInt("select_last_index", 0),
+                   ctx.attrInt("keepdims", 1) != 0);
+  if (failed(y))
     return failure();
-  if (isa<FloatType>(type.getElementType())) {
-    FailureOr<Value> nan = ctx.createBroadcasting<CmpOp>({*x, *x}, ne);
-    if (failed(nan))
-      return failure();
-    hit = ctx.createBroadcasting<OrOp>({*hit, *nan});
-    if (failed(hit))
-      return failure();
+  ctx.setOutput(0, *y);
+  return success();
+}
+
+/// 1 at the first maximum along the axis, 0 elsewhere. Before opset 13 the
+/// input is seen as 2-D [outer, inner] split at axis (default 1), as
+/// Softmax-1 sees it.
+template <bool Coerced> LogicalResult hardmax(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  int64_t rank = type.getRank();
+  int64_t axis = ctx.attrInt("axis", Coerced ? 1 : -1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis > rank || (!Coerced && axis == rank))
+    return ctx.error() << "axis is out of range";
+  Value in = *x;
+  if (Coerced) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < rank; ++i)
+      (i < axis ? outer : inner) *= type.getDimSize(i);
+    in = ctx.reshape(in, {outer, inner});
+    axis = 1;
   }
-  auto indexType = type.clone(ctx.b.getI64Type());
-  Value index =
-      IotaOp::create(ctx.b, indexType, ctx.b.getI64IntegerAttr(*axis));
-  Value none =
-      ctx.splat(ctx.b.getI64Type(), {},
-                last ? -1.0 : static_cast<double>(type.getDimSize(*axis)));
-  FailureOr<Value> candidates =
-      ctx.createBroadcasting<SelectOp>({*hit, index, none});
-  if (failed(candidates))
+  FailureOr<Value> at = extremeIndex(ctx, in, axis, true, false, true);
+  if (failed(at))
     return failure();
-  ctx.setOutput(0, ReduceOp::create(ctx.b,
-                                    last ? ReduceKind::max : ReduceKind::min,
-                                    *candidates, dims, keep));
+  auto inType = NodeContext::typeOf(in);
+  Value index = IotaOp::create(ctx.b, inType.clone(ctx.b.getI64Type()),
+                               ctx.b.getI64IntegerAttr(axis));
+  CmpOp::Properties eq;
+  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
+  FailureOr<Value> hot = ctx.createBroadcasting<CmpOp>({index, *at}, eq);
+  if (failed(hot))
+    return failure();
+  Value y = ctx.b.createOrFold<CastOp>(inType, *hot);
+  ctx.setOutput(0, Coerced ? ctx.reshape(y, type.getShape()) : y);
   return success();
 }
 
@@ -803,6 +848,8 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("ReduceSum", 13, reduceInput<ReduceKind::sum>);
   t.on("ArgMax", 1, argExtreme<true>);
   t.on("ArgMin", 1, argExtreme<false>);
+  t.on("Hardmax", 1, hardmax<true>);
+  t.on("Hardmax", 13, hardmax<false>);
   using RF = ReduceForm;
   t.on("ReduceSumSquare", 1, reduceAttr<ReduceKind::sum, RF::SumSquare>);
   t.on("ReduceSumSquare", 18, reduceInput<ReduceKind::sum, RF::SumSquare>);

@@ -468,6 +468,103 @@ LogicalResult tile(NodeContext &ctx) {
   return success();
 }
 
+/// reshape, transpose \p perm, reshape: the block rearrangements.
+LogicalResult rearrange(NodeContext &ctx, Value x, ArrayRef<int64_t> split,
+                        ArrayRef<int64_t> perm, ArrayRef<int64_t> merged) {
+  TransposeOp::Properties props;
+  props.permutation = ctx.b.getDenseI64ArrayAttr(perm);
+  FailureOr<TransposeOp> t =
+      ctx.create<TransposeOp>({ctx.reshape(x, split)}, props);
+  if (failed(t))
+    return failure();
+  ctx.setOutput(0, ctx.reshape(*t, merged));
+  return success();
+}
+
+/// N, C, H, W and the block size of DepthToSpace / SpaceToDepth, checked.
+struct BlockDims {
+  int64_t n, c, h, w, b;
+};
+FailureOr<BlockDims> blockDims(NodeContext &ctx, Value x) {
+  auto type = NodeContext::typeOf(x);
+  if (type.getRank() != 4)
+    return ctx.error() << "needs a 4-D input (N, C, H, W), got " << type;
+  int64_t b = ctx.attrInt("blocksize", 0);
+  if (b <= 0)
+    return ctx.error() << "blocksize must be positive, got " << b;
+  return BlockDims{type.getDimSize(0), type.getDimSize(1), type.getDimSize(2),
+                   type.getDimSize(3), b};
+}
+
+LogicalResult depthToSpace(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  FailureOr<BlockDims> d = blockDims(ctx, *x);
+  if (failed(d))
+    return failure();
+  auto [n, c, h, w, b] = *d;
+  if (c % (b * b) != 0)
+    return ctx.error() << "C = " << c
+                       << " is not a multiple of blocksize^2 = " << b * b;
+  SmallVector<int64_t> merged = {n, c / (b * b), h * b, w * b};
+  if (ctx.attrString("mode", "DCR") == "CRD")
+    return rearrange(ctx, *x, {n, c / (b * b), b, b, h, w}, {0, 1, 4, 2, 5, 3},
+                     merged);
+  if (ctx.attrString("mode", "DCR") != "DCR")
+    return ctx.error() << "mode must be DCR or CRD";
+  return rearrange(ctx, *x, {n, b, b, c / (b * b), h, w}, {0, 3, 4, 1, 5, 2},
+                   merged);
+}
+
+LogicalResult spaceToDepth(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  FailureOr<BlockDims> d = blockDims(ctx, *x);
+  if (failed(d))
+    return failure();
+  auto [n, c, h, w, b] = *d;
+  if (h % b != 0 || w % b != 0)
+    return ctx.error() << "H = " << h << " and W = " << w
+                       << " must be multiples of blocksize " << b;
+  return rearrange(ctx, *x, {n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4},
+                   {n, c * b * b, h / b, w / b});
+}
+
+/// Ones on the k-th diagonal of the input's 2-D shape: column == row + k
+/// over two iotas (folded to a constant where it is small, so a huge shape
+/// costs no compile-time memory).
+LogicalResult eyeLike(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  if (type.getRank() != 2)
+    return ctx.error() << "needs a 2-D input, got " << type;
+  Type element = type.getElementType();
+  if (int64_t dtype = ctx.attrInt("dtype", 0)) {
+    element = elementTypeFromOnnx(ctx.b.getContext(), dtype);
+    if (!element)
+      return ctx.error() << "dtype " << dtype << " is not supported";
+  }
+  auto indexType = type.clone(ctx.b.getI64Type());
+  Value rows = IotaOp::create(ctx.b, indexType, ctx.b.getI64IntegerAttr(0));
+  Value cols = IotaOp::create(ctx.b, indexType, ctx.b.getI64IntegerAttr(1));
+  FailureOr<Value> shifted = ctx.createBroadcasting<AddOp>(
+      {rows, ctx.splat(ctx.b.getI64Type(), {},
+                       static_cast<double>(ctx.attrInt("k", 0)))});
+  if (failed(shifted))
+    return failure();
+  CmpOp::Properties eq;
+  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
+  FailureOr<Value> hot = ctx.createBroadcasting<CmpOp>({*shifted, cols}, eq);
+  if (failed(hot))
+    return failure();
+  ctx.setOutput(0, ctx.b.createOrFold<CastOp>(type.clone(element), *hot));
+  return success();
+}
+
 LogicalResult constantOfShape(NodeContext &ctx) {
   FailureOr<SmallVector<int64_t>> shape = ctx.constantInts(0, "input");
   if (failed(shape))
@@ -672,6 +769,9 @@ void onnx_import::registerShapeHandlers(HandlerTable &t) {
   t.on("Shape", 1, shape);
   t.on("Size", 1, size);
   t.on("Tile", 6, tile);
+  t.on("DepthToSpace", 1, depthToSpace);
+  t.on("SpaceToDepth", 1, spaceToDepth);
+  t.on("EyeLike", 9, eyeLike);
   t.on("ConstantOfShape", 9, constantOfShape);
   t.on("Range", 11, range);
   t.on("Constant", 1, constant);
