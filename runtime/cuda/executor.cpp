@@ -24,7 +24,6 @@
 
 #include "cleave/runtime/backend_plugin.h"
 #include "cleave/runtime/comm.h"
-#include "cleave/runtime/runner.h"
 
 #include <dlfcn.h>
 
@@ -77,24 +76,20 @@ struct Step {
   int collectiveIndex = -1;
 };
 
-class CudaRunner final : public StepRunner {
+/// The program on one GPU, behind backend_plugin.h's cleave_runner: inputs
+/// and outputs move between the caller's host buffers and the device in
+/// one copy (the host checked their dtypes and shapes; sizes are checked
+/// here).
+class CudaRunner {
 public:
-  ~CudaRunner() override;
+  ~CudaRunner();
   Status load(LoadedProgram program, Communicator *comm, bool bf16);
 
-  Backend backend() const override { return Backend::Cuda; }
-  Status carry(size_t input, size_t output) override;
-  Status setInput(size_t i, HostTensor value) override;
-  Status run() override;
-  Status getInput(size_t i, HostTensor *value) override;
-  Status getOutput(size_t o, HostTensor *value) override;
-  size_t numInputs() const override { return program_.inputs.size(); }
-  DType inputDType(size_t i) const override {
-    return program_.values[program_.inputs[i]].type.dtype;
-  }
-  const std::vector<int64_t> &inputShape(size_t i) const override {
-    return program_.values[program_.inputs[i]].type.shape;
-  }
+  Status carry(size_t input, size_t output);
+  Status setInput(int64_t i, const void *bytes, int64_t size);
+  Status run();
+  Status getInput(int64_t i, void *bytes, int64_t size);
+  Status getOutput(int64_t o, void *bytes, int64_t size);
 
 private:
   Status allocate();
@@ -105,7 +100,8 @@ private:
   /// The device address of value \p id (null for -1).
   uint8_t *pointer(int32_t id) const;
   Status enqueue();
-  Status copyOut(const ProgramValue &v, const void *src, HostTensor *out);
+  Status copyOut(const ProgramValue &v, const void *src, void *bytes,
+                 int64_t size);
   std::string where(size_t i) const {
     const ProgramInstruction &inst = program_.instructions[i];
     return describeInstruction(i, inst.info.kernel, inst.location);
@@ -450,19 +446,17 @@ Status CudaRunner::carry(size_t input, size_t output) {
   return Status::ok();
 }
 
-Status CudaRunner::setInput(size_t i, HostTensor value) {
-  if (i >= program_.inputs.size())
+Status CudaRunner::setInput(int64_t i, const void *bytes, int64_t size) {
+  if (i < 0 || static_cast<size_t>(i) >= program_.inputs.size())
     return Status::error("no input " + std::to_string(i));
   const ProgramValue &v = program_.values[program_.inputs[i]];
-  if (value.dtype != v.type.dtype || value.shape != v.type.shape ||
-      static_cast<int64_t>(value.bytes.size()) != v.numBytes)
-    return Status::error("input " + std::to_string(i) + " ('" +
-                         program_.inputNames[i] + "'): expected " +
-                         v.type.str() + ", got " +
-                         describeTensor(value.dtype, value.shape));
+  if (size != v.numBytes)
+    return Status::error(
+        "input " + std::to_string(i) + " ('" + program_.inputNames[i] +
+        "'): " + std::to_string(size) + " bytes for " + v.type.str());
   if (v.numBytes == 0)
     return Status::ok();
-  return copy(inputs_[i], value.bytes.data(), static_cast<size_t>(v.numBytes),
+  return copy(inputs_[i], bytes, static_cast<size_t>(v.numBytes),
               cudaMemcpyHostToDevice, "cudaMemcpy (input)");
 }
 
@@ -592,29 +586,31 @@ Status CudaRunner::run() {
   return Status::ok();
 }
 
-Status CudaRunner::copyOut(const ProgramValue &v, const void *src,
-                           HostTensor *out) {
-  *out = HostTensor::zeros(v.type.dtype, v.type.shape);
+Status CudaRunner::copyOut(const ProgramValue &v, const void *src, void *bytes,
+                           int64_t size) {
+  if (size != v.numBytes)
+    return Status::error("a buffer of " + std::to_string(size) + " bytes for " +
+                         v.type.str());
   if (v.numBytes == 0)
     return Status::ok();
-  return copy(out->bytes.data(), src, static_cast<size_t>(v.numBytes),
+  return copy(bytes, src, static_cast<size_t>(v.numBytes),
               cudaMemcpyDeviceToHost, "cudaMemcpy (to host)");
 }
 
-Status CudaRunner::getInput(size_t i, HostTensor *value) {
-  if (i >= program_.inputs.size())
+Status CudaRunner::getInput(int64_t i, void *bytes, int64_t size) {
+  if (i < 0 || static_cast<size_t>(i) >= program_.inputs.size())
     return Status::error("no input " + std::to_string(i));
-  return copyOut(program_.values[program_.inputs[i]], inputs_[i], value);
+  return copyOut(program_.values[program_.inputs[i]], inputs_[i], bytes, size);
 }
 
-Status CudaRunner::getOutput(size_t o, HostTensor *value) {
-  if (o >= program_.outputs.size())
+Status CudaRunner::getOutput(int64_t o, void *bytes, int64_t size) {
+  if (o < 0 || static_cast<size_t>(o) >= program_.outputs.size())
     return Status::error("no output " + std::to_string(o));
   if (runs_ == 0)
     return Status::error("output " + std::to_string(o) +
                          " is not available before a run");
   return copyOut(program_.values[program_.outputs[o]],
-                 pointer(program_.outputs[o]), value);
+                 pointer(program_.outputs[o]), bytes, size);
 }
 
 } // namespace
@@ -707,51 +703,24 @@ int carry(void *handle, int32_t input, int32_t output, char *error,
 
 int setInput(void *handle, int32_t input, const void *bytes, int64_t count,
              char *error, size_t size) {
-  CudaRunner &r = self(handle)->runner;
-  if (input < 0 || static_cast<size_t>(input) >= r.numInputs())
-    return report(Status::error("no input " + std::to_string(input)), error,
-                  size);
-  HostTensor t;
-  t.dtype = r.inputDType(input);
-  t.shape = r.inputShape(input);
-  const auto *b = static_cast<const uint8_t *>(bytes);
-  t.bytes.assign(b, b + count);
-  return report(r.setInput(input, std::move(t)), error, size);
+  return report(self(handle)->runner.setInput(input, bytes, count), error,
+                size);
 }
 
 int runStep(void *handle, char *error, size_t size) {
   return report(self(handle)->runner.run(), error, size);
 }
 
-/// Copies \p t into the caller's \p count bytes.
-int copyOut(const Status &s, const HostTensor &t, void *bytes, int64_t count,
-            char *error, size_t size) {
-  if (!s)
-    return report(s, error, size);
-  if (static_cast<int64_t>(t.bytes.size()) != count)
-    return report(Status::error("a buffer of " + std::to_string(count) +
-                                " bytes for a tensor of " +
-                                std::to_string(t.bytes.size())),
-                  error, size);
-  if (count > 0)
-    std::memcpy(bytes, t.bytes.data(), static_cast<size_t>(count));
-  return 0;
-}
-
 int getInput(void *handle, int32_t input, void *bytes, int64_t count,
              char *error, size_t size) {
-  HostTensor t;
-  Status s = input < 0 ? Status::error("no input " + std::to_string(input))
-                       : self(handle)->runner.getInput(input, &t);
-  return copyOut(s, t, bytes, count, error, size);
+  return report(self(handle)->runner.getInput(input, bytes, count), error,
+                size);
 }
 
 int getOutput(void *handle, int32_t output, void *bytes, int64_t count,
               char *error, size_t size) {
-  HostTensor t;
-  Status s = output < 0 ? Status::error("no output " + std::to_string(output))
-                        : self(handle)->runner.getOutput(output, &t);
-  return copyOut(s, t, bytes, count, error, size);
+  return report(self(handle)->runner.getOutput(output, bytes, count), error,
+                size);
 }
 
 void destroy(void *handle) { delete self(handle); }

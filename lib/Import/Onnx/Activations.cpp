@@ -51,9 +51,7 @@ public:
   Value cmp(CmpPredicate p, Value a, Value b) {
     if (!a || !b)
       return {};
-    CmpOp::Properties props;
-    props.predicate = CmpPredicateAttr::get(ctx.b.getContext(), p);
-    FailureOr<Value> r = ctx.createBroadcasting<CmpOp>({a, b}, props);
+    FailureOr<Value> r = ctx.compare(p, a, b);
     return succeeded(r) ? *r : Value();
   }
   Value cast(Value a, Type to) {

@@ -45,9 +45,7 @@ template <CmpPredicate P> LogicalResult compare(NodeContext &ctx) {
   FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
   if (failed(a) || failed(b))
     return failure();
-  CmpOp::Properties props;
-  props.predicate = CmpPredicateAttr::get(ctx.b.getContext(), P);
-  return output(ctx, ctx.createBroadcasting<CmpOp>({*a, *b}, props));
+  return output(ctx, ctx.compare(P, *a, *b));
 }
 
 /// Unary ops defined on floats only check their operand's type, so a model

@@ -272,10 +272,8 @@ FailureOr<Value> reduceInForm(NodeContext &ctx, ReduceForm form,
     // it is not: all -inf, or inf or NaN), so exp never overflows.
     Value m = reduce(ReduceKind::max, x);
     Value zero = ctx.splat(NodeContext::typeOf(x).getElementType(), {}, 0.0);
-    CmpOp::Properties eq;
-    eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
     FailureOr<Value> finite =
-        ctx.createBroadcasting<CmpOp>({SubOp::create(ctx.b, m, m), zero}, eq);
+        ctx.compare(CmpPredicate::eq, SubOp::create(ctx.b, m, m), zero);
     if (failed(finite))
       return failure();
     FailureOr<Value> shift =
@@ -367,14 +365,11 @@ FailureOr<Value> extremeIndex(NodeContext &ctx, Value x, int64_t axis,
   auto dims = ctx.b.getDenseI64ArrayAttr({axis});
   Value extreme = ReduceOp::create(
       ctx.b, isMax ? ReduceKind::max : ReduceKind::min, x, dims, true);
-  CmpOp::Properties eq, ne;
-  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
-  ne.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::ne);
-  FailureOr<Value> hit = ctx.createBroadcasting<CmpOp>({x, extreme}, eq);
+  FailureOr<Value> hit = ctx.compare(CmpPredicate::eq, x, extreme);
   if (failed(hit))
     return failure();
   if (isa<FloatType>(type.getElementType())) {
-    FailureOr<Value> nan = ctx.createBroadcasting<CmpOp>({x, x}, ne);
+    FailureOr<Value> nan = ctx.compare(CmpPredicate::ne, x, x);
     if (failed(nan))
       return failure();
     hit = ctx.createBroadcasting<OrOp>({*hit, *nan});
@@ -442,9 +437,7 @@ template <bool Coerced> LogicalResult hardmax(NodeContext &ctx) {
   auto inType = NodeContext::typeOf(in);
   Value index = IotaOp::create(ctx.b, inType.clone(ctx.b.getI64Type()),
                                ctx.b.getI64IntegerAttr(axis));
-  CmpOp::Properties eq;
-  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
-  FailureOr<Value> hot = ctx.createBroadcasting<CmpOp>({index, *at}, eq);
+  FailureOr<Value> hot = ctx.compare(CmpPredicate::eq, index, *at);
   if (failed(hot))
     return failure();
   Value y = ctx.b.createOrFold<CastOp>(inType, *hot);

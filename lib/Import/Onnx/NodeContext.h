@@ -112,6 +112,13 @@ public:
     return cast<OpTy>(b.create(state));
   }
 
+  /// cleave.cmp \p predicate of \p lhs and \p rhs, broadcasting.
+  FailureOr<Value> compare(CmpPredicate predicate, Value lhs, Value rhs) {
+    CmpOp::Properties props;
+    props.predicate = CmpPredicateAttr::get(b.getContext(), predicate);
+    return createBroadcasting<CmpOp>({lhs, rhs}, props);
+  }
+
   /// Aligns the ranks of \p operands (numpy broadcasting) and creates the
   /// broadcasting op \p OpTy on them.
   template <typename OpTy>

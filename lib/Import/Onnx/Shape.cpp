@@ -556,9 +556,7 @@ LogicalResult eyeLike(NodeContext &ctx) {
                        static_cast<double>(ctx.attrInt("k", 0)))});
   if (failed(shifted))
     return failure();
-  CmpOp::Properties eq;
-  eq.predicate = CmpPredicateAttr::get(ctx.b.getContext(), CmpPredicate::eq);
-  FailureOr<Value> hot = ctx.createBroadcasting<CmpOp>({*shifted, cols}, eq);
+  FailureOr<Value> hot = ctx.compare(CmpPredicate::eq, *shifted, cols);
   if (failed(hot))
     return failure();
   ctx.setOutput(0, ctx.b.createOrFold<CastOp>(type.clone(element), *hot));
