@@ -12,7 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "NodeContext.h"
+#include "Expr.h"
 
 #include <limits>
 
@@ -21,69 +21,6 @@ using namespace mlir::cleave;
 using namespace mlir::cleave::onnx_import;
 
 namespace {
-
-/// Builds an expression over one node's operands: each step broadcasts
-/// (numpy's rank alignment) and a failure anywhere leaves a null value and
-/// the diagnostic the failing op emitted.
-class Expr {
-public:
-  Expr(NodeContext &ctx, Type element) : ctx(ctx), element(element) {}
-
-  Value k(double v) { return ctx.splat(element, {}, v); }
-  template <typename OpTy> Value op(ArrayRef<Value> operands) {
-    for (Value v : operands)
-      if (!v)
-        return {};
-    FailureOr<Value> r = ctx.createBroadcasting<OpTy>(operands);
-    return succeeded(r) ? *r : Value();
-  }
-  Value add(Value a, Value b) { return op<AddOp>({a, b}); }
-  Value sub(Value a, Value b) { return op<SubOp>({a, b}); }
-  Value mul(Value a, Value b) { return op<MulOp>({a, b}); }
-  Value div(Value a, Value b) { return op<DivOp>({a, b}); }
-  Value max(Value a, Value b) { return op<MaxOp>({a, b}); }
-  Value min(Value a, Value b) { return op<MinOp>({a, b}); }
-  Value select(Value c, Value t, Value f) { return op<SelectOp>({c, t, f}); }
-  template <typename OpTy> Value unary(Value a) {
-    return a ? ctx.b.createOrFold<OpTy>(a) : Value();
-  }
-  Value exp(Value a) { return unary<ExpOp>(a); }
-  Value cmp(CmpPredicate p, Value a, Value b) {
-    if (!a || !b)
-      return {};
-    FailureOr<Value> r = ctx.compare(p, a, b);
-    return succeeded(r) ? *r : Value();
-  }
-  Value cast(Value a, Type to) {
-    if (!a)
-      return {};
-    return ctx.b.createOrFold<CastOp>(NodeContext::typeOf(a).clone(to), a);
-  }
-  /// alpha * (exp(min(x, 0) / scale) - 1): the negative branch of the ELU
-  /// family, finite for every x.
-  Value expm1Negative(Value x, double alpha, double scale = 1.0) {
-    Value e = min(x, k(0.0));
-    if (scale != 1.0)
-      e = div(e, k(scale));
-    return mul(k(alpha), sub(exp(e), k(1.0)));
-  }
-  /// log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow.
-  Value softplus(Value x) {
-    Value t = exp(unary<NegOp>(unary<AbsOp>(x)));
-    return add(max(x, k(0.0)), unary<LogOp>(add(k(1.0), t)));
-  }
-
-  LogicalResult result(Value v) {
-    if (!v)
-      return failure();
-    ctx.setOutput(0, v);
-    return success();
-  }
-
-private:
-  NodeContext &ctx;
-  Type element;
-};
 
 /// Input 0, which must be a float tensor.
 FailureOr<Value> floatInput(NodeContext &ctx) {
@@ -230,6 +167,26 @@ LogicalResult prelu(NodeContext &ctx) {
                        << " does not broadcast to X of type "
                        << NodeContext::typeOf(*x);
   return e.result(y);
+}
+
+/// Before opset 7 a slope of C values is one per channel (dim 1 of X), not
+/// numpy-broadcast against X's last dim.
+LogicalResult prelu6(NodeContext &ctx) {
+  FailureOr<Value> x = floatInput(ctx);
+  FailureOr<Value> slope = ctx.input(1);
+  if (failed(x) || failed(slope))
+    return failure();
+  auto xs = NodeContext::typeOf(*x).getShape();
+  auto ss = NodeContext::typeOf(*slope).getShape();
+  if (ss.size() != 1 || xs.size() < 2 || (ss[0] != 1 && ss[0] != xs[1]))
+    return ctx.error() << "slope must hold 1 or C values for X of type "
+                       << NodeContext::typeOf(*x);
+  SmallVector<int64_t> shape(xs.size() - 1, 1);
+  shape[0] = ss[0];
+  Value perChannel = ctx.reshape(*slope, shape);
+  Expr e(ctx, elementOf(*x));
+  return e.result(e.select(e.cmp(CmpPredicate::lt, *x, e.k(0.0)),
+                           e.mul(perChannel, *x), *x));
 }
 
 /// (x > 0) - (x < 0) in x's type; NaN stays NaN.
@@ -413,11 +370,12 @@ void onnx_import::registerActivationHandlers(HandlerTable &t) {
   t.on("Mish", 18, mish);
   t.on("ThresholdedRelu", 10, thresholdedRelu);
   t.on("Shrink", 9, shrink);
+  t.on("PRelu", 1, prelu6);
   t.on("PRelu", 7, prelu);
   t.on("Sign", 9, sign);
   t.on("IsNaN", 9, isNaN);
   t.on("IsInf", 10, isInf);
-  t.on("Mean", 8, mean);
+  t.on("Mean", 1, mean);
   t.on("Floor", 6, rounding<Rounding::Floor>);
   t.on("Ceil", 6, rounding<Rounding::Ceil>);
   t.on("Round", 11, rounding<Rounding::HalfEven>);

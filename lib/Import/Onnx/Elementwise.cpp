@@ -41,6 +41,45 @@ template <typename OpTy> LogicalResult variadic(NodeContext &ctx) {
   return output(ctx, acc);
 }
 
+/// Opsets before 7 broadcast only when `broadcast` is 1, and then B's dims
+/// line up with A's from `axis` on (the suffix by default), not numpy's way.
+/// B is given A's rank with size-1 dims around it; the rest is numpy's rule.
+FailureOr<Value> legacyOperand(NodeContext &ctx, Value a, Value b) {
+  int64_t rankA = NodeContext::rankOf(a), rankB = NodeContext::rankOf(b);
+  if (!ctx.attrInt("broadcast", 0) || rankB >= rankA)
+    return b;
+  int64_t axis = ctx.attrInt("axis", rankA - rankB);
+  if (axis < 0)
+    axis += rankA;
+  if (axis < 0 || axis + rankB > rankA)
+    return ctx.error() << "axis " << ctx.attrInt("axis", 0)
+                       << " does not place B of rank " << rankB
+                       << " inside A of rank " << rankA;
+  SmallVector<int64_t> shape(rankA, 1);
+  llvm::copy(NodeContext::typeOf(b).getShape(), shape.begin() + axis);
+  return ctx.reshape(b, shape);
+}
+
+template <typename OpTy> LogicalResult legacyBinary(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b))
+    return failure();
+  FailureOr<Value> bb = legacyOperand(ctx, *a, *b);
+  if (failed(bb))
+    return failure();
+  return output(ctx, ctx.createBroadcasting<OpTy>({*a, *bb}));
+}
+
+template <CmpPredicate P> LogicalResult legacyCompare(NodeContext &ctx) {
+  FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
+  if (failed(a) || failed(b))
+    return failure();
+  FailureOr<Value> bb = legacyOperand(ctx, *a, *b);
+  if (failed(bb))
+    return failure();
+  return output(ctx, ctx.compare(P, *a, *bb));
+}
+
 template <CmpPredicate P> LogicalResult compare(NodeContext &ctx) {
   FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
   if (failed(a) || failed(b))
@@ -65,6 +104,8 @@ LogicalResult unary(NodeContext &ctx) {
 LogicalResult power(NodeContext &ctx) {
   FailureOr<Value> a = ctx.input(0), b = ctx.input(1);
   if (failed(a) || failed(b))
+    return failure();
+  if (ctx.opset < 7 && failed(b = legacyOperand(ctx, *a, *b)))
     return failure();
   // The result has the base's type; the exponent is converted to it.
   Type element = NodeContext::typeOf(*a).getElementType();
@@ -179,7 +220,22 @@ LogicalResult identity(NodeContext &ctx) {
 
 void onnx_import::registerElementwiseHandlers(HandlerTable &t) {
   // Since-versions: the oldest version whose semantics these handlers
-  // implement (numpy broadcasting arrived at 7).
+  // implement (numpy broadcasting arrived at 7; before it, the legacy forms).
+  t.on("Add", 1, legacyBinary<AddOp>);
+  t.on("Sub", 1, legacyBinary<SubOp>);
+  t.on("Mul", 1, legacyBinary<MulOp>);
+  t.on("Div", 1, legacyBinary<DivOp>);
+  t.on("Pow", 1, power);
+  t.on("And", 1, legacyBinary<AndOp>);
+  t.on("Or", 1, legacyBinary<OrOp>);
+  t.on("Xor", 1, legacyBinary<XorOp>);
+  t.on("Equal", 1, legacyCompare<CmpPredicate::eq>);
+  t.on("Less", 1, legacyCompare<CmpPredicate::lt>);
+  t.on("Greater", 1, legacyCompare<CmpPredicate::gt>);
+  // Before 8 every operand had one shape, which numpy's rule accepts too.
+  t.on("Max", 1, variadic<MaxOp>);
+  t.on("Min", 1, variadic<MinOp>);
+  t.on("Sum", 1, variadic<AddOp>);
   t.on("Add", 7, binary<AddOp>);
   t.on("Sub", 7, binary<SubOp>);
   t.on("Mul", 7, binary<MulOp>);

@@ -491,6 +491,68 @@ LogicalResult layerNorm(NodeContext &ctx) {
   return success();
 }
 
+/// Per-sample, per-channel normalisation over the spatial dims: a
+/// layer_norm from dim 2 on, then the per-channel affine map.
+LogicalResult instanceNorm(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0), scale = ctx.input(1), bias = ctx.input(2);
+  if (failed(x) || failed(scale) || failed(bias) ||
+      failed(requireFloat(ctx, *x)))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  if (type.getRank() < 3)
+    return ctx.error() << "input must have rank >= 3 [N, C, D...]";
+  int64_t channels = type.getDimSize(1);
+  auto channelType = RankedTensorType::get({channels}, type.getElementType());
+  if (scale->getType() != channelType || bias->getType() != channelType)
+    return ctx.error() << "scale and B must have type " << channelType;
+  auto op = LayerNormOp::create(
+      ctx.b, *x, Value(), Value(), ctx.b.getI64IntegerAttr(2),
+      ctx.b.getF32FloatAttr(ctx.attrFloat("epsilon", 1e-5f)));
+  SmallVector<int64_t> perChannel(type.getRank() - 1, 1);
+  perChannel[0] = channels;
+  FailureOr<Value> y = ctx.createBroadcasting<MulOp>(
+      {op.getResult(), ctx.reshape(*scale, perChannel)});
+  if (succeeded(y))
+    y = ctx.createBroadcasting<AddOp>({*y, ctx.reshape(*bias, perChannel)});
+  if (failed(y))
+    return failure();
+  ctx.setOutput(0, *y);
+  return success();
+}
+
+/// (x - mean) / sqrt(var + 1e-9) over `axes`, as ONNX's function body.
+LogicalResult meanVarianceNorm(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  int64_t rank = NodeContext::rankOf(*x);
+  SmallVector<int64_t> axes;
+  for (int64_t a : ctx.attrInts("axes").value_or(SmallVector<int64_t>{0, 2, 3})) {
+    FailureOr<int64_t> axis = ctx.normaliseAxis(a, rank);
+    if (failed(axis))
+      return failure();
+    axes.push_back(*axis);
+  }
+  llvm::sort(axes);
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  auto dims = ctx.b.getDenseI64ArrayAttr(axes);
+  Value mean = ReduceOp::create(ctx.b, ReduceKind::mean, *x, dims, true);
+  FailureOr<Value> centered = ctx.createBroadcasting<SubOp>({*x, mean});
+  if (failed(centered))
+    return failure();
+  Value var = ReduceOp::create(
+      ctx.b, ReduceKind::mean,
+      MulOp::create(ctx.b, *centered, *centered).getResult(), dims, true);
+  Type f = NodeContext::typeOf(*x).getElementType();
+  Value eps = ctx.splat(f, SmallVector<int64_t>(rank, 1), 1e-9);
+  Value inv = RsqrtOp::create(ctx.b, AddOp::create(ctx.b, var, eps));
+  FailureOr<Value> y = ctx.createBroadcasting<MulOp>({*centered, inv});
+  if (failed(y))
+    return failure();
+  ctx.setOutput(0, *y);
+  return success();
+}
+
 LogicalResult batchNorm(NodeContext &ctx) {
   SmallVector<Value> in;
   for (unsigned i = 0; i < 5; ++i) {
@@ -509,7 +571,14 @@ LogicalResult batchNorm(NodeContext &ctx) {
       return ctx.error() << "input " << i << " must have type " << channelType
                          << ", got " << in[i].getType();
   float eps = ctx.attrFloat("epsilon", 1e-5f);
-  if (!ctx.attrInt("training_mode", 0)) {
+  if (ctx.attrInt("spatial", 1) != 1)
+    return ctx.error() << "spatial=0 (statistics per element, not per "
+                          "channel) is not supported";
+  // Training mode is an attribute from opset 14; before, the extra outputs
+  // (running statistics) ask for it, and before 7 also is_test = 0.
+  bool training = ctx.opset >= 14 ? ctx.attrInt("training_mode", 0) != 0
+                                  : ctx.hasOutput(1) && !ctx.attrInt("is_test", 0);
+  if (!training) {
     ctx.setOutput(0, BatchNormOp::create(ctx.b, in[0], in[1], in[2], in[3],
                                          in[4], ctx.b.getF32FloatAttr(eps)));
     return success();
@@ -823,7 +892,9 @@ template <ReduceKind K> LogicalResult globalPool(NodeContext &ctx) {
 
 void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("MatMul", 1, matmul);
-  t.on("Gemm", 7, gemm);
+  // Gemm before 7 broadcast C only with broadcast = 1; numpy's
+  // unidirectional rule accepts exactly those shapes and the equal ones.
+  t.on("Gemm", 1, gemm);
   t.on("Einsum", 12, einsum);
   t.on("Softmax", 1, softmax1<SoftmaxOp>);
   t.on("Softmax", 13, softmax13<SoftmaxOp>);
@@ -857,10 +928,12 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("LayerNormalization", 17, layerNorm);
   t.on("SoftmaxCrossEntropyLoss", 12, crossEntropyLoss<false>);
   t.on("NegativeLogLikelihoodLoss", 12, crossEntropyLoss<true>);
-  t.on("BatchNormalization", 9, batchNorm);
+  t.on("BatchNormalization", 1, batchNorm);
+  t.on("InstanceNormalization", 1, instanceNorm);
+  t.on("MeanVarianceNormalization", 9, meanVarianceNorm);
   t.on("Conv", 1, conv);
-  t.on("MaxPool", 8, pool<true>);
-  t.on("AveragePool", 7, pool<false>);
+  t.on("MaxPool", 1, pool<true>);
+  t.on("AveragePool", 1, pool<false>);
   t.on("GlobalAveragePool", 1, globalPool<ReduceKind::mean>);
   t.on("GlobalMaxPool", 1, globalPool<ReduceKind::max>);
 }

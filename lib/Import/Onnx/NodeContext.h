@@ -152,6 +152,8 @@ void registerElementwiseHandlers(HandlerTable &table);
 void registerActivationHandlers(HandlerTable &table);
 void registerShapeHandlers(HandlerTable &table);
 void registerNeuralHandlers(HandlerTable &table);
+void registerIndexingHandlers(HandlerTable &table);
+void registerResizeHandlers(HandlerTable &table);
 
 /// MLIR element type of an ONNX TensorProto data type, or null.
 Type elementTypeFromOnnx(MLIRContext *context, int32_t dataType);

@@ -470,6 +470,8 @@ static const HandlerTable &handlers() {
     registerActivationHandlers(t);
     registerShapeHandlers(t);
     registerNeuralHandlers(t);
+    registerIndexingHandlers(t);
+    registerResizeHandlers(t);
     return t;
   }();
   return table;

@@ -8,6 +8,7 @@
 
 #include "Cleave/TensorSize.h"
 #include "NodeContext.h"
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -625,6 +626,55 @@ LogicalResult range(NodeContext &ctx) {
   return success();
 }
 
+enum class Window { Hann, Hamming, Blackman };
+
+/// a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N) over n = 0..size-1, with
+/// N = size (periodic) or size - 1 (symmetric); n from an iota, so the IR
+/// does not grow with the size.
+template <Window W> LogicalResult window(NodeContext &ctx) {
+  FailureOr<SmallVector<int64_t>> sizeValue = ctx.constantInts(0, "size");
+  if (failed(sizeValue))
+    return failure();
+  if (sizeValue->size() != 1 || (*sizeValue)[0] < 0)
+    return ctx.error() << "size must be one non-negative number";
+  int64_t size = (*sizeValue)[0];
+  Type out = elementTypeFromOnnx(ctx.b.getContext(),
+                                 ctx.attrInt("output_datatype", 1));
+  if (!out)
+    return ctx.error() << "output_datatype "
+                       << ctx.attrInt("output_datatype", 1)
+                       << " is not supported";
+  double span = ctx.attrInt("periodic", 1) ? size : size - 1;
+  double a0 = 0.5, a1 = 0.5, a2 = 0;
+  if (W == Window::Hamming)
+    a0 = 25.0 / 46, a1 = 21.0 / 46;
+  if (W == Window::Blackman)
+    a0 = 0.42, a1 = 0.5, a2 = 0.08;
+  Type f32 = ctx.b.getF32Type();
+  Value n = CastOp::create(
+      ctx.b, RankedTensorType::get({size}, f32),
+      IotaOp::create(ctx.b, RankedTensorType::get({size}, ctx.b.getI64Type()),
+                     ctx.b.getI64IntegerAttr(0)));
+  // One element's window (span 0) is 1, as numpy's.
+  Value angle = MulOp::create(
+      ctx.b, n, ctx.splat(f32, {1}, span > 0 ? 2 * M_PI / span : 0.0));
+  Value y = SubOp::create(ctx.b, ctx.splat(f32, {1}, a0),
+                          MulOp::create(ctx.b, ctx.splat(f32, {1}, a1),
+                                        CosOp::create(ctx.b, angle)));
+  if (a2 != 0) {
+    Value twice = MulOp::create(ctx.b, angle, ctx.splat(f32, {1}, 2.0));
+    y = AddOp::create(ctx.b, y,
+                      MulOp::create(ctx.b, ctx.splat(f32, {1}, a2),
+                                    CosOp::create(ctx.b, twice)));
+  }
+  if (span <= 0)
+    y = ctx.splat(f32, {size}, 1.0);
+  if (out != f32)
+    y = CastOp::create(ctx.b, RankedTensorType::get({size}, out), y);
+  ctx.setOutput(0, y);
+  return success();
+}
+
 LogicalResult constant(NodeContext &ctx) {
   MLIRContext *mctx = ctx.b.getContext();
   DenseElementsAttr attr;
@@ -772,6 +822,9 @@ void onnx_import::registerShapeHandlers(HandlerTable &t) {
   t.on("EyeLike", 9, eyeLike);
   t.on("ConstantOfShape", 9, constantOfShape);
   t.on("Range", 11, range);
+  t.on("HannWindow", 17, window<Window::Hann>);
+  t.on("HammingWindow", 17, window<Window::Hamming>);
+  t.on("BlackmanWindow", 17, window<Window::Blackman>);
   t.on("Constant", 1, constant);
   t.on("Dropout", 7, dropout);
   t.on("Trilu", 14, trilu);
