@@ -410,7 +410,8 @@ LogicalResult vjp(SoftmaxOp op, Emitter &e, ArrayRef<Value> g,
   if (!needed[0])
     return success();
   Value y = op.getResult();
-  Value dot = e.reduce(ReduceKind::sum, e.mul(g[0], y), {static_cast<int64_t>(op.getAxis())}, true);
+  Value dot = e.reduce(ReduceKind::sum, e.mul(g[0], y),
+                       {static_cast<int64_t>(op.getAxis())}, true);
   out[0] = e.mul(y, e.sub(g[0], dot));
   return success();
 }
@@ -421,7 +422,8 @@ LogicalResult vjp(LogSoftmaxOp op, Emitter &e, ArrayRef<Value> g,
   if (!needed[0])
     return success();
   Value softmax = ExpOp::create(e.b, e.loc, op.getResult());
-  Value total = e.reduce(ReduceKind::sum, g[0], {static_cast<int64_t>(op.getAxis())}, true);
+  Value total = e.reduce(ReduceKind::sum, g[0],
+                         {static_cast<int64_t>(op.getAxis())}, true);
   out[0] = e.sub(g[0], e.mul(softmax, total));
   return success();
 }
@@ -586,6 +588,16 @@ LogicalResult vjp(GatherOp op, Emitter &e, ArrayRef<Value> g,
   return success();
 }
 
+/// scatter_add is gather's adjoint, so its own gradient is the gather.
+template <>
+LogicalResult vjp(ScatterAddOp op, Emitter &e, ArrayRef<Value> g,
+                  ArrayRef<bool> needed, MutableArrayRef<Value> out) {
+  if (needed[0])
+    out[0] = GatherOp::create(e.b, e.loc, op.getUpdates().getType(), g[0],
+                              op.getIndices(), op.getAxis());
+  return success();
+}
+
 // --- Convolution and pooling
 // -----------------------------------------------------
 
@@ -602,6 +614,23 @@ LogicalResult vjp(Conv2DOp op, Emitter &e, ArrayRef<Value> g,
         op.getStrides(), op.getPads(), op.getDilations(), op.getGroups());
   if (op.getBias() && needed[2])
     out[2] = e.reduce(ReduceKind::sum, g[0], {0, 2, 3}, false);
+  return success();
+}
+
+/// conv2d_backward_input is linear in both operands and the adjoint of
+/// conv2d: its input gradient is conv2d of the upstream gradient, its filter
+/// gradient the filter adjoint with the roles of input and gradient swapped.
+template <>
+LogicalResult vjp(Conv2DBackwardInputOp op, Emitter &e, ArrayRef<Value> g,
+                  ArrayRef<bool> needed, MutableArrayRef<Value> out) {
+  if (needed[0])
+    out[0] = Conv2DOp::create(e.b, e.loc, op.getGrad().getType(), g[0],
+                              op.getFilter(), Value(), op.getStrides(),
+                              op.getPads(), op.getDilations(), op.getGroups());
+  if (needed[1])
+    out[1] = Conv2DBackwardFilterOp::create(
+        e.b, e.loc, op.getFilter().getType(), g[0], op.getGrad(),
+        op.getStrides(), op.getPads(), op.getDilations(), op.getGroups());
   return success();
 }
 
@@ -639,6 +668,7 @@ void mlir::cleave::registerDifferentiationRules(DialectRegistry &registry) {
            SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, GeluOp, LeakyReluOp,
            MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
            BatchNormOp, ReshapeOp, TransposeOp, BroadcastOp, ConcatOp, SliceOp,
-           GatherOp, Conv2DOp, MaxPool2DOp, AvgPool2DOp>(ctx);
+           GatherOp, ScatterAddOp, Conv2DOp, Conv2DBackwardInputOp, MaxPool2DOp,
+           AvgPool2DOp>(ctx);
   });
 }

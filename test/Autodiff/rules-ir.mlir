@@ -594,6 +594,31 @@ func.func @conv2d(%x: tensor<1x2x4x4xf32> {cleave.parameter = "x"}, %w: tensor<3
   return %l : tensor<f32>
 }
 
+// CHECK-LABEL: func.func @scatter_add(
+// CHECK: %[[V0:.*]] = cleave.constant dense<1.000000e+00> : tensor<5x3xf32>
+// CHECK: %[[V1:.*]] = cleave.scatter_add %arg0, %arg1 axis = 0 : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<5x3xf32>
+// CHECK: %[[V2:.*]] = cleave.reduce sum %[[V1]] dims = [0, 1] : (tensor<5x3xf32>) -> tensor<f32>
+// CHECK: %[[V3:.*]] = cleave.gather %[[V0]], %arg1 axis = 0 : (tensor<5x3xf32>, tensor<4xi64>) -> tensor<4x3xf32>
+// CHECK: return %[[V2]], %[[V3]] : tensor<f32>, tensor<4x3xf32>
+func.func @scatter_add(%u: tensor<4x3xf32> {cleave.parameter = "u"}, %i: tensor<4xi64> {cleave.input = "i"}) -> (tensor<f32> {cleave.loss}) {
+  %y = cleave.scatter_add %u, %i axis = 0 : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<5x3xf32>
+  %l = cleave.reduce sum %y dims = [0, 1] : (tensor<5x3xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// CHECK-LABEL: func.func @conv2d_backward_input(
+// CHECK: %[[V0:.*]] = cleave.constant dense<1.000000e+00> : tensor<1x2x6x6xf32>
+// CHECK: %[[V1:.*]] = cleave.conv2d_backward_input %arg0, %arg1 strides = [2, 2] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x3x3x3xf32>, tensor<3x2x3x3xf32>) -> tensor<1x2x6x6xf32>
+// CHECK: %[[V2:.*]] = cleave.reduce sum %[[V1]] dims = [0, 1, 2, 3] : (tensor<1x2x6x6xf32>) -> tensor<f32>
+// CHECK: %[[V3:.*]] = cleave.conv2d %[[V0]], %arg1 strides = [2, 2] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x2x6x6xf32>, tensor<3x2x3x3xf32>) -> tensor<1x3x3x3xf32>
+// CHECK: %[[V4:.*]] = cleave.conv2d_backward_filter %[[V0]], %arg0 strides = [2, 2] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x2x6x6xf32>, tensor<1x3x3x3xf32>) -> tensor<3x2x3x3xf32>
+// CHECK: return %[[V2]], %[[V3]], %[[V4]] : tensor<f32>, tensor<1x3x3x3xf32>, tensor<3x2x3x3xf32>
+func.func @conv2d_backward_input(%x: tensor<1x3x3x3xf32> {cleave.parameter = "x"}, %w: tensor<3x2x3x3xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}) {
+  %y = cleave.conv2d_backward_input %x, %w strides = [2, 2] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x3x3x3xf32>, tensor<3x2x3x3xf32>) -> tensor<1x2x6x6xf32>
+  %l = cleave.reduce sum %y dims = [0, 1, 2, 3] : (tensor<1x2x6x6xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
 // CHECK-LABEL: func.func @max_pool2d(
 // CHECK: %[[V0:.*]] = cleave.constant dense<1.000000e+00> : tensor<1x1x2x2xf32>
 // CHECK: %[[V1:.*]] = cleave.max_pool2d %arg0 kernel = [2, 2] strides = [2, 2] pads = [0, 0, 0, 0] dilations = [1, 1] : tensor<1x1x4x4xf32> -> tensor<1x1x2x2xf32>

@@ -167,6 +167,16 @@ func.func @conv2d(%x: tensor<2x4x7x6xf32>, %w: tensor<6x2x3x2xf32>, %b: tensor<6
   %0 = cleave.conv2d %x, %w bias %b strides = [2, 2] pads = [1, 0, 1, 1] dilations = [1, 2] groups = 2 : (tensor<2x4x7x6xf32>, tensor<6x2x3x2xf32>, tensor<6xf32>) -> tensor<2x6x4x3xf32>
   return %0 : tensor<2x6x4x3xf32>
 }
+// CHECK-DAG: PASS @scatter_add
+func.func @scatter_add(%u: tensor<2x4x3xf32>, %i: tensor<2x4xi64> {gradcheck.range = [-5, 5]}) -> tensor<5x3xf32> {
+  %0 = cleave.scatter_add %u, %i axis = 0 : (tensor<2x4x3xf32>, tensor<2x4xi64>) -> tensor<5x3xf32>
+  return %0 : tensor<5x3xf32>
+}
+// CHECK-DAG: PASS @conv2d_backward_input
+func.func @conv2d_backward_input(%g: tensor<2x6x4x3xf32>, %w: tensor<6x2x3x2xf32>) -> tensor<2x4x8x6xf32> {
+  %0 = cleave.conv2d_backward_input %g, %w strides = [2, 2] pads = [1, 0, 1, 1] dilations = [1, 2] groups = 2 : (tensor<2x6x4x3xf32>, tensor<6x2x3x2xf32>) -> tensor<2x4x8x6xf32>
+  return %0 : tensor<2x4x8x6xf32>
+}
 // CHECK-DAG: PASS @pools
 func.func @pools(%x: tensor<1x2x5x5xf32>) -> (tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) {
   %0 = cleave.max_pool2d %x kernel = [2, 2] strides = [2, 2] pads = [1, 1, 0, 0] dilations = [1, 1] : tensor<1x2x5x5xf32> -> tensor<1x2x3x3xf32>

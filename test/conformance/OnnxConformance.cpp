@@ -312,8 +312,8 @@ int main(int argc, char **argv) {
   }
   llvm::outs() << "not run: " << unsupportedTotal << " tests in "
                << unsupported.size() << " groups; refused: " << refusedTotal
-               << "; skipped: " << skipped
-               << "; expected failures: " << xfailed << "\n";
+               << "; skipped: " << skipped << "; expected failures: " << xfailed
+               << "\n";
   llvm::outs() << passed << " passed, " << failed << " failed\n";
   return failed ? 1 : 0;
 }

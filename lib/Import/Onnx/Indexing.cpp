@@ -26,8 +26,7 @@ Type elementOf(Value v) { return NodeContext::typeOf(v).getElementType(); }
 
 /// i64 indices along \p dim of a tensor shaped \p shape.
 Value iota(NodeContext &ctx, ArrayRef<int64_t> shape, int64_t dim) {
-  return IotaOp::create(ctx.b,
-                        RankedTensorType::get(shape, ctx.b.getI64Type()),
+  return IotaOp::create(ctx.b, RankedTensorType::get(shape, ctx.b.getI64Type()),
                         ctx.b.getI64IntegerAttr(dim));
 }
 
@@ -63,8 +62,7 @@ SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
 /// The positions in \p data (seen flat) of an element-wise gather or
 /// scatter along \p axis with \p indices: the indices' own coordinates,
 /// the index itself along the axis.
-Value flatPositions(NodeContext &ctx, Value data, Value indices,
-                    int64_t axis) {
+Value flatPositions(NodeContext &ctx, Value data, Value indices, int64_t axis) {
   auto ds = NodeContext::typeOf(data).getShape();
   auto is = NodeContext::typeOf(indices).getShape();
   SmallVector<int64_t> strides = stridesOf(ds);
@@ -350,8 +348,8 @@ LogicalResult compress(NodeContext &ctx) {
   int64_t i = 0;
   for (const APInt &c : cond->getValues<APInt>()) {
     if (i >= size)
-      return ctx.error() << "the condition is longer than the axis ("
-                         << size << ")";
+      return ctx.error() << "the condition is longer than the axis (" << size
+                         << ")";
     if (!c.isZero())
       kept.push_back(i);
     ++i;
@@ -380,8 +378,7 @@ Value sliceAlong(NodeContext &ctx, Value x, int64_t axis, int64_t start,
 Value concatAlong(NodeContext &ctx, ArrayRef<Value> parts, int64_t axis) {
   SmallVector<Value> nonEmpty;
   for (Value p : parts)
-    if (NodeContext::typeOf(p).getNumElements() != 0 ||
-        parts.size() == 1)
+    if (NodeContext::typeOf(p).getNumElements() != 0 || parts.size() == 1)
       nonEmpty.push_back(p);
   if (nonEmpty.size() == 1)
     return nonEmpty.front();
@@ -412,8 +409,7 @@ Value padSource(NodeContext &ctx, PadMode mode, int64_t n, int64_t before,
     return mod(i, n);
   // numpy's reflect is periodic with period 2 (n - 1), mirrored at n - 1.
   Value j = mod(i, 2 * (n - 1));
-  return e.sub(e.k(n - 1),
-               e.unary<AbsOp>(e.sub(e.k(n - 1), j)));
+  return e.sub(e.k(n - 1), e.unary<AbsOp>(e.sub(e.k(n - 1), j)));
 }
 
 /// Pads (or crops, where negative) \p x by \p pads ([begins..., ends...]).
@@ -454,8 +450,8 @@ LogicalResult padWith(NodeContext &ctx, Value x, ArrayRef<int64_t> pads,
       bs[d] = before;
       as[d] = after;
       x = concatAlong(
-          ctx, {ctx.splat(element, bs, value), x, ctx.splat(element, as, value)},
-          d);
+          ctx,
+          {ctx.splat(element, bs, value), x, ctx.splat(element, as, value)}, d);
       continue;
     }
     if (n == 0)
@@ -504,8 +500,7 @@ LogicalResult pad11(NodeContext &ctx) {
     return failure();
   double value = 0;
   if (ctx.hasInput(2)) {
-    FailureOr<SmallVector<double>> v =
-        ctx.constantDoubles(2, "constant_value");
+    FailureOr<SmallVector<double>> v = ctx.constantDoubles(2, "constant_value");
     if (failed(v))
       return failure();
     if (v->size() != 1)
@@ -556,12 +551,11 @@ LogicalResult cumSum(NodeContext &ctx) {
     SmallVector<int64_t> zs(shape);
     zs[*axis] = s;
     Value zeros = ctx.splat(element, zs, 0);
-    return reverse ? concatAlong(ctx, {sliceAlong(ctx, v, *axis, s, n - s),
-                                       zeros},
-                                 *axis)
-                   : concatAlong(
-                         ctx, {zeros, sliceAlong(ctx, v, *axis, 0, n - s)},
-                         *axis);
+    return reverse
+               ? concatAlong(ctx, {sliceAlong(ctx, v, *axis, s, n - s), zeros},
+                             *axis)
+               : concatAlong(ctx, {zeros, sliceAlong(ctx, v, *axis, 0, n - s)},
+                             *axis);
   };
   Value y = *x;
   if (ctx.attrInt("exclusive", 0) && n > 0)

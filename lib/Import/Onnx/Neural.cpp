@@ -527,7 +527,8 @@ LogicalResult meanVarianceNorm(NodeContext &ctx) {
     return failure();
   int64_t rank = NodeContext::rankOf(*x);
   SmallVector<int64_t> axes;
-  for (int64_t a : ctx.attrInts("axes").value_or(SmallVector<int64_t>{0, 2, 3})) {
+  for (int64_t a :
+       ctx.attrInts("axes").value_or(SmallVector<int64_t>{0, 2, 3})) {
     FailureOr<int64_t> axis = ctx.normaliseAxis(a, rank);
     if (failed(axis))
       return failure();
@@ -576,8 +577,9 @@ LogicalResult batchNorm(NodeContext &ctx) {
                           "channel) is not supported";
   // Training mode is an attribute from opset 14; before, the extra outputs
   // (running statistics) ask for it, and before 7 also is_test = 0.
-  bool training = ctx.opset >= 14 ? ctx.attrInt("training_mode", 0) != 0
-                                  : ctx.hasOutput(1) && !ctx.attrInt("is_test", 0);
+  bool training = ctx.opset >= 14
+                      ? ctx.attrInt("training_mode", 0) != 0
+                      : ctx.hasOutput(1) && !ctx.attrInt("is_test", 0);
   if (!training) {
     ctx.setOutput(0, BatchNormOp::create(ctx.b, in[0], in[1], in[2], in[3],
                                          in[4], ctx.b.getF32FloatAttr(eps)));
@@ -635,13 +637,10 @@ template <bool LogProbs> LogicalResult crossEntropyLoss(NodeContext &ctx) {
   FailureOr<Value> labels = ctx.input(1);
   if (failed(scores) || failed(labels) || failed(requireFloat(ctx, *scores)))
     return failure();
-  Value weights;
-  if (ctx.hasInput(2)) {
-    FailureOr<Value> w = ctx.input(2);
-    if (failed(w))
-      return failure();
-    weights = *w;
-  }
+  FailureOr<Value> weightsIn = ctx.optionalInput(2);
+  if (failed(weightsIn))
+    return failure();
+  Value weights = *weightsIn;
   if (NodeContext::rankOf(*scores) < 2)
     return ctx.error() << "scores must have rank >= 2 [N, C, ...]";
   std::string reduction = ctx.attrString("reduction", "mean");
@@ -676,7 +675,8 @@ struct Window {
   bool ceil = false;
 };
 
-FailureOr<Window> windowOf(NodeContext &ctx, ArrayRef<int64_t> spatial,
+/// The window attributes over all of \p spatial's dims, auto_pad resolved.
+FailureOr<Window> windowNd(NodeContext &ctx, ArrayRef<int64_t> spatial,
                            ArrayRef<int64_t> kernel) {
   size_t n = spatial.size();
   Window w;
@@ -709,17 +709,28 @@ FailureOr<Window> windowOf(NodeContext &ctx, ArrayRef<int64_t> spatial,
   } else if (autoPad != "NOTSET") {
     return ctx.error() << "unknown auto_pad '" << autoPad << "'";
   }
+  w.kernel.assign(kernel.begin(), kernel.end());
+  w.strides = strides;
+  w.dilations = dilations;
+  w.pads = pads;
+  return w;
+}
+
+FailureOr<Window> windowOf(NodeContext &ctx, ArrayRef<int64_t> spatial,
+                           ArrayRef<int64_t> kernel) {
+  FailureOr<Window> nd = windowNd(ctx, spatial, kernel);
+  if (failed(nd))
+    return failure();
+  size_t n = spatial.size();
+  Window w = *nd;
+  SmallVector<int64_t> strides = nd->strides, dilations = nd->dilations,
+                       pads = nd->pads;
   if (n == 1) {
     w.kernel = {1, kernel[0]};
     w.strides = {1, strides[0]};
     w.dilations = {1, dilations[0]};
     w.pads = {0, pads[0], 0, pads[1]};
-  } else if (n == 2) {
-    w.kernel.assign(kernel.begin(), kernel.end());
-    w.strides = strides;
-    w.dilations = dilations;
-    w.pads = pads;
-  } else {
+  } else if (n != 2) {
     return ctx.error() << n << "-D windows are not supported (1-D and 2-D "
                        << "are)";
   }
@@ -734,6 +745,80 @@ Value to4D(NodeContext &ctx, Value v) {
   return ctx.reshape(v, {s[0], s[1], 1, s[2]});
 }
 
+/// A 3-D convolution as kD 2-D ones: depth tap t reads, for each output
+/// depth, input depth od * stride + t * dilation of the depth-padded input;
+/// output depths join the batch for the 2-D convolution over (H, W), and
+/// the taps' results add up. Exact, with gradients and sharding rules of
+/// the ops it is made of.
+LogicalResult conv3d(NodeContext &ctx, Value x, Value w, Value bias,
+                     const Window &win) {
+  auto xs = NodeContext::typeOf(x).getShape();
+  auto ws = NodeContext::typeOf(w).getShape();
+  Type f = NodeContext::typeOf(x).getElementType();
+  int64_t padded = xs[2] + win.pads[0] + win.pads[3];
+  int64_t span = padded - win.dilations[0] * (ws[2] - 1) - 1;
+  if (span < 0)
+    return ctx.error() << "the kernel is deeper than the padded input";
+  int64_t depth = span / win.strides[0] + 1;
+  // [N, C, D, H, W] -> [N, D + pads, C, H, W].
+  TransposeOp::Properties perm;
+  perm.permutation = ctx.b.getDenseI64ArrayAttr({0, 2, 1, 3, 4});
+  FailureOr<TransposeOp> moved = ctx.create<TransposeOp>({x}, perm);
+  if (failed(moved))
+    return failure();
+  Value xt = *moved;
+  SmallVector<Value> parts;
+  for (int64_t p : {win.pads[0], int64_t(-1), win.pads[3]}) {
+    if (p < 0)
+      parts.push_back(xt);
+    else if (p > 0)
+      parts.push_back(ctx.splat(f, {xs[0], p, xs[1], xs[3], xs[4]}, 0.0));
+  }
+  if (parts.size() > 1)
+    xt = ConcatOp::create(
+        ctx.b,
+        NodeContext::typeOf(xt).clone({xs[0], padded, xs[1], xs[3], xs[4]}),
+        parts, ctx.b.getI64IntegerAttr(1));
+  Conv2DOp::Properties props;
+  props.strides = ctx.b.getDenseI64ArrayAttr({win.strides[1], win.strides[2]});
+  props.pads = ctx.b.getDenseI64ArrayAttr(
+      {win.pads[1], win.pads[2], win.pads[4], win.pads[5]});
+  props.dilations =
+      ctx.b.getDenseI64ArrayAttr({win.dilations[1], win.dilations[2]});
+  props.groups = ctx.b.getI64IntegerAttr(ctx.attrInt("group", 1));
+  Value sum;
+  for (int64_t t = 0; t < ws[2]; ++t) {
+    auto sliceType =
+        NodeContext::typeOf(xt).clone({xs[0], depth, xs[1], xs[3], xs[4]});
+    Value taps = ctx.b.createOrFold<SliceOp>(
+        sliceType, xt,
+        ctx.b.getDenseI64ArrayAttr({0, t * win.dilations[0], 0, 0, 0}),
+        ctx.b.getDenseI64ArrayAttr({1, win.strides[0], 1, 1, 1}));
+    taps = ctx.reshape(taps, {xs[0] * depth, xs[1], xs[3], xs[4]});
+    auto filterType =
+        NodeContext::typeOf(w).clone({ws[0], ws[1], 1, ws[3], ws[4]});
+    Value filter = ctx.b.createOrFold<SliceOp>(
+        filterType, w, ctx.b.getDenseI64ArrayAttr({0, 0, t, 0, 0}),
+        ctx.b.getDenseI64ArrayAttr({1, 1, 1, 1, 1}));
+    filter = ctx.reshape(filter, {ws[0], ws[1], ws[3], ws[4]});
+    FailureOr<Conv2DOp> conv = ctx.create<Conv2DOp>({taps, filter}, props);
+    if (failed(conv))
+      return failure();
+    sum =
+        sum ? AddOp::create(ctx.b, sum, *conv).getResult() : conv->getResult();
+  }
+  auto ys = NodeContext::typeOf(sum).getShape();
+  Value y = ctx.reshape(sum, {xs[0], depth, ws[0], ys[2], ys[3]});
+  FailureOr<TransposeOp> back = ctx.create<TransposeOp>({y}, perm);
+  if (failed(back))
+    return failure();
+  y = *back;
+  if (bias)
+    y = AddOp::create(ctx.b, y, ctx.reshape(bias, {1, ws[0], 1, 1, 1}));
+  ctx.setOutput(0, y);
+  return success();
+}
+
 LogicalResult conv(NodeContext &ctx) {
   FailureOr<Value> x = ctx.input(0), w = ctx.input(1);
   if (failed(x) || failed(w) || failed(requireFloat(ctx, *x)))
@@ -745,16 +830,20 @@ LogicalResult conv(NodeContext &ctx) {
   SmallVector<int64_t> kernel(ws.drop_front(2));
   if (auto k = ctx.attrInts("kernel_shape"); k && *k != kernel)
     return ctx.error() << "kernel_shape does not match the weight";
+  if (xs.size() == 5) {
+    FailureOr<Window> nd = windowNd(ctx, xs.drop_front(2), kernel);
+    FailureOr<Value> bias = ctx.optionalInput(2);
+    if (failed(nd) || failed(bias))
+      return failure();
+    return conv3d(ctx, *x, *w, *bias, *nd);
+  }
   FailureOr<Window> win = windowOf(ctx, xs.drop_front(2), kernel);
   if (failed(win))
     return failure();
-  Value bias;
-  if (ctx.hasInput(2)) {
-    FailureOr<Value> b = ctx.input(2);
-    if (failed(b))
-      return failure();
-    bias = *b;
-  }
+  FailureOr<Value> biasIn = ctx.optionalInput(2);
+  if (failed(biasIn))
+    return failure();
+  Value bias = *biasIn;
   SmallVector<Value> operands = {to4D(ctx, *x), to4D(ctx, *w)};
   if (bias)
     operands.push_back(bias);
@@ -772,6 +861,104 @@ LogicalResult conv(NodeContext &ctx) {
     auto s = NodeContext::typeOf(y).getShape();
     y = ctx.reshape(y, {s[0], s[1], s[3]});
   }
+  ctx.setOutput(0, y);
+  return success();
+}
+
+/// ConvTranspose is the adjoint of a convolution in its input: the
+/// dialect's conv2d_backward_input with X as the gradient and W as the
+/// filter ([C, M / group, kH, kW] is conv2d's [F, C / groups, ...]), its
+/// result sized by output_padding, output_shape or auto_pad.
+LogicalResult convTranspose(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0), w = ctx.input(1);
+  if (failed(x) || failed(w) || failed(requireFloat(ctx, *x)) ||
+      failed(requireFloat(ctx, *w)))
+    return failure();
+  auto xs = NodeContext::typeOf(*x).getShape();
+  auto ws = NodeContext::typeOf(*w).getShape();
+  size_t n = xs.size() - 2;
+  if (xs.size() < 3 || ws.size() != xs.size())
+    return ctx.error() << "input and weight must have one rank >= 3";
+  if (n > 2)
+    return ctx.error() << n << "-D windows are not supported (1-D and 2-D "
+                       << "are)";
+  int64_t groups = ctx.attrInt("group", 1);
+  if (groups < 1 || ws[0] != xs[1] || xs[1] % groups)
+    return ctx.error() << "weight of type " << w->getType()
+                       << " does not fit input of type " << x->getType()
+                       << " in " << groups << " groups";
+  auto get = [&](StringRef name, int64_t dflt, size_t count) {
+    return ctx.attrInts(name).value_or(SmallVector<int64_t>(count, dflt));
+  };
+  SmallVector<int64_t> strides = get("strides", 1, n);
+  SmallVector<int64_t> dilations = get("dilations", 1, n);
+  SmallVector<int64_t> pads = get("pads", 0, 2 * n);
+  SmallVector<int64_t> extra = get("output_padding", 0, n);
+  std::optional<SmallVector<int64_t>> outShape = ctx.attrInts("output_shape");
+  if (strides.size() != n || dilations.size() != n || pads.size() != 2 * n ||
+      extra.size() != n || (outShape && outShape->size() != n))
+    return ctx.error() << "strides, dilations, pads, output_padding or "
+                          "output_shape do not match "
+                       << n << " spatial dimensions";
+  std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
+  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
+      autoPad != "SAME_LOWER")
+    return ctx.error() << "unknown auto_pad '" << autoPad << "'";
+  SmallVector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t kernel = (ws[2 + i] - 1) * dilations[i] + 1;
+    int64_t full = strides[i] * (xs[2 + i] - 1) + extra[i] + kernel;
+    if (outShape || autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      // The pads that give the asked size (the input's times the stride
+      // under auto_pad); SAME_UPPER puts the odd one at the end.
+      // A size beyond the full one adds rows at the end, as output_padding.
+      out[i] = outShape ? (*outShape)[i] : xs[2 + i] * strides[i];
+      int64_t total = std::max<int64_t>(full - out[i], 0);
+      bool upper = autoPad != "SAME_LOWER";
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[n + i] = total - pads[i];
+    } else {
+      if (autoPad == "VALID")
+        pads[i] = pads[n + i] = 0;
+      out[i] = full - pads[i] - pads[n + i];
+    }
+    // Every output row must map back into X: the convolution this is the
+    // adjoint of takes the result to X's size.
+    int64_t span = out[i] + pads[i] + pads[n + i] - kernel;
+    if (out[i] < 1 || extra[i] < 0 || span < 0 ||
+        span / strides[i] + 1 != xs[2 + i])
+      return ctx.error() << "spatial dim " << i << " gets size " << out[i]
+                         << ", which does not map back onto the input's "
+                         << xs[2 + i] << " (output_padding must be below "
+                         << "the stride)";
+  }
+  SmallVector<int64_t> k2 = {1, ws[2]}, s2 = {1, strides[0]},
+                       d2 = {1, dilations[0]}, p2 = {0, pads[0], 0, pads[1]},
+                       o2 = {1, out[0]};
+  if (n == 2) {
+    k2 = {ws[2], ws[3]};
+    s2 = strides;
+    d2 = dilations;
+    p2 = pads;
+    o2 = out;
+  }
+  int64_t channels = ws[1] * groups;
+  auto type = NodeContext::typeOf(*x).clone({xs[0], channels, o2[0], o2[1]});
+  Value y = Conv2DBackwardInputOp::create(
+      ctx.b, type, to4D(ctx, *x), to4D(ctx, *w), ctx.b.getDenseI64ArrayAttr(s2),
+      ctx.b.getDenseI64ArrayAttr(p2), ctx.b.getDenseI64ArrayAttr(d2),
+      ctx.b.getI64IntegerAttr(groups));
+  if (ctx.hasInput(2)) {
+    FailureOr<Value> bias = ctx.input(2);
+    if (failed(bias))
+      return failure();
+    if (bias->getType() !=
+        RankedTensorType::get({channels}, type.getElementType()))
+      return ctx.error() << "B must hold one value per output channel";
+    y = AddOp::create(ctx.b, y, ctx.reshape(*bias, {1, channels, 1, 1}));
+  }
+  if (n == 1)
+    y = ctx.reshape(y, {xs[0], channels, out[0]});
   ctx.setOutput(0, y);
   return success();
 }
@@ -932,6 +1119,7 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("InstanceNormalization", 1, instanceNorm);
   t.on("MeanVarianceNormalization", 9, meanVarianceNorm);
   t.on("Conv", 1, conv);
+  t.on("ConvTranspose", 1, convTranspose);
   t.on("MaxPool", 1, pool<true>);
   t.on("AveragePool", 1, pool<false>);
   t.on("GlobalAveragePool", 1, globalPool<ReduceKind::mean>);

@@ -38,6 +38,10 @@ public:
   }
   /// Input \p i; an error if it is absent.
   FailureOr<Value> input(unsigned i);
+  /// Optional input \p i: a null value when absent.
+  FailureOr<Value> optionalInput(unsigned i) {
+    return hasInput(i) ? input(i) : FailureOr<Value>(Value());
+  }
   /// The compile-time value of input \p i, if it has one.
   std::optional<DenseElementsAttr> constantInput(unsigned i);
   /// Input \p i as integers; an error naming \p what if it is not a

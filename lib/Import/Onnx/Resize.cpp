@@ -63,9 +63,9 @@ double sourceCoordinate(const ResizeSpec &spec, double x, int64_t n,
   if (m == "tf_half_pixel_for_nn")
     return (x + 0.5) / scale;
   if (m == "tf_crop_and_resize")
-    return (outWidth == 1 ? (roiEnd - roiStart) * (n - 1) / 2
-                          : x * (roiEnd - roiStart) * (n - 1) /
-                                (outWidth - 1)) +
+    return (outWidth == 1
+                ? (roiEnd - roiStart) * (n - 1) / 2
+                : x * (roiEnd - roiStart) * (n - 1) / (outWidth - 1)) +
            roiStart * (n - 1);
   if (m == "pytorch_half_pixel")
     return outWidth == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
@@ -76,7 +76,9 @@ SmallVector<double> coefficients(const ResizeSpec &spec, double ratio) {
   if (spec.mode == Mode::Linear)
     return {1 - ratio, ratio};
   double a = spec.cubicA;
-  auto far = [&](double t) { return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a; };
+  auto far = [&](double t) {
+    return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a;
+  };
   auto near = [&](double t) { return ((a + 2) * t - (a + 3)) * t * t + 1; };
   return {far(ratio + 1), near(ratio), near(1 - ratio), far(2 - ratio)};
 }
@@ -95,10 +97,12 @@ bool roundsUp(const ResizeSpec &spec, double ratio, bool downsampling) {
   return ratio > 0.5; // round_prefer_floor
 }
 
-AxisTaps axisTaps(const ResizeSpec &spec, int64_t n, int64_t out,
-                  double scale, double roiStart, double roiEnd) {
+AxisTaps axisTaps(const ResizeSpec &spec, int64_t n, int64_t out, double scale,
+                  double roiStart, double roiEnd) {
   AxisTaps taps;
-  taps.count = spec.mode == Mode::Nearest ? 1 : spec.mode == Mode::Linear ? 2 : 4;
+  taps.count = spec.mode == Mode::Nearest  ? 1
+               : spec.mode == Mode::Linear ? 2
+                                           : 4;
   taps.index.assign(taps.count * out, 0);
   taps.weight.assign(taps.count * out, 0);
   taps.outside.assign(out, false);
@@ -133,8 +137,8 @@ AxisTaps axisTaps(const ResizeSpec &spec, int64_t n, int64_t out,
     }
     for (int64_t t = 0; t < taps.count; ++t) {
       taps.index[t * out + x] = clampIndex(first + t);
-      taps.weight[t * out + x] =
-          static_cast<float>(spec.excludeOutside && sum != 0 ? c[t] / sum : c[t]);
+      taps.weight[t * out + x] = static_cast<float>(
+          spec.excludeOutside && sum != 0 ? c[t] / sum : c[t]);
     }
   }
   return taps;
@@ -167,9 +171,9 @@ Value resizeAxis(NodeContext &ctx, const ResizeSpec &spec, Value x,
   if (taps.anyOutside) {
     SmallVector<bool> mask(taps.outside.begin(), taps.outside.end());
     Value outside = ConstantOp::create(
-        ctx.b, DenseElementsAttr::get(
-                   RankedTensorType::get(along, ctx.b.getI1Type()),
-                   ArrayRef(mask)));
+        ctx.b,
+        DenseElementsAttr::get(RankedTensorType::get(along, ctx.b.getI1Type()),
+                               ArrayRef(mask)));
     y = e.select(outside, e.k(spec.extrapolation), y);
   }
   return y;
@@ -194,11 +198,11 @@ FailureOr<ResizeSpec> specOf(NodeContext &ctx, bool legacy) {
   spec.coordinates =
       ctx.attrString("coordinate_transformation_mode", "half_pixel");
   static const char *const known[] = {
-      "half_pixel",         "pytorch_half_pixel", "align_corners",
-      "asymmetric",         "tf_crop_and_resize", "tf_half_pixel_for_nn"};
+      "half_pixel", "pytorch_half_pixel", "align_corners",
+      "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn"};
   if (!llvm::is_contained(known, spec.coordinates))
-    return ctx.error() << "coordinate_transformation_mode '"
-                       << spec.coordinates << "' is not supported";
+    return ctx.error() << "coordinate_transformation_mode '" << spec.coordinates
+                       << "' is not supported";
   spec.nearest = ctx.attrString("nearest_mode", "round_prefer_floor");
   static const char *const rounding[] = {"round_prefer_floor",
                                          "round_prefer_ceil", "floor", "ceil"};
@@ -251,8 +255,8 @@ LogicalResult resizeWith(NodeContext &ctx, const ResizeSpec &spec,
   int64_t k = axes.size();
   bool bySizes = !sizesIn.empty();
   if ((bySizes ? sizesIn.size() : scalesIn.size()) != static_cast<size_t>(k))
-    return ctx.error() << (bySizes ? "sizes" : "scales") << " must hold "
-                       << k << " values, one per resized axis";
+    return ctx.error() << (bySizes ? "sizes" : "scales") << " must hold " << k
+                       << " values, one per resized axis";
   if (!roiIn.empty() && roiIn.size() != static_cast<size_t>(2 * k))
     return ctx.error() << "roi must hold " << 2 * k << " values";
   Value y = *x;

@@ -72,12 +72,12 @@ def main():
     return 1 if failed else 0
 
 
-def check(out, cleave, tp, label, cls):
+def check(out, cleave, tp, label, cls, input_shape=(8, 12)):
     os.makedirs(os.path.join(out, "inputs"), exist_ok=True)
     torch.manual_seed(16)
     model = cls()
-    x = torch.randn(8, 12)
-    labels = torch.randn(8, 5)
+    x = torch.randn(*input_shape)
+    labels = torch.randn(input_shape[0], 5)
     onnx_path = os.path.join(out, "model.onnx")
     torch.onnx.export(copy.deepcopy(model), (x,), onnx_path, input_names=["x"],
                       output_names=["y"], opset_version=17,
