@@ -177,6 +177,8 @@ def _run_node(node, ins):
                       a.get("group", 1))]
     if op == "MaxPool":
         k = a["kernel_shape"]
+        if a.get("ceil_mode", 0):
+            raise NotImplementedError("MaxPool with ceil_mode")
         return [_maxpool(x, k, a.get("strides", [1] * len(k)), a.get("pads", [0] * 2 * len(k)))]
     if op == "GlobalAveragePool":
         return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)]

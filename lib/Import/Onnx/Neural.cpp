@@ -675,6 +675,21 @@ struct Window {
   bool ceil = false;
 };
 
+/// Window attributes a sweep can run with: kernel, strides and dilations
+/// positive, pads not negative (a stride of 0 divided by zero).
+LogicalResult checkWindow(NodeContext &ctx, ArrayRef<int64_t> kernel,
+                          ArrayRef<int64_t> strides,
+                          ArrayRef<int64_t> dilations, ArrayRef<int64_t> pads) {
+  auto positive = [](ArrayRef<int64_t> v) {
+    return llvm::all_of(v, [](int64_t x) { return x >= 1; });
+  };
+  if (!positive(kernel) || !positive(strides) || !positive(dilations) ||
+      !llvm::all_of(pads, [](int64_t x) { return x >= 0; }))
+    return ctx.error() << "kernel sizes, strides and dilations must be "
+                          "positive and pads not negative";
+  return success();
+}
+
 /// The window attributes over all of \p spatial's dims, auto_pad resolved.
 FailureOr<Window> windowNd(NodeContext &ctx, ArrayRef<int64_t> spatial,
                            ArrayRef<int64_t> kernel) {
@@ -691,6 +706,8 @@ FailureOr<Window> windowNd(NodeContext &ctx, ArrayRef<int64_t> spatial,
   if (strides.size() != n || dilations.size() != n || pads.size() != 2 * n)
     return ctx.error() << "strides, dilations or pads do not match " << n
                        << " spatial dimensions";
+  if (failed(checkWindow(ctx, kernel, strides, dilations, pads)))
+    return failure();
   std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
   w.ceil = ctx.attrInt("ceil_mode", 0) != 0;
   if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
@@ -900,6 +917,8 @@ LogicalResult convTranspose(NodeContext &ctx) {
     return ctx.error() << "strides, dilations, pads, output_padding or "
                           "output_shape do not match "
                        << n << " spatial dimensions";
+  if (failed(checkWindow(ctx, ws.drop_front(2), strides, dilations, pads)))
+    return failure();
   std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
   if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
       autoPad != "SAME_LOWER")
@@ -1018,6 +1037,8 @@ template <bool IsMax> LogicalResult pool3d(NodeContext &ctx, Value x) {
   if (strides.size() != 3 || dilations.size() != 3 || pads.size() != 6)
     return ctx.error() << "strides, dilations or pads do not match 3 "
                           "spatial dimensions";
+  if (failed(checkWindow(ctx, kernel, strides, dilations, pads)))
+    return failure();
   bool ceil = ctx.attrInt("ceil_mode", 0) != 0;
   Value hw = ctx.reshape(x, {xs[0], xs[1] * xs[2], xs[3], xs[4]});
   hw = pool2d<IsMax>(ctx, hw, {kernel[1], kernel[2]}, {strides[1], strides[2]},

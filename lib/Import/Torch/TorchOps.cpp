@@ -9,6 +9,8 @@
 
 #include "TorchTranslator.h"
 
+#include <limits>
+
 namespace cleave_torch {
 
 /// What every handler reads an aten op through: its kind (an
@@ -162,8 +164,9 @@ void Translator::tensorOp(Node *node) {
   // In-place activations (SiLU(inplace=True), torchvision's Hardswish):
   // the functional op, and later reads of the operand see the result.
   static const std::unordered_set<std::string> inPlaceActivations = {
-      "aten::silu_", "aten::gelu_", "aten::hardswish_", "aten::hardsigmoid_",
-      "aten::leaky_relu_"};
+      "aten::silu_",        "aten::gelu_",       "aten::hardswish_",
+      "aten::hardsigmoid_", "aten::leaky_relu_", "aten::hardtanh_",
+      "aten::relu6_",       "aten::dropout_",    "aten::clamp_"};
   struct WriteBack {
     Translator &t;
     const TValue *to = nullptr, *from = nullptr;
@@ -886,9 +889,14 @@ void Translator::atenPool2d(AtenCall &call) {
   stride = stride.empty() ? kernel : pair(stride);
   std::vector<int64_t> pad = pair(constInts(ins[3]));
   bool max = kind == "aten::max_pool2d";
-  if (constBool(ins[max ? 5 : 4]))
-    fail("ceil_mode pooling is not supported");
+  bool ceil = constBool(ins[max ? 5 : 4]);
+  // PyTorch's average pool divides a ceil-mode window that runs past the
+  // padding by a count ONNX's AveragePool does not define the same way.
+  if (ceil && !max)
+    fail("ceil_mode average pooling is not supported");
   onnx::NodeProto *p = node(max ? "MaxPool" : "AveragePool", {T(0)});
+  if (ceil)
+    attr(p, "ceil_mode", int64_t(1));
   attr(p, "kernel_shape", kernel);
   attr(p, "strides", stride);
   attr(p, "pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]});
@@ -907,9 +915,49 @@ void Translator::atenPool2d(AtenCall &call) {
 void Translator::atenAdaptiveAvgPool2d(AtenCall &call) {
   ATEN_LOCALS(call);
   std::vector<int64_t> size = constInts(ins[1]);
-  if (size != std::vector<int64_t>{1, 1} && size != std::vector<int64_t>{1})
-    fail("adaptive average pooling to anything but 1x1 is not supported");
-  return out(emit("GlobalAveragePool", {T(0)}));
+  if (size == std::vector<int64_t>{1, 1} || size == std::vector<int64_t>{1})
+    return out(emit("GlobalAveragePool", {T(0)}));
+  if (size.size() == 1)
+    size.push_back(size[0]);
+  int64_t r = rankOf(ins[0]);
+  if (size.size() != 2 || (r != 3 && r != 4))
+    fail("aten::adaptive_avg_pool2d needs a rank 3 or 4 input and two sizes");
+  // Output cell i of an axis of n averages [floor(i n / m), ceil((i + 1) n /
+  // m)), PyTorch's windows (they overlap where m does not divide n). Per
+  // axis that is an [m, n] averaging matrix, built here from the input's
+  // shape (the importer folds it to a constant) and applied as a MatMul.
+  std::string x = T(0), shape = emit("Shape", {x});
+  auto averaging = [&](int64_t axis, int64_t m) {
+    std::string n = emit("Slice", {shape, ints({axis}), ints({axis + 1})});
+    std::string zero = constant(at::kLong, {}, {0.0}),
+                one = constant(at::kLong, {}, {1.0});
+    std::string i =
+        emit("Unsqueeze",
+             {emit("Range", {zero, constant(at::kLong, {}, {double(m)}), one}),
+              ints({1})});
+    std::string j =
+        emit("Unsqueeze",
+             {emit("Range", {zero, emit("Squeeze", {n, ints({0})}), one}),
+              ints({0})});
+    std::string mm = ints({m});
+    std::string start = emit("Div", {emit("Mul", {i, n}), mm});
+    std::string end =
+        emit("Div", {emit("Add", {emit("Mul", {emit("Add", {i, ints({1})}), n}),
+                                  ints({m - 1})}),
+                     mm});
+    std::string inside = emit(
+        "And", {emit("GreaterOrEqual", {j, start}), emit("Less", {j, end})});
+    auto toFloat = [&](const std::string &v) {
+      onnx::NodeProto *c = node("Cast", {v});
+      attr(c, "to", int64_t(onnx::TensorProto::FLOAT));
+      return c->output(0);
+    };
+    return emit("Div", {toFloat(inside), toFloat(emit("Sub", {end, start}))});
+  };
+  std::string rows = emit("MatMul", {averaging(r - 2, size[0]), x});
+  onnx::NodeProto *cols = node("Transpose", {averaging(r - 1, size[1])});
+  attr(cols, "perm", std::vector<int64_t>{1, 0});
+  return out(emit("MatMul", {rows, cols->output(0)}));
 }
 
 //===----------------------------------------------------------------------===//
@@ -987,6 +1035,96 @@ void Translator::atenClamp(AtenCall &call) {
   if (ins.size() > 2 && !isNone(ins[2]))
     y = emit("Min", {y, operandLike(ins[2], ins[0])});
   return outRD(y, widest, dt);
+}
+
+void Translator::atenHardtanh(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // hardtanh(x, min, max) and relu6(x) = hardtanh(x, 0, 6).
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  bool relu6 = kind == "aten::relu6";
+  double lo = relu6 ? 0.0 : ins.size() > 1 ? constDouble(ins[1]) : -1.0;
+  double hi = relu6 ? 6.0 : ins.size() > 2 ? constDouble(ins[2]) : 1.0;
+  return out(
+      emit("Clip", {T(0), constant(dt, {}, {lo}), constant(dt, {}, {hi})}));
+}
+
+void Translator::atenRemainder(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // Python's remainder takes the divisor's sign: ONNX Mod with fmod = 0.
+  onnx::NodeProto *m = node("Mod", {T(0), operandLike(ins[1], ins[0])});
+  attr(m, "fmod", int64_t(0));
+  return out(m->output(0));
+}
+
+void Translator::atenPad(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // F.pad's list runs from the last dim backwards, (begin, end) per dim;
+  // ONNX's Pad takes every dim's begins, then every dim's ends.
+  // The sizes may be computed from the input's shape (Swin pads to whole
+  // windows); the importer folds them.
+  int64_t r = rankOf(ins[0]);
+  const Item &list = item(ins[1]);
+  int64_t count = list.kind == Item::List ? int64_t(list.elems.size()) : -1;
+  if (r < 0 || count < 0 || count % 2 || count > 2 * r)
+    fail("aten::pad needs its input's rank and one (begin, end) pair per "
+         "padded dim");
+  std::string given = intList(list);
+  std::vector<std::string> parts;
+  for (int64_t side = 0; side < 2; ++side)
+    for (int64_t d = 0; d < r; ++d) {
+      int64_t k = r - 1 - d; // the pair's place in PyTorch's list
+      parts.push_back(k < count / 2
+                          ? emit("Slice", {given, ints({2 * k + side}),
+                                           ints({2 * k + side + 1})})
+                          : ints({0}));
+    }
+  onnx::NodeProto *pads = node("Concat", parts);
+  attr(pads, "axis", int64_t(0));
+  std::string mode = "constant";
+  double value = 0;
+  if (kind == "aten::pad") {
+    if (ins.size() > 2 && item(ins[2]).kind == Item::String)
+      mode = item(ins[2]).text;
+    if (ins.size() > 3 && !isNone(ins[3]))
+      value = constDouble(ins[3]);
+  } else if (ins.size() > 2) {
+    value = constDouble(ins[2]);
+  }
+  static const std::map<std::string, std::string> modes = {
+      {"constant", "constant"}, {"reflect", "reflect"}, {"replicate", "edge"}};
+  auto it = modes.find(mode);
+  if (it == modes.end())
+    fail("aten::pad mode '" + mode + "' is not supported");
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  onnx::NodeProto *p =
+      node("Pad", {T(0), pads->output(0), constant(dt, {}, {value})});
+  attr(p, "mode", it->second);
+  return out(p->output(0));
+}
+
+void Translator::atenRoll(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // Per dim, the last `shift` elements then the rest, as torch.onnx writes
+  // it: Slice [-shift:] and [:-shift], joined (a negative shift mirrors).
+  std::vector<int64_t> shifts = constInts(ins[1]), dims = constInts(ins[2]);
+  int64_t r = rankOf(ins[0]);
+  if (dims.empty() || dims.size() != shifts.size() || r < 0)
+    fail("aten::roll without one dim per shift (a flattening roll) is not "
+         "supported");
+  std::string y = T(0);
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (shifts[k] == 0)
+      continue;
+    std::string axes = ints({axis(dims[k], r)});
+    std::string tail =
+        emit("Slice", {y, ints({-shifts[k]}),
+                       ints({std::numeric_limits<int64_t>::max()}), axes});
+    std::string head = emit("Slice", {y, ints({0}), ints({-shifts[k]}), axes});
+    onnx::NodeProto *c = node("Concat", {tail, head});
+    attr(c, "axis", axis(dims[k], r));
+    y = c->output(0);
+  }
+  return out(y);
 }
 
 } // namespace cleave_torch
