@@ -158,6 +158,7 @@ void registerShapeHandlers(HandlerTable &table);
 void registerNeuralHandlers(HandlerTable &table);
 void registerIndexingHandlers(HandlerTable &table);
 void registerResizeHandlers(HandlerTable &table);
+void registerRecurrentHandlers(HandlerTable &table);
 
 /// MLIR element type of an ONNX TensorProto data type, or null.
 Type elementTypeFromOnnx(MLIRContext *context, int32_t dataType);

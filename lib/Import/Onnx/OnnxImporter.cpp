@@ -472,6 +472,7 @@ static const HandlerTable &handlers() {
     registerNeuralHandlers(t);
     registerIndexingHandlers(t);
     registerResizeHandlers(t);
+    registerRecurrentHandlers(t);
     return t;
   }();
   return table;
