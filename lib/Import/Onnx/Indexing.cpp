@@ -1,7 +1,7 @@
 //===- Indexing.cpp - ONNX gathers, scatters, pads and scans ----*- C++ -*-===//
 //
 // GatherElements, GatherND, ScatterElements (and the older Scatter),
-// ScatterND, OneHot, Compress, Pad and CumSum, each written in the
+// ScatterND, OneHot, Compress, Pad, CumSum and TopK, each written in the
 // dialect's existing ops. An element-wise gather or scatter is one
 // cleave.gather / cleave.scatter_add over the data seen flat, at indices
 // computed from cleave.iota: so they have kernels on both backends, a
@@ -566,6 +566,106 @@ LogicalResult cumSum(NodeContext &ctx) {
   return e.result(y);
 }
 
+/// The most elements along TopK's axis: the formula compares every pair.
+constexpr int64_t kMaxTopKAxis = 4096;
+
+Value transposed(NodeContext &ctx, Value v, ArrayRef<int64_t> perm) {
+  TransposeOp::Properties p;
+  p.permutation = ctx.b.getDenseI64ArrayAttr(perm);
+  FailureOr<TransposeOp> t = ctx.create<TransposeOp>({v}, p);
+  return succeeded(t) ? t->getResult() : Value();
+}
+
+/// TopK by ranks: an element's rank is the number of elements that come
+/// before it (larger, or equal at a lower index: ONNX's tie rule), and
+/// output position p takes the element of rank p. Pairwise compares along
+/// the axis (so the axis is bounded), then sums of one-hot selections: the
+/// values' gradient reaches exactly the chosen elements. Indices are i64.
+LogicalResult topK(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x))
+    return failure();
+  int64_t k = ctx.attrInt("k", -1);
+  if (ctx.opset >= 10) {
+    FailureOr<SmallVector<int64_t>> kv = ctx.constantInts(1, "K");
+    if (failed(kv))
+      return failure();
+    if (kv->size() != 1)
+      return ctx.error() << "K must be one value";
+    k = (*kv)[0];
+  }
+  auto type = NodeContext::typeOf(*x);
+  int64_t rank = type.getRank();
+  FailureOr<int64_t> axis = ctx.normaliseAxis(ctx.attrInt("axis", -1), rank);
+  if (failed(axis))
+    return failure();
+  int64_t n = type.getDimSize(*axis);
+  if (k < 1 || k > n)
+    return ctx.error() << "K = " << k << " is not supported: 1 to " << n;
+  if (n > kMaxTopKAxis)
+    return ctx.error() << "TopK over " << n << " elements is not supported "
+                       << "(at most " << kMaxTopKAxis << ")";
+  if (elementOf(*x).isInteger(1))
+    return ctx.error() << "needs a numeric input, got bool";
+  bool largest = ctx.attrInt("largest", 1) != 0;
+  // The axis moves last: [..., n].
+  SmallVector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis)
+      perm.push_back(d);
+  perm.push_back(*axis);
+  Value xt = *axis == rank - 1 ? *x : transposed(ctx, *x, perm);
+  if (!xt)
+    return failure();
+  SmallVector<int64_t> lead(NodeContext::typeOf(xt).getShape().drop_back());
+  auto with = [&](std::initializer_list<int64_t> tail) {
+    SmallVector<int64_t> s(lead);
+    s.append(tail.begin(), tail.end());
+    return s;
+  };
+  auto ones = [&](std::initializer_list<int64_t> tail) {
+    SmallVector<int64_t> s(lead.size(), 1);
+    s.append(tail.begin(), tail.end());
+    return s;
+  };
+  Value xi = ctx.reshape(xt, with({n, 1})), xj = ctx.reshape(xt, with({1, n}));
+  Value ii = iota(ctx, ones({n, 1}), lead.size());
+  Value jj = iota(ctx, ones({1, n}), lead.size() + 1);
+  Expr b(ctx, ctx.b.getI1Type()), i64(ctx, ctx.b.getI64Type());
+  Value before = b.cmp(largest ? CmpPredicate::gt : CmpPredicate::lt, xj, xi);
+  Value tie = b.op<AndOp>(
+      {b.cmp(CmpPredicate::eq, xj, xi), b.cmp(CmpPredicate::lt, jj, ii)});
+  Value beats = b.op<OrOp>({before, tie});
+  if (!beats)
+    return failure();
+  auto sumLast = [&](Value v) -> Value {
+    if (!v)
+      return {};
+    int64_t r = NodeContext::rankOf(v);
+    return ReduceOp::create(ctx.b, ReduceKind::sum, v,
+                            ctx.b.getDenseI64ArrayAttr({r - 1}), false);
+  };
+  Value ranks = sumLast(i64.cast(beats, ctx.b.getI64Type())); // [..., n]
+  Value chosen = i64.cmp(CmpPredicate::eq, ctx.reshape(ranks, with({1, n})),
+                         iota(ctx, ones({k, 1}), lead.size())); // [..., k, n]
+  Expr v(ctx, elementOf(*x));
+  Value values = sumLast(v.select(chosen, xj, v.k(0)));
+  Value indices = sumLast(i64.select(chosen, jj, i64.k(0)));
+  if (!values || !indices)
+    return failure();
+  if (*axis != rank - 1) {
+    SmallVector<int64_t> back(rank);
+    for (int64_t d = 0; d < rank; ++d)
+      back[perm[d]] = d;
+    values = transposed(ctx, values, back);
+    indices = transposed(ctx, indices, back);
+  }
+  ctx.setOutput(0, values);
+  if (ctx.hasOutput(1))
+    ctx.setOutput(1, indices);
+  return success();
+}
+
 } // namespace
 
 void onnx_import::registerIndexingHandlers(HandlerTable &t) {
@@ -579,4 +679,5 @@ void onnx_import::registerIndexingHandlers(HandlerTable &t) {
   t.on("Pad", 2, pad2);
   t.on("Pad", 11, pad11);
   t.on("CumSum", 11, cumSum);
+  t.on("TopK", 1, topK);
 }

@@ -8,10 +8,11 @@ against PyTorch.
 A small image model through F.pad (reflect, replicate, constant),
 ConvTranspose2d (stride, padding, output_padding, groups), InstanceNorm2d
 (affine), F.interpolate (bilinear, bicubic, nearest), torch.cumsum,
-torch.gather, scatter_add and Conv3d (stride, padding, groups), as
+torch.gather, scatter_add and Conv3d (stride, padding, groups), and a
+mixture-of-experts top-2 router (torch.topk), as
 torch.onnx (1.13) exports them at opset 17 (GatherElements,
 ScatterElements, CumSum, Resize, Pad, ConvTranspose, InstanceNormalization,
-Conv over three spatial dims); one SGD step's loss and every gradient are
+Conv over three spatial dims, TopK); one SGD step's loss and every gradient are
 compared with PyTorch's in float64, as activations.py does.
 """
 import os
@@ -59,11 +60,33 @@ class Spatial(nn.Module):
         return self.head(h.flatten(1))
 
 
+class Routing(nn.Module):
+    """Mixture-of-experts top-2 routing as Mixtral writes it: TopK over the
+    router's logits, softmax over the chosen ones, the chosen experts'
+    outputs gathered by index (TopK and GatherElements)."""
+
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(12, 6)
+        self.experts = nn.Linear(12, 6 * 4)
+        self.head = nn.Linear(4, 5)
+
+    def forward(self, x):                                 # [8, 12]
+        weights, chosen = torch.topk(self.router(x), 2, dim=-1)
+        weights = torch.softmax(weights, dim=-1)          # [8, 2]
+        outs = self.experts(x).reshape(8, 6, 4)
+        picked = torch.gather(outs, 1, chosen.unsqueeze(-1).expand(8, 2, 4))
+        return self.head((picked * weights.unsqueeze(-1)).sum(1))
+
+
 def main():
     out, cleave = sys.argv[1], sys.argv[2]
     tp = int(sys.argv[sys.argv.index("--tp") + 1]) if "--tp" in sys.argv else 1
-    return 1 if check(os.path.join(out, "spatial"), cleave, tp, "spatial",
-                      Spatial, input_shape=(4, 3, 6, 6)) else 0
+    failed = check(os.path.join(out, "spatial"), cleave, tp, "spatial",
+                   Spatial, input_shape=(4, 3, 6, 6))
+    failed += check(os.path.join(out, "routing"), cleave, tp, "routing",
+                    Routing, input_shape=(8, 12))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
