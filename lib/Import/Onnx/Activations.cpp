@@ -14,6 +14,7 @@
 
 #include "Expr.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace mlir;
@@ -288,7 +289,36 @@ template <Rounding R> LogicalResult rounding(NodeContext &ctx) {
 /// tan, sinh, cosh and the inverse hyperbolics from exp, log, sqrt, sin,
 /// cos (within float32 rounding of the library functions on the domains
 /// models use them on).
-enum class Trig { Tan, Sinh, Cosh, Asinh, Acosh, Atanh };
+enum class Trig { Tan, Sinh, Cosh, Asinh, Acosh, Atanh, Atan, Asin, Acos };
+
+/// atan(x) in float32 as Cephes' atanf: the argument reduced to
+/// [0, tan(pi / 8)] (by pi / 2 - atan(1 / a) above tan(3 pi / 8), by
+/// pi / 4 + atan((a - 1) / (a + 1)) between), then an odd polynomial
+/// (relative error about 1e-7). Each branch's operand is clamped to its
+/// own range, so the branches the selects discard stay finite for any x,
+/// infinities included.
+Value atanOf(Expr &e, Value x) {
+  constexpr double kTan3Pi8 = 2.414213562373095, kTanPi8 = 0.4142135623730950;
+  Value a = e.unary<AbsOp>(x);
+  Value big = e.cmp(CmpPredicate::gt, a, e.k(kTan3Pi8));
+  Value mid = e.cmp(CmpPredicate::gt, a, e.k(kTanPi8));
+  Value tBig = e.div(e.k(-1.0), e.max(a, e.k(kTan3Pi8)));
+  Value am = e.min(a, e.k(kTan3Pi8));
+  Value tMid = e.div(e.sub(am, e.k(1.0)), e.add(am, e.k(1.0)));
+  Value t = e.select(big, tBig, e.select(mid, tMid, a));
+  Value base =
+      e.select(big, e.k(M_PI / 2), e.select(mid, e.k(M_PI / 4), e.k(0.0)));
+  Value z = e.mul(t, t);
+  Value p = e.sub(e.mul(e.add(e.mul(e.sub(e.mul(e.k(8.05374449538e-2), z),
+                                          e.k(1.38776856032e-1)),
+                                    z),
+                              e.k(1.99777106478e-1)),
+                        z),
+                  e.k(3.33329491539e-1));
+  Value r = e.add(base, e.add(e.mul(e.mul(p, z), t), t));
+  Value negative = e.cmp(CmpPredicate::lt, x, e.k(0.0));
+  return e.select(negative, e.unary<NegOp>(r), r);
+}
 
 template <Trig T> LogicalResult trig(NodeContext &ctx) {
   FailureOr<Value> x = floatInput(ctx);
@@ -316,6 +346,17 @@ template <Trig T> LogicalResult trig(NodeContext &ctx) {
     return e.result(log(e.add(*x, sqrt(e.sub(e.mul(*x, *x), one)))));
   case Trig::Atanh:
     return e.result(e.mul(half, log(e.div(e.add(one, *x), e.sub(one, *x)))));
+  case Trig::Atan:
+    return e.result(atanOf(e, *x));
+  case Trig::Asin:
+    // x / sqrt((1 - x)(1 + x)): the product keeps its precision near 1.
+    return e.result(
+        atanOf(e, e.div(*x, sqrt(e.mul(e.sub(one, *x), e.add(one, *x))))));
+  case Trig::Acos:
+    // 2 atan(sqrt((1 - x) / (1 + x))): accurate near 1, where pi / 2 -
+    // asin(x) would cancel.
+    return e.result(e.mul(
+        e.k(2.0), atanOf(e, sqrt(e.div(e.sub(one, *x), e.add(one, *x))))));
   }
   return failure();
 }
@@ -385,5 +426,8 @@ void onnx_import::registerActivationHandlers(HandlerTable &t) {
   t.on("Asinh", 9, trig<Trig::Asinh>);
   t.on("Acosh", 9, trig<Trig::Acosh>);
   t.on("Atanh", 9, trig<Trig::Atanh>);
+  t.on("Atan", 7, trig<Trig::Atan>);
+  t.on("Asin", 7, trig<Trig::Asin>);
+  t.on("Acos", 7, trig<Trig::Acos>);
   t.on("Mod", 10, mod);
 }

@@ -554,6 +554,63 @@ LogicalResult meanVarianceNorm(NodeContext &ctx) {
   return success();
 }
 
+/// Local response normalisation across channels: x / (bias + alpha / size
+/// * sum of squares over the size channels around each) ^ beta, the window
+/// summed as shifted slices of the zero-padded squares.
+LogicalResult lrn(NodeContext &ctx) {
+  FailureOr<Value> x = ctx.input(0);
+  if (failed(x) || failed(requireFloat(ctx, *x)))
+    return failure();
+  auto type = NodeContext::typeOf(*x);
+  int64_t size = ctx.attrInt("size", 0);
+  if (type.getRank() < 3 || size < 1)
+    return ctx.error() << "needs an [N, C, ...] input and a positive size";
+  int64_t channels = type.getDimSize(1);
+  int64_t before = (size - 1) / 2, after = size - 1 - before;
+  Type f = type.getElementType();
+  Value sq = MulOp::create(ctx.b, *x, *x);
+  SmallVector<int64_t> padShape(type.getShape());
+  SmallVector<Value> parts;
+  for (int64_t n : {before, int64_t(-1), after}) {
+    if (n < 0) {
+      parts.push_back(sq);
+      continue;
+    }
+    if (n == 0)
+      continue;
+    padShape[1] = n;
+    parts.push_back(ctx.splat(f, padShape, 0.0));
+  }
+  padShape[1] = channels + before + after;
+  Value padded = parts.size() == 1
+                     ? parts[0]
+                     : ConcatOp::create(ctx.b, type.clone(padShape), parts,
+                                        ctx.b.getI64IntegerAttr(1))
+                           .getResult();
+  Value sum;
+  for (int64_t k = 0; k < size; ++k) {
+    SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
+    starts[1] = k;
+    Value win = ctx.b.createOrFold<SliceOp>(type, padded,
+                                            ctx.b.getDenseI64ArrayAttr(starts),
+                                            ctx.b.getDenseI64ArrayAttr(steps));
+    sum = sum ? AddOp::create(ctx.b, sum, win).getResult() : win;
+  }
+  SmallVector<int64_t> one(type.getRank(), 1);
+  double alpha = ctx.attrFloat("alpha", 1e-4f),
+         beta = ctx.attrFloat("beta", 0.75f),
+         bias = ctx.attrFloat("bias", 1.0f);
+  Value scaled =
+      AddOp::create(ctx.b, ctx.splat(f, one, bias),
+                    MulOp::create(ctx.b, ctx.splat(f, one, alpha / size), sum));
+  Value denom = PowOp::create(ctx.b, scaled, ctx.splat(f, one, beta));
+  FailureOr<Value> y = ctx.createBroadcasting<DivOp>({*x, denom});
+  if (failed(y))
+    return failure();
+  ctx.setOutput(0, *y);
+  return success();
+}
+
 LogicalResult batchNorm(NodeContext &ctx) {
   SmallVector<Value> in;
   for (unsigned i = 0; i < 5; ++i) {
@@ -1138,6 +1195,7 @@ void onnx_import::registerNeuralHandlers(HandlerTable &t) {
   t.on("NegativeLogLikelihoodLoss", 12, crossEntropyLoss<true>);
   t.on("BatchNormalization", 1, batchNorm);
   t.on("InstanceNormalization", 1, instanceNorm);
+  t.on("LRN", 1, lrn);
   t.on("MeanVarianceNormalization", 9, meanVarianceNorm);
   t.on("Conv", 1, conv);
   t.on("ConvTranspose", 1, convTranspose);

@@ -63,11 +63,29 @@ class Overflow(nn.Module):
         return self.head(y * 0.01)
 
 
+class InverseTrig(nn.Module):
+    """Atan, Asin and Acos (the importer's range-reduced polynomial) over
+    their whole domains, with inputs up to +-60 for Atan and up to 0.999 in
+    magnitude for Asin and Acos."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 24)
+        self.head = nn.Linear(24, 5)
+
+    def forward(self, x):
+        h = self.fc(x)
+        s = torch.tanh(h) * 0.999
+        y = torch.atan(h * 20.0) + torch.asin(s) + torch.acos(s * 0.5)
+        return self.head(y)
+
+
 def main():
     out, cleave = sys.argv[1], sys.argv[2]
     tp = int(sys.argv[sys.argv.index("--tp") + 1]) if "--tp" in sys.argv else 1
     failed = 0
-    for name, cls in (("activations", Activations), ("overflow", Overflow)):
+    for name, cls in (("activations", Activations), ("overflow", Overflow),
+                      ("inverse_trig", InverseTrig)):
         failed += check(os.path.join(out, name), cleave, tp, name, cls)
     return 1 if failed else 0
 
