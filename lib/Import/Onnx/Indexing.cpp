@@ -362,34 +362,6 @@ LogicalResult compress(NodeContext &ctx) {
   return success();
 }
 
-/// [start, start + size) of \p x along \p axis.
-Value sliceAlong(NodeContext &ctx, Value x, int64_t axis, int64_t start,
-                 int64_t size) {
-  auto type = NodeContext::typeOf(x);
-  SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
-  SmallVector<int64_t> shape(type.getShape());
-  starts[axis] = size ? start : 0;
-  shape[axis] = size;
-  return ctx.b.createOrFold<SliceOp>(type.clone(shape), x,
-                                     ctx.b.getDenseI64ArrayAttr(starts),
-                                     ctx.b.getDenseI64ArrayAttr(steps));
-}
-
-Value concatAlong(NodeContext &ctx, ArrayRef<Value> parts, int64_t axis) {
-  SmallVector<Value> nonEmpty;
-  for (Value p : parts)
-    if (NodeContext::typeOf(p).getNumElements() != 0 || parts.size() == 1)
-      nonEmpty.push_back(p);
-  if (nonEmpty.size() == 1)
-    return nonEmpty.front();
-  SmallVector<int64_t> shape(NodeContext::typeOf(parts[0]).getShape());
-  shape[axis] = 0;
-  for (Value p : parts)
-    shape[axis] += NodeContext::typeOf(p).getDimSize(axis);
-  return ConcatOp::create(ctx.b, NodeContext::typeOf(parts[0]).clone(shape),
-                          nonEmpty, ctx.b.getI64IntegerAttr(axis));
-}
-
 enum class PadMode { Constant, Reflect, Edge, Wrap };
 
 /// The source index of each of \p out padded positions along an axis of
@@ -429,7 +401,7 @@ LogicalResult padWith(NodeContext &ctx, Value x, ArrayRef<int64_t> pads,
     if (cropB + cropE > n)
       return ctx.error() << "pads crop more than dim " << d << " holds";
     if (cropB || cropE) {
-      x = sliceAlong(ctx, x, d, cropB, n - cropB - cropE);
+      x = ctx.sliceAxis(x, d, cropB, n - cropB - cropE);
       n -= cropB + cropE;
     }
     before = std::max<int64_t>(before, 0);
@@ -449,8 +421,7 @@ LogicalResult padWith(NodeContext &ctx, Value x, ArrayRef<int64_t> pads,
       SmallVector<int64_t> bs(NodeContext::typeOf(x).getShape()), as(bs);
       bs[d] = before;
       as[d] = after;
-      x = concatAlong(
-          ctx,
+      x = ctx.concat(
           {ctx.splat(element, bs, value), x, ctx.splat(element, as, value)}, d);
       continue;
     }
@@ -552,10 +523,8 @@ LogicalResult cumSum(NodeContext &ctx) {
     zs[*axis] = s;
     Value zeros = ctx.splat(element, zs, 0);
     return reverse
-               ? concatAlong(ctx, {sliceAlong(ctx, v, *axis, s, n - s), zeros},
-                             *axis)
-               : concatAlong(ctx, {zeros, sliceAlong(ctx, v, *axis, 0, n - s)},
-                             *axis);
+               ? ctx.concat({ctx.sliceAxis(v, *axis, s, n - s), zeros}, *axis)
+               : ctx.concat({zeros, ctx.sliceAxis(v, *axis, 0, n - s)}, *axis);
   };
   Value y = *x;
   if (ctx.attrInt("exclusive", 0) && n > 0)
@@ -568,13 +537,6 @@ LogicalResult cumSum(NodeContext &ctx) {
 
 /// The most elements along TopK's axis: the formula compares every pair.
 constexpr int64_t kMaxTopKAxis = 4096;
-
-Value transposed(NodeContext &ctx, Value v, ArrayRef<int64_t> perm) {
-  TransposeOp::Properties p;
-  p.permutation = ctx.b.getDenseI64ArrayAttr(perm);
-  FailureOr<TransposeOp> t = ctx.create<TransposeOp>({v}, p);
-  return succeeded(t) ? t->getResult() : Value();
-}
 
 /// TopK by ranks: an element's rank is the number of elements that come
 /// before it (larger, or equal at a lower index: ONNX's tie rule), and
@@ -614,7 +576,7 @@ LogicalResult topK(NodeContext &ctx) {
     if (d != *axis)
       perm.push_back(d);
   perm.push_back(*axis);
-  Value xt = *axis == rank - 1 ? *x : transposed(ctx, *x, perm);
+  Value xt = *axis == rank - 1 ? *x : ctx.transpose(*x, perm);
   if (!xt)
     return failure();
   SmallVector<int64_t> lead(NodeContext::typeOf(xt).getShape().drop_back());
@@ -657,8 +619,8 @@ LogicalResult topK(NodeContext &ctx) {
     SmallVector<int64_t> back(rank);
     for (int64_t d = 0; d < rank; ++d)
       back[perm[d]] = d;
-    values = transposed(ctx, values, back);
-    indices = transposed(ctx, indices, back);
+    values = ctx.transpose(values, back);
+    indices = ctx.transpose(indices, back);
   }
   ctx.setOutput(0, values);
   if (ctx.hasOutput(1))

@@ -94,6 +94,14 @@ public:
   SmallVector<Value> alignRanks(ArrayRef<Value> values);
   /// A splat constant of \p element type and the given shape.
   Value splat(Type element, ArrayRef<int64_t> shape, double value);
+  /// [start, start + size) of \p v along \p axis.
+  Value sliceAxis(Value v, int64_t axis, int64_t start, int64_t size);
+  /// \p parts joined along \p axis; empty parts are left out (the kernels
+  /// take no zero-size operand).
+  Value concat(ArrayRef<Value> parts, int64_t axis);
+  /// \p v permuted by \p perm; null (the diagnostic emitted) if it does not
+  /// fit.
+  Value transpose(Value v, ArrayRef<int64_t> perm);
   /// Normalises a possibly negative axis for \p rank; error if out of range.
   FailureOr<int64_t> normaliseAxis(int64_t axis, int64_t rank);
 

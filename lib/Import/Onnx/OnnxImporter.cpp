@@ -1182,6 +1182,42 @@ Value NodeContext::splat(Type element, ArrayRef<int64_t> shape, double value) {
   return ConstantOp::create(b, DenseElementsAttr::get(type, scalar));
 }
 
+Value NodeContext::sliceAxis(Value v, int64_t axis, int64_t start,
+                             int64_t size) {
+  auto type = typeOf(v);
+  SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
+  SmallVector<int64_t> shape(type.getShape());
+  starts[axis] = size ? start : 0;
+  shape[axis] = size;
+  return b.createOrFold<SliceOp>(type.clone(shape), v,
+                                 b.getDenseI64ArrayAttr(starts),
+                                 b.getDenseI64ArrayAttr(steps));
+}
+
+Value NodeContext::concat(ArrayRef<Value> parts, int64_t axis) {
+  SmallVector<int64_t> shape(typeOf(parts[0]).getShape());
+  shape[axis] = 0;
+  for (Value p : parts)
+    shape[axis] += typeOf(p).getDimSize(axis);
+  auto type = typeOf(parts[0]).clone(shape);
+  SmallVector<Value> nonEmpty;
+  for (Value p : parts)
+    if (typeOf(p).getNumElements() != 0)
+      nonEmpty.push_back(p);
+  if (nonEmpty.empty())
+    return splat(type.getElementType(), shape, 0.0);
+  if (nonEmpty.size() == 1)
+    return nonEmpty.front();
+  return ConcatOp::create(b, type, nonEmpty, b.getI64IntegerAttr(axis));
+}
+
+Value NodeContext::transpose(Value v, ArrayRef<int64_t> perm) {
+  TransposeOp::Properties props;
+  props.permutation = b.getDenseI64ArrayAttr(perm);
+  FailureOr<TransposeOp> t = create<TransposeOp>({v}, props);
+  return succeeded(t) ? t->getResult() : Value();
+}
+
 FailureOr<int64_t> NodeContext::normaliseAxis(int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank)

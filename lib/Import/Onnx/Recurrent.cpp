@@ -26,30 +26,6 @@ int64_t gateCount(Cell cell) {
   return cell == Cell::LSTM ? 4 : cell == Cell::GRU ? 3 : 1;
 }
 
-/// [start, start + size) of \p x along \p axis.
-Value slice(NodeContext &ctx, Value x, int64_t axis, int64_t start,
-            int64_t size) {
-  auto type = NodeContext::typeOf(x);
-  SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
-  SmallVector<int64_t> shape(type.getShape());
-  starts[axis] = start;
-  shape[axis] = size;
-  return ctx.b.createOrFold<SliceOp>(type.clone(shape), x,
-                                     ctx.b.getDenseI64ArrayAttr(starts),
-                                     ctx.b.getDenseI64ArrayAttr(steps));
-}
-
-Value concat(NodeContext &ctx, ArrayRef<Value> parts, int64_t axis) {
-  if (parts.size() == 1)
-    return parts.front();
-  SmallVector<int64_t> shape(NodeContext::typeOf(parts[0]).getShape());
-  shape[axis] = 0;
-  for (Value p : parts)
-    shape[axis] += NodeContext::typeOf(p).getDimSize(axis);
-  return ConcatOp::create(ctx.b, NodeContext::typeOf(parts[0]).clone(shape),
-                          parts, ctx.b.getI64IntegerAttr(axis));
-}
-
 /// a [M, K] times b [N, K] transposed: [M, N].
 Value matmulT(NodeContext &ctx, Value a, Value b) {
   MatmulOp::Properties props;
@@ -139,7 +115,7 @@ FailureOr<DirectionResult> runDirection(NodeContext &ctx, const Layer &l,
   int64_t I = NodeContext::typeOf(x).getDimSize(2);
   auto pick = [&](Value v) { // direction d of a [D, ...] tensor, squeezed
     auto shape = NodeContext::typeOf(v).getShape();
-    return ctx.reshape(slice(ctx, v, 0, d, 1),
+    return ctx.reshape(ctx.sliceAxis(v, 0, d, 1),
                        SmallVector<int64_t>(shape.drop_front()));
   };
   Value wd = pick(w), rd = pick(r);
@@ -148,16 +124,15 @@ FailureOr<DirectionResult> runDirection(NodeContext &ctx, const Layer &l,
   Value rb; // the recurrent bias, kept apart where GRU needs it apart
   if (bias) {
     Value bd = pick(bias); // [2 G H]: Wb then Rb
-    Value wb = slice(ctx, bd, 0, 0, G * H),
-          rbAll = slice(ctx, bd, 0, G * H, G * H);
+    Value wb = ctx.sliceAxis(bd, 0, 0, G * H),
+          rbAll = ctx.sliceAxis(bd, 0, G * H, G * H);
     if (l.cell == Cell::GRU) {
       xw = e.add(xw, ctx.reshape(wb, {1, G * H}));
-      xw = e.add(xw, ctx.reshape(concat(ctx,
-                                        {slice(ctx, rbAll, 0, 0, 2 * H),
-                                         ctx.splat(f, {H}, 0.0)},
-                                        0),
+      xw = e.add(xw, ctx.reshape(ctx.concat({ctx.sliceAxis(rbAll, 0, 0, 2 * H),
+                                             ctx.splat(f, {H}, 0.0)},
+                                            0),
                                  {1, G * H}));
-      rb = ctx.reshape(slice(ctx, rbAll, 0, 2 * H, H), {1, H});
+      rb = ctx.reshape(ctx.sliceAxis(rbAll, 0, 2 * H, H), {1, H});
     } else {
       xw = e.add(xw, ctx.reshape(e.add(wb, rbAll), {1, G * H}));
     }
@@ -172,17 +147,17 @@ FailureOr<DirectionResult> runDirection(NodeContext &ctx, const Layer &l,
     return l.clip > 0 ? e.min(e.max(v, e.k(-l.clip)), e.k(l.clip)) : v;
   };
   auto gate = [&](Value all, int64_t k) {
-    return slice(ctx, all, 1, k * H, H);
+    return ctx.sliceAxis(all, 1, k * H, H);
   };
   SmallVector<Value> ys(S);
   for (int64_t step = 0; step < S; ++step) {
     int64_t t = reverse ? S - 1 - step : step;
-    Value xt = ctx.reshape(slice(ctx, xw, 0, t, 1), {B, G * H});
+    Value xt = ctx.reshape(ctx.sliceAxis(xw, 0, t, 1), {B, G * H});
     if (l.cell == Cell::GRU) {
-      Value rzr = matmulT(ctx, h, slice(ctx, rd, 0, 0, 2 * H));
+      Value rzr = matmulT(ctx, h, ctx.sliceAxis(rd, 0, 0, 2 * H));
       Value z = acts[0].apply(e, clipped(e.add(gate(xt, 0), gate(rzr, 0))));
       Value rg = acts[0].apply(e, clipped(e.add(gate(xt, 1), gate(rzr, 1))));
-      Value rh = slice(ctx, rd, 0, 2 * H, H);
+      Value rh = ctx.sliceAxis(rd, 0, 2 * H, H);
       Value hh;
       if (l.linearBeforeReset) {
         Value hr = matmulT(ctx, h, rh);
@@ -201,8 +176,8 @@ FailureOr<DirectionResult> runDirection(NodeContext &ctx, const Layer &l,
         Value pi, po, pf;
         if (peep) {
           Value pd = ctx.reshape(pick(peep), {1, 3 * H});
-          pi = slice(ctx, pd, 1, 0, H), po = slice(ctx, pd, 1, H, H),
-          pf = slice(ctx, pd, 1, 2 * H, H);
+          pi = ctx.sliceAxis(pd, 1, 0, H), po = ctx.sliceAxis(pd, 1, H, H),
+          pf = ctx.sliceAxis(pd, 1, 2 * H, H);
         }
         Value ig = gate(all, 0), og = gate(all, 1), fg = gate(all, 2);
         if (peep) {
@@ -223,7 +198,7 @@ FailureOr<DirectionResult> runDirection(NodeContext &ctx, const Layer &l,
       return failure();
     ys[t] = ctx.reshape(h, {1, B, H});
   }
-  return DirectionResult{concat(ctx, ys, 0), h, c};
+  return DirectionResult{ctx.concat(ys, 0), h, c};
 }
 
 /// Input \p i of [D, B, H] state (layout 1: [B, D, H]) as [D, B, H], or
@@ -236,24 +211,15 @@ FailureOr<Value> initialState(NodeContext &ctx, unsigned i, const Layer &l,
   if (failed(v))
     return failure();
   if (batchFirst) {
-    TransposeOp::Properties p;
-    p.permutation = ctx.b.getDenseI64ArrayAttr({1, 0, 2});
-    FailureOr<TransposeOp> t = ctx.create<TransposeOp>({*v}, p);
-    if (failed(t))
+    Value t = ctx.transpose(*v, {1, 0, 2});
+    if (!t)
       return failure();
-    v = t->getResult();
+    v = t;
   }
   if (NodeContext::typeOf(*v).getShape() !=
       ArrayRef<int64_t>{l.dirs, l.batch, l.hidden})
     return ctx.error() << "initial state " << i << " has type " << v->getType();
   return v;
-}
-
-Value transpose(NodeContext &ctx, Value v, ArrayRef<int64_t> perm) {
-  TransposeOp::Properties p;
-  p.permutation = ctx.b.getDenseI64ArrayAttr(perm);
-  FailureOr<TransposeOp> t = ctx.create<TransposeOp>({v}, p);
-  return succeeded(t) ? t->getResult() : Value();
 }
 
 template <Cell C> LogicalResult recurrent(NodeContext &ctx) {
@@ -277,7 +243,7 @@ template <Cell C> LogicalResult recurrent(NodeContext &ctx) {
   auto xt = NodeContext::typeOf(*x);
   if (!xt.getElementType().isF32() || xt.getRank() != 3)
     return ctx.error() << "X must be a float32 [seq, batch, input] tensor";
-  Value seqFirst = batchFirst ? transpose(ctx, *x, {1, 0, 2}) : *x;
+  Value seqFirst = batchFirst ? ctx.transpose(*x, {1, 0, 2}) : *x;
   if (!seqFirst)
     return failure();
   auto xs = NodeContext::typeOf(seqFirst).getShape();
@@ -325,7 +291,7 @@ template <Cell C> LogicalResult recurrent(NodeContext &ctx) {
   SmallVector<Value> ys, hs, cs;
   for (int64_t d = 0; d < l.dirs; ++d) {
     auto state = [&](Value s) {
-      return s ? ctx.reshape(slice(ctx, s, 0, d, 1), {l.batch, H}) : s;
+      return s ? ctx.reshape(ctx.sliceAxis(s, 0, d, 1), {l.batch, H}) : s;
     };
     bool reverse = direction == "reverse" || d == 1;
     FailureOr<DirectionResult> res =
@@ -338,12 +304,12 @@ template <Cell C> LogicalResult recurrent(NodeContext &ctx) {
     if (C == Cell::LSTM)
       cs.push_back(ctx.reshape(res->c, {1, l.batch, H}));
   }
-  Value y = concat(ctx, ys, 1), yh = concat(ctx, hs, 0);
-  Value yc = C == Cell::LSTM ? concat(ctx, cs, 0) : Value();
+  Value y = ctx.concat(ys, 1), yh = ctx.concat(hs, 0);
+  Value yc = C == Cell::LSTM ? ctx.concat(cs, 0) : Value();
   if (batchFirst) {
-    y = transpose(ctx, y, {2, 0, 1, 3});
-    yh = transpose(ctx, yh, {1, 0, 2});
-    yc = yc ? transpose(ctx, yc, {1, 0, 2}) : yc;
+    y = ctx.transpose(y, {2, 0, 1, 3});
+    yh = ctx.transpose(yh, {1, 0, 2});
+    yc = yc ? ctx.transpose(yc, {1, 0, 2}) : yc;
   }
   if (!y || !yh)
     return failure();

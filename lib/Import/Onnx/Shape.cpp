@@ -197,21 +197,6 @@ LogicalResult concat(NodeContext &ctx) {
   return success();
 }
 
-/// A slice of \p x along \p axis: [start, start + size).
-Value sliceAxis(NodeContext &ctx, Value x, int64_t axis, int64_t start,
-                int64_t size) {
-  auto type = NodeContext::typeOf(x);
-  SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
-  SmallVector<int64_t> shape(type.getShape());
-  starts[axis] = start;
-  shape[axis] = size;
-  if (size == 0)
-    starts[axis] = 0;
-  return ctx.b.createOrFold<SliceOp>(type.clone(shape), x,
-                                     ctx.b.getDenseI64ArrayAttr(starts),
-                                     ctx.b.getDenseI64ArrayAttr(steps));
-}
-
 LogicalResult splitInto(NodeContext &ctx, Value x, int64_t axis,
                         ArrayRef<int64_t> sizes) {
   int64_t total = 0;
@@ -226,7 +211,7 @@ LogicalResult splitInto(NodeContext &ctx, Value x, int64_t axis,
                        << NodeContext::typeOf(x).getDimSize(axis);
   int64_t start = 0;
   for (auto [i, s] : llvm::enumerate(sizes)) {
-    ctx.setOutput(i, sliceAxis(ctx, x, axis, start, s));
+    ctx.setOutput(i, ctx.sliceAxis(x, axis, start, s));
     start += s;
   }
   return success();
