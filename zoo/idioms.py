@@ -379,6 +379,17 @@ def rotate_every_two(x):
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
+def rope_assign(x, sin, cos):
+    """The same interleaved rotation written into an empty tensor by strided
+    slice assignment, as ports of GPT-J and RoFormer write it: the
+    gradient flows through the writes."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., ::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x2 * cos + x1 * sin
+    return out
+
+
 class GPTJBlock(nn.Module):
     def __init__(self, d, heads, rotary_dim, style):
         super().__init__()
@@ -397,6 +408,8 @@ class GPTJBlock(nn.Module):
 
     def rope(self, x, sin, cos):
         xr, xp = x[..., :self.rot], x[..., self.rot:]
+        if self.style == "gptj_assign":
+            return torch.cat([rope_assign(xr, sin, cos), xp], dim=-1)
         turned = rotate_every_two(xr) if self.style == "gptj" else rotate_half(xr)
         return torch.cat([xr * cos + turned * sin, xp], dim=-1)
 
@@ -416,7 +429,7 @@ class GPTJ(nn.Module):
     def __init__(self, style, vocab=96, ctx=16, d=64, heads=4, layers=2):
         super().__init__()
         hd = d // heads
-        rot = hd // 2 if style == "gptj" else int(hd * 0.4) // 2 * 2
+        rot = hd // 2 if style != "phi" else int(hd * 0.4) // 2 * 2
         self.style = style
         self.wte = nn.Embedding(vocab, d)
         self.h = nn.ModuleList([GPTJBlock(d, heads, rot, style) for _ in range(layers)])
@@ -432,7 +445,9 @@ class GPTJ(nn.Module):
         x = self.wte(input_ids)
         sincos = self.embed_positions[torch.arange(t).unsqueeze(0)]
         sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
-        if self.style == "gptj":
+        if self.style == "gptj_assign":
+            sin, cos = sin[:, None], cos[:, None]
+        elif self.style == "gptj":
             sin = torch.repeat_interleave(sin[:, None], 2, 3)
             cos = torch.repeat_interleave(cos[:, None], 2, 3)
         else:
@@ -709,6 +724,8 @@ MODELS = collections.OrderedDict([
     ("bloom_alibi", family(lambda: NeoX(alibi=True), ["cos_cached", "sin_cached", "attn_bias"],
                            False, ["embed_in.weight", "embed_out.weight"])),
     ("gptj_interleaved", family(lambda: GPTJ("gptj"), ["embed_positions", "causal_mask"],
+                                True, ["wte.weight", "lm_head.weight"])),
+    ("gptj_rope_assign", family(lambda: GPTJ("gptj_assign"), ["embed_positions", "causal_mask"],
                                 True, ["wte.weight", "lm_head.weight"])),
     ("phi_partial", family(lambda: GPTJ("phi"), ["embed_positions", "causal_mask"], True,
                            ["wte.weight", "lm_head.weight"])),

@@ -579,6 +579,17 @@ LogicalResult vjp(SliceOp op, Emitter &e, ArrayRef<Value> g,
   return success();
 }
 
+// slice_scatter places its operand (a slice assignment's update); the
+// gradient takes the same slice back.
+template <>
+LogicalResult vjp(SliceScatterOp op, Emitter &e, ArrayRef<Value> g,
+                  ArrayRef<bool> needed, MutableArrayRef<Value> out) {
+  if (needed[0])
+    out[0] = SliceOp::create(e.b, e.loc, op.getInput().getType(), g[0],
+                             op.getStarts(), op.getSteps());
+  return success();
+}
+
 template <>
 LogicalResult vjp(GatherOp op, Emitter &e, ArrayRef<Value> g,
                   ArrayRef<bool> needed, MutableArrayRef<Value> out) {
@@ -668,7 +679,7 @@ void mlir::cleave::registerDifferentiationRules(DialectRegistry &registry) {
            SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, GeluOp, LeakyReluOp,
            MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
            BatchNormOp, ReshapeOp, TransposeOp, BroadcastOp, ConcatOp, SliceOp,
-           GatherOp, ScatterAddOp, Conv2DOp, Conv2DBackwardInputOp, MaxPool2DOp,
-           AvgPool2DOp>(ctx);
+           SliceScatterOp, GatherOp, ScatterAddOp, Conv2DOp,
+           Conv2DBackwardInputOp, MaxPool2DOp, AvgPool2DOp>(ctx);
   });
 }

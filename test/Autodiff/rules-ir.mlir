@@ -568,6 +568,18 @@ func.func @slice(%x: tensor<2x5xf32> {cleave.parameter = "x"}) -> (tensor<f32> {
   return %l : tensor<f32>
 }
 
+// CHECK-LABEL: func.func @slice_scatter(
+// CHECK: %[[V0:.*]] = cleave.constant dense<1.000000e+00> : tensor<2x5xf32>
+// CHECK: %[[V1:.*]] = cleave.slice_scatter %arg0 starts = [0, 4] steps = [1, -2] : tensor<2x2xf32> -> tensor<2x5xf32>
+// CHECK: %[[V2:.*]] = cleave.reduce sum %[[V1]] dims = [0, 1] : (tensor<2x5xf32>) -> tensor<f32>
+// CHECK: %[[V3:.*]] = cleave.slice %[[V0]] starts = [0, 4] steps = [1, -2] : tensor<2x5xf32> -> tensor<2x2xf32>
+// CHECK: return %[[V2]], %[[V3]] : tensor<f32>, tensor<2x2xf32>
+func.func @slice_scatter(%x: tensor<2x2xf32> {cleave.parameter = "x"}) -> (tensor<f32> {cleave.loss}) {
+  %y = cleave.slice_scatter %x starts = [0, 4] steps = [1, -2] : tensor<2x2xf32> -> tensor<2x5xf32>
+  %l = cleave.reduce sum %y dims = [0, 1] : (tensor<2x5xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
 // CHECK-LABEL: func.func @gather(
 // CHECK: %[[V0:.*]] = cleave.constant dense<1.000000e+00> : tensor<4x3xf32>
 // CHECK: %[[V1:.*]] = cleave.gather %arg0, %arg1 axis = 0 : (tensor<5x3xf32>, tensor<4xi64>) -> tensor<4x3xf32>

@@ -155,6 +155,15 @@ func.func @concat_slice(%a: tensor<2x3xf32>, %b: tensor<2x2xf32>) -> (tensor<2x5
   %1 = cleave.slice %0 starts = [1, 4] steps = [-1, -2] : tensor<2x5xf32> -> tensor<2x2xf32>
   return %0, %1 : tensor<2x5xf32>, tensor<2x2xf32>
 }
+// A slice assignment: the update placed into zeros (slice's adjoint), then
+// chosen over the data by a mask.
+// CHECK-DAG: PASS @slice_scatter
+func.func @slice_scatter(%d: tensor<3x5xf32>, %u: tensor<2x2xf32>) -> tensor<3x5xf32> {
+  %0 = cleave.slice_scatter %u starts = [2, 4] steps = [-2, -3] : tensor<2x2xf32> -> tensor<3x5xf32>
+  %m = cleave.constant dense<[[false, true, false, false, true], [false, false, false, false, false], [false, true, false, false, true]]> : tensor<3x5xi1>
+  %1 = cleave.select %m, %0, %d : (tensor<3x5xi1>, tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>
+  return %1 : tensor<3x5xf32>
+}
 // Repeated and negative indices accumulate into the same rows.
 // CHECK-DAG: PASS @gather
 func.func @gather(%t: tensor<5x3xf32>, %i: tensor<2x4xi64> {gradcheck.range = [-5, 5]}, %u: tensor<3x5xf32>, %j: tensor<4xi32> {gradcheck.range = [0, 5]}) -> (tensor<2x4x3xf32>, tensor<3x4xf32>) {

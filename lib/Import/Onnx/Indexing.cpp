@@ -159,6 +159,96 @@ FailureOr<Value> scatterInto(NodeContext &ctx, Value data, Value updates,
   return ctx.reshape(out, dataType.getShape());
 }
 
+/// A strided box of data's leading dims: per dim, a start, a positive step
+/// and a count.
+struct Box {
+  SmallVector<int64_t> starts, steps, counts;
+};
+
+/// The box that \p rows coordinates (\p v, k per row, into dims \p ds)
+/// enumerate in row-major order, if they do: what a slice assignment
+/// writes (x[:, 1:3] = v, out[..., ::2] = v). Rewrites \p v normalised.
+std::optional<Box> boxOf(SmallVector<int64_t> &v, int64_t rows, int64_t k,
+                         ArrayRef<int64_t> ds) {
+  if (rows == 0 || k == 0)
+    return std::nullopt;
+  Box box;
+  for (int64_t j = 0; j < k; ++j) {
+    SmallVector<int64_t> seen;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t &x = v[r * k + j];
+      if (x < -ds[j] || x >= ds[j])
+        return std::nullopt; // the general path reports it
+      x = x < 0 ? x + ds[j] : x;
+      seen.push_back(x);
+    }
+    llvm::sort(seen);
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    int64_t step = seen.size() > 1 ? seen[1] - seen[0] : 1;
+    for (size_t i = 1; i < seen.size(); ++i)
+      if (seen[i] - seen[i - 1] != step)
+        return std::nullopt;
+    box.starts.push_back(seen[0]);
+    box.steps.push_back(step);
+    box.counts.push_back(seen.size());
+  }
+  SmallVector<int64_t> strides = stridesOf(box.counts);
+  if (strides[0] * box.counts[0] != rows)
+    return std::nullopt;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j)
+      if (v[r * k + j] !=
+          box.starts[j] + box.steps[j] * (r / strides[j] % box.counts[j]))
+        return std::nullopt;
+  return box;
+}
+
+/// ScatterND into a box: the updates placed by slice_scatter (the adjoint
+/// of slice), chosen over data by a constant mask, so that the write has
+/// slice's gradient and sharding (the dims outside the box keep theirs)
+/// instead of a flat scatter's.
+FailureOr<Value> scatterBox(NodeContext &ctx, Value data, Value updates,
+                            const Box &box) {
+  auto dataType = NodeContext::typeOf(data);
+  auto ds = dataType.getShape();
+  int64_t k = box.counts.size(), rank = ds.size();
+  SmallVector<int64_t> boxShape(box.counts);
+  llvm::append_range(boxShape, ds.drop_front(k));
+  SmallVector<int64_t> starts(box.starts), steps(box.steps);
+  starts.resize(rank, 0);
+  steps.resize(rank, 1);
+  Value placed = SliceScatterOp::create(
+      ctx.b, dataType, ctx.reshape(updates, boxShape),
+      ctx.b.getDenseI64ArrayAttr(starts), ctx.b.getDenseI64ArrayAttr(steps));
+  Expr e(ctx, elementOf(data));
+  if (ctx.attrString("reduction", "none") == "add")
+    return e.add(data, placed);
+  // The mask spans only the dims the box does not cover whole.
+  SmallVector<int64_t> maskShape(rank, 1);
+  for (int64_t d = 0; d < k; ++d)
+    if (box.starts[d] != 0 || box.steps[d] != 1 || box.counts[d] != ds[d])
+      maskShape[d] = ds[d];
+  if (llvm::all_of(maskShape, [](int64_t n) { return n == 1; }))
+    return placed;
+  SmallVector<int64_t> maskStrides = stridesOf(maskShape);
+  int64_t count = maskStrides[0] * maskShape[0];
+  SmallVector<bool> mask(count, false);
+  for (int64_t flat = 0; flat < count; ++flat) {
+    bool in = true;
+    for (int64_t d = 0; d < k && in; ++d) {
+      if (maskShape[d] == 1)
+        continue;
+      int64_t x = flat / maskStrides[d] % maskShape[d] - box.starts[d];
+      in = x >= 0 && x % box.steps[d] == 0 && x / box.steps[d] < box.counts[d];
+    }
+    mask[flat] = in;
+  }
+  auto maskType = RankedTensorType::get(maskShape, ctx.b.getI1Type());
+  Value cond =
+      ConstantOp::create(ctx.b, DenseElementsAttr::get(maskType, mask));
+  return e.select(cond, placed, data);
+}
+
 LogicalResult scatterElements(NodeContext &ctx) {
   FailureOr<Value> data = ctx.input(0), indices = ctx.input(1),
                    updates = ctx.input(2);
@@ -170,6 +260,43 @@ LogicalResult scatterElements(NodeContext &ctx) {
   if (NodeContext::typeOf(*updates).getShape() !=
       NodeContext::typeOf(*indices).getShape())
     return ctx.error() << "updates must have the indices' shape";
+  // A write through a view, as the TorchScript translator gives it: data
+  // is a tensor seen flat, the indices constant flat positions in it that
+  // form a strided box of the tensor.
+  auto reshaped = data->getDefiningOp<ReshapeOp>();
+  std::optional<DenseElementsAttr> constant = ctx.constantInput(1);
+  if (reshaped && constant && NodeContext::rankOf(*data) == 1 &&
+      isa<Float32Type>(elementOf(*data)) &&
+      elementOf(*updates) == elementOf(*data) &&
+      (ctx.attrString("reduction", "none") == "none" ||
+       ctx.attrString("reduction", "none") == "add") &&
+      constant->getNumElements() <= (int64_t(1) << 22)) {
+    Value tensor = reshaped.getInput();
+    auto ts = NodeContext::typeOf(tensor).getShape();
+    SmallVector<int64_t> strides = stridesOf(ts), coords;
+    int64_t rows = constant->getNumElements(), k = ts.size(), n = 1;
+    for (int64_t d : ts)
+      n *= d;
+    for (const APInt &x : constant->getValues<APInt>()) {
+      int64_t p = x.getSExtValue();
+      p = p < 0 ? p + n : p;
+      if (p < 0 || p >= n)
+        break;
+      for (int64_t d = 0; d < k; ++d)
+        coords.push_back(p / strides[d] % ts[d]);
+    }
+    std::optional<Box> box;
+    if (k > 0 && static_cast<int64_t>(coords.size()) == rows * k)
+      box = boxOf(coords, rows, k, ts);
+    if (box) {
+      FailureOr<Value> out = scatterBox(ctx, tensor, *updates, *box);
+      if (failed(out) || !*out)
+        return failure();
+      ctx.setOutput(0,
+                    ctx.reshape(*out, NodeContext::typeOf(*data).getShape()));
+      return success();
+    }
+  }
   Value flat = flatPositions(ctx, *data, *indices, *axis);
   if (!flat)
     return failure();
@@ -268,6 +395,29 @@ LogicalResult scatterND(NodeContext &ctx) {
   if (NodeContext::typeOf(*updates).getShape() != ArrayRef(want))
     return ctx.error() << "updates must have shape indices.shape[:-1] + "
                           "data.shape[k:]";
+  std::string reduction = ctx.attrString("reduction", "none");
+  if (std::optional<DenseElementsAttr> constant = ctx.constantInput(1);
+      constant && (reduction == "none" || reduction == "add") &&
+      isa<Float32Type>(elementOf(*data)) &&
+      elementOf(*updates) == elementOf(*data)) {
+    SmallVector<int64_t> coords;
+    int64_t rows = 1;
+    for (int64_t d : is.drop_back())
+      rows *= d;
+    // Large index tensors are left to the general scatter rather than
+    // read element by element here.
+    if (rows * k <= (int64_t(1) << 24))
+      for (const APInt &x : constant->getValues<APInt>())
+        coords.push_back(x.getSExtValue());
+    if (std::optional<Box> box =
+            coords.empty() ? std::nullopt : boxOf(coords, rows, k, ds)) {
+      FailureOr<Value> out = scatterBox(ctx, *data, *updates, *box);
+      if (failed(out) || !*out)
+        return failure();
+      ctx.setOutput(0, *out);
+      return success();
+    }
+  }
   Value flat = ndPositions(ctx, ds, *indices, 0);
   if (!flat)
     return failure();

@@ -134,7 +134,6 @@ Translator::atenHandlers() {
     std::multimap<std::string, AtenHandler> t;
     for (const auto &entry : unaryOps()) {
       t.emplace(entry.first, &Translator::atenUnary);
-      t.emplace(entry.first + "_", &Translator::atenUnaryInPlace);
     }
 #define ATEN_HANDLER(HANDLER, ...)                                             \
   for (const char *kind : {__VA_ARGS__})                                       \
@@ -146,66 +145,173 @@ Translator::atenHandlers() {
   return table;
 }
 
+namespace {
+/// The ops whose result is a view of their first operand (reshape and
+/// flatten copy when they cannot view, so a write through them would be
+/// ambiguous: they are not here).
+bool isViewOp(const std::string &kind) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::slice",     "aten::select",    "aten::narrow", "aten::view",
+      "aten::view_as",   "aten::transpose", "aten::t",      "aten::permute",
+      "aten::unsqueeze", "aten::squeeze",   "aten::expand", "aten::expand_as",
+      "aten::detach",    "aten::alias"};
+  return ops.count(kind) != 0;
+}
+
+/// Whether \p n writes its first operand (relu_, add_, fill_, copy_...).
+bool writesSelf(const Node *n, const std::string &kind) {
+  if (kind.size() < 2 || kind.back() != '_' || kind[kind.size() - 2] == '_' ||
+      n->inputs().empty())
+    return false;
+  if (const c10::FunctionSchema *schema = n->maybeSchema())
+    return !schema->arguments().empty() &&
+           schema->arguments()[0].alias_info() &&
+           schema->arguments()[0].alias_info()->isWrite();
+  return true;
+}
+} // namespace
+
 void Translator::tensorOp(Node *node) {
   AtenCall c(*this, node);
   ATEN_LOCALS(c);
-  // An in-place op on a view would have to write through to the viewed
-  // tensor, which this translation (values, not storage) cannot do.
-  if (kind.size() > 1 && kind.back() == '_' && !ins.empty()) {
-    static const char *views[] = {
-        "aten::slice",   "aten::select",    "aten::view",   "aten::transpose",
-        "aten::permute", "aten::expand",    "aten::narrow", "aten::unsqueeze",
-        "aten::squeeze", "aten::as_strided"};
-    std::string producer = ins[0]->node()->kind().toQualString();
-    for (const char *v : views)
-      if (producer == v)
-        fail(kind + " on a view (" + producer + ") is not supported");
-  }
-  // In-place activations (SiLU(inplace=True), torchvision's Hardswish):
-  // the functional op, and later reads of the operand see the result.
-  static const std::unordered_set<std::string> inPlaceActivations = {
-      "aten::silu_",        "aten::gelu_",       "aten::hardswish_",
-      "aten::hardsigmoid_", "aten::leaky_relu_", "aten::hardtanh_",
-      "aten::relu6_",       "aten::dropout_",    "aten::clamp_"};
-  struct WriteBack {
-    Translator &t;
-    const TValue *to = nullptr, *from = nullptr;
-    ~WriteBack() {
-      if (to && t.items.count(from))
-        t.items[to] = t.items[from];
-    }
-  } writeBack{*this};
-  if (inPlaceActivations.count(kind)) {
-    c.kind.pop_back();
-    writeBack.to = ins[0];
-    writeBack.from = n->output();
-  }
   if (node->outputs().empty())
     fail("unsupported TorchScript op '" + c.kind + "' (it has no result)");
+  bool inPlace = writesSelf(node, kind) && isTensor(ins[0]);
+  // An in-place op without a handler of its own (silu_, hardswish_,
+  // relu6_...) is its functional op followed by the write.
+  if (inPlace && !atenHandlers().count(kind))
+    c.kind.pop_back();
+  dispatch(c);
+  if (inPlace)
+    return writeThrough(ins[0], node->outputs()[0]);
+  if (isViewOp(kind) && isTensor(ins[0]) && isTensor(node->outputs()[0])) {
+    View view;
+    if (auto it = views.find(ins[0]); it != views.end())
+      view = it->second;
+    else
+      view.root = ins[0];
+    view.version = writes[view.root];
+    view.chain.push_back(node);
+    views[node->outputs()[0]] = std::move(view);
+  }
+}
+
+void Translator::dispatch(AtenCall &c) {
   // The handlers of the op's kind, in TorchOps.def's order: each sets the
   // result or leaves it for the next.
   auto [begin, end] = atenHandlers().equal_range(c.kind);
+  const TValue *out = c.n->outputs()[0];
   for (auto it = begin; it != end; ++it) {
     (this->*(it->second))(c);
-    if (items.count(n->outputs()[0]))
+    if (auto set = items.find(out);
+        set != items.end() && set->second.name != kPending)
       return;
   }
   fail("unsupported TorchScript op '" + c.kind + "'");
 }
 
+Item Translator::replayView(const View &view, const Item &rootValue) {
+  if (view.chain.empty())
+    return rootValue;
+  // The chain's values are translated again from rootValue, then put back.
+  std::vector<std::pair<const TValue *, std::optional<Item>>> saved;
+  auto save = [&](const TValue *v) {
+    auto it = items.find(v);
+    saved.emplace_back(v, it == items.end() ? std::nullopt
+                                            : std::optional<Item>(it->second));
+  };
+  // The chain starts at the root or at an alias of it (an in-place op's
+  // result): both read rootValue.
+  const TValue *base = view.chain.front()->inputs()[0];
+  save(view.root);
+  if (base != view.root)
+    save(base);
+  for (Node *n : view.chain)
+    save(n->outputs()[0]);
+  bool wasReplaying = replaying;
+  const Node *was = current;
+  replaying = true;
+  items[view.root] = rootValue;
+  items[base] = rootValue;
+  for (Node *n : view.chain) {
+    current = n;
+    // Marked rather than erased: a caller may hold a reference to it.
+    items[n->outputs()[0]].name = kPending;
+    AtenCall c(*this, n);
+    dispatch(c);
+  }
+  Item result = items.at(view.chain.back()->outputs()[0]);
+  for (auto &[v, old] : saved)
+    if (old)
+      items[v] = *old;
+    else
+      items.erase(v);
+  replaying = wasReplaying;
+  current = was;
+  return result;
+}
+
+void Translator::refreshView(const TValue *v) {
+  auto it = views.find(v);
+  if (it == views.end() || it->second.version == writes[it->second.root])
+    return;
+  View &view = it->second;
+  Item fresh = replayView(view, items.at(view.root));
+  items.at(v).name = fresh.name;
+  view.version = writes[view.root];
+}
+
+void Translator::writeThrough(const TValue *target, const TValue *result) {
+  Item value = items.at(result);
+  View view;
+  if (auto it = views.find(target); it != views.end())
+    view = it->second;
+  else
+    view = View{target, {}, 0};
+  Item root = items.at(view.root);
+  if (value.dtype && root.dtype && *value.dtype != *root.dtype) {
+    value.name = cast(value.name, *root.dtype);
+    value.dtype = root.dtype;
+  }
+  if (view.chain.empty()) {
+    root.name = value.name;
+  } else {
+    // The root's flat indices, viewed as the target was, say where the
+    // values go. (They are constants once shapes are fixed; the ONNX
+    // importer turns a write whose indices form a strided box, as a chain
+    // of slices and selects gives, into slice_scatter.)
+    std::string shape = emit("Shape", {root.name});
+    Item index = root;
+    index.dtype = at::kLong;
+    index.name = emit("Reshape", {emit("Range", {constant(at::kLong, {}, {0}),
+                                                 emit("Size", {root.name}),
+                                                 constant(at::kLong, {}, {1})}),
+                                  shape});
+    std::string viewIndex = replayView(view, index).name;
+    std::string flat = ints({-1});
+    onnx::NodeProto *scatter = node(
+        "ScatterElements",
+        {emit("Reshape", {root.name, flat}), emit("Reshape", {viewIndex, flat}),
+         emit("Reshape",
+              {emit("Expand", {value.name, emit("Shape", {viewIndex})}),
+               flat})});
+    attr(scatter, "axis", int64_t(0));
+    root.name = emit("Reshape", {scatter->output(0), shape});
+  }
+  items[view.root] = root;
+  view.version = ++writes[view.root];
+  // The operand and the op's result now read the written values.
+  if (target != view.root) {
+    items[target] = value;
+    views[target] = view;
+  }
+  items[result] = value;
+  views[result] = view;
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise and comparison ops
 //===----------------------------------------------------------------------===//
-
-// In-place unary ops (relu_, tanh_, ...): the functional op, and later
-// reads of the operand see the result.
-void Translator::atenUnaryInPlace(AtenCall &call) {
-  ATEN_LOCALS(call);
-  std::string r = emit(unaryOps().at(kind.substr(0, kind.size() - 1)), {T(0)});
-  out(r);
-  setTensor(ins[0], r, widest, firstType);
-  return;
-}
 
 void Translator::atenUnary(AtenCall &call) {
   ATEN_LOCALS(call);
@@ -286,18 +392,12 @@ void Translator::atenAddSub(AtenCall &call) {
     rhs = emit("Mul", {rhs, constant(t, {}, {item(ins[2]).number()})});
   bool add = kind == "aten::add" || kind == "aten::add_";
   std::string r = emit(add ? "Add" : "Sub", {as(a, t), rhs});
-  outRD(r, widest, t);
-  if (kind.back() == '_')
-    setTensor(ins[0], r, widest, t); // in place: later reads see it
-  return;
+  return outRD(r, widest, t);
 }
 
 void Translator::atenMul(AtenCall &call) {
   ATEN_LOCALS(call);
-  binaryOut("Mul");
-  if (kind == "aten::mul_")
-    items[ins[0]] = items[n->output()]; // in place
-  return;
+  return binaryOut("Mul");
 }
 
 void Translator::atenDiv(AtenCall &call) {
@@ -360,6 +460,9 @@ void Translator::atenCompare(AtenCall &call) {
       {"aten::lt", "Less"},
       {"aten::ge", "GreaterOrEqual"},
       {"aten::le", "LessOrEqual"}};
+  if (kind == "aten::ne")
+    return outRD(emit("Not", {binary("Equal", ins[0], ins[1])}), widest,
+                 at::kBool);
   return outRD(binary(cmp.at(kind), ins[0], ins[1]), widest, at::kBool);
 }
 
@@ -723,18 +826,27 @@ void Translator::atenTril(AtenCall &call) {
 
 void Translator::atenFill(AtenCall &call) {
   ATEN_LOCALS(call);
+  // ones/zeros/full(size), *_like(t), t.new_*(size): the size comes from
+  // the list operand or from t, the dtype from the argument, t, or the
+  // traced result.
+  bool like = kind.size() > 5 && kind.substr(kind.size() - 5) == "_like";
+  bool fromSelf = kind.rfind("aten::new_", 0) == 0;
+  const TValue *sizes = fromSelf ? ins[1] : ins[0];
   double value = kind == "aten::full" || kind == "aten::full_like"
                      ? constDouble(ins[1])
-                 : kind == "aten::ones" || kind == "aten::ones_like" ? 1.0
-                                                                     : 0.0;
-  bool like = kind.size() > 5 && kind.substr(kind.size() - 5) == "_like";
-  at::ScalarType dtype = like ? dtypeOr(ins[0], at::kFloat) : at::kFloat;
+                 : kind == "aten::new_full" ? constDouble(ins[2])
+                 : kind == "aten::ones" || kind == "aten::ones_like" ||
+                         kind == "aten::new_ones"
+                     ? 1.0
+                     : 0.0;
+  at::ScalarType dtype =
+      like || fromSelf ? dtypeOr(ins[0], at::kFloat) : at::kFloat;
   if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
     dtype = static_cast<at::ScalarType>(constInt(d));
-  else if (!like)
+  else if (!like && !fromSelf)
     dtype = dtypeOr(n->output(), at::kFloat);
   onnx::NodeProto *c =
-      node("ConstantOfShape", {like ? emit("Shape", {T(0)}) : intList(ins[0])});
+      node("ConstantOfShape", {like ? emit("Shape", {T(0)}) : intList(sizes)});
   onnx::TensorProto *t = c->add_attribute()->mutable_t();
   c->mutable_attribute(0)->set_name("value");
   c->mutable_attribute(0)->set_type(onnx::AttributeProto::TENSOR);
@@ -744,10 +856,23 @@ void Translator::atenFill(AtenCall &call) {
   appendElement(raw, dtype, value);
   t->set_raw_data(raw);
   int64_t r = like ? rankOf(ins[0])
-                   : static_cast<int64_t>(item(ins[0]).kind == Item::List
-                                              ? item(ins[0]).elems.size()
+                   : static_cast<int64_t>(item(sizes).kind == Item::List
+                                              ? item(sizes).elems.size()
                                               : 1);
   return outRD(c->output(0), r, dtype);
+}
+
+// fill_, zero_ and copy_: the value broadcast to the operand's shape and
+// dtype; tensorOp writes it through.
+void Translator::atenFillInPlace(AtenCall &call) {
+  ATEN_LOCALS(call);
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  std::string v =
+      kind == "aten::zero_" ? constant(dt, {}, {0.0}) : tensor(ins[1], dt);
+  if (kind != "aten::zero_" && isTensor(ins[1]) &&
+      dtypeOr(ins[1], at::kFloat) != dt)
+    v = cast(v, dt);
+  return outRD(emit("Expand", {v, emit("Shape", {T(0)})}), rankOf(ins[0]), dt);
 }
 
 void Translator::atenArange(AtenCall &call) {

@@ -133,6 +133,20 @@ private:
   /// Computed sizes by (tensor, dim): one per dimension, so that two
   /// queries of the same size compare equal (key.shape == value.shape).
   std::map<std::pair<std::string, int64_t>, std::string> sizeOf;
+  /// Aliasing (swin's shifted-window mask is written by slice assignment):
+  /// a value that a view op made from a tensor, or that an in-place op
+  /// returned, shares its root's storage. A write through it scatters into
+  /// the root through the view's own index map (the view ops replayed on
+  /// the root's flat indices), and a view read after its root changed is
+  /// made again from the root, so every reader sees PyTorch's values.
+  struct View {
+    const TValue *root = nullptr;
+    std::vector<Node *> chain; // the view ops from the root, in order
+    int64_t version = 0;       // the root's writes when this was made
+  };
+  std::unordered_map<const TValue *, View> views;
+  std::unordered_map<const TValue *, int64_t> writes; // by root
+  bool replaying = false;
 
   // --- Errors ---------------------------------------------------------------
   /// "model.py:42": the user's source line (kept in a saved module's debug
@@ -234,6 +248,8 @@ private:
     auto it = items.find(v);
     if (it == items.end())
       fail("'" + v->debugName() + "' has no value here");
+    if (!replaying && !views.empty())
+      refreshView(v);
     return it->second;
   }
   std::string tensor(const TValue *v, at::ScalarType like = at::kFloat) {
@@ -473,8 +489,13 @@ private:
   /// tensorOp's handlers (TorchOps.def); each sets the op's result or
   /// leaves it for the next handler of its kind.
   struct AtenCall;
+  void dispatch(AtenCall &c);
+  void refreshView(const TValue *v);
+  /// A value being translated again (replayView): not yet produced.
+  static constexpr const char *kPending = "\x01pending";
+  Item replayView(const View &view, const Item &rootValue);
+  void writeThrough(const TValue *target, const TValue *result);
   void atenUnary(AtenCall &c);
-  void atenUnaryInPlace(AtenCall &c);
 #define ATEN_HANDLER(HANDLER, ...) void HANDLER(AtenCall &c);
 #include "TorchOps.def"
 #undef ATEN_HANDLER

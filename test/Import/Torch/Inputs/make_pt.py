@@ -131,6 +131,29 @@ class Index(nn.Module):
         return self.table[ids] * x[:, ids[0]].sum() + torch.stack([x, x * 2], 1).sum(1)
 
 
+class Aliasing(nn.Module):
+    """Writes through views: swin's shifted-window mask written by slice
+    assignment into new_zeros, x[:, 1:3] += v, a column of a transpose
+    filled, a strided view of a flat view zeroed, an in-place op's result
+    written again, and a view taken before the writes read after them."""
+
+    def forward(self, x):
+        m = x.new_zeros((5, 6))
+        count = 0
+        for h in (slice(0, -2), slice(-2, -1), slice(-1, None)):
+            for w in (slice(0, -3), slice(-3, -1), slice(-1, None)):
+                m[h, w] = count
+                count += 1
+        y = x * 2.0
+        early = y[1]
+        y[:, 1:3] += x[:, :2]
+        y.t()[2].fill_(-1.0)
+        y.view(30)[::7].zero_()
+        z = y.relu_()
+        z[0, 0] = 5.0
+        return m * 10 + y + early * 3 + x[:, ::2].sum()
+
+
 class AdvancedIndex(nn.Module):
     def forward(self, x, ids):
         return x[ids, ids]
@@ -166,6 +189,11 @@ def main():
     np.save(os.path.join(out, "index", "x.npy"), x.numpy())
     np.save(os.path.join(out, "index", "ids.npy"), ids.numpy())
     np.save(os.path.join(out, "index_want.npy"), Index()(x, ids).numpy())
+    xa = torch.randn(5, 6)
+    torch.jit.trace(Aliasing(), (xa,)).save(os.path.join(out, "aliasing.traced.pt"))
+    os.makedirs(os.path.join(out, "aliasing"), exist_ok=True)
+    np.save(os.path.join(out, "aliasing", "x.npy"), xa.numpy())
+    np.save(os.path.join(out, "aliasing_want.npy"), Aliasing()(xa).numpy())
     torch.jit.trace(AdvancedIndex(), (x, ids[0])).save(os.path.join(out, "advanced.traced.pt"))
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         f.write(b"not a zip archive")
