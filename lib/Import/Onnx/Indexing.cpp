@@ -144,15 +144,18 @@ FailureOr<Value> scatterInto(NodeContext &ctx, Value data, Value updates,
   if (reduction == "add") {
     out = e.add(table, scattered);
   } else {
-    // Where any update lands, the update; elsewhere the data. (Repeated
-    // indices without a reduction are undefined in ONNX.)
+    // Where any update lands, the update; elsewhere the data. Repeated
+    // indices without a reduction are undefined in ONNX and pick one
+    // write in PyTorch (x[ids] = v): their mean, exact where the writes
+    // agree (x[ids] = 0), never their sum.
     auto posShape = NodeContext::typeOf(positions).getShape();
     Value ones = ctx.splat(elementOf(data), posShape, 1.0);
     Value hits = scatterRows(ctx, ones, positions, {flatShape[0]});
     SmallVector<int64_t> column(flatShape.size(), 1);
     column[0] = flatShape[0];
-    Value hit = e.cmp(CmpPredicate::gt, ctx.reshape(hits, column), e.k(0.0));
-    out = e.select(hit, scattered, table);
+    hits = ctx.reshape(hits, column);
+    Value hit = e.cmp(CmpPredicate::gt, hits, e.k(0.0));
+    out = e.select(hit, e.div(scattered, e.max(hits, e.k(1.0))), table);
   }
   if (!out)
     return failure();

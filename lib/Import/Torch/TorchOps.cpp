@@ -540,6 +540,44 @@ void Translator::atenLayerNorm(AtenCall &call) {
   return out(ln->output(0));
 }
 
+// group_norm(x, groups, w, b, eps) and instance_norm(x, w, b, mean, var,
+// use_input_stats, momentum, eps): statistics over each group's (each
+// channel's) elements, as formulas, then the per-channel affine.
+void Translator::atenGroupNorm(AtenCall &call) {
+  ATEN_LOCALS(call);
+  bool instance = kind == "aten::instance_norm";
+  if (instance && !constBool(ins[5]))
+    fail("aten::instance_norm with running statistics (track_running_stats "
+         "in eval mode) is not supported");
+  int64_t rank = rankOf(ins[0]);
+  if (rank < 2)
+    fail(kind + " needs a batch and a channel dim");
+  std::string x = T(0);
+  std::string grouped =
+      emit("Reshape",
+           {x, instance ? ints({0, 0, -1}) : ints({0, constInt(ins[1]), -1})});
+  onnx::NodeProto *mu = node("ReduceMean", {grouped});
+  attr(mu, "axes", std::vector<int64_t>{2});
+  std::string d = emit("Sub", {grouped, mu->output(0)});
+  onnx::NodeProto *var = node("ReduceMean", {emit("Mul", {d, d})});
+  attr(var, "axes", std::vector<int64_t>{2});
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  double eps = constDouble(ins[instance ? 7 : 4]);
+  std::string y =
+      emit("Div",
+           {d, emit("Sqrt",
+                    {emit("Add", {var->output(0), constant(dt, {}, {eps})})})});
+  y = emit("Reshape", {y, emit("Shape", {x})});
+  std::vector<int64_t> channel(rank - 1, 1);
+  channel[0] = -1;
+  const TValue *w = ins[instance ? 1 : 2], *b = ins[instance ? 2 : 3];
+  if (!isNone(w))
+    y = emit("Mul", {y, emit("Reshape", {tensor(w), ints(channel)})});
+  if (!isNone(b))
+    y = emit("Add", {y, emit("Reshape", {tensor(b), ints(channel)})});
+  return outRD(y, rank, dt);
+}
+
 void Translator::atenSoftmax(AtenCall &call) {
   ATEN_LOCALS(call);
   onnx::NodeProto *s =
@@ -591,15 +629,30 @@ void Translator::atenSqueeze(AtenCall &call) {
 void Translator::atenFlatten(AtenCall &call) {
   ATEN_LOCALS(call);
   int64_t r = rankOf(ins[0]);
+  if (r == 0)
+    return outRD(emit("Reshape", {T(0), ints({1})}), 1, firstType);
   int64_t start = axis(constInt(ins[1]), r), end = axis(constInt(ins[2]), r);
-  if (r == 0 || start == end)
-    return out(r == 0 ? emit("Reshape", {T(0), ints({1})}) : T(0));
-  if (end != r - 1)
-    fail("aten::flatten of inner dimensions is not supported");
-  // Dims before start copied (0), the rest merged (-1).
-  std::vector<int64_t> shape(start, 0);
-  shape.push_back(-1);
-  return outRD(emit("Reshape", {T(0), ints(shape)}), start + 1, firstType);
+  if (start == end)
+    return out(T(0));
+  if (start > end)
+    fail("aten::flatten with start_dim after end_dim");
+  if (end == r - 1) {
+    // Dims before start copied (0), the rest merged (-1).
+    std::vector<int64_t> shape(start, 0);
+    shape.push_back(-1);
+    return outRD(emit("Reshape", {T(0), ints(shape)}), start + 1, firstType);
+  }
+  // Inner dims merged: the dims around them read off the shape.
+  std::string shape = emit("Shape", {T(0)});
+  onnx::NodeProto *before =
+      node("Slice", {shape, ints({0}), ints({start}), ints({0})});
+  onnx::NodeProto *after =
+      node("Slice", {shape, ints({end + 1}), ints({r}), ints({0})});
+  onnx::NodeProto *dims =
+      node("Concat", {before->output(0), ints({-1}), after->output(0)});
+  attr(dims, "axis", int64_t(0));
+  return outRD(emit("Reshape", {T(0), dims->output(0)}), r - (end - start),
+               firstType);
 }
 
 void Translator::atenExpand(AtenCall &call) {
@@ -979,28 +1032,44 @@ void Translator::atenBatchNorm(AtenCall &call) {
 
 void Translator::atenConvolution(AtenCall &call) {
   ATEN_LOCALS(call);
-  if (rankOf(ins[0]) != 4)
-    fail("only 2-D convolutions are supported");
+  // _convolution(x, w, b, stride, padding, dilation, transposed,
+  // output_padding, groups, ...), conv{1,2,3}d(x, w, b, stride, padding,
+  // dilation, groups), conv_transpose{1,2,3}d(x, w, b, stride, padding,
+  // output_padding, groups, dilation).
+  int64_t spatial = rankOf(ins[0]) - 2;
+  if (spatial < 1 || spatial > 3)
+    fail("convolutions have 1 to 3 spatial dims, got an input of rank " +
+         std::to_string(spatial + 2));
   bool full = kind == "aten::_convolution";
-  if (full && constBool(ins[6]))
-    fail("transposed convolutions are not supported");
-  std::vector<int64_t> stride = constInts(ins[3]), pad = constInts(ins[4]),
-                       dilation = constInts(ins[5]);
-  int64_t groups = constInt(ins[full ? 8 : 6]);
-  auto pair = [](std::vector<int64_t> v) {
-    return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
+  bool transposed =
+      kind.rfind("aten::conv_transpose", 0) == 0 || (full && constBool(ins[6]));
+  const TValue *dilationArg = transposed && !full ? ins[7] : ins[5];
+  const TValue *groupsArg = full ? ins[8] : ins[6];
+  auto expand = [&](std::vector<int64_t> v) {
+    return v.size() == 1 ? std::vector<int64_t>(spatial, v[0]) : v;
   };
-  stride = pair(stride);
-  pad = pair(pad);
-  dilation = pair(dilation);
+  std::vector<int64_t> stride = expand(constInts(ins[3])),
+                       pad = expand(constInts(ins[4])),
+                       dilation = expand(constInts(dilationArg));
+  if (int64_t(stride.size()) != spatial || int64_t(pad.size()) != spatial ||
+      int64_t(dilation.size()) != spatial)
+    fail("stride, padding and dilation need one entry per spatial dim");
   std::vector<std::string> operands = {T(0), T(1)};
   if (!isNone(ins[2]))
     operands.push_back(T(2));
-  onnx::NodeProto *c = node("Conv", operands);
+  onnx::NodeProto *c = node(transposed ? "ConvTranspose" : "Conv", operands);
   attr(c, "strides", stride);
-  attr(c, "pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]});
+  std::vector<int64_t> pads = pad;
+  pads.insert(pads.end(), pad.begin(), pad.end());
+  attr(c, "pads", pads);
   attr(c, "dilations", dilation);
-  attr(c, "group", groups);
+  attr(c, "group", constInt(groupsArg));
+  if (transposed) {
+    std::vector<int64_t> extra = expand(constInts(full ? ins[7] : ins[5]));
+    if (int64_t(extra.size()) != spatial)
+      fail("output_padding needs one entry per spatial dim");
+    attr(c, "output_padding", extra);
+  }
   return out(c->output(0));
 }
 
@@ -1225,6 +1294,122 @@ void Translator::atenPad(AtenCall &call) {
       node("Pad", {T(0), pads->output(0), constant(dt, {}, {value})});
   attr(p, "mode", it->second);
   return out(p->output(0));
+}
+
+// cumsum(x, dim, dtype): integers and booleans add up as int64.
+void Translator::atenCumsum(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t rank = rankOf(ins[0]);
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  if (ins.size() > 2 && !isNone(ins[2]))
+    dt = static_cast<at::ScalarType>(constInt(ins[2]));
+  else if (dt != at::kFloat && dt != at::kDouble)
+    dt = at::kLong;
+  std::string x = dtypeOr(ins[0], at::kFloat) == dt ? T(0) : cast(T(0), dt);
+  int64_t dim = axis(constInt(ins[1]), std::max<int64_t>(rank, 1));
+  return outRD(emit("CumSum", {x, constant(at::kLong, {}, {double(dim)})}),
+               rank, dt);
+}
+
+// argmax / argmin(x, dim=None, keepdim=False): over the flat tensor when
+// dim is None.
+void Translator::atenArgMax(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t rank = rankOf(ins[0]);
+  bool flat = ins.size() < 2 || isNone(ins[1]);
+  bool keep = ins.size() > 2 && constBool(ins[2]);
+  std::string x = flat ? reshapeTo(T(0), {-1}) : T(0);
+  onnx::NodeProto *a = node(kind == "aten::argmax" ? "ArgMax" : "ArgMin", {x});
+  attr(a, "axis", flat ? int64_t(0) : axis(constInt(ins[1]), rank));
+  attr(a, "keepdims", int64_t(flat ? 0 : keep));
+  std::string r = a->output(0);
+  if (flat && keep)
+    r = reshapeTo(r, std::vector<int64_t>(rank, 1));
+  return outRD(r, flat ? (keep ? rank : 0) : (keep ? rank : rank - 1),
+               at::kLong);
+}
+
+// topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices).
+void Translator::atenTopk(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t rank = rankOf(ins[0]);
+  onnx::NodeProto *t = node("TopK", {T(0), int1(ins[1])}, 2);
+  attr(t, "axis", axis(ins.size() > 2 ? constInt(ins[2]) : -1, rank));
+  attr(t, "largest", int64_t(ins.size() > 3 ? constBool(ins[3]) : true));
+  attr(t, "sorted", int64_t(ins.size() > 4 ? constBool(ins[4]) : true));
+  outRD(t->output(0), rank, dtypeOr(ins[0], at::kFloat), 0);
+  return outRD(t->output(1), rank, at::kLong, 1);
+}
+
+// one_hot(indices, num_classes): int64 0/1 along a new last dim.
+void Translator::atenOneHot(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t classes = ins.size() > 1 ? constInt(ins[1]) : -1;
+  if (classes < 0)
+    fail("aten::one_hot without num_classes (a size read from the data) is "
+         "not supported: pass num_classes");
+  onnx::NodeProto *h = node(
+      "OneHot", {T(0), ints({classes}), constant(at::kLong, {2}, {0.0, 1.0})});
+  attr(h, "axis", int64_t(-1));
+  return outRD(h->output(0), rankOf(ins[0]) + 1, at::kLong);
+}
+
+// index_put(x, indices, values, accumulate): x[mask] = v (a boolean mask
+// of x's shape) is a select; x[i, j] = v (integer tensors on the leading
+// dims) a ScatterND.
+void Translator::atenIndexPut(AtenCall &call) {
+  ATEN_LOCALS(call);
+  const Item &list = item(ins[1]);
+  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
+  int64_t rank = rankOf(ins[0]);
+  bool accumulate = ins.size() > 3 && constBool(ins[3]);
+  std::string v = tensor(ins[2], dt);
+  if (isTensor(ins[2]) && dtypeOr(ins[2], at::kFloat) != dt)
+    v = cast(v, dt);
+  if (list.kind != Item::List || list.elems.empty())
+    fail("aten::index_put needs a list of index tensors");
+  for (const Item &e : list.elems)
+    if (e.kind != Item::Tensor)
+      fail("aten::index_put with a slice before a tensor index (x[:, i] = "
+           "v) is not supported");
+  const Item &first = list.elems[0];
+  if (list.elems.size() == 1 && first.dtype == at::kBool) {
+    if (first.rank != rank)
+      fail("aten::index_put with a boolean mask of another rank than the "
+           "tensor is not supported");
+    if (isTensor(ins[2]) && rankOf(ins[2]) > 0)
+      fail("aten::index_put of a tensor at a boolean mask (a size read from "
+           "the data) is not supported; a number is");
+    std::string zero = constant(dt, {}, {0.0});
+    if (accumulate)
+      return outRD(emit("Add", {T(0), emit("Where", {first.name, v, zero})}),
+                   rank, dt);
+    return outRD(emit("Where", {first.name, v, T(0)}), rank, dt);
+  }
+  std::vector<std::string> columns;
+  for (const Item &e : list.elems) {
+    if (e.dtype == at::kBool)
+      fail("aten::index_put mixing boolean and integer indices is not "
+           "supported");
+    std::string idx = e.dtype == at::kLong ? e.name : cast(e.name, at::kLong);
+    columns.push_back(emit("Unsqueeze", {idx, ints({-1})}));
+  }
+  onnx::NodeProto *cat = node("Concat", columns);
+  attr(cat, "axis", int64_t(-1));
+  int64_t k = list.elems.size();
+  if (k > rank)
+    fail("aten::index_put with more indices than the tensor has dims");
+  onnx::NodeProto *rest = node(
+      "Slice", {emit("Shape", {T(0)}), ints({k}), ints({rank}), ints({0})});
+  onnx::NodeProto *shape =
+      node("Concat", {emit("Shape", {first.name}), rest->output(0)});
+  attr(shape, "axis", int64_t(0));
+  onnx::NodeProto *scatter =
+      node("ScatterND",
+           {T(0), cat->output(0), emit("Expand", {v, shape->output(0)})});
+  if (accumulate)
+    attr(scatter, "reduction", std::string("add"));
+  return outRD(scatter->output(0), rank, dt);
 }
 
 void Translator::atenRoll(AtenCall &call) {

@@ -96,9 +96,45 @@ class FloorDiv(nn.Module):
         return (x // 3) * 10 + torch.div(x, 4, rounding_mode="floor")
 
 
-class Cumsum(nn.Module):
+class Nonzero(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, dim=0)
+        return torch.nonzero(x)
+
+
+class AtenOps(nn.Module):
+    """cumsum, argmax/argmin, topk, one_hot, group_norm, instance_norm,
+    conv_transpose2d, conv1d and index_put (integer and boolean indices,
+    accumulating), each result flattened into one vector."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1,
+                                     groups=2)
+        self.gn = nn.GroupNorm(3, 6)
+        self.inorm = nn.InstanceNorm2d(6, affine=True)
+        self.conv1 = nn.Conv1d(6, 3, 3, padding=1, dilation=1)
+        with torch.no_grad():
+            self.gn.weight.uniform_(0.5, 1.5)
+            self.gn.bias.uniform_(-0.5, 0.5)
+            self.inorm.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x, ids):
+        # x: 2x6x5x5, ids: 4 (int64, in [0, 5))
+        parts = [torch.cumsum(x, dim=2), torch.cumsum(ids, 0).float(),
+                 x.argmax(1).float(), x.argmin(-1, keepdim=True).float(),
+                 x.flatten(1).argmax().float()]
+        v, i = torch.topk(x, 3, dim=3)
+        parts += [v, i.float(), torch.topk(x, 2, dim=1, largest=False)[0]]
+        parts += [F.one_hot(ids, 5).float(), self.gn(x), self.inorm(x), self.up(x),
+                  self.conv1(x.flatten(2))]
+        y = x.clone()
+        y[ids] = x[0] * 2.0
+        z = x.clone()
+        z[z > 0.5] = 0.5
+        w = x.clone()
+        w.index_put_((ids, ids), torch.ones(4, 5, 5), accumulate=True)
+        parts += [y, z, w]
+        return torch.cat([p.flatten() for p in parts])
 
 
 class InPlace(nn.Module):
@@ -170,7 +206,14 @@ def main():
     torch.jit.trace(m, (ids, ids), check_trace=False).save(os.path.join(out, "attention.traced.pt"))
     torch.jit.script(m).save(os.path.join(out, "attention.scripted.pt"))
     torch.jit.script(ConvBN().train()).save(os.path.join(out, "convbn.scripted.pt"))
-    torch.jit.script(Cumsum()).save(os.path.join(out, "cumsum.scripted.pt"))
+    torch.jit.script(Nonzero()).save(os.path.join(out, "nonzero.scripted.pt"))
+    m = AtenOps()
+    xo, ids = torch.randn(2, 6, 5, 5), torch.tensor([1, 0, 1, 0])
+    torch.jit.trace(m, (xo, ids)).save(os.path.join(out, "atenops.traced.pt"))
+    os.makedirs(os.path.join(out, "atenops"), exist_ok=True)
+    np.save(os.path.join(out, "atenops", "x.npy"), xo.numpy())
+    np.save(os.path.join(out, "atenops", "ids.npy"), ids.numpy())
+    np.save(os.path.join(out, "atenops_want.npy"), m(xo, ids).detach().numpy())
     torch.jit.script(EinsumRelu()).save(os.path.join(out, "einsum.scripted.pt"))
     torch.jit.script(Frozen()).save(os.path.join(out, "frozen.scripted.pt"))
     torch.jit.script(Detach()).save(os.path.join(out, "detach.scripted.pt"))
