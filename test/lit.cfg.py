@@ -1,5 +1,6 @@
 # -*- Python -*-
 import os
+import shutil
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -18,6 +19,14 @@ config.substitutions.append(("%python", "/usr/bin/python3"))
 # The TorchScript front end is built where libtorch is found.
 if config.cleave_torchscript == "1":
     config.available_features.add("torchscript")
+# onnxruntime-node, the second reference executor, where scripts/setup.sh
+# could install it from the npm registry.
+ort_modules = os.path.join(
+    os.environ.get("CLEAVE_ORT_DIR", os.path.join(config.cleave_obj_root, "ort")),
+    "node_modules")
+if os.path.isdir(os.path.join(ort_modules, "onnxruntime-node")) and shutil.which("node"):
+    config.available_features.add("onnxruntime")
+config.substitutions.append(("%ort_modules", ort_modules))
 
 
 

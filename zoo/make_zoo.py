@@ -21,7 +21,8 @@ For each model M and opset O it writes DIR/M-opsetO/:
   ref/sgd/NAME.npy      every parameter after one torch.optim.SGD step, and every
                         buffer after the forward
   ref/adamw/NAME.npy    the same for one torch.optim.AdamW step
-  ref64/...             with --ref64 (always for --set vision): loss, grad/, sgd/ and
+  ref64/...             with --ref64 (always for --set vision): out/ (the forward's
+                        outputs), loss, grad/, sgd/ and
                         adamw/ of the same step in float64
 
 Losses: "auto" means the model's first output is the scalar loss (the forward
@@ -577,6 +578,17 @@ def _step(model, spec, args, labels, optimizer, dtype, hp):
     return loss.detach(), grads, state
 
 
+def forward_outputs(model0, spec, inputs, dtype):
+    """The forward's outputs (training mode, as exported) by ONNX output
+    name: the reference check_ort.py judges onnxruntime and Cleave by."""
+    model = copy.deepcopy(model0).to(dtype).train()
+    args = [t.to(dtype) if t.is_floating_point() else t for t in inputs.values()]
+    with torch.no_grad():
+        out = model(*args)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return collections.OrderedDict((n, o.detach()) for n, o in zip(spec.outputs, outs))
+
+
 def float32_spread(model0, spec, inputs, labels, refs, ref64):
     """Per tensor, the largest relative distance from float64 of PyTorch's
     float32 step run three ways (its default, channels_last, its reference
@@ -860,6 +872,7 @@ def make_model(name, opsets, out_dir, check64, failures, torchscript=False,
         for opt in ("sgd", "adamw"):
             ref64[opt] = reference(model0, spec, inputs, labels, opt, torch.float64)
         spread = float32_spread(model0, spec, inputs, labels, refs, ref64)
+        forward64 = forward_outputs(model0, spec, inputs, torch.float64)
     t_ref = time.time() - t0
 
     results = []
@@ -931,6 +944,8 @@ def make_model(name, opsets, out_dir, check64, failures, torchscript=False,
                                  g64[n])
                     for n in params + buffers:
                         save(os.path.join(d, "ref64", opt, file_name(n) + ".npy"), s64[n])
+                for n, v in forward64.items():
+                    save(os.path.join(d, "ref64", "out", n + ".npy"), v)
                 with open(os.path.join(d, "ref64", "spread.json"), "w") as f:
                     json.dump(spread, f, indent=0)
             manifest = collections.OrderedDict([
