@@ -64,6 +64,16 @@ public:
   }
   void setOutput(unsigned i, Value v);
 
+  // --- Subgraphs (If, Loop) ------------------------------------------------
+  /// Graph attribute \p name, or null.
+  const onnx::GraphProto *graphAttr(StringRef name) const;
+  /// Imports \p body's nodes here, its inputs bound to \p inputs (one per
+  /// graph input; it may also read every value in scope), and returns its
+  /// outputs. The names it defines go out of scope afterwards, so a loop
+  /// body can be imported once per iteration.
+  FailureOr<SmallVector<Value>> importSubgraph(const onnx::GraphProto &body,
+                                               ArrayRef<Value> inputs);
+
   // --- Training state ------------------------------------------------------
   /// Whether input \p i is a buffer (non-trainable state initializer).
   bool isBuffer(unsigned i) const;
@@ -167,6 +177,7 @@ void registerNeuralHandlers(HandlerTable &table);
 void registerIndexingHandlers(HandlerTable &table);
 void registerResizeHandlers(HandlerTable &table);
 void registerRecurrentHandlers(HandlerTable &table);
+void registerControlFlowHandlers(HandlerTable &table);
 
 /// MLIR element type of an ONNX TensorProto data type, or null.
 Type elementTypeFromOnnx(MLIRContext *context, int32_t dataType);

@@ -12,9 +12,11 @@
 #include "NodeContext.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -472,6 +474,7 @@ static const HandlerTable &handlers() {
     registerNeuralHandlers(t);
     registerIndexingHandlers(t);
     registerResizeHandlers(t);
+    registerControlFlowHandlers(t);
     registerRecurrentHandlers(t);
     return t;
   }();
@@ -526,12 +529,23 @@ public:
       : context(context), model(model), options(options) {}
 
   OwningOpRef<ModuleOp> run();
+  /// \p v's value when it is computed, through at most a few dozen ops,
+  /// from constants and inputs whose values --forward gives (float inputs
+  /// are specialised only here, where a compile-time value is required: a
+  /// Loop's trip count computed from a Range's float bounds).
+  std::optional<DenseElementsAttr> evaluate(Value v);
+  /// Imports one node at \p builder's insertion point (also a subgraph's,
+  /// through NodeContext::importSubgraph).
+  LogicalResult importNode(const onnx::NodeProto &node, int64_t opset,
+                           OpBuilder &builder);
 
   MLIRContext *context;
   const OnnxModel &model;
   const OnnxImportOptions &options;
   llvm::StringMap<Value> values;
   llvm::StringMap<DenseElementsAttr> known;
+  /// Arguments whose values --forward gives (for evaluate).
+  DenseMap<BlockArgument, DenseElementsAttr> knownArguments;
   /// The node that wrote each value, for errors.
   llvm::StringMap<std::string> producers;
   /// Initializers that are non-trainable state (BatchNorm statistics).
@@ -559,8 +573,6 @@ private:
   /// Graph output \p out, checked against its declared type.
   FailureOr<Value> graphOutput(const onnx::ValueInfoProto &out,
                                OpBuilder &builder, Location loc);
-  LogicalResult importNode(const onnx::NodeProto &node, int64_t opset,
-                           OpBuilder &builder);
   Location fileLoc() {
     return FileLineColLoc::get(context, model.path(), 0, 0);
   }
@@ -712,6 +724,55 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
              << "node '" << label << "' (" << node.op_type() << ", opset "
              << opset << "): output '" << out << "' was not produced";
   return success();
+}
+
+std::optional<DenseElementsAttr> GraphImporter::evaluate(Value v) {
+  constexpr size_t kMaxOps = 64;
+  if (!options.foldConstants || knownArguments.empty() || !v.getDefiningOp())
+    return std::nullopt;
+  // The ops v depends on, operands first; every leaf must be a constant
+  // or a known argument.
+  SetVector<Operation *> slice;
+  SmallVector<Value> work = {v};
+  while (!work.empty()) {
+    Value w = work.pop_back_val();
+    if (auto arg = dyn_cast<BlockArgument>(w)) {
+      if (!knownArguments.count(arg))
+        return std::nullopt;
+      continue;
+    }
+    Operation *op = w.getDefiningOp();
+    if (!op || op->getNumRegions() || slice.contains(op))
+      continue;
+    if (slice.size() == kMaxOps)
+      return std::nullopt;
+    slice.insert(op);
+    llvm::append_range(work, op->getOperands());
+  }
+  SmallVector<Operation *> ordered(slice.begin(), slice.end());
+  llvm::sort(ordered,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  // Cloned into a scratch block with the arguments' values, folded there,
+  // and dropped: the program itself stays general in its float inputs.
+  OwningOpRef<ModuleOp> holder = ModuleOp::create(v.getLoc());
+  Block &scratch = *holder->getBody();
+  OpBuilder b = OpBuilder::atBlockEnd(&scratch);
+  IRMapping map;
+  for (auto [arg, value] : knownArguments)
+    map.map(arg, ConstantOp::create(b, arg.getLoc(), value));
+  for (Operation *op : ordered)
+    b.clone(*op, map);
+  DenseMap<Value, Value> replaced;
+  options.foldConstants(scratch.begin(), scratch.end(), replaced,
+                        kMaxFoldedElements);
+  Value folded = map.lookup(v);
+  if (Value r = replaced.lookup(folded))
+    folded = r;
+  DenseElementsAttr attr;
+  std::optional<DenseElementsAttr> result;
+  if (matchPattern(folded, m_Constant(&attr)))
+    result = attr;
+  return result;
 }
 
 /// Model-level facts no node check would catch: an IR version newer than
@@ -953,6 +1014,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
         return nullptr;
       }
       known[arg.second] = k->second;
+      knownArguments[entry->getArgument(i)] = k->second;
     }
   }
 
@@ -1044,6 +1106,7 @@ std::optional<DenseElementsAttr> NodeContext::constantInput(unsigned i) {
     DenseElementsAttr attr;
     if (matchPattern(v, m_Constant(&attr)))
       return attr;
+    return graph.evaluate(v);
   }
   return std::nullopt;
 }
@@ -1144,6 +1207,72 @@ StringRef NodeContext::producer() const {
 void NodeContext::setOutput(unsigned i, Value v) {
   if (hasOutput(i))
     graph.values[node.output(i)] = v;
+}
+
+const onnx::GraphProto *NodeContext::graphAttr(StringRef name) const {
+  const onnx::AttributeProto *a = attr(name);
+  return a && a->has_g() ? &a->g() : nullptr;
+}
+
+FailureOr<SmallVector<Value>>
+NodeContext::importSubgraph(const onnx::GraphProto &body,
+                            ArrayRef<Value> inputs) {
+  if (static_cast<size_t>(body.input_size()) != inputs.size())
+    return error() << "its subgraph '" << body.name() << "' takes "
+                   << body.input_size() << " inputs, " << inputs.size()
+                   << " are given";
+  // Everything the body names, taken out of scope again at the end (also
+  // on failure, which the caller reports).
+  SmallVector<std::string> scoped;
+  auto define = [&](const std::string &name) -> LogicalResult {
+    if (graph.values.count(name) || graph.known.count(name))
+      return error() << "its subgraph '" << body.name() << "' redefines '"
+                     << name << "', which is already in scope";
+    scoped.push_back(name);
+    return success();
+  };
+  auto leave = llvm::make_scope_exit([&] {
+    for (const std::string &name : scoped) {
+      graph.values.erase(name);
+      graph.known.erase(name);
+      graph.producers.erase(name);
+    }
+  });
+  for (auto [info, v] : llvm::zip(body.input(), inputs)) {
+    if (failed(define(info.name())))
+      return failure();
+    graph.values[info.name()] = v;
+  }
+  for (const onnx::TensorProto &t : body.initializer()) {
+    if (failed(define(t.name())))
+      return failure();
+    std::string why;
+    FailureOr<DenseElementsAttr> attr = tensorToAttr(b.getContext(), t, why);
+    if (failed(attr))
+      return error() << "subgraph initializer '" << t.name() << "': " << why;
+    graph.known[t.name()] = *attr;
+  }
+  for (const onnx::NodeProto &n : body.node()) {
+    for (const std::string &out : n.output())
+      if (!out.empty())
+        scoped.push_back(out);
+    OpBuilder builder = b;
+    if (failed(graph.importNode(n, opset, builder)))
+      return failure();
+  }
+  SmallVector<Value> outs;
+  for (const onnx::ValueInfoProto &out : body.output()) {
+    Value v = graph.values.lookup(out.name());
+    if (!v) {
+      auto k = graph.known.find(out.name());
+      if (k == graph.known.end())
+        return error() << "its subgraph's output '" << out.name()
+                       << "' is not defined";
+      v = ConstantOp::create(b, k->second);
+    }
+    outs.push_back(v);
+  }
+  return outs;
 }
 
 Value NodeContext::reshape(Value v, ArrayRef<int64_t> shape) {

@@ -90,14 +90,19 @@ def main():
     return 1 if failed else 0
 
 
-def check(out, cleave, tp, label, cls, input_shape=(8, 12)):
+def check(out, cleave, tp, label, cls, input_shape=(8, 12), export=None):
+    """export: what torch.onnx exports instead of the module itself
+    (torch.jit.script, for Python control flow); PyTorch's reference runs
+    the module."""
     os.makedirs(os.path.join(out, "inputs"), exist_ok=True)
     torch.manual_seed(16)
     model = cls()
     x = torch.randn(*input_shape)
     labels = torch.randn(input_shape[0], 5)
     onnx_path = os.path.join(out, "model.onnx")
-    torch.onnx.export(copy.deepcopy(model), (x,), onnx_path, input_names=["x"],
+    exported = copy.deepcopy(model)
+    torch.onnx.export(export(exported) if export else exported, (x,), onnx_path,
+                      input_names=["x"],
                       output_names=["y"], opset_version=17,
                       do_constant_folding=False)
     np.save(os.path.join(out, "inputs", "x.npy"), x.numpy())
