@@ -16,7 +16,11 @@ include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
-def Cleave_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I1, I32, I64]>;
+// The compute element types, and the storage ones (F64, F16, BF16, I8, I16,
+// UI8, UI16, UI32) a model's inputs and outputs may have, which only cast
+// reads at run time (the importer widens them: computeTypeOf).
+def Cleave_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I1, I32, I64, F64, I8,
+                                         I16, UI8, UI16, UI32]>;
 def Cleave_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
 def Cleave_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
 def Cleave_SignedTensor : StaticShapeTensorOf<[F32, F16, BF16, I32, I64]>;
@@ -168,13 +172,17 @@ def Cleave_CastOp : Cleave_Op<"cast"> {
   let summary = "Element type conversion";
   let description = [{
     Converts every element to the result's element type. Float to integer
-    truncates toward zero; any type to i1 is `x != 0`.
+    truncates toward zero; any type to i1 is `x != 0`. With `range_checked`
+    (a float64 input entering a program that computes in f32), a finite
+    element that the result type cannot hold stops the step with an error
+    instead of becoming infinity.
 
     ```mlir
     %0 = cleave.cast %x : tensor<4xi64> -> tensor<4xf32>
+    %1 = cleave.cast %y {range_checked} : tensor<4xf64> -> tensor<4xf32>
     ```
   }];
-  let arguments = (ins Cleave_Tensor:$input);
+  let arguments = (ins Cleave_Tensor:$input, UnitAttr:$range_checked);
   let results = (outs Cleave_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;

@@ -22,23 +22,74 @@ using namespace mlir;
 using namespace mlir::cleave;
 namespace rt = ::cleave::rt;
 
+/// Element types and runtime dtypes, in both directions.
+static std::optional<rt::DType> dtypeOfElement(Type e) {
+  if (e.isF32())
+    return rt::DType::F32;
+  if (e.isSignlessInteger(64))
+    return rt::DType::I64;
+  if (e.isSignlessInteger(32))
+    return rt::DType::I32;
+  if (e.isSignlessInteger(1))
+    return rt::DType::Bool;
+  if (e.isF64())
+    return rt::DType::F64;
+  if (e.isF16())
+    return rt::DType::F16;
+  if (e.isBF16())
+    return rt::DType::BF16;
+  if (e.isSignlessInteger(8))
+    return rt::DType::I8;
+  if (e.isSignlessInteger(16))
+    return rt::DType::I16;
+  if (e.isUnsignedInteger(8))
+    return rt::DType::U8;
+  if (e.isUnsignedInteger(16))
+    return rt::DType::U16;
+  if (e.isUnsignedInteger(32))
+    return rt::DType::U32;
+  return std::nullopt;
+}
+
 static bool supportedType(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor || !tensor.hasStaticShape())
-    return false;
-  Type e = tensor.getElementType();
-  return e.isF32() || e.isSignlessInteger(64) || e.isSignlessInteger(32) ||
-         e.isSignlessInteger(1);
+  return tensor && tensor.hasStaticShape() &&
+         dtypeOfElement(tensor.getElementType());
 }
 
 rt::DType mlir::cleave::runtimeDType(Type element) {
-  if (element.isSignlessInteger(64))
-    return rt::DType::I64;
-  if (element.isSignlessInteger(32))
-    return rt::DType::I32;
-  if (element.isSignlessInteger(1))
-    return rt::DType::Bool;
-  return rt::DType::F32;
+  return dtypeOfElement(element).value_or(rt::DType::F32);
+}
+
+Type mlir::cleave::elementTypeOf(MLIRContext *context, rt::DType dtype) {
+  Builder b(context);
+  switch (dtype) {
+  case rt::DType::F32:
+    return b.getF32Type();
+  case rt::DType::I64:
+    return b.getI64Type();
+  case rt::DType::I32:
+    return b.getI32Type();
+  case rt::DType::Bool:
+    return b.getI1Type();
+  case rt::DType::F64:
+    return b.getF64Type();
+  case rt::DType::F16:
+    return b.getF16Type();
+  case rt::DType::BF16:
+    return b.getBF16Type();
+  case rt::DType::I8:
+    return b.getI8Type();
+  case rt::DType::I16:
+    return b.getI16Type();
+  case rt::DType::U8:
+    return b.getIntegerType(8, /*isSigned=*/false);
+  case rt::DType::U16:
+    return b.getIntegerType(16, /*isSigned=*/false);
+  case rt::DType::U32:
+    return b.getIntegerType(32, /*isSigned=*/false);
+  }
+  return b.getF32Type();
 }
 
 DenseElementsAttr mlir::cleave::hostTensorToAttr(RankedTensorType type,

@@ -31,6 +31,23 @@ static FailureOr<pb::DType> dtypeOf(Type element) {
     return pb::I32;
   if (element.isSignlessInteger(1))
     return pb::BOOL;
+  // Storage dtypes of a model's inputs and outputs (only cast reads them).
+  if (element.isF64())
+    return pb::F64;
+  if (element.isF16())
+    return pb::F16;
+  if (element.isBF16())
+    return pb::BF16;
+  if (element.isSignlessInteger(8))
+    return pb::I8;
+  if (element.isSignlessInteger(16))
+    return pb::I16;
+  if (element.isUnsignedInteger(8))
+    return pb::U8;
+  if (element.isUnsignedInteger(16))
+    return pb::U16;
+  if (element.isUnsignedInteger(32))
+    return pb::U32;
   return failure();
 }
 
@@ -56,6 +73,13 @@ static FailureOr<std::string> constantBytes(ElementsAttr attr) {
   else if (element.isSignlessInteger(1))
     for (bool b : dense.getValues<bool>())
       out.push_back(b ? 1 : 0);
+  else if (succeeded(dtypeOf(element)))
+    // The storage dtypes: the attribute's own little-endian bytes.
+    for (int64_t i = 0, n = dense.getNumElements(); i < n; ++i) {
+      ArrayRef<char> raw = dense.getRawData();
+      size_t size = raw.size() / (dense.isSplat() ? 1 : n);
+      out.append(raw.data() + (dense.isSplat() ? 0 : i * size), size);
+    }
   else
     return failure();
   return out;
@@ -220,7 +244,11 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
         p.alpha = l.getAlpha().convertToDouble();
         return emit(inst, p);
       })
-      .Case<CastOp>([&](auto) { return emit<K::k_cast>(inst); })
+      .Case<CastOp>([&](CastOp c) {
+        Params<K::k_cast> p;
+        p.range_checked = c.getRangeChecked();
+        return emit(inst, p);
+      })
       .Case<IotaOp>([&](IotaOp i) {
         Params<K::k_iota> p;
         p.dim = i.getDim();

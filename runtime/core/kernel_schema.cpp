@@ -41,7 +41,7 @@ const Tables &tables() {
   return t;
 }
 
-uint8_t maskOf(DType d) {
+uint16_t maskOf(DType d) {
   switch (d) {
   case DType::F32:
     return kF32;
@@ -51,17 +51,22 @@ uint8_t maskOf(DType d) {
     return kI32;
   case DType::Bool:
     return kBool;
+  default:
+    // The storage dtypes, in DType's order from F64.
+    return static_cast<uint16_t>(
+        kF64 << (static_cast<int>(d) - static_cast<int>(DType::F64)));
   }
-  return 0;
 }
 
 /// "f32, i32 or i64"; "an i64 scalar".
-std::string maskPhrase(uint8_t mask) {
+std::string maskPhrase(uint16_t mask) {
   std::vector<const char *> names;
   for (auto [bit, name] : {std::pair{kF32, "f32"}, std::pair{kI32, "i32"},
                            std::pair{kI64, "i64"}, std::pair{kBool, "bool"}})
     if (mask & bit)
       names.push_back(name);
+  if ((mask & kStorage) == kStorage)
+    names.push_back("a storage dtype");
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
     out += (i == 0                  ? ""

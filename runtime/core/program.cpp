@@ -35,6 +35,30 @@ Status convertDType(int dtype, DType *out) {
   case CLEAVE_BOOL:
     *out = DType::Bool;
     return Status::ok();
+  case CLEAVE_F64:
+    *out = DType::F64;
+    return Status::ok();
+  case CLEAVE_F16:
+    *out = DType::F16;
+    return Status::ok();
+  case CLEAVE_BF16:
+    *out = DType::BF16;
+    return Status::ok();
+  case CLEAVE_I8:
+    *out = DType::I8;
+    return Status::ok();
+  case CLEAVE_I16:
+    *out = DType::I16;
+    return Status::ok();
+  case CLEAVE_U8:
+    *out = DType::U8;
+    return Status::ok();
+  case CLEAVE_U16:
+    *out = DType::U16;
+    return Status::ok();
+  case CLEAVE_U32:
+    *out = DType::U32;
+    return Status::ok();
   default:
     return Status::error("unsupported dtype " + std::to_string(dtype));
   }

@@ -13,10 +13,19 @@ size_t dtypeSize(DType dtype) {
   switch (dtype) {
   case DType::F32:
   case DType::I32:
+  case DType::U32:
     return 4;
   case DType::I64:
+  case DType::F64:
     return 8;
+  case DType::F16:
+  case DType::BF16:
+  case DType::I16:
+  case DType::U16:
+    return 2;
   case DType::Bool:
+  case DType::I8:
+  case DType::U8:
     return 1;
   }
   return 1;
@@ -32,6 +41,22 @@ const char *dtypeName(DType dtype) {
     return "i32";
   case DType::Bool:
     return "bool";
+  case DType::F64:
+    return "f64";
+  case DType::F16:
+    return "f16";
+  case DType::BF16:
+    return "bf16";
+  case DType::I8:
+    return "i8";
+  case DType::I16:
+    return "i16";
+  case DType::U8:
+    return "u8";
+  case DType::U16:
+    return "u16";
+  case DType::U32:
+    return "u32";
   }
   return "?";
 }

@@ -45,18 +45,12 @@ void castLoop(int64_t n, const void *in, void *out) {
 template <typename From> KernelFn makeCast(DType to, int64_t n) {
   void (*loop)(int64_t, const void *, void *) = nullptr;
   switch (to) {
-  case DType::F32:
-    loop = &castLoop<From, float>;
+#define CLEAVE_CAST_TO(D, T)                                                   \
+  case D:                                                                      \
+    loop = &castLoop<From, T>;                                                 \
     break;
-  case DType::I32:
-    loop = &castLoop<From, int32_t>;
-    break;
-  case DType::I64:
-    loop = &castLoop<From, int64_t>;
-    break;
-  case DType::Bool:
-    loop = &castLoop<From, bool>;
-    break;
+    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_TO)
+#undef CLEAVE_CAST_TO
   }
   return [loop, n](const KernelArgs &args) {
     loop(n, args.operands[0], args.results[0]);
@@ -196,18 +190,29 @@ Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
                          " must have the same shape");
   int64_t n = r.numElements();
   switch (a.dtype) {
-  case DType::F32:
-    *fn = makeCast<float>(r.dtype, n);
+#define CLEAVE_CAST_FROM(D, T)                                                 \
+  case D:                                                                      \
+    *fn = makeCast<T>(r.dtype, n);                                             \
     break;
-  case DType::I32:
-    *fn = makeCast<int32_t>(r.dtype, n);
-    break;
-  case DType::I64:
-    *fn = makeCast<int64_t>(r.dtype, n);
-    break;
-  case DType::Bool:
-    *fn = makeCast<bool>(r.dtype, n);
-    break;
+    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_FROM)
+#undef CLEAVE_CAST_FROM
+  }
+  if (info.params<schema::Kernel::k_cast>().range_checked) {
+    if (a.dtype != DType::F64 || r.dtype != DType::F32)
+      return Status::error("cast: range_checked is for f64 -> f32, not " +
+                           a.str() + " -> " + r.str());
+    // A float64 input of a program that computes in f32: a finite value
+    // beyond f32's range stops the step rather than becoming infinity.
+    *fn = [cast = std::move(*fn), n](const KernelArgs &args) {
+      const auto *x = static_cast<const double *>(args.operands[0]);
+      for (int64_t i = 0; i < n; ++i)
+        if (std::isfinite(x[i]) && std::isinf(static_cast<float>(x[i])))
+          return Status::error(
+              "float64 element " + std::to_string(i) + " (" +
+              std::to_string(x[i]) +
+              ") is beyond float32's range, in which the model computes");
+      return cast(args);
+    };
   }
   return Status::ok();
 }

@@ -216,28 +216,22 @@ void launchCast(const void *in, void *out, int64_t n, cudaStream_t s) {
 
 template <typename From> CastLaunch castTo(DType to) {
   switch (to) {
-  case DType::F32:
-    return &launchCast<From, float>;
-  case DType::I32:
-    return &launchCast<From, int32_t>;
-  case DType::I64:
-    return &launchCast<From, int64_t>;
-  case DType::Bool:
-    return &launchCast<From, bool>;
+#define CLEAVE_CAST_TO(D, T)                                                   \
+  case D:                                                                      \
+    return &launchCast<From, T>;
+    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_TO)
+#undef CLEAVE_CAST_TO
   }
   return nullptr;
 }
 
 CastLaunch castFrom(DType from, DType to) {
   switch (from) {
-  case DType::F32:
-    return castTo<float>(to);
-  case DType::I32:
-    return castTo<int32_t>(to);
-  case DType::I64:
-    return castTo<int64_t>(to);
-  case DType::Bool:
-    return castTo<bool>(to);
+#define CLEAVE_CAST_FROM(D, T)                                                 \
+  case D:                                                                      \
+    return castTo<T>(to);
+    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_FROM)
+#undef CLEAVE_CAST_FROM
   }
   return nullptr;
 }
@@ -562,6 +556,9 @@ Status prepare_cast(const KernelInfo &info, DeviceFn *fn) {
     };
     return Status::ok();
   }
+  if (info.params<schema::Kernel::k_cast>().range_checked)
+    return Status::error("cast: range-checked casts (float64 inputs) run on "
+                         "the CPU backend");
   CastLaunch launch = castFrom(a.dtype, r.dtype);
   if (!launch)
     return Status::error("cast: unsupported dtypes " + a.str() + " -> " +

@@ -21,7 +21,7 @@
 namespace cleave::rt::schema {
 
 /// Dtype masks of operand and result rules.
-enum DTypeMask : uint8_t {
+enum DTypeMask : uint16_t {
   kF32 = 1,
   kI64 = 2,
   kI32 = 4,
@@ -29,8 +29,13 @@ enum DTypeMask : uint8_t {
   kInteger = kI32 | kI64,
   kNumeric = kF32 | kI32 | kI64,
   kAny = kNumeric | kBool,
+  /// The storage dtypes (f64, f16, bf16, i8, i16, u8, u16, u32), one bit
+  /// each from kF64 up: only cast reads them.
+  kF64 = 16,
+  kStorage = 0xff0,
+  kAll = kAny | kStorage,
   /// Not a dtype: the value must be a scalar (rank 0).
-  kScalarOnly = 16,
+  kScalarOnly = 0x1000,
 };
 /// An Ints attribute of any length.
 constexpr int kAnyCount = -1;
@@ -121,7 +126,7 @@ struct ValueRule {
   const char *name;
   Presence presence;
   Tie tie;
-  uint8_t dtypes; ///< DTypeMask (kScalarOnly: rank 0 too)
+  uint16_t dtypes; ///< DTypeMask (kScalarOnly: rank 0 too)
 };
 
 /// One attribute of a kernel.

@@ -46,7 +46,10 @@ Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
   if (!fs::exists(file, ec))
     return Status::error("missing input file '" + file + "' for model input '" +
                          slot.name + "'");
-  return readNpy(file, t);
+  if (Status s = readNpy(file, t); !s)
+    return s;
+  conformInput(*t, slot.dtype);
+  return Status::ok();
 }
 
 /// Which sample each row of a step's batch is: batches of \p rows run

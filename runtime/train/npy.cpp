@@ -151,33 +151,29 @@ private:
   size_t pos_ = 0;
 };
 
+/// numpy's little-endian descr of each dtype (bfloat16 has none).
+constexpr std::pair<DType, const char *> kDescrs[] = {
+    {DType::F32, "<f4"},  {DType::I64, "<i8"}, {DType::I32, "<i4"},
+    {DType::Bool, "|b1"}, {DType::F64, "<f8"}, {DType::F16, "<f2"},
+    {DType::I8, "|i1"},   {DType::I16, "<i2"}, {DType::U8, "|u1"},
+    {DType::U16, "<u2"},  {DType::U32, "<u4"}};
+
 Status dtypeFromDescr(const std::string &descr, DType *dtype) {
-  if (descr == "<f4")
-    *dtype = DType::F32;
-  else if (descr == "<i8")
-    *dtype = DType::I64;
-  else if (descr == "<i4")
-    *dtype = DType::I32;
-  else if (descr == "|b1" || descr == "|u1")
-    *dtype = DType::Bool;
-  else
-    return Status::error("unsupported dtype '" + descr +
-                         "' (supported: <f4, <i8, <i4, |b1, |u1)");
-  return Status::ok();
+  for (auto [d, name] : kDescrs)
+    if (descr == name) {
+      *dtype = d;
+      return Status::ok();
+    }
+  return Status::error("unsupported dtype '" + descr +
+                       "' (supported: <f4, <f8, <f2, <i8, <i4, <i2, |i1, "
+                       "|b1, |u1, <u2, <u4)");
 }
 
 const char *descrOf(DType dtype) {
-  switch (dtype) {
-  case DType::F32:
-    return "<f4";
-  case DType::I64:
-    return "<i8";
-  case DType::I32:
-    return "<i4";
-  case DType::Bool:
-    return "|b1";
-  }
-  return "?";
+  for (auto [d, name] : kDescrs)
+    if (d == dtype)
+      return name;
+  return nullptr;
 }
 
 uint32_t readLE(const unsigned char *p, size_t bytes) {
@@ -246,12 +242,20 @@ Status readNpy(const std::string &path, HostTensor *result) {
   t.dtype = dtype;
   t.shape = header.shape;
   t.bytes.assign(bytes + dataStart, bytes + dataStart + dataBytes);
-  // Runtime bools are canonical 0/1 bytes; |u1 data may hold any byte.
+  // Runtime bools are canonical 0/1 bytes.
   if (dtype == DType::Bool)
     for (uint8_t &b : t.bytes)
       b = b != 0;
   *result = std::move(t);
   return Status::ok();
+}
+
+void conformInput(HostTensor &t, DType want) {
+  if (t.dtype == DType::U8 && want == DType::Bool) {
+    t.dtype = DType::Bool;
+    for (uint8_t &b : t.bytes)
+      b = b != 0;
+  }
 }
 
 Status writeNpy(const std::string &path, const HostTensor &tensor) {
@@ -264,6 +268,9 @@ Status writeNpy(const std::string &path, const HostTensor &tensor) {
     return fail("tensor holds " + std::to_string(tensor.bytes.size()) +
                 " bytes, its shape needs " + std::to_string(expected));
 
+  if (!descrOf(tensor.dtype))
+    return fail(std::string("numpy has no dtype for ") +
+                dtypeName(tensor.dtype));
   std::string dict = std::string("{'descr': '") + descrOf(tensor.dtype) +
                      "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < tensor.shape.size(); ++i)

@@ -243,11 +243,7 @@ struct DiagnosticPrinter {
 };
 
 static DenseElementsAttr toAttr(MLIRContext &ctx, const rt::HostTensor &t) {
-  Builder b(&ctx);
-  Type element = t.dtype == rt::DType::I64    ? b.getI64Type()
-                 : t.dtype == rt::DType::I32  ? b.getI32Type()
-                 : t.dtype == rt::DType::Bool ? b.getI1Type()
-                                              : Type(b.getF32Type());
+  Type element = mlir::cleave::elementTypeOf(&ctx, t.dtype);
   return mlir::cleave::hostTensorToAttr(RankedTensorType::get(t.shape, element),
                                         t);
 }
@@ -389,6 +385,10 @@ static int runForward(MLIRContext &ctx) {
     rt::Status status = rt::readNpy(std::string(path), &tensor);
     if (!status)
       return fail(status.message());
+    for (const auto &in : model->proto().graph().input())
+      if (in.name() == name &&
+          in.type().tensor_type().elem_type() == onnx::TensorProto::BOOL)
+        rt::conformInput(tensor, rt::DType::Bool);
     if (!options.inputs.count(name))
       options.inputs[name].shape = tensor.shape;
     if (tensor.numElements() <= 4096)

@@ -28,6 +28,8 @@ void foldConstantOps(Block::iterator begin, Block::iterator end,
 
 /// The runtime's dtype for \p element (f32, i64, i32, i1); f32 otherwise.
 ::cleave::rt::DType runtimeDType(Type element);
+/// The element type of runtime dtype \p dtype.
+Type elementTypeOf(MLIRContext *context, ::cleave::rt::DType dtype);
 
 /// \p t's elements as a constant of \p type (which must match its size).
 DenseElementsAttr hostTensorToAttr(RankedTensorType type,

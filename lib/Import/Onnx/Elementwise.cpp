@@ -195,17 +195,40 @@ LogicalResult clip6(NodeContext &ctx) {
                   ctx.splat(element, {}, ctx.attrFloat("max", 3.4028234e38f)));
 }
 
-LogicalResult castOp(NodeContext &ctx) {
+LogicalResult castTo(NodeContext &ctx, int64_t to) {
   FailureOr<Value> x = ctx.input(0);
   if (failed(x))
     return failure();
-  int64_t to = ctx.attrInt("to", 0);
   Type element = elementTypeFromOnnx(ctx.b.getContext(), to);
   if (!element)
     return ctx.error() << "cast to ONNX type " << to << " is not supported";
+  // To a storage dtype: its rounding (or wrapping), then widened again.
   auto type = NodeContext::typeOf(*x).clone(element);
-  ctx.setOutput(0, ctx.b.createOrFold<CastOp>(type, *x));
+  Value y = ctx.b.createOrFold<CastOp>(type, *x);
+  if (Type compute = computeTypeOf(element); compute != element)
+    y = ctx.b.createOrFold<CastOp>(type.clone(compute), y);
+  ctx.setOutput(0, y);
   return success();
+}
+
+LogicalResult castOp(NodeContext &ctx) {
+  return castTo(ctx, ctx.attrInt("to", 0));
+}
+
+// CastLike: to the element type the model declares for the second input
+// (its storage dtype), else the one it computes in.
+LogicalResult castLike(NodeContext &ctx) {
+  FailureOr<Value> like = ctx.input(1);
+  if (failed(like))
+    return failure();
+  if (int32_t declared = ctx.declaredOnnxType(1))
+    return castTo(ctx, declared);
+  Type e = NodeContext::typeOf(*like).getElementType();
+  int64_t to = e.isF32()                 ? onnx::TensorProto::FLOAT
+               : e.isSignlessInteger(64) ? onnx::TensorProto::INT64
+               : e.isSignlessInteger(32) ? onnx::TensorProto::INT32
+                                         : onnx::TensorProto::BOOL;
+  return castTo(ctx, to);
 }
 
 LogicalResult identity(NodeContext &ctx) {
@@ -271,5 +294,6 @@ void onnx_import::registerElementwiseHandlers(HandlerTable &t) {
   t.on("Clip", 6, clip6);
   t.on("Clip", 11, clip11);
   t.on("Cast", 6, castOp);
+  t.on("CastLike", 15, castLike);
   t.on("Identity", 1, identity);
 }

@@ -1112,8 +1112,19 @@ template <bool IsMax> LogicalResult pool3d(NodeContext &ctx, Value x) {
 
 template <bool IsMax> LogicalResult pool(NodeContext &ctx) {
   FailureOr<Value> x = ctx.input(0);
-  if (failed(x) || failed(requireFloat(ctx, *x)))
+  if (failed(x))
     return failure();
+  // MaxPool of int8 and uint8 (which compute in i32): the maximum in f32,
+  // exact for every such value.
+  Type integer = NodeContext::typeOf(*x).getElementType();
+  if (IsMax && integer.isInteger(32) && NodeContext::typeOf(*x).getRank() < 5) {
+    x = ctx.b.createOrFold<CastOp>(
+        NodeContext::typeOf(*x).clone(ctx.b.getF32Type()), *x);
+  } else {
+    integer = {};
+    if (failed(requireFloat(ctx, *x)))
+      return failure();
+  }
   if (IsMax && ctx.hasOutput(1))
     return ctx.error() << "the Indices output of MaxPool is not supported";
   auto xs = NodeContext::typeOf(*x).getShape();
@@ -1134,6 +1145,10 @@ template <bool IsMax> LogicalResult pool(NodeContext &ctx) {
     auto s = NodeContext::typeOf(y).getShape();
     y = ctx.reshape(y, {s[0], s[1], s[3]});
   }
+  if (integer)
+    y = ctx.b.createOrFold<CastOp>(NodeContext::typeOf(y).clone(integer), y);
+  if (integer)
+    y = ctx.b.createOrFold<CastOp>(NodeContext::typeOf(y).clone(integer), y);
   ctx.setOutput(0, y);
   return success();
 }

@@ -65,6 +65,9 @@ public:
   void setOutput(unsigned i, Value v);
 
   // --- Subgraphs (If, Loop) ------------------------------------------------
+  /// The ONNX element type the model declares for input \p i (a graph
+  /// input, initializer, value_info or output of that name), or 0.
+  int32_t declaredOnnxType(unsigned i) const;
   /// Graph attribute \p name, or null.
   const onnx::GraphProto *graphAttr(StringRef name) const;
   /// Imports \p body's nodes here, its inputs bound to \p inputs (one per
@@ -179,9 +182,24 @@ void registerResizeHandlers(HandlerTable &table);
 void registerRecurrentHandlers(HandlerTable &table);
 void registerControlFlowHandlers(HandlerTable &table);
 
-/// MLIR element type of an ONNX TensorProto data type, or null.
+/// MLIR element type of an ONNX TensorProto data type, or null: the
+/// storage type, which graph inputs and outputs keep.
 Type elementTypeFromOnnx(MLIRContext *context, int32_t dataType);
-/// Decodes an ONNX tensor (inline data only) into an attribute.
+/// The type a storage element type computes in: float64, float16 and
+/// bfloat16 in f32; int8, int16, uint8 and uint16 in i32; uint32 in i64
+/// (the runtime's compute dtypes); the others are their own. Values enter
+/// the program widened (inputs cast, constants converted) and leave it
+/// narrowed (outputs cast back), and Cast rounds through the storage type,
+/// so an op on float16 values rounds once, as float16 arithmetic does.
+Type computeTypeOf(Type storage);
+/// elementTypeFromOnnx's compute type, or null.
+Type computeTypeFromOnnx(MLIRContext *context, int32_t dataType);
+/// \p attr in its compute type (exact, but float64 rounds to f32;
+/// \p overflow says whether a finite value became infinite).
+DenseElementsAttr toComputeType(DenseElementsAttr attr,
+                                bool *overflow = nullptr);
+/// Decodes an ONNX tensor (inline data only) into an attribute of its
+/// compute type.
 FailureOr<DenseElementsAttr> tensorToAttr(MLIRContext *context,
                                           const onnx::TensorProto &tensor,
                                           std::string &error);

@@ -52,9 +52,69 @@ Type onnx_import::elementTypeFromOnnx(MLIRContext *context, int32_t dataType) {
     return b.getI32Type();
   case onnx::TensorProto::BOOL:
     return b.getI1Type();
+  case onnx::TensorProto::DOUBLE:
+    return b.getF64Type();
+  case onnx::TensorProto::FLOAT16:
+    return b.getF16Type();
+  case onnx::TensorProto::BFLOAT16:
+    return b.getBF16Type();
+  case onnx::TensorProto::INT8:
+    return b.getI8Type();
+  case onnx::TensorProto::INT16:
+    return b.getI16Type();
+  case onnx::TensorProto::UINT8:
+    return b.getIntegerType(8, /*isSigned=*/false);
+  case onnx::TensorProto::UINT16:
+    return b.getIntegerType(16, /*isSigned=*/false);
+  case onnx::TensorProto::UINT32:
+    return b.getIntegerType(32, /*isSigned=*/false);
   default:
     return {};
   }
+}
+
+/// Why a float64 tensor is refused (float64 computes in f32).
+static const char *const kBeyondF32 =
+    "holds float64 values beyond float32's range, in which Cleave computes "
+    "float64 models: this form is not supported";
+
+Type onnx_import::computeTypeOf(Type storage) {
+  Builder b(storage.getContext());
+  if (storage.isF64() || storage.isF16() || storage.isBF16())
+    return b.getF32Type();
+  if (storage.isInteger(8) || storage.isInteger(16))
+    return b.getI32Type();
+  if (storage.isUnsignedInteger(32))
+    return b.getI64Type();
+  return storage;
+}
+
+Type onnx_import::computeTypeFromOnnx(MLIRContext *context, int32_t dataType) {
+  Type t = elementTypeFromOnnx(context, dataType);
+  return t ? computeTypeOf(t) : t;
+}
+
+DenseElementsAttr onnx_import::toComputeType(DenseElementsAttr attr,
+                                             bool *overflow) {
+  Type from = attr.getElementType(), to = computeTypeOf(from);
+  if (overflow)
+    *overflow = false;
+  if (from == to)
+    return attr;
+  if (isa<FloatType>(from))
+    return cast<DenseFPElementsAttr>(attr).mapValues(to, [&](const APFloat &v) {
+      APFloat c = v;
+      bool lost;
+      c.convert(APFloat::IEEEsingle(), APFloat::rmNearestTiesToEven, &lost);
+      if (overflow && c.isInfinity() && !v.isInfinity())
+        *overflow = true;
+      return c.bitcastToAPInt();
+    });
+  unsigned width = to.getIntOrFloatBitWidth();
+  bool isUnsigned = from.isUnsignedInteger();
+  return cast<DenseIntElementsAttr>(attr).mapValues(to, [&](const APInt &v) {
+    return isUnsigned ? v.zext(width) : v.sext(width);
+  });
 }
 
 static std::string onnxTypeName(int32_t dataType) {
@@ -98,6 +158,37 @@ typedFieldBytes(const onnx::TensorProto &t, int64_t count, std::string &error) {
         out.push_back(v ? 1 : 0);
       else
         out.append(reinterpret_cast<const char *>(&v), 4);
+    }
+    return out;
+  }
+  case onnx::TensorProto::DOUBLE:
+    if (!check(t.double_data_size()))
+      return failure();
+    out.assign(reinterpret_cast<const char *>(t.double_data().data()),
+               count * 8);
+    return out;
+  case onnx::TensorProto::UINT32:
+    if (!check(t.uint64_data_size()))
+      return failure();
+    for (uint64_t v : t.uint64_data()) {
+      auto narrow = static_cast<uint32_t>(v);
+      out.append(reinterpret_cast<const char *>(&narrow), 4);
+    }
+    return out;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8: {
+    // One element (its bits, for the 16-bit floats) per int32_data entry.
+    if (!check(t.int32_data_size()))
+      return failure();
+    bool twoBytes = t.data_type() != onnx::TensorProto::INT8 &&
+                    t.data_type() != onnx::TensorProto::UINT8;
+    for (int32_t v : t.int32_data()) {
+      auto bits = static_cast<uint16_t>(v);
+      out.append(reinterpret_cast<const char *>(&bits), twoBytes ? 2 : 1);
     }
     return out;
   }
@@ -316,7 +407,13 @@ onnx_import::tensorToAttr(MLIRContext *context, const onnx::TensorProto &tensor,
   FailureOr<TensorData> data = decodeTensor(context, tensor, "", error);
   if (failed(data))
     return failure();
-  return tensorDataToAttr(*data);
+  bool overflow;
+  DenseElementsAttr attr = toComputeType(tensorDataToAttr(*data), &overflow);
+  if (overflow) {
+    error = kBeyondF32;
+    return failure();
+  }
+  return attr;
 }
 
 //===----------------------------------------------------------------------===//
@@ -434,6 +531,14 @@ std::string mlir::cleave::parseInputSpec(MLIRContext *context,
                    .Case("i32", b.getI32Type())
                    .Case("bool", b.getI1Type())
                    .Case("i1", b.getI1Type())
+                   .Case("f64", b.getF64Type())
+                   .Case("f16", b.getF16Type())
+                   .Case("bf16", b.getBF16Type())
+                   .Case("i8", b.getI8Type())
+                   .Case("i16", b.getI16Type())
+                   .Case("u8", b.getIntegerType(8, false))
+                   .Case("u16", b.getIntegerType(16, false))
+                   .Case("u32", b.getIntegerType(32, false))
                    .Default(Type());
       if (t) {
         spec.elementType = t;
@@ -538,6 +643,12 @@ public:
   /// through NodeContext::importSubgraph).
   LogicalResult importNode(const onnx::NodeProto &node, int64_t opset,
                            OpBuilder &builder);
+  /// Rounds (or wraps) a node's results that hold a storage dtype
+  /// (float16, int8...) to it, and records which they are.
+  void narrowOutputs(const onnx::NodeProto &node, OpBuilder &builder,
+                     Location loc);
+  /// The storage element type of values that have one (computeTypeOf).
+  llvm::StringMap<Type> storageTypes;
 
   MLIRContext *context;
   const OnnxModel &model;
@@ -723,7 +834,58 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
       return emitError(loc)
              << "node '" << label << "' (" << node.op_type() << ", opset "
              << opset << "): output '" << out << "' was not produced";
+  narrowOutputs(node, builder, loc);
   return success();
+}
+
+void GraphImporter::narrowOutputs(const onnx::NodeProto &node,
+                                  OpBuilder &builder, Location loc) {
+  // The storage type of the node's results: Cast's and Constant's own;
+  // otherwise that of its first storage-typed operand (Add of float16s is
+  // float16).
+  Type storage;
+  bool rounded = false; // the handler already rounds (Cast)
+  if (node.op_type() == "Cast" || node.op_type() == "CastLike") {
+    for (const auto &a : node.attribute())
+      if (a.name() == "to")
+        storage = elementTypeFromOnnx(context, a.i());
+    if (node.op_type() == "CastLike" && node.input_size() > 1)
+      storage = storageTypes.lookup(node.input(1));
+    rounded = true;
+  } else if (node.op_type() == "Constant") {
+    for (const auto &a : node.attribute())
+      if (a.name() == "value" && a.has_t())
+        storage = elementTypeFromOnnx(context, a.t().data_type());
+    rounded = true;
+  } else {
+    for (const std::string &in : node.input())
+      if (Type t = storageTypes.lookup(in)) {
+        storage = t;
+        break;
+      }
+  }
+  if (!storage)
+    return;
+  Type compute = computeTypeOf(storage);
+  if (compute == storage)
+    return;
+  for (const std::string &out : node.output()) {
+    auto it = values.find(out);
+    if (out.empty() || it == values.end())
+      continue;
+    auto type = cast<RankedTensorType>(it->second.getType());
+    if (type.getElementType() != compute)
+      continue; // a shape, an index, a comparison: not of that type
+    storageTypes[out] = storage;
+    // Each op on float16 (or int8...) values rounds (or wraps) its result
+    // to that type, as the model's arithmetic does; float64 is computed in
+    // f32 without a per-op rounding to do.
+    if (rounded || storage.isF64())
+      continue;
+    Value narrow =
+        builder.createOrFold<CastOp>(loc, type.clone(storage), it->second);
+    it->second = builder.createOrFold<CastOp>(loc, type, narrow);
+  }
 }
 
 std::optional<DenseElementsAttr> GraphImporter::evaluate(Value v) {
@@ -926,7 +1088,15 @@ LogicalResult GraphImporter::declareArguments(
       emitError(loc) << "initializer '" << t.name() << "' " << error;
       return failure();
     }
-    known[t.name()] = tensorDataToAttr(*data);
+    // Storage dtypes (float16 weights, uint8 tables) compute widened.
+    if (data->elementType != computeTypeOf(data->elementType))
+      storageTypes[t.name()] = data->elementType;
+    bool overflow;
+    known[t.name()] = toComputeType(tensorDataToAttr(*data), &overflow);
+    if (overflow) {
+      emitError(loc) << "initializer '" << t.name() << "' " << kBeyondF32;
+      return failure();
+    }
   }
   return success();
 }
@@ -947,6 +1117,12 @@ FailureOr<Value> GraphImporter::graphOutput(const onnx::ValueInfoProto &out,
   const auto &tt = out.type().tensor_type();
   if (out.type().has_tensor_type() && tt.elem_type() != 0) {
     Type declared = elementTypeFromOnnx(context, tt.elem_type());
+    // A storage dtype computed widened goes back to it here.
+    if (declared && declared != type.getElementType() &&
+        computeTypeOf(declared) == type.getElementType()) {
+      type = type.clone(declared);
+      v = builder.createOrFold<CastOp>(loc, type, v);
+    }
     if (declared != type.getElementType()) {
       emitError(loc) << "graph output '" << out.name() << "' is declared "
                      << onnxTypeName(tt.elem_type()) << " but computes "
@@ -1019,6 +1195,28 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   }
 
   builder.setInsertionPointToEnd(entry);
+  // Inputs of storage dtypes (float64, float16, uint8...) are read once
+  // and computed widened (NodeContext.h's computeTypeOf).
+  for (auto [i, arg] : llvm::enumerate(argNames)) {
+    auto type = cast<RankedTensorType>(argTypes[i]);
+    Type compute = computeTypeOf(type.getElementType());
+    if (compute == type.getElementType())
+      continue;
+    storageTypes[arg.second] = type.getElementType();
+    auto cast = CastOp::create(builder, loc, type.clone(compute),
+                               entry->getArgument(i));
+    if (type.getElementType().isF64())
+      cast.setRangeChecked(true);
+    values[arg.second] = cast;
+    if (auto k = known.find(arg.second); k != known.end()) {
+      bool overflow;
+      k->second = toComputeType(k->second, &overflow);
+      if (overflow) {
+        emitError(loc) << "input '" << arg.second << "' " << kBeyondF32;
+        return nullptr;
+      }
+    }
+  }
   for (const onnx::NodeProto &node : graph.node())
     if (failed(importNode(node, opset, builder)))
       return nullptr;
@@ -1207,6 +1405,21 @@ StringRef NodeContext::producer() const {
 void NodeContext::setOutput(unsigned i, Value v) {
   if (hasOutput(i))
     graph.values[node.output(i)] = v;
+}
+
+int32_t NodeContext::declaredOnnxType(unsigned i) const {
+  if (!hasInput(i))
+    return 0;
+  const std::string &name = node.input(i);
+  const onnx::GraphProto &g = graph.model.proto().graph();
+  for (const onnx::TensorProto &t : g.initializer())
+    if (t.name() == name)
+      return t.data_type();
+  for (const auto *list : {&g.input(), &g.value_info(), &g.output()})
+    for (const onnx::ValueInfoProto &v : *list)
+      if (v.name() == name && v.type().has_tensor_type())
+        return v.type().tensor_type().elem_type();
+  return 0;
 }
 
 const onnx::GraphProto *NodeContext::graphAttr(StringRef name) const {

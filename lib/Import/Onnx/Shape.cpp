@@ -530,7 +530,7 @@ LogicalResult eyeLike(NodeContext &ctx) {
     return ctx.error() << "needs a 2-D input, got " << type;
   Type element = type.getElementType();
   if (int64_t dtype = ctx.attrInt("dtype", 0)) {
-    element = elementTypeFromOnnx(ctx.b.getContext(), dtype);
+    element = computeTypeFromOnnx(ctx.b.getContext(), dtype);
     if (!element)
       return ctx.error() << "dtype " << dtype << " is not supported";
   }
@@ -623,7 +623,7 @@ template <Window W> LogicalResult window(NodeContext &ctx) {
   if (sizeValue->size() != 1 || (*sizeValue)[0] < 0)
     return ctx.error() << "size must be one non-negative number";
   int64_t size = (*sizeValue)[0];
-  Type out = elementTypeFromOnnx(ctx.b.getContext(),
+  Type out = computeTypeFromOnnx(ctx.b.getContext(),
                                  ctx.attrInt("output_datatype", 1));
   if (!out)
     return ctx.error() << "output_datatype "

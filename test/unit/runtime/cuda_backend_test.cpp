@@ -333,6 +333,28 @@ void castCases(Cases &cs) {
       cs.move("cast", {random}, {R(to, random.shape)});
     }
   }
+  // The storage dtypes (a model's float64, float16, bfloat16 and narrow
+  // integer inputs and outputs): into each from the edges, and back.
+  const std::vector<DType> storage = {DType::F64, DType::F16, DType::BF16,
+                                      DType::I8,  DType::I16, DType::U8,
+                                      DType::U16, DType::U32};
+  for (DType to : storage)
+    for (const HostTensor &from : edges)
+      cs.move("cast", {from}, {R(to, from.shape)}, {}, "to a storage dtype");
+  const std::vector<uint16_t> halfBits = {0x3c00, 0x0001, 0x7bff, 0xfc00,
+                                          0x7e00, 0x8000, 0x03ff, 0xc4d2};
+  for (DType from16 : {DType::F16, DType::BF16})
+    for (DType to : {kF32, kI32, kI64, kBool})
+      cs.move("cast", {makeTensor<uint16_t>(from16, {8}, halfBits)},
+              {R(to, {8})}, {}, "from 16-bit float bits");
+  cs.move("cast",
+          {makeTensor<double>(DType::F64, {5}, {0.1, -1e300, 1e-50, 3.5, -7})},
+          {R(kF32, {5})}, {}, "from float64");
+  cs.move("cast", {makeTensor<int8_t>(DType::I8, {4}, {-128, 127, 0, -1})},
+          {R(kI32, {4})}, {}, "from int8");
+  cs.move("cast",
+          {makeTensor<uint32_t>(DType::U32, {3}, {4000000000u, 0u, 7u})},
+          {R(kI64, {3})}, {}, "from uint32");
   cs.move("copy", {cs.f({3, 4})}, {R(kF32, {3, 4})});
   cs.move("copy", {cs.f({2, 6})}, {R(kF32, {3, 4})}, {}, "reshaped");
   cs.move("copy", {cs.i(kI64, {1000})}, {R(kI64, {10, 100})});

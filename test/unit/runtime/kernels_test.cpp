@@ -277,6 +277,77 @@ TEST(Elementwise, Cast) {
             (std::vector<int64_t>{-3, 4}));
 }
 
+// The storage dtypes (float64, float16, bfloat16, int8, int16, uint8,
+// uint16, uint32): rounding to nearest even into the 16-bit floats
+// (halfway cases, subnormals, overflow to infinity, NaN), exact widening
+// back, wrapping of integers into the narrow ones, and the range check of
+// float64 inputs.
+TEST(Elementwise, CastStorageDTypes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // 1 + 2^-11 is halfway between 1 and the next half: even (1) wins;
+  // 1 + 3 * 2^-11 rounds up; 65504 is the largest half, 65520 the first
+  // value that rounds to infinity; 2^-24 is the smallest subnormal and
+  // 2^-25 rounds (a tie) to zero.
+  HostTensor f = f32({10}, {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f,
+                            65520.0f, 0x1p-24f, 0x1p-25f, -2.5f, inf,
+                            std::numeric_limits<float>::quiet_NaN(), -0.0f});
+  HostTensor h = run1("cast", {f}, DType::F16, {10});
+  std::vector<uint16_t> bits = values<uint16_t>(h);
+  EXPECT_EQ(bits,
+            (std::vector<uint16_t>{0x3c00, 0x3c02, 0x7bff, 0x7c00, 0x0001,
+                                   0x0000, 0xc100, 0x7c00, bits[8], 0x8000}));
+  EXPECT_EQ(bits[8] & 0x7c00, 0x7c00);
+  EXPECT_NE(bits[8] & 0x3ff, 0); // NaN stays NaN
+  std::vector<float> back = values<float>(run1("cast", {h}, DType::F32, {10}));
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-9f);
+  EXPECT_EQ(back[4], 0x1p-24f);
+  EXPECT_EQ(back[3], inf);
+  EXPECT_TRUE(std::isnan(back[8]));
+  // bfloat16 keeps f32's exponent: 1 + 2^-8 ties to 1, 1 + 3 * 2^-8 up.
+  HostTensor b =
+      run1("cast", {f32({3}, {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3e38f})},
+           DType::BF16, {3});
+  EXPECT_EQ(values<uint16_t>(b),
+            (std::vector<uint16_t>{0x3f80, 0x3f82, 0x7f62}));
+  EXPECT_EQ(values<float>(run1("cast", {b}, DType::F32, {3}))[1],
+            1.0f + 0x1p-6f);
+  // Integers: narrowing wraps (as int8 arithmetic does), widening is exact.
+  HostTensor wide = i32({4}, {127, 128, -129, 300});
+  EXPECT_EQ(values<int8_t>(run1("cast", {wide}, DType::I8, {4})),
+            (std::vector<int8_t>{127, -128, 127, 44}));
+  EXPECT_EQ(values<uint8_t>(run1("cast", {wide}, DType::U8, {4})),
+            (std::vector<uint8_t>{127, 128, 127, 44}));
+  HostTensor u = makeTensor<uint32_t>(DType::U32, {2}, {4000000000u, 7u});
+  EXPECT_EQ(values<int64_t>(run1("cast", {u}, DType::I64, {2})),
+            (std::vector<int64_t>{4000000000, 7}));
+  HostTensor s = makeTensor<int16_t>(DType::I16, {2}, {-32768, 5});
+  EXPECT_EQ(values<float>(run1("cast", {s}, DType::F32, {2})),
+            (std::vector<float>{-32768.0f, 5.0f}));
+  HostTensor d = makeTensor<double>(DType::F64, {3}, {0.1, -1e300, 1e-50});
+  EXPECT_EQ(values<float>(run1("cast", {d}, DType::F32, {3})),
+            (std::vector<float>{0.1f, -inf, 0.0f}));
+}
+
+// A range-checked cast (float64 inputs of a program computing in f32)
+// refuses a finite value f32 cannot hold.
+TEST(Elementwise, CastRangeChecked) {
+  Attrs checked = {{"range_checked", {{1}, {}}}};
+  HostTensor bad = makeTensor<double>(DType::F64, {3}, {1.0, 3.5e38, -2.0});
+  plan::Program program =
+      singleKernelProgram("cast", {bad}, {{DType::F32, {3}}}, checked);
+  std::unique_ptr<Executor> exec;
+  ASSERT_TRUE(Executor::create(program, &exec).isOk());
+  std::vector<HostTensor> out;
+  Status s = exec->run({bad}, &out);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("float64 element 1"), std::string::npos)
+      << s.message();
+  HostTensor ok = makeTensor<double>(DType::F64, {2}, {1e38, -1e-300});
+  EXPECT_EQ(values<float>(run1("cast", {ok}, DType::F32, {2}, checked)),
+            (std::vector<float>{1e38f, -0.0f}));
+}
+
 // The saturating edges (core/convert.h): NaN is 0, infinities and the
 // floats at and beyond each bound saturate, the largest float inside a
 // bound converts exactly.

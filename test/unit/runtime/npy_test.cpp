@@ -115,6 +115,10 @@ TEST_F(NpyTest, ReadsVersions2And3AndByteBools) {
   HostTensor t;
   Status s = readNpy(p, &t);
   ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(t.dtype, DType::U8);
+  EXPECT_EQ(values<uint8_t>(t), (std::vector<uint8_t>{0, 2, 1}));
+  // uint8 data given for a bool input reads as bool.
+  conformInput(t, DType::Bool);
   EXPECT_EQ(t.dtype, DType::Bool);
   EXPECT_EQ(t.shape, (Shape{1, 3}));
   EXPECT_EQ(values<uint8_t>(t), (std::vector<uint8_t>{0, 1, 1}));
@@ -155,10 +159,10 @@ TEST_F(NpyTest, ErrorsNameThePathAndCause) {
                std::string(16, '\0')),
       "Fortran");
   expectError(
-      "f8.npy",
-      makeFile(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+      "c8.npy",
+      makeFile(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }",
                std::string(16, '\0')),
-      "unsupported dtype '<f8'");
+      "unsupported dtype '<c8'");
   expectError(
       "bigendian.npy",
       makeFile(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }",
@@ -187,6 +191,36 @@ TEST(SanitizeFileName, MapsOtherCharacters) {
   EXPECT_EQ(sanitizeFileName("layer.0/attn:q-proj_W"), "layer.0_attn_q-proj_W");
   EXPECT_EQ(sanitizeFileName("a b\xc3\xa9"), "a_b__");
   EXPECT_EQ(sanitizeFileName(""), "");
+}
+
+// The storage dtypes round-trip with numpy's descrs; bfloat16, which numpy
+// lacks, is refused on writing.
+TEST_F(NpyTest, StorageDTypesRoundTrip) {
+  for (auto [dtype, descr] :
+       {std::pair{DType::F64, "<f8"}, std::pair{DType::F16, "<f2"},
+        std::pair{DType::I8, "|i1"}, std::pair{DType::I16, "<i2"},
+        std::pair{DType::U8, "|u1"}, std::pair{DType::U16, "<u2"},
+        std::pair{DType::U32, "<u4"}}) {
+    HostTensor t = HostTensor::zeros(dtype, {2, 3});
+    for (size_t i = 0; i < t.bytes.size(); ++i)
+      t.bytes[i] = static_cast<uint8_t>(i * 37 + 1);
+    std::string p = path(std::string(dtypeName(dtype)) + ".npy");
+    ASSERT_TRUE(writeNpy(p, t).isOk()) << descr;
+    std::ifstream in(p, std::ios::binary);
+    std::string file((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(file.find(std::string("'descr': '") + descr + "'"),
+              std::string::npos)
+        << file;
+    HostTensor back;
+    ASSERT_TRUE(readNpy(p, &back).isOk()) << descr;
+    EXPECT_EQ(back.dtype, dtype);
+    EXPECT_EQ(back.shape, t.shape);
+    EXPECT_EQ(back.bytes, t.bytes);
+  }
+  Status s = writeNpy(path("bf16.npy"), HostTensor::zeros(DType::BF16, {2}));
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("numpy has no dtype for bf16"), std::string::npos)
+      << s.message();
 }
 
 } // namespace

@@ -31,6 +31,22 @@ inline plan::DType toPlan(DType d) {
     return plan::I32;
   case DType::Bool:
     return plan::BOOL;
+  case DType::F64:
+    return plan::F64;
+  case DType::F16:
+    return plan::F16;
+  case DType::BF16:
+    return plan::BF16;
+  case DType::I8:
+    return plan::I8;
+  case DType::I16:
+    return plan::I16;
+  case DType::U8:
+    return plan::U8;
+  case DType::U16:
+    return plan::U16;
+  case DType::U32:
+    return plan::U32;
   }
   return plan::DTYPE_UNSPECIFIED;
 }

@@ -35,7 +35,16 @@ enum cleave_dtype {
   CLEAVE_F32 = 1,
   CLEAVE_I64 = 2,
   CLEAVE_I32 = 3,
-  CLEAVE_BOOL = 4
+  CLEAVE_BOOL = 4,
+  /* Storage dtypes of a model's inputs and outputs: only cast reads them. */
+  CLEAVE_F64 = 5,
+  CLEAVE_F16 = 6,
+  CLEAVE_BF16 = 7,
+  CLEAVE_I8 = 8,
+  CLEAVE_I16 = 9,
+  CLEAVE_U8 = 10,
+  CLEAVE_U16 = 11,
+  CLEAVE_U32 = 12
 };
 
 /* Where a value's bytes live, as plan.proto's Value.Storage. */

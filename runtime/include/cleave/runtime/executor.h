@@ -21,12 +21,15 @@ namespace cleave::rt {
 
 class Communicator;
 
-/// Element types the CPU backend executes; mirrors plan::DType.
-enum class DType { F32, I64, I32, Bool };
+/// Element types; mirrors plan::DType. The compute dtypes are F32, I64,
+/// I32 and Bool; the others are storage dtypes of a model's inputs and
+/// outputs, which only cast (and the data movement around a step) reads.
+enum class DType { F32, I64, I32, Bool, F64, F16, BF16, I8, I16, U8, U16, U32 };
 
 /// Bytes per element of \p dtype.
 size_t dtypeSize(DType dtype);
-/// "f32", "i64", "i32", "bool".
+/// "f32", "i64", "i32", "bool", "f64", "f16", "bf16", "i8", "i16", "u8",
+/// "u16", "u32".
 const char *dtypeName(DType dtype);
 /// "f32 [2, 3]", for messages.
 std::string describeTensor(DType dtype, const std::vector<int64_t> &shape);
@@ -103,9 +106,13 @@ private:
 };
 
 /// Reads a NumPy .npy file (format 1.0-3.0, little-endian, C order) of dtype
-/// <f4, <i8, <i4 or |b1 (also |u1 read as bool). Errors name the file and the
-/// cause (missing, truncated, unsupported dtype, Fortran order).
+/// <f4, <f8, <f2, <i8, <i4, <i2, |i1, |b1, |u1, <u2 or <u4. Errors name the
+/// file and the cause (missing, truncated, unsupported dtype, Fortran order).
 Status readNpy(const std::string &path, HostTensor *result);
+/// \p t as an input of dtype \p want where numpy's files say the same
+/// thing another way: uint8 data for a bool input (any non-zero byte is
+/// true). Other dtypes are left for the caller's check.
+void conformInput(HostTensor &t, DType want);
 /// Writes \p tensor as .npy atomically (temporary file, then rename).
 Status writeNpy(const std::string &path, const HostTensor &tensor);
 /// Maps characters outside [A-Za-z0-9._-] to '_' (file names of tensors).
