@@ -204,6 +204,12 @@ LogicalResult emitFill(ConstantOp c, pb::Instruction &inst) {
   return emit(inst, p);
 }
 
+LogicalResult emitCast(CastOp op, pb::Instruction &inst) {
+  Params<K::k_cast> p;
+  p.range_checked = op.getRangeChecked();
+  return emit(inst, p);
+}
+
 /// The kernel of \p op with its attributes, written into \p inst; failure
 /// (with no diagnostic) when the op has no kernel.
 LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
@@ -244,11 +250,7 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
         p.alpha = l.getAlpha().convertToDouble();
         return emit(inst, p);
       })
-      .Case<CastOp>([&](CastOp c) {
-        Params<K::k_cast> p;
-        p.range_checked = c.getRangeChecked();
-        return emit(inst, p);
-      })
+      .Case<CastOp>([&](CastOp c) { return emitCast(c, inst); })
       .Case<IotaOp>([&](IotaOp i) {
         Params<K::k_iota> p;
         p.dim = i.getDim();

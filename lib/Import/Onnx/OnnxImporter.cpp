@@ -24,6 +24,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 #include <climits>
+#include <cmath>
 #include <fstream>
 #include <limits>
 
@@ -1514,13 +1515,33 @@ SmallVector<Value> NodeContext::alignRanks(ArrayRef<Value> vs) {
   return out;
 }
 
+/// \p value truncated into integer type \p element's range (NaN: 0).
+static int64_t saturateToInt(double value, Type element) {
+  unsigned width = std::min(element.getIntOrFloatBitWidth(), 64u);
+  bool isUnsigned = element.isUnsignedInteger() || width == 1;
+  double lo = isUnsigned ? 0 : -std::ldexp(1.0, width - 1);
+  double hi =
+      isUnsigned ? std::ldexp(1.0, width) - 1 : std::ldexp(1.0, width - 1) - 1;
+  if (value != value)
+    return 0;
+  if (value <= lo)
+    return width == 64 && !isUnsigned ? std::numeric_limits<int64_t>::min()
+                                      : static_cast<int64_t>(lo);
+  if (value >= hi)
+    return width == 64 ? std::numeric_limits<int64_t>::max()
+                       : static_cast<int64_t>(hi);
+  return static_cast<int64_t>(value);
+}
+
 Value NodeContext::splat(Type element, ArrayRef<int64_t> shape, double value) {
   auto type = RankedTensorType::get(shape, element);
   Attribute scalar;
   if (isa<FloatType>(element))
     scalar = b.getFloatAttr(element, value);
   else
-    scalar = b.getIntegerAttr(element, static_cast<int64_t>(value));
+    // Saturated to the type, as the runtime's casts are: Clip-6's float
+    // bounds (+-3.4e38 by default) applied to integers must not overflow.
+    scalar = b.getIntegerAttr(element, saturateToInt(value, element));
   return ConstantOp::create(b, DenseElementsAttr::get(type, scalar));
 }
 
