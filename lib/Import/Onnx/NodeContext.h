@@ -194,6 +194,10 @@ Type elementTypeFromOnnx(MLIRContext *context, int32_t dataType);
 Type computeTypeOf(Type storage);
 /// elementTypeFromOnnx's compute type, or null.
 Type computeTypeFromOnnx(MLIRContext *context, int32_t dataType);
+/// Why a float64 tensor is refused (float64 computes in f32).
+inline constexpr const char *kBeyondF32 =
+    "holds float64 values beyond float32's range, in which Cleave computes "
+    "float64 models: this form is not supported";
 /// \p attr in its compute type (exact, but float64 rounds to f32;
 /// \p overflow says whether a finite value became infinite).
 DenseElementsAttr toComputeType(DenseElementsAttr attr,
