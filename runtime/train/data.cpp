@@ -3,6 +3,7 @@
 #include "cleave/runtime/data.h"
 #include "cleave/runtime/files.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -314,9 +315,53 @@ std::vector<int64_t> epochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
   return perm;
 }
 
+/// Batches come with each step (Trainer::step's batch): nothing to read.
+class CallerFeed : public DataFeed {
+public:
+  explicit CallerFeed(const std::vector<InputSlot> &inputs) {
+    if (!inputs.empty() && !inputs[0].shape.empty())
+      samples_ = inputs[0].shape[0];
+    description_ = "batches from the caller";
+  }
+  Status batch(int64_t step, std::map<std::string, HostTensor> *) override {
+    return Status::error("step " + std::to_string(step) +
+                         " has no batch: this run is fed by its caller");
+  }
+};
+
+Status DataFeed::checkBatch(const std::map<std::string, HostTensor> &batch,
+                            const std::vector<InputSlot> &inputs) {
+  std::string names;
+  for (const InputSlot &slot : inputs)
+    names += (names.empty() ? "'" : ", '") + slot.name + "'";
+  for (const auto &[name, value] : batch) {
+    auto it = std::find_if(inputs.begin(), inputs.end(),
+                           [&](const InputSlot &s) { return s.name == name; });
+    if (it == inputs.end())
+      return Status::error("the batch has '" + name +
+                           "', which is not an input of the train step (its "
+                           "inputs: " +
+                           (names.empty() ? "none" : names) + ")");
+    if (value.dtype != it->dtype || value.shape != it->shape)
+      return Status::error("batch input '" + name + "' is " +
+                           describeTensor(value.dtype, value.shape) +
+                           "; the train step needs " +
+                           describeTensor(it->dtype, it->shape));
+  }
+  for (const InputSlot &slot : inputs)
+    if (!batch.count(slot.name))
+      return Status::error("the batch has no '" + slot.name +
+                           "' (the train step's inputs: " + names + ")");
+  return Status::ok();
+}
+
 Status DataFeed::create(const DataOptions &options,
                         const std::vector<InputSlot> &inputs,
                         std::unique_ptr<DataFeed> *result) {
+  if (options.fedByCaller) {
+    *result = std::make_unique<CallerFeed>(inputs);
+    return Status::ok();
+  }
   if (!options.textFile.empty()) {
     if (!options.inputsDir.empty() || options.batchFromArrays)
       return Status::error("give either --text or --inputs, not both");

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/thread_ranks.h"
 #include "cleave/runtime/trainer.h"
 
 #include "plan/plan.pb.h"
@@ -96,6 +97,17 @@ int runBundle(const RunBundleArgs &args) {
                 std::to_string(tp) + "; --ranks " + std::to_string(args.ranks) +
                 " does not match (recompile with --tp " +
                 std::to_string(args.ranks) + ")");
+  if (args.threads && tp > 1) {
+    std::unique_ptr<ThreadRanks> ranks;
+    if (Status s = ThreadRanks::create(tp, args.timeoutSeconds, &ranks); !s)
+      return fail(s.message());
+    Status s = ranks->run([&](int rank) {
+      TrainerOptions own = options;
+      own.comm = &ranks->comm(rank);
+      return train(own);
+    });
+    return s ? 0 : fail(s.message());
+  }
   if (tp == 1 && !launchedByMpi()) {
     if (Status s = train(options); !s)
       return fail(s.message());

@@ -264,10 +264,17 @@ public:
     next = first;
     return Status::ok();
   }
-  Status runStep(float *loss);
+  Status runStep(float *loss,
+                 const std::map<std::string, HostTensor> *batch = nullptr);
   Status finish();
-  Status save(int64_t steps);
+  Status save(int64_t steps, std::string *written = nullptr);
   Status readTensor(const std::string &name, HostTensor *value);
+  Status writeTensor(const std::string &name, const HostTensor &value);
+  Status findTensor(const std::string &name, ModelTensor *out);
+
+  TrainerOptions options;
+  pb::Plan plan;
+  std::vector<InputSlot> dataInputs;
 
   int64_t next = 0;
   int64_t first = 0, last = 0;
@@ -281,7 +288,8 @@ private:
   Status checkInputs();
   Status openData();
   Status bindState();
-  Status setStepInputs(int64_t step);
+  Status setStepInputs(int64_t step,
+                       const std::map<std::string, HostTensor> *given);
   Status fetchState();
   Status dump();
   Status dumpTensor(const ModelTensor &t, bool grads);
@@ -293,8 +301,6 @@ private:
   void padChunk(const pb::TensorEntry &e, HostTensor *value) const;
   std::string bundle() const { return "bundle '" + options.bundleDir + "'"; }
 
-  const TrainerOptions &options;
-  pb::Plan plan;
   const pb::Program *program = nullptr;
   int64_t tp = 1, rank = 0;
   bool leader = false;
@@ -305,7 +311,6 @@ private:
   std::map<std::string, Split> layoutOf;
   std::vector<pb::TensorEntry> table;
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
-  std::vector<InputSlot> dataInputs;
   std::map<std::string, HostTensor> state;
   std::string resumedData;
   std::unique_ptr<DataFeed> feed;
@@ -568,7 +573,7 @@ Status TrainSession::fetchState() {
   return Status::ok();
 }
 
-Status TrainSession::save(int64_t steps) {
+Status TrainSession::save(int64_t steps, std::string *writtenTo) {
   if (Status s = fetchState(); !s)
     return s;
   std::vector<StateTensor> tensors;
@@ -580,6 +585,8 @@ Status TrainSession::save(int64_t steps) {
                          tensors, feed->description(), *comm, &written);
       !s)
     return s;
+  if (writtenTo)
+    *writtenTo = written;
   if (leader) {
     progress->note("checkpoint " + written);
     if (options.keepCheckpoints > 0)
@@ -591,10 +598,16 @@ Status TrainSession::save(int64_t steps) {
   return Status::ok();
 }
 
-Status TrainSession::setStepInputs(int64_t step) {
+Status TrainSession::setStepInputs(
+    int64_t step, const std::map<std::string, HostTensor> *given) {
   std::map<std::string, HostTensor> batch;
-  if (Status s = feed->batch(step, &batch); !s)
+  if (given) {
+    if (Status s = DataFeed::checkBatch(*given, dataInputs); !s)
+      return s;
+    batch = *given;
+  } else if (Status s = feed->batch(step, &batch); !s) {
     return s;
+  }
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     Status s = Status::ok();
@@ -612,10 +625,11 @@ Status TrainSession::setStepInputs(int64_t step) {
   return Status::ok();
 }
 
-Status TrainSession::runStep(float *lossOut) {
+Status TrainSession::runStep(float *lossOut,
+                             const std::map<std::string, HostTensor> *batch) {
   int64_t step = next;
   auto start = std::chrono::steady_clock::now();
-  if (Status s = setStepInputs(step); !s)
+  if (Status s = setStepInputs(step, batch); !s)
     return s;
   if (Status s = executor->run(); !s)
     return Status::error("step " + std::to_string(step) + ": " + s.message());
@@ -701,18 +715,59 @@ Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
   return writeNpy((fs::path(options.dumpDir) / file).string(), full);
 }
 
-Status TrainSession::readTensor(const std::string &name, HostTensor *value) {
-  if (Status s = fetchState(); !s)
-    return s;
+Status TrainSession::findTensor(const std::string &name, ModelTensor *out) {
   std::vector<ModelTensor> tensors;
   if (Status s = modelTensors(plan.tensors(), &tensors); !s)
     return s;
-  for (const ModelTensor &t : tensors)
+  for (ModelTensor &t : tensors)
     if (t.name == name) {
-      bool present = false;
-      return gatherTensor(t, false, value, &present);
+      *out = std::move(t);
+      return Status::ok();
     }
   return Status::error(bundle() + " has no tensor '" + name + "'");
+}
+
+Status TrainSession::readTensor(const std::string &name, HostTensor *value) {
+  ModelTensor t;
+  if (Status s = findTensor(name, &t); !s)
+    return s;
+  if (Status s = fetchState(); !s)
+    return s;
+  bool present = false;
+  return gatherTensor(t, false, value, &present);
+}
+
+/// Each entry (a segment of the tensor, or all of it) gets this rank's
+/// chunk of its part of \p value, padded as the program keeps it.
+Status TrainSession::writeTensor(const std::string &name,
+                                 const HostTensor &value) {
+  ModelTensor t;
+  if (Status s = findTensor(name, &t); !s)
+    return s;
+  if (value.shape != t.shape ||
+      value.dtype != fromPlan(t.entries.front()->type().dtype()))
+    return Status::error(
+        "'" + name + "' is " + describeTensor(value.dtype, value.shape) +
+        "; the model has " +
+        describeTensor(fromPlan(t.entries.front()->type().dtype()), t.shape));
+  int64_t offset = 0;
+  for (const pb::TensorEntry *entry : t.entries) {
+    HostTensor part = value;
+    if (t.entries.size() > 1) {
+      int64_t extent = entry->type().shape(t.dim);
+      part = takeRanges(value, t.dim, {{offset, offset + extent}});
+      offset += extent;
+    }
+    std::string key = stateKeyOf(*entry);
+    auto input = stateInput.find(key);
+    if (input == stateInput.end())
+      return Status::error(bundle() + ": '" + name + "' is not in the step");
+    HostTensor chunk = chunkOf(part, splitOf(*entry), rank, tp);
+    padChunk(*entry, &chunk);
+    if (Status s = executor->setInput(input->second, std::move(chunk)); !s)
+      return Status::error("'" + name + "': " + s.message());
+  }
+  return Status::ok();
 }
 
 Status TrainSession::dump() {
@@ -775,9 +830,39 @@ Status Trainer::step(float *loss) {
                          " steps are done");
   return session_->runStep(loss);
 }
-Status Trainer::saveCheckpoint() { return session_->save(session_->next); }
+Status Trainer::step(const std::map<std::string, HostTensor> &batch,
+                     float *loss) {
+  if (session_->next >= session_->last)
+    return Status::error("the run's " +
+                         std::to_string(session_->last - session_->first) +
+                         " steps are done");
+  return session_->runStep(loss, &batch);
+}
+Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {
+  if (!root.empty())
+    session_->options.checkpointDir = root;
+  if (session_->options.checkpointDir.empty())
+    return Status::error("no checkpoint directory was given");
+  return session_->save(session_->next, written);
+}
 Status Trainer::readTensor(const std::string &name, HostTensor *value) {
   return session_->readTensor(name, value);
+}
+Status Trainer::writeTensor(const std::string &name, const HostTensor &value) {
+  return session_->writeTensor(name, value);
+}
+std::vector<std::pair<std::string, bool>> Trainer::tensorNames() const {
+  std::vector<std::pair<std::string, bool>> names;
+  std::vector<ModelTensor> tensors;
+  if (!modelTensors(session_->plan.tensors(), &tensors))
+    return names;
+  for (const ModelTensor &t : tensors)
+    names.push_back(
+        {t.name, t.entries.front()->role() == pb::Binding::PARAMETER});
+  return names;
+}
+const std::vector<InputSlot> &Trainer::inputs() const {
+  return session_->dataInputs;
 }
 Status Trainer::finish() { return session_->finish(); }
 

@@ -26,7 +26,7 @@ constexpr const char *kUsage =
     "         [--log-every N] [--metrics FILE] [--progress auto|live|lines]\n"
     "         [--checkpoint DIR] [--save-every N] [--keep-checkpoints N]\n"
     "         [--resume DIR] [--backend cpu|cuda|auto] [--precision f32|bf16]\n"
-    "         [--ranks N] [--timeout SECONDS] [--random-weights]\n"
+    "         [--ranks N] [--threads] [--timeout SECONDS] [--random-weights]\n"
     "Runs a bundle compiled by `cleave compile`, like `cleave run BUNDLE`.\n";
 
 int usageError(const std::string &message) {
@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
       {"batch-from-arrays", &args.data.batchFromArrays},
       {"shuffle", &args.data.shuffle},
       {"random-weights", &args.randomWeights},
+      {"threads", &args.threads},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

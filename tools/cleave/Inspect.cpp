@@ -1,5 +1,4 @@
-//===- Inspect.cpp - cleave inspect: what a bundle does ----------*- C++
-//-*-===//
+//===- Inspect.cpp - cleave inspect: what a bundle does --------------------===//
 //
 // Reads only the bundle's plan: per parameter its global shape, sharding and
 // per-rank shape; the collectives of one step; per-rank memory.
@@ -7,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Inspect.h"
+#include "Driver.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
@@ -115,7 +115,7 @@ BundleSummary summarize(const pb::Plan &plan) {
   return out;
 }
 
-void printJson(const BundleSummary &sum) {
+void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   llvm::json::Object root;
   root["mesh"] = llvm::json::Object{{"tp", sum.tp}};
   llvm::json::Array ps;
@@ -143,17 +143,17 @@ void printJson(const BundleSummary &sum) {
                          {"gradients", sum.paramBytes},
                          {"optimizer_state", sum.stateBytes},
                          {"activations_peak", sum.activationBytes}};
-  llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
                << "\n";
 }
 
-void printText(const BundleSummary &sum) {
-  llvm::outs() << "mesh: tp = " << sum.tp << "\n\nparameters\n";
+void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
+  os << "mesh: tp = " << sum.tp << "\n\nparameters\n";
   size_t width = 4;
   for (const ParamRow &p : sum.params)
     width = std::max(width, p.name.size());
   for (const ParamRow &p : sum.params)
-    llvm::outs() << "  " << llvm::left_justify(p.name, width) << "  "
+    os << "  " << llvm::left_justify(p.name, width) << "  "
                  << llvm::left_justify(shapeString(p.shape), 16) << "  "
                  << llvm::left_justify(p.sharding, 10) << "  "
                  << shapeString(p.local) << "\n";
@@ -163,11 +163,11 @@ void printText(const BundleSummary &sum) {
     ++s.first;
     s.second += c.bytes;
   }
-  llvm::outs() << "\ncollectives per step\n";
+  os << "\ncollectives per step\n";
   if (sums.empty())
-    llvm::outs() << "  none\n";
+    os << "  none\n";
   for (const auto &[key, s] : sums)
-    llvm::outs() << "  " << llvm::left_justify(key.first, 10) << " "
+    os << "  " << llvm::left_justify(key.first, 10) << " "
                  << llvm::left_justify(key.second, 15)
                  << llvm::format("%4d", s.first) << "  " << s.second
                  << " bytes\n";
@@ -179,18 +179,18 @@ void printText(const BundleSummary &sum) {
       others.push_back(&c);
   if (!others.empty()) {
     constexpr size_t kShown = 20;
-    llvm::outs() << "\noutside Megatron's pattern (" << others.size() << ")\n";
+    os << "\noutside Megatron's pattern (" << others.size() << ")\n";
     for (size_t i = 0; i < others.size() && i < kShown; ++i)
-      llvm::outs() << "  " << others[i]->phase << " " << others[i]->kind << " "
+      os << "  " << others[i]->phase << " " << others[i]->kind << " "
                    << others[i]->bytes << " bytes: "
                    << (others[i]->reason.empty() ? "(no reason recorded)"
                                                  : others[i]->reason)
                    << "\n";
     if (others.size() > kShown)
-      llvm::outs() << "  ... " << others.size() - kShown
+      os << "  ... " << others.size() - kShown
                    << " more; --json lists every collective with its reason\n";
   }
-  llvm::outs() << "\nmemory per rank (bytes)\n"
+  os << "\nmemory per rank (bytes)\n"
                << "  parameters       " << sum.paramBytes << "\n"
                << "  gradients        " << sum.paramBytes << "\n"
                << "  optimizer state  " << sum.stateBytes << "\n"
@@ -198,16 +198,26 @@ void printText(const BundleSummary &sum) {
 }
 } // namespace
 
-int runInspect(const std::string &bundle, bool json) {
+rt::Status cleave::tool::inspectBundle(const std::string &bundle, bool json,
+                                      std::string *out) {
   pb::Plan plan;
-  if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s) {
+  if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s)
+    return s;
+  BundleSummary sum = summarize(plan);
+  llvm::raw_string_ostream os(*out);
+  if (json)
+    printJson(sum, os);
+  else
+    printText(sum, os);
+  return rt::Status::ok();
+}
+
+int runInspect(const std::string &bundle, bool json) {
+  std::string text;
+  if (rt::Status s = cleave::tool::inspectBundle(bundle, json, &text); !s) {
     llvm::errs() << "cleave: error: " << s.message() << "\n";
     return 1;
   }
-  BundleSummary sum = summarize(plan);
-  if (json)
-    printJson(sum);
-  else
-    printText(sum);
+  llvm::outs() << text;
   return 0;
 }

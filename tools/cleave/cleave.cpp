@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bundle.h"
+#include "Driver.h"
 #include "Cleave/CleaveDialect.h"
 #include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
@@ -191,6 +192,10 @@ static cl::opt<int64_t> ranks("ranks",
                               cl::desc("Processes to start (one per rank); "
                                        "default: the bundle's tp"),
                               cl::init(0), cl::sub(runCmd));
+static cl::opt<bool>
+    threadRanks("threads",
+                cl::desc("Run the ranks as threads of this process (no MPI)"),
+                cl::sub(runCmd));
 static cl::opt<double> timeout("timeout",
                                cl::desc("Seconds a rank waits for its peers "
                                         "before giving up"),
@@ -254,47 +259,30 @@ using mlir::cleave::OnnxImportOptions;
 using mlir::cleave::OnnxModel;
 } // namespace
 
-static LogicalResult parseInputFlags(MLIRContext &ctx,
-                                     OnnxImportOptions &options) {
-  options.foldConstants = mlir::cleave::foldConstantOps;
+/// The --input flags as NAME -> spec; false after printing an error.
+static bool inputFlags(std::map<std::string, std::string> &specs) {
   for (const std::string &spec : inputSpecs) {
     size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
       return fail("--input '" + spec + "' must look like NAME=8x128[xi64]"),
-             failure();
-    InputSpec parsed;
-    std::string error =
-        mlir::cleave::parseInputSpec(&ctx, spec.substr(eq + 1), parsed);
-    if (!error.empty())
-      return fail("--input " + spec.substr(0, eq) + ": " + error), failure();
-    options.inputs[spec.substr(0, eq)] = parsed;
+             false;
+    specs[spec.substr(0, eq)] = spec.substr(eq + 1);
   }
-  return success();
+  return true;
 }
 
-/// Loads MODEL: ONNX, or a TorchScript module translated with the --input
-/// shapes. Null with \p error on failure.
-static std::unique_ptr<OnnxModel>
-loadModel(MLIRContext &ctx, OnnxImportOptions &options, std::string &error) {
-  if (rt::Status s = rt::checkReadable(modelPath, "model"); !s) {
-    error = s.message();
-    return nullptr;
-  }
-  llvm::StringRef ext = llvm::sys::path::extension(modelPath);
-  if (ext != ".pt" && ext != ".pth" && ext != ".torchscript")
-    return OnnxModel::load(modelPath, error);
-  std::unique_ptr<OnnxModel> model =
-      mlir::cleave::loadTorchScript(&ctx, modelPath, options.inputs, error);
-  // Parameters with requires_grad=False are not trained.
-  if (model)
-    for (const auto &entry : model->proto().metadata_props())
-      if (entry.key() == "cleave.frozen")
-        for (llvm::StringRef rest = entry.value(); !rest.empty();) {
-          auto [name, tail] = rest.split(',');
-          options.frozen.push_back("^" + llvm::Regex::escape(name) + "$");
-          rest = tail;
-        }
-  return model;
+/// Loads MODEL with the --input flags into \p options; false after printing
+/// an error.
+static bool loadModelFlags(MLIRContext &ctx, OnnxImportOptions &options,
+                           std::unique_ptr<OnnxModel> &model) {
+  std::map<std::string, std::string> specs;
+  if (!inputFlags(specs))
+    return false;
+  if (rt::Status s =
+          ::cleave::tool::loadModel(ctx, modelPath, specs, options, &model);
+      !s)
+    return fail(s.message()), false;
+  return true;
 }
 
 /// Loads and imports MODEL with the --input flags; null after printing an
@@ -302,14 +290,8 @@ loadModel(MLIRContext &ctx, OnnxImportOptions &options, std::string &error) {
 static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
                                          OnnxImportOptions &options,
                                          std::unique_ptr<OnnxModel> &model) {
-  if (failed(parseInputFlags(ctx, options)))
+  if (!loadModelFlags(ctx, options, model))
     return nullptr;
-  std::string error;
-  model = loadModel(ctx, options, error);
-  if (!model) {
-    fail(error);
-    return nullptr;
-  }
   return mlir::cleave::importOnnx(&ctx, *model, options);
 }
 
@@ -356,6 +338,7 @@ static int runForward(MLIRContext &ctx) {
     args.ranks = ranks;
     args.timeoutSeconds = timeout;
     args.randomWeights = randomWeights;
+    args.threads = threadRanks;
     args.argv = originalArgs;
     return rt::runBundle(args);
   }
@@ -363,12 +346,9 @@ static int runForward(MLIRContext &ctx) {
     return fail("--backend and --precision apply to training a bundle; "
                 "--forward runs on the CPU");
   OnnxImportOptions options;
-  if (failed(parseInputFlags(ctx, options)))
+  std::unique_ptr<OnnxModel> model;
+  if (!loadModelFlags(ctx, options, model))
     return 1;
-  std::string error;
-  std::unique_ptr<OnnxModel> model = loadModel(ctx, options, error);
-  if (!model)
-    return fail(error);
 
   // Inputs: one NAME.npy each. Their shapes fix symbolic dims; small ones
   // also specialise shape operands that the model computes from inputs.
@@ -477,86 +457,35 @@ static int runForward(MLIRContext &ctx) {
   return 0;
 }
 
-/// Writes \p plan and the initial weights into a fresh directory next to
-/// \p bundle, then swaps it in, so an existing bundle is replaced whole or
-/// not at all.
+/// Writes the bundle (tools/cleave/Compile.cpp): replaced whole or not at
+/// all.
 static int runCompile(MLIRContext &ctx) {
-  if (outputPath == "-" || outputPath.empty())
-    return fail("give the bundle directory to write with -o BUNDLE");
-  // Before any work: a folder that is not a bundle is never replaced.
-  if (rt::Status s = ::cleave::tool::checkReplaceable(outputPath); !s)
-    return fail(s.message());
-  for (auto [path, what] :
-       {std::pair<const std::string &, const char *>{planPath, "--plan file"},
-        {weightsPath, "--weights file"}})
-    if (!path.empty())
-      if (rt::Status s = rt::checkReadable(path, what); !s)
-        return fail(s.message());
-  OnnxImportOptions options;
-  options.seed = seed;
-  options.frozen.assign(freezePatterns.begin(), freezePatterns.end());
-  std::unique_ptr<OnnxModel> model;
-  OwningOpRef<ModuleOp> module = importModel(ctx, options, model);
-  if (!module)
+  ::cleave::tool::CompileOptions o;
+  o.model = modelPath;
+  o.output = outputPath;
+  if (!inputFlags(o.inputs))
     return 1;
-  mlir::cleave::TrainStepOptions train;
-  train.loss = lossKind;
-  train.optimizer = optimizerKind;
-  bool adam = optimizerKind == "adamw";
-  train.lr = lr.getNumOccurrences() ? lr : (adam ? 1e-3 : 1e-2);
-  // Hyperparameters that are not finite train nothing but NaNs.
-  for (auto [name, value] : {std::pair<const char *, double>{"--lr", train.lr},
-                             {"--momentum", momentum},
-                             {"--weight-decay", weightDecay},
-                             {"--beta1", beta1},
-                             {"--beta2", beta2},
-                             {"--eps", eps}})
-    if (!std::isfinite(value))
-      return fail(std::string(name) + " must be a finite number, not " +
-                  std::to_string(value));
-  train.momentum = momentum;
-  train.weightDecay =
-      weightDecay.getNumOccurrences() ? weightDecay : (adam ? 1e-2 : 0.0);
-  train.beta1 = beta1;
-  train.beta2 = beta2;
-  train.eps = eps;
-  if (tpSize < 1)
-    return fail("--tp must be at least 1");
-  train.tp = tpSize;
-  train.planFile = planPath;
-  ::cleave::plan::Plan plan;
-  plan.set_format_version(rt::kPlanFormatVersion);
-  plan.add_mesh(tpSize);
-  if (failed(
-          mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
-    return 1;
-  ::cleave::plan::TrainConfig *config = plan.mutable_train_config();
-  config->set_source(modelPath);
-  config->set_loss(train.loss);
-  config->set_optimizer(train.optimizer);
-  auto &hp = *config->mutable_hyperparameters();
-  hp["lr"] = train.lr;
-  hp["weight_decay"] = train.weightDecay;
-  if (adam) {
-    hp["beta1"] = train.beta1;
-    hp["beta2"] = train.beta2;
-    hp["eps"] = train.eps;
-  } else {
-    hp["momentum"] = train.momentum;
-  }
-  config->set_seed(seed);
-  if (tpSize > 1)
-    hp["tp"] = tpSize;
-  auto main = module->lookupSymbol<func::FuncOp>("main");
-  ::cleave::tool::WeightSource weights(ctx, *model);
-  if (!weightsPath.empty())
-    if (rt::Status s = weights.useSafetensors(weightsPath); !s)
-      return fail(s.message());
-  if (rt::Status s = ::cleave::tool::writeBundle(*model, weights, main, plan,
-                                                 outputPath, planOnly);
-      !s)
-    return fail(s.message());
-  return 0;
+  o.loss = lossKind;
+  o.optimizer = optimizerKind;
+  if (lr.getNumOccurrences())
+    o.lr = lr;
+  if (weightDecay.getNumOccurrences())
+    o.weightDecay = weightDecay;
+  o.momentum = momentum;
+  o.beta1 = beta1;
+  o.beta2 = beta2;
+  o.eps = eps;
+  o.seed = seed;
+  o.tp = tpSize;
+  o.planFile = planPath;
+  o.weightsFile = weightsPath;
+  o.planOnly = planOnly;
+  o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
+  rt::Status s = ::cleave::tool::compileBundle(ctx, o);
+  if (s)
+    return 0;
+  // An empty message: MLIR's diagnostics said it already.
+  return s.message().empty() ? 1 : fail(s.message());
 }
 
 static int runExport() {
@@ -651,12 +580,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   MLIRContext context;
-  DialectRegistry registry;
-  registry.insert<mlir::cleave::CleaveDialect, func::FuncDialect>();
-  mlir::cleave::registerDifferentiationRules(registry);
-  mlir::cleave::registerShardingRules(registry);
-  context.appendDialectRegistry(registry);
-  context.loadDialect<mlir::cleave::CleaveDialect, func::FuncDialect>();
+  ::cleave::tool::setUpContext(context);
   DiagnosticPrinter printer(context);
   if (importCmd)
     return runImport(context);

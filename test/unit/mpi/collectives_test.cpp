@@ -25,7 +25,7 @@ template <typename T> std::vector<T> rankData(int r, int64_t n) {
   return v;
 }
 
-TEST(MpiMesh, Geometry) {
+RANK_TEST(Mesh, Geometry) {
   Communicator &m4 = mesh4();
   Communicator &m22 = mesh22();
   EXPECT_EQ(m4.size(), 4);
@@ -70,7 +70,7 @@ void checkAllReduce(const MeshCase &c, DType dtype, Reduction reduction) {
   }
 }
 
-TEST(MpiCollectives, AllReduceEveryDTypeAndReduction) {
+RANK_TEST(Collectives, AllReduceEveryDTypeAndReduction) {
   for (const MeshCase &c : meshCases())
     for (Reduction red : {Reduction::Sum, Reduction::Max, Reduction::Min}) {
       checkAllReduce<float>(c, DType::F32, red);
@@ -79,7 +79,7 @@ TEST(MpiCollectives, AllReduceEveryDTypeAndReduction) {
     }
 }
 
-TEST(MpiCollectives, AllReduceBoolIsOrAndAnd) {
+RANK_TEST(Collectives, AllReduceBoolIsOrAndAnd) {
   for (const MeshCase &c : meshCases()) {
     std::vector<int> members = c.comm->groupMembers(c.axes);
     // Element i is true on rank r when bit r of i is set.
@@ -107,7 +107,7 @@ TEST(MpiCollectives, AllReduceBoolIsOrAndAnd) {
   }
 }
 
-TEST(MpiCollectives, AllGatherConcatenatesInGroupOrder) {
+RANK_TEST(Collectives, AllGatherConcatenatesInGroupOrder) {
   for (const MeshCase &c : meshCases()) {
     const int64_t n = 10; // i64 elements: 80 bytes per rank
     std::vector<int64_t> in = rankData<int64_t>(c.comm->rank(), n);
@@ -122,7 +122,7 @@ TEST(MpiCollectives, AllGatherConcatenatesInGroupOrder) {
   }
 }
 
-TEST(MpiCollectives, ReduceScatterKeepsThisRanksChunk) {
+RANK_TEST(Collectives, ReduceScatterKeepsThisRanksChunk) {
   for (const MeshCase &c : meshCases()) {
     std::vector<int> members = c.comm->groupMembers(c.axes);
     int64_t g = static_cast<int64_t>(members.size());
@@ -154,7 +154,7 @@ TEST(MpiCollectives, ReduceScatterKeepsThisRanksChunk) {
   }
 }
 
-TEST(MpiCollectives, BroadcastFromEveryRoot) {
+RANK_TEST(Collectives, BroadcastFromEveryRoot) {
   for (const MeshCase &c : meshCases()) {
     std::vector<int> members = c.comm->groupMembers(c.axes);
     for (int root = 0; root < static_cast<int>(members.size()); ++root) {
@@ -173,7 +173,7 @@ TEST(MpiCollectives, BroadcastFromEveryRoot) {
   }
 }
 
-TEST(MpiCollectives, LargeBuffersAndEmptyCounts) {
+RANK_TEST(Collectives, LargeBuffersAndEmptyCounts) {
   // Several MiB per rank, and zero-sized collectives (no-ops on every rank).
   const int64_t n = 3 << 20;
   std::vector<float> buf(n, static_cast<float>(mesh22().rank() + 1));
@@ -189,7 +189,7 @@ TEST(MpiCollectives, LargeBuffersAndEmptyCounts) {
   ASSERT_TRUE(mesh4().broadcast(buf.data(), 0, 0, {0}));
 }
 
-TEST(MpiCollectives, BadAxesAreErrorsNamingTheRank) {
+RANK_TEST(Collectives, BadAxesAreErrorsNamingTheRank) {
   float x = 1;
   Status s = mesh22().allReduce(&x, 1, DType::F32, Reduction::Sum, {2});
   EXPECT_FALSE(s);
@@ -206,7 +206,7 @@ TEST(MpiCollectives, BadAxesAreErrorsNamingTheRank) {
 
 namespace {
 
-TEST(MpiCollectives, SmallAllReduceLatency) {
+RANK_TEST(Collectives, SmallAllReduceLatency) {
   // Informational: the mean time of a 1-element all_reduce over 4 ranks.
   float x = 1;
   ASSERT_TRUE(mesh4().barrier());

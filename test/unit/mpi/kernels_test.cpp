@@ -58,7 +58,7 @@ HostTensor runCollective(Communicator &comm, const std::string &kernel,
   return s ? out[0] : HostTensor();
 }
 
-TEST(MpiKernels, AllReduce) {
+RANK_TEST(Kernels, AllReduce) {
   for (const MeshCase &c : meshCases())
     for (DType dtype : {DType::F32, DType::I64, DType::I32})
       for (int64_t red = 0; red < 3; ++red) {
@@ -93,7 +93,7 @@ Shape scaled(Shape s, int64_t dim, int64_t g) {
   return s;
 }
 
-TEST(MpiKernels, AllGatherAlongEveryDim) {
+RANK_TEST(Kernels, AllGatherAlongEveryDim) {
   for (const MeshCase &c : meshCases())
     for (const DimCase &d : kDimCases)
       for (DType dtype : {DType::F32, DType::I64}) {
@@ -118,7 +118,7 @@ TEST(MpiKernels, AllGatherAlongEveryDim) {
       }
 }
 
-TEST(MpiKernels, ReduceScatterAlongEveryDim) {
+RANK_TEST(Kernels, ReduceScatterAlongEveryDim) {
   for (const MeshCase &c : meshCases())
     for (const DimCase &d : kDimCases)
       for (DType dtype : {DType::F32, DType::I32}) {
@@ -146,7 +146,7 @@ TEST(MpiKernels, ReduceScatterAlongEveryDim) {
       }
 }
 
-TEST(MpiKernels, GroupSizeMismatchFailsAtLoad) {
+RANK_TEST(Kernels, GroupSizeMismatchFailsAtLoad) {
   // Shapes for a group of 2, run over a group of 4.
   HostTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
   plan::Program p =
@@ -282,7 +282,7 @@ void checkTensorParallelMlp(Communicator &comm, std::vector<int64_t> tp,
   expectNear(values<float>(out[3]), asDouble(full[1]), 1e-5, "y_all");
 }
 
-TEST(MpiKernels, TensorParallelMlpMatchesOneProcess) {
+RANK_TEST(Kernels, TensorParallelMlpMatchesOneProcess) {
   checkTensorParallelMlp(mesh4(), {0}, {});
   checkTensorParallelMlp(mesh22(), {1}, {0});
   checkTensorParallelMlp(mesh22(), {0}, {1});

@@ -19,6 +19,12 @@ static std::unique_ptr<Communicator> gMesh4, gMesh22;
 Communicator &mesh4() { return *gMesh4; }
 Communicator &mesh22() { return *gMesh22; }
 
+Status makeTestCommunicator(std::vector<int64_t> meshShape,
+                            double timeoutSeconds,
+                            std::unique_ptr<Communicator> *result) {
+  return makeMpiCommunicator(std::move(meshShape), timeoutSeconds, result);
+}
+
 } // namespace cleave::rt::mpitest
 
 namespace {

@@ -5,6 +5,11 @@
 // computed locally: each rank's data is a function of its rank, so every
 // rank can rebuild what its peers contributed.
 //
+// The same sources, built with CLEAVE_COMM_THREADS, are cleave-thread-tests:
+// the 4 ranks are threads of one process over the in-process communicator,
+// and each RANK_TEST runs its body on all 4 at once. The two communicators
+// pass one suite.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CLEAVE_TEST_UNIT_MPI_MPI_TEST_UTIL_H
@@ -25,6 +30,24 @@ constexpr double kTimeoutSeconds = 30;
 Communicator &mesh4();
 /// The whole job as a mesh of shape [2, 2].
 Communicator &mesh22();
+
+/// A communicator of its own for this rank (collective: every rank calls
+/// it): MPI's, or the in-process mesh's.
+Status makeTestCommunicator(std::vector<int64_t> meshShape,
+                            double timeoutSeconds,
+                            std::unique_ptr<Communicator> *result);
+
+#ifdef CLEAVE_COMM_THREADS
+/// Runs \p body on 4 threads, one per rank, each seeing its own mesh4() and
+/// mesh22().
+void runOnEveryRank(void (*body)());
+#define RANK_TEST(Suite, Name)                                                 \
+  void Suite##_##Name##_body();                                                \
+  TEST(Threads##Suite, Name) { runOnEveryRank(&Suite##_##Name##_body); }       \
+  void Suite##_##Name##_body()
+#else
+#define RANK_TEST(Suite, Name) TEST(Mpi##Suite, Name)
+#endif
 
 /// A communicator with the axes sets the tests run over it.
 struct MeshCase {

@@ -79,9 +79,9 @@ std::vector<TimeoutCase> timeoutCases() {
   };
 }
 
-TEST(MpiTimeout, SkippedCollectiveTimesOutOnThePeersAndRecovers) {
+RANK_TEST(Timeout, SkippedCollectiveTimesOutOnThePeersAndRecovers) {
   std::unique_ptr<Communicator> comm;
-  Status s = makeMpiCommunicator({4}, kShortTimeout, &comm);
+  Status s = makeTestCommunicator({4}, kShortTimeout, &comm);
   ASSERT_TRUE(s) << s.message();
   Communicator &sync = mesh4();
   int rank = comm->rank();
@@ -136,11 +136,11 @@ TEST(MpiTimeout, SkippedCollectiveTimesOutOnThePeersAndRecovers) {
   }
 }
 
-TEST(MpiTimeout, SubGroupsTimeOutIndependently) {
+RANK_TEST(Timeout, SubGroupsTimeOutIndependently) {
   // On mesh [2,2], rank 0 skips an all_reduce over axis 1: only its
   // partner (rank 1) times out; ranks 2 and 3 finish theirs.
   std::unique_ptr<Communicator> comm;
-  Status s = makeMpiCommunicator({2, 2}, kShortTimeout, &comm);
+  Status s = makeTestCommunicator({2, 2}, kShortTimeout, &comm);
   ASSERT_TRUE(s) << s.message();
   int rank = comm->rank();
   float x = static_cast<float>(rank);

@@ -103,6 +103,20 @@ private:
 std::unique_ptr<Communicator>
 makeSingleProcessCommunicator(std::vector<int64_t> meshShape = {1});
 
+/// Communicators for every rank of a mesh whose ranks are threads of this
+/// process (\p out[r] is rank r's; each is then used from one thread):
+/// collectives through shared memory, reductions summed in group-rank order
+/// (every rank gets the same bits), every wait bounded by \p timeoutSeconds
+/// as over MPI, a timed-out collective completing when its late peer joins.
+Status makeThreadCommunicators(std::vector<int64_t> meshShape,
+                               double timeoutSeconds,
+                               std::vector<std::unique_ptr<Communicator>> *out);
+
+/// Ends every wait of \p comm's in-process mesh, current and to come, with
+/// an error saying \p why (a rank failed: its peers need not sit out their
+/// timeouts). No effect on other communicators.
+void abortThreadMesh(Communicator &comm, const std::string &why);
+
 /// A communicator over MPI_COMM_WORLD. Calls MPI_Init_thread if MPI is not
 /// initialised yet. Collective: every rank must call it with the same
 /// \p meshShape, whose product must equal the number of MPI ranks. Every

@@ -35,6 +35,9 @@ struct DataOptions {
   /// Bytes of this file as a byte-level language model's token ids (and
   /// next-byte labels).
   std::string textFile;
+  /// No feed: the caller hands every step its batch (Trainer::step with a
+  /// batch; the Python package).
+  bool fedByCaller = false;
   /// A new order of the samples every epoch (arrays, text).
   bool shuffle = false;
   uint64_t seed = 0;
@@ -50,6 +53,11 @@ public:
   /// The batch of global step \p step (0-based).
   virtual Status batch(int64_t step,
                        std::map<std::string, HostTensor> *out) = 0;
+  /// Checks a batch handed in by the caller against the model's inputs:
+  /// every input present, none unknown, dtypes and shapes as the step takes
+  /// them.
+  static Status checkBatch(const std::map<std::string, HostTensor> &batch,
+                           const std::vector<InputSlot> &inputs);
   /// Samples (dimension 0 of the first input) and tokens (text) per step.
   int64_t samplesPerStep() const { return samples_; }
   int64_t tokensPerStep() const { return tokens_; }

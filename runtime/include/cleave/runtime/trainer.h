@@ -20,7 +20,10 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace cleave::plan {
 class Plan;
@@ -96,12 +99,27 @@ public:
   /// program without one); checkpoints where options.saveEvery says.
   /// An error after lastStep().
   Status step(float *loss = nullptr);
+  /// One step on \p batch (options.data.fedByCaller): every input of
+  /// inputs(), by name; an error naming what is missing, unknown or of
+  /// another dtype or shape, with nothing run.
+  Status step(const std::map<std::string, HostTensor> &batch,
+              float *loss = nullptr);
   /// A checkpoint of the state after stepsDone() steps, under
-  /// options.checkpointDir.
-  Status saveCheckpoint();
+  /// options.checkpointDir (\p root when given); its step directory in
+  /// \p written.
+  Status saveCheckpoint(const std::string &root = "",
+                        std::string *written = nullptr);
   /// Model tensor \p name (a parameter or buffer as the model names it),
   /// whole: gathered from every rank's slices, on every rank.
   Status readTensor(const std::string &name, HostTensor *value);
+  /// Replaces model tensor \p name with \p value (whole; every rank gets
+  /// its slice). The optimizer state is kept. Every rank calls it.
+  Status writeTensor(const std::string &name, const HostTensor &value);
+  /// The model's parameters and buffers (names as the model gives them),
+  /// in the bundle's order, and whether each is trained.
+  std::vector<std::pair<std::string, bool>> tensorNames() const;
+  /// The inputs each step takes (data, labels).
+  const std::vector<InputSlot> &inputs() const;
   /// Ends the run: the re-sharded checkpoint of a 0-step run, then what
   /// options.dumpDir asks for.
   Status finish();
@@ -125,6 +143,8 @@ struct RunBundleArgs {
   std::string progress = "auto", backend = "cpu", precision = "f32";
   double timeoutSeconds = 60;
   bool randomWeights = false;
+  /// The ranks are threads of this process (no MPI).
+  bool threads = false;
   /// The whole command line with argv[0] resolved: each rank runs it again
   /// under mpirun.
   std::vector<std::string> argv;

@@ -1,0 +1,64 @@
+//===- thread_ranks.cpp - The ranks of a mesh as threads of this process --===//
+
+#include "cleave/runtime/thread_ranks.h"
+
+#include <atomic>
+#include <mutex>
+
+namespace cleave::rt {
+
+Status ThreadRanks::create(int64_t ranks, double timeoutSeconds,
+                           std::unique_ptr<ThreadRanks> *result) {
+  if (ranks < 1)
+    return Status::error("a mesh needs at least one rank");
+  std::unique_ptr<ThreadRanks> r(new ThreadRanks);
+  if (Status s = makeThreadCommunicators({ranks}, timeoutSeconds, &r->comms_);
+      !s)
+    return s;
+  *result = std::move(r);
+  return Status::ok();
+}
+
+ThreadRanks::~ThreadRanks() = default;
+
+Status ThreadRanks::run(const std::function<Status(int rank)> &work) {
+  if (broken_)
+    return Status::error("an earlier failure left the ranks mid-step; "
+                         "start again (or resume a checkpoint)");
+  std::mutex mutex;
+  int firstFailed = -1;
+  std::vector<Status> results(comms_.size(), Status::ok());
+  auto body = [&](int rank) {
+    Status s = Status::ok();
+    try {
+      s = work(rank);
+    } catch (const std::exception &e) {
+      s = Status::error(std::string("internal error: ") + e.what());
+    }
+    if (s)
+      return;
+    std::lock_guard<std::mutex> lock(mutex);
+    results[rank] = s;
+    if (firstFailed < 0) {
+      firstFailed = rank;
+      abortThreadMesh(*comms_[rank],
+                      "rank " + std::to_string(rank) + " failed");
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 1; r < size(); ++r)
+    threads.emplace_back(body, r);
+  body(0);
+  for (std::thread &t : threads)
+    t.join();
+  if (firstFailed < 0)
+    return Status::ok();
+  broken_ = true;
+  const std::string &message = results[firstFailed].message();
+  // Collective errors already name their rank.
+  if (message.rfind("rank ", 0) == 0)
+    return results[firstFailed];
+  return Status::error("rank " + std::to_string(firstFailed) + ": " + message);
+}
+
+} // namespace cleave::rt

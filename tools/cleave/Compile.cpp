@@ -1,0 +1,185 @@
+//===- Compile.cpp - cleave compile as a library --------------------------===//
+//
+// Model loading (ONNX or TorchScript), the training pipeline and the bundle
+// writer, for the cleave binary and the Python package alike.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bundle.h"
+#include "Cleave/CleaveDialect.h"
+#include "Driver.h"
+#include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Evaluate/ConstantEvaluator.h"
+#include "cleave/Import/TorchImporter.h"
+#include "cleave/Pipelines/Pipelines.h"
+#include "cleave/Sharding/Sharding.h"
+#include "cleave/runtime/files.h"
+#include "cleave/runtime/trainer.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "onnx/onnx_pb.h"
+#include "plan/plan.pb.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
+
+#include <cmath>
+
+using namespace mlir;
+namespace rt = ::cleave::rt;
+
+namespace cleave::tool {
+
+void setUpContext(MLIRContext &context) {
+  DialectRegistry registry;
+  registry.insert<mlir::cleave::CleaveDialect, func::FuncDialect>();
+  mlir::cleave::registerDifferentiationRules(registry);
+  mlir::cleave::registerShardingRules(registry);
+  context.appendDialectRegistry(registry);
+  context.loadDialect<mlir::cleave::CleaveDialect, func::FuncDialect>();
+}
+
+static rt::Status
+parseInputSpecs(MLIRContext &ctx,
+                const std::map<std::string, std::string> &inputs,
+                mlir::cleave::OnnxImportOptions &options) {
+  options.foldConstants = mlir::cleave::foldConstantOps;
+  for (const auto &[name, spec] : inputs) {
+    mlir::cleave::InputSpec parsed;
+    std::string error = mlir::cleave::parseInputSpec(&ctx, spec, parsed);
+    if (!error.empty())
+      return rt::Status::error("--input " + name + ": " + error);
+    options.inputs[name] = parsed;
+  }
+  return rt::Status::ok();
+}
+
+rt::Status loadModel(MLIRContext &ctx, const std::string &path,
+                     const std::map<std::string, std::string> &inputs,
+                     mlir::cleave::OnnxImportOptions &options,
+                     std::unique_ptr<mlir::cleave::OnnxModel> *result) {
+  if (rt::Status s = parseInputSpecs(ctx, inputs, options); !s)
+    return s;
+  if (rt::Status s = rt::checkReadable(path, "model"); !s)
+    return s;
+  std::string error;
+  llvm::StringRef ext = llvm::sys::path::extension(path);
+  if (ext != ".pt" && ext != ".pth" && ext != ".torchscript") {
+    *result = mlir::cleave::OnnxModel::load(path, error);
+    return *result ? rt::Status::ok() : rt::Status::error(error);
+  }
+  *result = mlir::cleave::loadTorchScript(&ctx, path, options.inputs, error);
+  if (!*result)
+    return rt::Status::error(error);
+  // Parameters with requires_grad=False are not trained.
+  for (const auto &entry : (*result)->proto().metadata_props())
+    if (entry.key() == "cleave.frozen")
+      for (llvm::StringRef rest = entry.value(); !rest.empty();) {
+        auto [name, tail] = rest.split(',');
+        options.frozen.push_back("^" + llvm::Regex::escape(name) + "$");
+        rest = tail;
+      }
+  return rt::Status::ok();
+}
+
+/// The training hyperparameters, checked: values that are not finite train
+/// nothing but NaNs.
+static rt::Status trainOptions(const CompileOptions &o,
+                               mlir::cleave::TrainStepOptions *train) {
+  bool adam = o.optimizer == "adamw";
+  train->loss = o.loss;
+  train->optimizer = o.optimizer;
+  train->lr = o.lr.value_or(adam ? 1e-3 : 1e-2);
+  train->momentum = o.momentum;
+  train->weightDecay = o.weightDecay.value_or(adam ? 1e-2 : 0.0);
+  train->beta1 = o.beta1;
+  train->beta2 = o.beta2;
+  train->eps = o.eps;
+  for (auto [name, value] :
+       {std::pair<const char *, double>{"--lr", train->lr},
+        {"--momentum", o.momentum},
+        {"--weight-decay", train->weightDecay},
+        {"--beta1", o.beta1},
+        {"--beta2", o.beta2},
+        {"--eps", o.eps}})
+    if (!std::isfinite(value))
+      return rt::Status::error(std::string(name) +
+                               " must be a finite number, not " +
+                               std::to_string(value));
+  if (o.tp < 1)
+    return rt::Status::error("--tp must be at least 1");
+  train->tp = o.tp;
+  train->planFile = o.planFile;
+  return rt::Status::ok();
+}
+
+/// What the plan records of how it was compiled.
+static void recordConfig(const CompileOptions &o,
+                         const mlir::cleave::TrainStepOptions &train,
+                         ::cleave::plan::Plan &plan) {
+  ::cleave::plan::TrainConfig *config = plan.mutable_train_config();
+  config->set_source(o.model);
+  config->set_loss(train.loss);
+  config->set_optimizer(train.optimizer);
+  auto &hp = *config->mutable_hyperparameters();
+  hp["lr"] = train.lr;
+  hp["weight_decay"] = train.weightDecay;
+  if (train.optimizer == "adamw") {
+    hp["beta1"] = train.beta1;
+    hp["beta2"] = train.beta2;
+    hp["eps"] = train.eps;
+  } else {
+    hp["momentum"] = train.momentum;
+  }
+  config->set_seed(o.seed);
+  if (o.tp > 1)
+    hp["tp"] = o.tp;
+}
+
+rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
+  if (o.output.empty() || o.output == "-")
+    return rt::Status::error("give the bundle directory to write with -o "
+                             "BUNDLE");
+  // Before any work: a folder that is not a bundle is never replaced.
+  if (rt::Status s = checkReplaceable(o.output); !s)
+    return s;
+  for (auto [path, what] : {std::pair<const std::string &, const char *>{
+                                o.planFile, "--plan file"},
+                            {o.weightsFile, "--weights file"}})
+    if (!path.empty())
+      if (rt::Status s = rt::checkReadable(path, what); !s)
+        return s;
+  mlir::cleave::TrainStepOptions train;
+  if (rt::Status s = trainOptions(o, &train); !s)
+    return s;
+  mlir::cleave::OnnxImportOptions options;
+  options.seed = o.seed;
+  options.frozen.assign(o.freeze.begin(), o.freeze.end());
+  std::unique_ptr<mlir::cleave::OnnxModel> model;
+  if (rt::Status s = loadModel(ctx, o.model, o.inputs, options, &model); !s)
+    return s;
+  llvm::StringSet<> initializers;
+  for (const auto &t : model->proto().graph().initializer())
+    initializers.insert(t.name());
+  for (const std::string &name : o.frozenNames)
+    if (initializers.contains(name))
+      options.frozen.push_back("^" + llvm::Regex::escape(name) + "$");
+  OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, *model, options);
+  if (!module)
+    return rt::Status::error("");
+  ::cleave::plan::Plan plan;
+  plan.set_format_version(rt::kPlanFormatVersion);
+  plan.add_mesh(o.tp);
+  if (failed(
+          mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
+    return rt::Status::error("");
+  recordConfig(o, train, plan);
+  auto main = module->lookupSymbol<func::FuncOp>("main");
+  WeightSource weights(ctx, *model);
+  if (!o.weightsFile.empty())
+    if (rt::Status s = weights.useSafetensors(o.weightsFile); !s)
+      return s;
+  return writeBundle(*model, weights, main, plan, o.output, o.planOnly);
+}
+
+} // namespace cleave::tool

@@ -1,0 +1,73 @@
+//===- Driver.h - cleave's commands as a library ----------------*- C++ -*-===//
+//
+// What `cleave compile`, `cleave inspect` and `cleave export` do, callable
+// in-process: the cleave binary and the Python package (python/) both drive
+// them, so the two cannot drift apart.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_TOOLS_CLEAVE_DRIVER_H
+#define CLEAVE_TOOLS_CLEAVE_DRIVER_H
+
+#include "cleave/Import/OnnxImporter.h"
+#include "cleave/runtime/executor.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+class DialectRegistry;
+} // namespace mlir
+
+namespace cleave::tool {
+
+/// Registers the dialects and the rules (differentiation, sharding) every
+/// command needs in \p context.
+void setUpContext(mlir::MLIRContext &context);
+
+/// The flags of `cleave compile`.
+struct CompileOptions {
+  std::string model;  ///< MODEL.onnx or MODEL.pt
+  std::string output; ///< the bundle directory to write
+  /// NAME -> "8x128xi64": fixed dims (and dtypes) of graph inputs.
+  std::map<std::string, std::string> inputs;
+  std::string loss = "auto", optimizer = "sgd";
+  /// Defaults: 0.01 (sgd) or 0.001 (adamw); 0 (sgd) or 0.01 (adamw).
+  std::optional<double> lr, weightDecay;
+  double momentum = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t seed = 0, tp = 1;
+  std::string planFile, weightsFile;
+  bool planOnly = false;
+  /// Regular expressions of initializers not to train (--freeze); each must
+  /// match one.
+  std::vector<std::string> freeze;
+  /// Exact names of initializers not to train; names the model does not
+  /// hold are ignored (buffers a front end folded into constants).
+  std::vector<std::string> frozenNames;
+};
+
+/// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)
+/// and fills \p options' input specs from \p inputs.
+rt::Status loadModel(mlir::MLIRContext &context, const std::string &path,
+                     const std::map<std::string, std::string> &inputs,
+                     mlir::cleave::OnnxImportOptions &options,
+                     std::unique_ptr<mlir::cleave::OnnxModel> *model);
+
+/// `cleave compile`: imports, differentiates, shards and writes the bundle.
+/// Errors that MLIR reports as diagnostics go to \p context's handler and
+/// come back as an error with an empty message.
+rt::Status compileBundle(mlir::MLIRContext &context,
+                         const CompileOptions &options);
+
+/// `cleave inspect [--json]`: the bundle's mesh, layouts, collectives and
+/// memory, as the table or as one JSON document.
+rt::Status inspectBundle(const std::string &bundle, bool json,
+                         std::string *out);
+
+} // namespace cleave::tool
+
+#endif // CLEAVE_TOOLS_CLEAVE_DRIVER_H
