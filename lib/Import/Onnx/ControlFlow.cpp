@@ -59,14 +59,14 @@ LogicalResult ifOp(NodeContext &ctx) {
   const onnx::GraphProto *branch = ctx.graphAttr(name);
   if (!branch)
     return ctx.error() << "has no graph attribute '" << name << "'";
-  FailureOr<SmallVector<Value>> outs = ctx.importSubgraph(*branch, {});
+  FailureOr<SmallVector<OnnxValue>> outs = ctx.importSubgraph(*branch, {});
   if (failed(outs))
     return failure();
   if (outs->size() != ctx.numOutputs())
     return ctx.error() << "its " << name << " has " << outs->size()
                        << " outputs, the node " << ctx.numOutputs();
   for (auto [i, v] : llvm::enumerate(*outs))
-    ctx.setOutput(i, v);
+    ctx.setAnyOutput(i, v);
   return success();
 }
 
@@ -108,9 +108,9 @@ LogicalResult loop(NodeContext &ctx) {
                             "condition fold is unrolled)";
     cond = *truth;
   }
-  SmallVector<Value> carried;
+  SmallVector<OnnxValue> carried;
   for (unsigned i = 2; i < ctx.numInputs(); ++i) {
-    FailureOr<Value> v = ctx.input(i);
+    FailureOr<OnnxValue> v = ctx.anyInput(i);
     if (failed(v))
       return failure();
     carried.push_back(*v);
@@ -128,14 +128,19 @@ LogicalResult loop(NodeContext &ctx) {
     if (i == kMaxUnrolledIterations)
       return ctx.error() << "runs more than " << kMaxUnrolledIterations
                          << " iterations, which are not unrolled";
-    SmallVector<Value> inputs = {
+    SmallVector<OnnxValue> inputs = {
         ctx.splat(ctx.b.getI64Type(), {}, static_cast<double>(i)),
         ctx.splat(ctx.b.getI1Type(), {}, 1.0)};
     llvm::append_range(inputs, carried);
-    FailureOr<SmallVector<Value>> outs = ctx.importSubgraph(*body, inputs);
+    FailureOr<SmallVector<OnnxValue>> outs = ctx.importSubgraph(*body, inputs);
     if (failed(outs))
       return failure();
-    std::optional<bool> next = constantTruth((*outs)[0]);
+    for (int64_t j = 0; j < numScans; ++j)
+      if ((*outs)[1 + numCarried + j].sequence)
+        return ctx.error() << "its scan output " << j << " is a sequence";
+    if ((*outs)[0].sequence)
+      return ctx.error() << "its condition is a sequence";
+    std::optional<bool> next = constantTruth((*outs)[0].tensor);
     if (!next)
       return ctx.error() << "its condition after iteration " << i
                          << " depends on the data, so the number of "
@@ -143,10 +148,10 @@ LogicalResult loop(NodeContext &ctx) {
     cond = *next;
     carried.assign(outs->begin() + 1, outs->begin() + 1 + numCarried);
     for (int64_t j = 0; j < numScans; ++j)
-      scans[j].push_back((*outs)[1 + numCarried + j]);
+      scans[j].push_back((*outs)[1 + numCarried + j].tensor);
   }
   for (int64_t i = 0; i < numCarried; ++i)
-    ctx.setOutput(i, carried[i]);
+    ctx.setAnyOutput(i, carried[i]);
   for (int64_t j = 0; j < numScans; ++j) {
     if (!ctx.hasOutput(numCarried + j))
       continue;

@@ -18,6 +18,15 @@ namespace mlir::cleave::onnx_import {
 
 class GraphImporter;
 
+/// What an ONNX name holds: a tensor, or a sequence of tensors (its
+/// elements, all known at import).
+struct OnnxValue {
+  OnnxValue(Value v) : tensor(v) {}
+  OnnxValue(SmallVector<Value> elements) : sequence(std::move(elements)) {}
+  Value tensor;
+  std::optional<SmallVector<Value>> sequence;
+};
+
 class NodeContext {
 public:
   NodeContext(GraphImporter &graph, const onnx::NodeProto &node, int64_t opset,
@@ -64,6 +73,14 @@ public:
   }
   void setOutput(unsigned i, Value v);
 
+  // --- Sequences -----------------------------------------------------------
+  /// The elements of sequence input \p i; an error if it is not one.
+  FailureOr<SmallVector<Value>> sequenceInput(unsigned i);
+  void setSequenceOutput(unsigned i, SmallVector<Value> elements);
+  /// Input \p i, a tensor or a sequence (If and Loop pass either through).
+  FailureOr<OnnxValue> anyInput(unsigned i);
+  void setAnyOutput(unsigned i, const OnnxValue &v);
+
   // --- Subgraphs (If, Loop) ------------------------------------------------
   /// The ONNX element type the model declares for input \p i (a graph
   /// input, initializer, value_info or output of that name), or 0.
@@ -74,8 +91,8 @@ public:
   /// graph input; it may also read every value in scope), and returns its
   /// outputs. The names it defines go out of scope afterwards, so a loop
   /// body can be imported once per iteration.
-  FailureOr<SmallVector<Value>> importSubgraph(const onnx::GraphProto &body,
-                                               ArrayRef<Value> inputs);
+  FailureOr<SmallVector<OnnxValue>> importSubgraph(const onnx::GraphProto &body,
+                                                   ArrayRef<OnnxValue> inputs);
 
   // --- Training state ------------------------------------------------------
   /// Whether input \p i is a buffer (non-trainable state initializer).
@@ -181,6 +198,7 @@ void registerIndexingHandlers(HandlerTable &table);
 void registerResizeHandlers(HandlerTable &table);
 void registerRecurrentHandlers(HandlerTable &table);
 void registerControlFlowHandlers(HandlerTable &table);
+void registerSequenceHandlers(HandlerTable &table);
 
 /// MLIR element type of an ONNX TensorProto data type, or null: the
 /// storage type, which graph inputs and outputs keep.

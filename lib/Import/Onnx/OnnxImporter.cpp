@@ -506,6 +506,7 @@ static const HandlerTable &handlers() {
     registerResizeHandlers(t);
     registerControlFlowHandlers(t);
     registerRecurrentHandlers(t);
+    registerSequenceHandlers(t);
     return t;
   }();
   return table;
@@ -579,6 +580,9 @@ public:
   const OnnxModel &model;
   const OnnxImportOptions &options;
   llvm::StringMap<Value> values;
+  /// ONNX sequences (SplitToSequence, SequenceConstruct...): their elements,
+  /// each a tensor value; every op on them is resolved at import.
+  llvm::StringMap<SmallVector<Value>> sequences;
   llvm::StringMap<DenseElementsAttr> known;
   /// Arguments whose values --forward gives (for evaluate).
   DenseMap<BlockArgument, DenseElementsAttr> knownArguments;
@@ -681,7 +685,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   // Every value has one producer (ONNX's single static assignment): a
   // second node writing a name would silently replace the first's.
   for (const std::string &out : node.output())
-    if (!out.empty() && (values.count(out) || known.count(out)))
+    if (!out.empty() &&
+        (values.count(out) || known.count(out) || sequences.count(out)))
       return emitError(loc)
              << "node '" << label << "' writes '" << out << "', which "
              << (producers.count(out) ? "node '" + producers[out] + "'"
@@ -702,7 +707,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
                           << node.op_type() << "' (opset " << opset << ")";
   }
   for (const std::string &in : node.input())
-    if (!in.empty() && !values.count(in) && !known.count(in))
+    if (!in.empty() && !values.count(in) && !known.count(in) &&
+        !sequences.count(in))
       return emitError(loc) << "node '" << label << "' (" << node.op_type()
                             << ", opset " << opset << "): input '" << in
                             << "' is not defined before its use";
@@ -753,9 +759,14 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
     if (it != values.end())
       if (Value v = replaced.lookup(it->second))
         it->second = v;
+    auto seq = sequences.find(out);
+    if (seq != sequences.end())
+      for (Value &element : seq->second)
+        if (Value v = replaced.lookup(element))
+          element = v;
   }
   for (const std::string &out : node.output())
-    if (!out.empty() && !values.count(out))
+    if (!out.empty() && !values.count(out) && !sequences.count(out))
       return emitError(loc)
              << "node '" << label << "' (" << node.op_type() << ", opset "
              << opset << "): output '" << out << "' was not produced";
@@ -1211,6 +1222,8 @@ FailureOr<Value> NodeContext::input(unsigned i) {
   }
   if (v)
     return v;
+  if (graph.sequences.count(name))
+    return error() << "input '" << name << "' is a sequence, not a tensor";
   if (k == graph.known.end())
     return error() << "input '" << name << "' is undefined";
   Value c = ConstantOp::create(b, k->second);
@@ -1332,6 +1345,36 @@ void NodeContext::setOutput(unsigned i, Value v) {
     graph.values[node.output(i)] = v;
 }
 
+FailureOr<SmallVector<Value>> NodeContext::sequenceInput(unsigned i) {
+  if (!hasInput(i))
+    return error() << "input " << i << " is required";
+  auto it = graph.sequences.find(node.input(i));
+  if (it == graph.sequences.end())
+    return error() << "input '" << node.input(i) << "' is not a sequence";
+  return it->second;
+}
+
+void NodeContext::setSequenceOutput(unsigned i, SmallVector<Value> elements) {
+  if (hasOutput(i))
+    graph.sequences[node.output(i)] = std::move(elements);
+}
+
+FailureOr<OnnxValue> NodeContext::anyInput(unsigned i) {
+  if (hasInput(i) && graph.sequences.count(node.input(i)))
+    return OnnxValue(graph.sequences[node.input(i)]);
+  FailureOr<Value> v = input(i);
+  if (failed(v))
+    return failure();
+  return OnnxValue(*v);
+}
+
+void NodeContext::setAnyOutput(unsigned i, const OnnxValue &v) {
+  if (v.sequence)
+    setSequenceOutput(i, *v.sequence);
+  else
+    setOutput(i, v.tensor);
+}
+
 int32_t NodeContext::declaredOnnxType(unsigned i) const {
   if (!hasInput(i))
     return 0;
@@ -1352,9 +1395,9 @@ const onnx::GraphProto *NodeContext::graphAttr(StringRef name) const {
   return a && a->has_g() ? &a->g() : nullptr;
 }
 
-FailureOr<SmallVector<Value>>
+FailureOr<SmallVector<OnnxValue>>
 NodeContext::importSubgraph(const onnx::GraphProto &body,
-                            ArrayRef<Value> inputs) {
+                            ArrayRef<OnnxValue> inputs) {
   if (static_cast<size_t>(body.input_size()) != inputs.size())
     return error() << "its subgraph '" << body.name() << "' takes "
                    << body.input_size() << " inputs, " << inputs.size()
@@ -1363,7 +1406,8 @@ NodeContext::importSubgraph(const onnx::GraphProto &body,
   // on failure, which the caller reports).
   SmallVector<std::string> scoped;
   auto define = [&](const std::string &name) -> LogicalResult {
-    if (graph.values.count(name) || graph.known.count(name))
+    if (graph.values.count(name) || graph.known.count(name) ||
+        graph.sequences.count(name))
       return error() << "its subgraph '" << body.name() << "' redefines '"
                      << name << "', which is already in scope";
     scoped.push_back(name);
@@ -1373,13 +1417,17 @@ NodeContext::importSubgraph(const onnx::GraphProto &body,
     for (const std::string &name : scoped) {
       graph.values.erase(name);
       graph.known.erase(name);
+      graph.sequences.erase(name);
       graph.producers.erase(name);
     }
   });
   for (auto [info, v] : llvm::zip(body.input(), inputs)) {
     if (failed(define(info.name())))
       return failure();
-    graph.values[info.name()] = v;
+    if (v.sequence)
+      graph.sequences[info.name()] = *v.sequence;
+    else
+      graph.values[info.name()] = v.tensor;
   }
   for (const onnx::TensorProto &t : body.initializer()) {
     if (failed(define(t.name())))
@@ -1398,8 +1446,13 @@ NodeContext::importSubgraph(const onnx::GraphProto &body,
     if (failed(graph.importNode(n, opset, builder)))
       return failure();
   }
-  SmallVector<Value> outs;
+  SmallVector<OnnxValue> outs;
   for (const onnx::ValueInfoProto &out : body.output()) {
+    auto seq = graph.sequences.find(out.name());
+    if (seq != graph.sequences.end()) {
+      outs.push_back(OnnxValue(seq->second));
+      continue;
+    }
     Value v = graph.values.lookup(out.name());
     if (!v) {
       auto k = graph.known.find(out.name());

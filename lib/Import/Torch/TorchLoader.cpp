@@ -35,8 +35,12 @@ namespace {
 
 using Entry = int (*)(const char *, const char *, char **, size_t *, char **);
 
-/// BINDIR/../lib/libcleave_torchscript.so, beside the running binary.
+/// BINDIR/../lib/libcleave_torchscript.so, beside the running binary;
+/// $CLEAVE_TORCHSCRIPT_PLUGIN when set (the Python package sets it: its
+/// running binary is the interpreter).
 std::string pluginPath() {
+  if (const char *env = std::getenv("CLEAVE_TORCHSCRIPT_PLUGIN"); env && *env)
+    return env;
   std::string exe = llvm::sys::fs::getMainExecutable(
       nullptr, reinterpret_cast<void *>(&pluginPath));
   llvm::SmallString<256> path(

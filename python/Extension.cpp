@@ -1,0 +1,368 @@
+//===- Extension.cpp - cleave._cleave: the package's native half ----------===//
+//
+// The compiler (tools/cleave/Driver.h) and the trainer (runtime/train) in
+// the Python process, no subprocess: compile, inspect and export, and a
+// Session holding one trainer per rank of this process (every rank on
+// threads, or this process's MPI rank). The pure-Python package (cleave/)
+// is the API users see; this module is its engine. Long calls release the
+// GIL; every failure raises cleave.Error with the message the CLI prints.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bundle.h"
+#include "Driver.h"
+#include "cleave/runtime/comm.h"
+#include "cleave/runtime/data.h"
+#include "cleave/runtime/thread_ranks.h"
+#include "cleave/runtime/trainer.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "plan/plan.pb.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace py = pybind11;
+namespace rt = ::cleave::rt;
+namespace tool = ::cleave::tool;
+
+namespace {
+
+/// What every failure raises: cleave.Error carries the CLI's message.
+struct CleaveError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const rt::Status &s) {
+  if (!s)
+    throw CleaveError(s.message());
+}
+
+//===----------------------------------------------------------------------===//
+// numpy <-> HostTensor
+//===----------------------------------------------------------------------===//
+
+struct DTypeName {
+  rt::DType dtype;
+  const char *numpy;
+};
+constexpr DTypeName kDTypes[] = {
+    {rt::DType::F32, "float32"}, {rt::DType::I64, "int64"},
+    {rt::DType::I32, "int32"},   {rt::DType::Bool, "bool"},
+    {rt::DType::F64, "float64"}, {rt::DType::F16, "float16"},
+    {rt::DType::I8, "int8"},     {rt::DType::I16, "int16"},
+    {rt::DType::U8, "uint8"},    {rt::DType::U16, "uint16"},
+    {rt::DType::U32, "uint32"},
+};
+
+rt::HostTensor fromNumpy(const std::string &what, const py::array &array) {
+  std::string name = py::str(array.dtype()).cast<std::string>();
+  const DTypeName *match = nullptr;
+  for (const DTypeName &d : kDTypes)
+    if (name == d.numpy)
+      match = &d;
+  if (!match)
+    throw CleaveError(what + " has dtype " + name +
+                      ", which Cleave does not take");
+  py::array c = py::array::ensure(array, py::array::c_style);
+  rt::HostTensor t;
+  t.dtype = match->dtype;
+  t.shape.assign(c.shape(), c.shape() + c.ndim());
+  t.bytes.resize(static_cast<size_t>(c.nbytes()));
+  if (!t.bytes.empty())
+    std::memcpy(t.bytes.data(), c.data(), t.bytes.size());
+  return t;
+}
+
+py::array toNumpy(const rt::HostTensor &t) {
+  const char *name = nullptr;
+  for (const DTypeName &d : kDTypes)
+    if (d.dtype == t.dtype)
+      name = d.numpy;
+  if (!name)
+    throw CleaveError(std::string("a tensor of dtype ") +
+                      rt::dtypeName(t.dtype) + " has no numpy dtype");
+  py::array out(py::dtype(name), t.shape);
+  if (!t.bytes.empty())
+    std::memcpy(out.mutable_data(), t.bytes.data(), t.bytes.size());
+  return out;
+}
+
+std::map<std::string, rt::HostTensor> batchFromDict(const py::dict &batch) {
+  std::map<std::string, rt::HostTensor> out;
+  for (auto item : batch) {
+    std::string name = py::str(item.first).cast<std::string>();
+    out[name] =
+        fromNumpy("batch input '" + name + "'", py::array::ensure(item.second));
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Compiling
+//===----------------------------------------------------------------------===//
+
+/// Collects MLIR's diagnostics as the lines the CLI would print, without
+/// the "cleave: " prefix.
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &diag) {
+          bool error = diag.getSeverity() == mlir::DiagnosticSeverity::Error;
+          add((error ? "" : "note: ") + diag.str());
+          for (const mlir::Diagnostic &note : diag.getNotes())
+            if (!llvm::StringRef(note.str()).starts_with("see current"))
+              add("note: " + note.str());
+          return mlir::success();
+        }) {}
+  std::string text;
+
+private:
+  void add(const std::string &line) {
+    text += (text.empty() ? "" : "\n") + line;
+  }
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+void compile(const tool::CompileOptions &options) {
+  std::string message;
+  {
+    py::gil_scoped_release release;
+    mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+    tool::setUpContext(context);
+    DiagnosticCollector diagnostics(context);
+    rt::Status s = tool::compileBundle(context, options);
+    if (!s)
+      message = s.message().empty() ? diagnostics.text : s.message();
+    if (!s && message.empty())
+      message = "compiling '" + options.model + "' failed";
+  }
+  if (!message.empty())
+    throw CleaveError(message);
+}
+
+std::string inspect(const std::string &bundle, bool json) {
+  std::string out;
+  check(tool::inspectBundle(bundle, json, &out));
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Training
+//===----------------------------------------------------------------------===//
+
+struct SessionOptions {
+  std::string bundle, resume, ranks = "threads", backend = "cpu";
+  std::string precision = "f32";
+  double timeout = 60;
+  int64_t steps = int64_t(1) << 40;
+  rt::DataOptions data;
+};
+
+/// The trainers of this process: every rank of the mesh (threads), or this
+/// process's rank (MPI), driven in lockstep.
+class Session {
+public:
+  explicit Session(const SessionOptions &o) : options_(o) {
+    rt::TrainerOptions t;
+    t.bundleDir = o.bundle;
+    t.steps = o.steps;
+    t.data = o.data;
+    t.resumeFrom = o.resume;
+    check(rt::parseBackend(o.backend, &t.backend.backend));
+    check(rt::parsePrecision(o.precision, &t.backend.precision));
+    if (!(o.timeout > 0))
+      throw CleaveError("timeout must be a positive number of seconds");
+    ::cleave::plan::Plan plan;
+    check(rt::loadBundlePlan(o.bundle, &plan));
+    tp_ = plan.mesh_size() ? plan.mesh(0) : 1;
+    py::gil_scoped_release release;
+    if (o.ranks == "mpi") {
+      check(rt::makeMpiCommunicator({tp_}, o.timeout, &mpi_));
+      t.comm = mpi_.get();
+      trainers_.resize(1);
+      check(rt::Trainer::open(t, &trainers_[0]));
+      return;
+    }
+    if (o.ranks != "threads")
+      throw CleaveError("ranks must be 'threads' or 'mpi', not '" + o.ranks +
+                        "'");
+    check(rt::ThreadRanks::create(tp_, o.timeout, &ranks_));
+    trainers_.resize(tp_);
+    check(ranks_->run([&](int rank) {
+      rt::TrainerOptions own = t;
+      own.comm = &ranks_->comm(rank);
+      return rt::Trainer::open(own, &trainers_[rank]);
+    }));
+  }
+
+  /// One step on \p batch (a dict of arrays), or on the feed's next batch.
+  float step(const py::object &batch) {
+    std::map<std::string, rt::HostTensor> tensors;
+    bool given = !batch.is_none();
+    if (given) {
+      tensors = batchFromDict(batch.cast<py::dict>());
+      // Checked here, once: a bad batch must not break the mesh.
+      check(rt::DataFeed::checkBatch(tensors, trainers_[0]->inputs()));
+    }
+    std::vector<float> losses(trainers_.size());
+    py::gil_scoped_release release;
+    check(onRanks([&](int r) {
+      return given ? trainers_[r]->step(tensors, &losses[r])
+                   : trainers_[r]->step(&losses[r]);
+    }));
+    return losses[0];
+  }
+
+  py::array read(const std::string &name) {
+    std::vector<rt::HostTensor> values(trainers_.size());
+    {
+      py::gil_scoped_release release;
+      check(onRanks(
+          [&](int r) { return trainers_[r]->readTensor(name, &values[r]); }));
+    }
+    return toNumpy(values[0]);
+  }
+
+  void write(const std::string &name, const py::array &value) {
+    rt::HostTensor t = fromNumpy("'" + name + "'", value);
+    py::gil_scoped_release release;
+    check(onRanks([&](int r) { return trainers_[r]->writeTensor(name, t); }));
+  }
+
+  std::string saveCheckpoint(const std::string &root) {
+    std::vector<std::string> written(trainers_.size());
+    py::gil_scoped_release release;
+    check(onRanks([&](int r) {
+      return trainers_[r]->saveCheckpoint(root, &written[r]);
+    }));
+    return written[0];
+  }
+
+  std::vector<std::pair<std::string, bool>> tensors() const {
+    return trainers_[0]->tensorNames();
+  }
+
+  /// (name, numpy dtype, shape) of every input a step takes.
+  std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>
+  inputs() const {
+    std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> out;
+    for (const rt::InputSlot &slot : trainers_[0]->inputs()) {
+      std::string dtype = rt::dtypeName(slot.dtype);
+      for (const DTypeName &d : kDTypes)
+        if (d.dtype == slot.dtype)
+          dtype = d.numpy;
+      out.emplace_back(slot.name, dtype, slot.shape);
+    }
+    return out;
+  }
+
+  int64_t stepsDone() const { return trainers_[0]->stepsDone(); }
+  int64_t tp() const { return tp_; }
+  int rank() const { return mpi_ ? mpi_->rank() : 0; }
+
+private:
+  rt::Status onRanks(const std::function<rt::Status(int)> &work) {
+    if (ranks_)
+      return ranks_->run(work);
+    rt::Status s = work(0);
+    if (!s && mpi_)
+      return rt::Status::error("rank " + std::to_string(mpi_->rank()) + ": " +
+                               s.message());
+    return s;
+  }
+
+  SessionOptions options_;
+  int64_t tp_ = 1;
+  std::unique_ptr<rt::ThreadRanks> ranks_;
+  std::unique_ptr<rt::Communicator> mpi_;
+  std::vector<std::unique_ptr<rt::Trainer>> trainers_;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_cleave, m) {
+  m.doc() = "Cleave's compiler and trainer, in-process (use the cleave "
+            "package, not this module)";
+  py::register_exception<CleaveError>(m, "Error");
+
+  py::class_<tool::CompileOptions>(m, "CompileOptions")
+      .def(py::init<>())
+      .def_readwrite("model", &tool::CompileOptions::model)
+      .def_readwrite("output", &tool::CompileOptions::output)
+      .def_readwrite("inputs", &tool::CompileOptions::inputs)
+      .def_readwrite("loss", &tool::CompileOptions::loss)
+      .def_readwrite("optimizer", &tool::CompileOptions::optimizer)
+      .def_readwrite("lr", &tool::CompileOptions::lr)
+      .def_readwrite("weight_decay", &tool::CompileOptions::weightDecay)
+      .def_readwrite("momentum", &tool::CompileOptions::momentum)
+      .def_readwrite("beta1", &tool::CompileOptions::beta1)
+      .def_readwrite("beta2", &tool::CompileOptions::beta2)
+      .def_readwrite("eps", &tool::CompileOptions::eps)
+      .def_readwrite("seed", &tool::CompileOptions::seed)
+      .def_readwrite("tp", &tool::CompileOptions::tp)
+      .def_readwrite("plan", &tool::CompileOptions::planFile)
+      .def_readwrite("weights", &tool::CompileOptions::weightsFile)
+      .def_readwrite("plan_only", &tool::CompileOptions::planOnly)
+      .def_readwrite("freeze", &tool::CompileOptions::freeze)
+      .def_readwrite("frozen_names", &tool::CompileOptions::frozenNames);
+  m.def("compile", &compile, "Writes a bundle (cleave compile)");
+  m.def("inspect", &inspect, py::arg("bundle"), py::arg("json"),
+        "cleave inspect [--json]");
+  m.def(
+      "export",
+      [](const std::string &source, const std::string &output) {
+        py::gil_scoped_release release;
+        check(tool::exportModel(source, output));
+      },
+      "cleave export SOURCE -o OUTPUT");
+  m.def("mpi_launched", &rt::launchedByMpi,
+        "Whether an MPI launcher started this process");
+  m.def("finalize_mpi", &rt::finalizeMpi, "MPI_Finalize, if MPI is active");
+
+  py::class_<SessionOptions>(m, "SessionOptions")
+      .def(py::init<>())
+      .def_readwrite("bundle", &SessionOptions::bundle)
+      .def_readwrite("resume", &SessionOptions::resume)
+      .def_readwrite("ranks", &SessionOptions::ranks)
+      .def_readwrite("backend", &SessionOptions::backend)
+      .def_readwrite("precision", &SessionOptions::precision)
+      .def_readwrite("timeout", &SessionOptions::timeout)
+      .def_readwrite("steps", &SessionOptions::steps)
+      .def_property(
+          "text", [](const SessionOptions &o) { return o.data.textFile; },
+          [](SessionOptions &o, const std::string &v) { o.data.textFile = v; })
+      .def_property(
+          "inputs", [](const SessionOptions &o) { return o.data.inputsDir; },
+          [](SessionOptions &o, const std::string &v) { o.data.inputsDir = v; })
+      .def_property(
+          "batch_from_arrays",
+          [](const SessionOptions &o) { return o.data.batchFromArrays; },
+          [](SessionOptions &o, bool v) { o.data.batchFromArrays = v; })
+      .def_property(
+          "shuffle", [](const SessionOptions &o) { return o.data.shuffle; },
+          [](SessionOptions &o, bool v) { o.data.shuffle = v; })
+      .def_property(
+          "seed", [](const SessionOptions &o) { return o.data.seed; },
+          [](SessionOptions &o, uint64_t v) { o.data.seed = v; })
+      .def_property(
+          "fed_by_caller",
+          [](const SessionOptions &o) { return o.data.fedByCaller; },
+          [](SessionOptions &o, bool v) { o.data.fedByCaller = v; });
+
+  py::class_<Session>(m, "Session")
+      .def(py::init<const SessionOptions &>())
+      .def("step", &Session::step, py::arg("batch") = py::none())
+      .def("read", &Session::read)
+      .def("write", &Session::write)
+      .def("save_checkpoint", &Session::saveCheckpoint)
+      .def("tensors", &Session::tensors)
+      .def("inputs", &Session::inputs)
+      .def_property_readonly("steps_done", &Session::stepsDone)
+      .def_property_readonly("tp", &Session::tp)
+      .def_property_readonly("rank", &Session::rank);
+}

@@ -1,0 +1,123 @@
+"""The offline path: cleave.compile writes a bundle, cleave.load opens one,
+Bundle.train runs it."""
+
+import json
+import os
+import tempfile
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+from ._export import export_module
+from ._model import (_check_loss_output, _compile_options, _input_specs,
+                     _open_session, _plan_file)
+from ._native import Error, _cleave
+from ._optim import SGD, AdamW
+from ._progress import progress_bar
+
+
+class Bundle:
+    """A compiled bundle directory: one SPMD train-step plan and each rank's
+    weights (``cleave compile``'s output)."""
+
+    def __init__(self, directory: str):
+        self.directory = os.fspath(directory)
+        # Reads and checks plan.pb now: a bad folder fails here.
+        self._summary = json.loads(_cleave.inspect(self.directory, True))
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel ranks the bundle is compiled for."""
+        return int(self._summary["mesh"]["tp"])
+
+    def inspect(self) -> dict:
+        """``cleave inspect --json``'s document: mesh, each weight's split,
+        collectives per step, memory per rank."""
+        return json.loads(_cleave.inspect(self.directory, True))
+
+    def __repr__(self) -> str:
+        return f"cleave.Bundle({self.directory!r})\n" + \
+            _cleave.inspect(self.directory, False)
+
+    def train(self, steps: int, *, text: Optional[str] = None,
+              inputs: Union[str, Iterable[Dict[str, Any]], None] = None,
+              ranks: Optional[int] = None, checkpoint: Optional[str] = None,
+              progress: bool = True, shuffle: bool = False, seed: int = 0,
+              resume: Optional[str] = None, distributed: bool = False,
+              timeout: float = 60.0) -> List[float]:
+        """Trains ``steps`` steps, as ``cleave run`` does, and returns the
+        losses.
+
+        Data: ``text`` (a file: a byte-level language model's ids and
+        next-byte labels), or ``inputs`` (a directory of NAME.npy files, as
+        ``cleave run --inputs``, or an iterable of batch dicts). ``ranks``
+        must be the bundle's tp if given (they run as threads of this
+        process unless ``distributed``). ``checkpoint``: a directory that
+        gets a checkpoint after the last step; ``resume`` continues one.
+        """
+        if ranks is not None and ranks != self.tp:
+            raise Error(f"bundle '{self.directory}' is compiled for tp = "
+                        f"{self.tp}; ranks={ranks} does not match (compile "
+                        f"again with tp={ranks})")
+        if not isinstance(steps, int) or steps < 1:
+            raise Error(f"steps must be a positive integer, not {steps!r}")
+        batches = None
+        data = {"text": os.fspath(text) if text else "", "shuffle": shuffle,
+                "seed": int(seed)}
+        if isinstance(inputs, (str, os.PathLike)):
+            data["inputs"] = os.fspath(inputs)
+        elif inputs is not None:
+            batches, data = iter(inputs), None
+        session = _open_session(self.directory, distributed, timeout, "cpu",
+                                resume=os.fspath(resume) if resume else "",
+                                steps=steps, data=data)
+        from ._model import Model
+        model = Model(session, self.directory, {})
+        losses = []
+        with progress_bar(steps, progress) as bar:
+            for _ in range(steps):
+                if batches is not None:
+                    try:
+                        loss = model.step(next(batches))
+                    except StopIteration:
+                        break
+                else:
+                    loss = session.step(None)
+                losses.append(loss)
+                bar.update(loss)
+        if checkpoint:
+            session.save_checkpoint(os.fspath(checkpoint))
+        return losses
+
+
+def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
+            output: str, tp: int = 1, optimizer: Union[SGD, AdamW, None] = None,
+            loss: str = "auto", plan=None, seed: int = 0,
+            plan_only: bool = False) -> Bundle:
+    """Compiles a model's training step into a bundle directory ``output``,
+    as ``cleave compile`` does, and returns it.
+
+    ``model`` is an ``.onnx`` / ``.pt`` path (``example_inputs`` then fix
+    its inputs' shapes, like ``--input``) or a ``torch.nn.Module`` (exported
+    with ``example_inputs``). The other arguments are
+    :func:`cleave.tensor_parallel`'s.
+    """
+    o = _compile_options(optimizer, loss, tp, seed)
+    o.output = os.fspath(output)
+    o.plan_only = bool(plan_only)
+    with tempfile.TemporaryDirectory(prefix="cleave-") as work:
+        o.plan = _plan_file(plan, work)
+        if isinstance(model, (str, os.PathLike)):
+            o.model = os.fspath(model)
+            o.inputs = _input_specs(example_inputs)
+        else:
+            _check_loss_output(model, example_inputs or {}, loss)
+            exported = export_module(model, example_inputs or {}, work)
+            o.model = exported.model
+            o.weights = exported.weights
+            o.frozen_names = exported.frozen
+        _cleave.compile(o)
+    return Bundle(o.output)
+
+
+def load(directory: str) -> Bundle:
+    """The bundle in ``directory`` (checked now)."""
+    return Bundle(directory)

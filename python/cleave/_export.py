@@ -1,0 +1,208 @@
+"""A torch.nn.Module as an ONNX model Cleave compiles, and the map from the
+module's state_dict names to the model's tensors.
+
+The module is exported with torch.onnx (opset 17, constant folding off, so
+initializers keep their state_dict names) from a copy: tracing runs the
+forward pass, which in training mode would move BatchNorm's running
+statistics. The weights the bundle starts from are the module's own,
+written to a safetensors file the compiler reads (``--weights``).
+"""
+
+import copy
+import inspect
+import io
+import json
+import os
+import struct
+import warnings
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ._native import Error
+
+_NUMPY_DTYPES = {
+    "float32": "F32", "float64": "F64", "float16": "F16", "int64": "I64",
+    "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+    "bool": "BOOL",
+}
+
+
+def to_numpy(value, what: str) -> np.ndarray:
+    """A torch tensor or array-like as a C-contiguous numpy array."""
+    try:
+        import torch
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            if value.dtype == torch.bfloat16:
+                raise Error(f"{what} is bfloat16, which numpy cannot hold; "
+                            "give float32")
+            return np.ascontiguousarray(value.numpy())
+    except ImportError:
+        pass
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value)
+    raise Error(f"{what} must be a torch tensor or a numpy array, not "
+                f"{type(value).__name__}")
+
+
+def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
+    """The safetensors format: a little-endian u64 header length, the JSON
+    header (dtype, shape, byte offsets), the raw data."""
+    header, offset, blobs = {}, 0, []
+    for name, array in tensors.items():
+        array = np.ascontiguousarray(array)
+        dtype = _NUMPY_DTYPES.get(str(array.dtype))
+        if dtype is None:
+            raise Error(f"tensor '{name}' has dtype {array.dtype}, which "
+                        "Cleave cannot store")
+        data = array.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+@dataclass
+class Exported:
+    """What the export produced and how the module's names map onto it."""
+    model: str                      # the .onnx file
+    weights: str                    # the safetensors file of its initializers
+    inputs: List[str]               # graph inputs, in forward's order
+    frozen: List[str]               # initializers that must not train
+    # state_dict key -> ("bundle", initializer) | ("module", tensor) |
+    # ("counter", tensor): BatchNorm's num_batches_tracked, + steps
+    sources: Dict[str, Tuple[str, object]] = field(default_factory=dict)
+
+
+def _ordered_arguments(module, example_inputs) -> Tuple[tuple, List[str]]:
+    """forward's arguments in its signature's order: a positional prefix,
+    then a dict of the rest (torch.onnx's convention for keyword args)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                           p.KEYWORD_ONLY)]
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params)
+    for key in example_inputs:
+        if key not in names and not takes_kwargs:
+            raise Error(f"example_inputs has '{key}', which is not an "
+                        f"argument of {type(module).__name__}.forward (its "
+                        f"arguments: {', '.join(names) or 'none'})")
+    order = [n for n in names if n in example_inputs]
+    order += [k for k in example_inputs if k not in order]
+    positional = []
+    for n in names:
+        if n not in example_inputs:
+            break
+        positional.append(n)
+    rest = {k: example_inputs[k] for k in order if k not in positional}
+    args = tuple(example_inputs[n] for n in positional)
+    if rest:
+        args = args + (rest,)
+    return args, order
+
+
+def _counters(module) -> Dict[str, object]:
+    """BatchNorm layers in training mode count their batches."""
+    import torch
+    out = {}
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and \
+                m.training and m.track_running_stats and \
+                m.num_batches_tracked is not None:
+            out[(name + "." if name else "") + "num_batches_tracked"] = \
+                m.num_batches_tracked.detach().clone()
+    return out
+
+
+def export_module(module, example_inputs: dict, directory: str,
+                  opset: int = 17) -> Exported:
+    """Exports \\p module into \\p directory; see the module docstring."""
+    import torch
+    import onnx
+
+    if not isinstance(example_inputs, dict) or not example_inputs:
+        raise Error("example_inputs must be a dict from the forward's "
+                    "argument names to tensors")
+    tensors = {}
+    for k, v in example_inputs.items():
+        tensors[k] = torch.from_numpy(to_numpy(v, f"example input '{k}'"))
+    args, order = _ordered_arguments(module, tensors)
+    state = module.state_dict(keep_vars=True)
+    original = {k: v.detach().clone() for k, v in state.items()}
+    trainable = {k for k, v in state.items()
+                 if isinstance(v, torch.nn.Parameter) and v.requires_grad}
+    counters = _counters(module)
+
+    path = os.path.join(directory, "model.onnx")
+    mode = (torch.onnx.TrainingMode.TRAINING if module.training
+            else torch.onnx.TrainingMode.EVAL)
+    buffer = io.BytesIO()
+    try:
+        # The tracer's notes (Python values taken as constants) are about
+        # tracing in general; the shapes are fixed here anyway.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(copy.deepcopy(module), args, buffer,
+                              input_names=order, opset_version=opset,
+                              do_constant_folding=False, training=mode)
+    except Exception as e:  # the exporter raises many types
+        raise Error(f"torch.onnx could not export {type(module).__name__}: "
+                    f"{str(e).strip().splitlines()[0] if str(e) else e!r}") \
+            from e
+    proto = onnx.load_from_string(buffer.getvalue())
+    with open(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+    import onnx.numpy_helper
+    initializers = {t.name for t in proto.graph.initializer}
+    float_inits = {t.name for t in proto.graph.initializer
+                   if t.data_type == onnx.TensorProto.FLOAT and t.dims}
+    graph_inputs = [i.name for i in proto.graph.input
+                    if i.name not in initializers]
+    missing = [n for n in order if n not in graph_inputs]
+    if missing:
+        raise Error(f"example input '{missing[0]}' is not used by "
+                    f"{type(module).__name__}.forward (torch.onnx dropped "
+                    "it); leave it out of example_inputs")
+
+    exported = Exported(path, os.path.join(directory, "weights.safetensors"),
+                        graph_inputs, [])
+    # Tied tensors are one object under several names; the exporter keeps
+    # the first name.
+    by_identity = {}
+    for key, value in state.items():
+        if key in float_inits:
+            by_identity.setdefault(id(value), key)
+    weights = {}
+    for key, value in state.items():
+        init = key if key in float_inits else by_identity.get(id(value))
+        if key in counters:
+            exported.sources[key] = ("counter", counters[key])
+        elif init is not None:
+            exported.sources[key] = ("bundle", init)
+            weights[init] = original[key].numpy()
+        else:
+            exported.sources[key] = ("module", original[key])
+    # Whatever is not a trainable parameter stays as it is (buffers; tables
+    # the exporter turned into initializers).
+    named = {init for src, init in exported.sources.values() if src == "bundle"}
+    trained_inits = {exported.sources[k][1] for k in trainable
+                     if exported.sources.get(k, ("", ""))[0] == "bundle"}
+    exported.frozen = sorted((float_inits - trained_inits))
+    for t in proto.graph.initializer:
+        if t.name in float_inits and t.name not in named:
+            weights[t.name] = onnx.numpy_helper.to_array(t)
+    write_safetensors(exported.weights, weights)
+    return exported

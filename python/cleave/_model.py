@@ -1,0 +1,429 @@
+"""cleave.tensor_parallel and the Model it returns."""
+
+import html
+import json
+import math
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+
+import numpy as np
+
+from ._export import Exported, export_module, to_numpy
+from ._native import Error, _cleave
+from ._optim import SGD, AdamW
+from ._progress import progress_bar
+
+# Options of tensor_parallel beyond its named ones (**compile_options).
+_COMPILE_OPTIONS = {"output", "timeout", "backend", "precision", "opset",
+                    "freeze", "ranks"}
+
+
+def _plan_file(plan, directory: str) -> str:
+    """plan: a file of 'REGEX colwise|rowwise|replicate|vocab' lines, or a
+    dict from regular expressions to those words (transformers' tp_plan)."""
+    if plan is None:
+        return ""
+    if isinstance(plan, (str, os.PathLike)):
+        return os.fspath(plan)
+    if isinstance(plan, dict):
+        path = os.path.join(directory, "plan.txt")
+        with open(path, "w") as f:
+            for regex, style in plan.items():
+                f.write(f"{regex} {style}\n")
+        return path
+    raise Error(f"plan must be a file path or a dict, not {type(plan).__name__}")
+
+
+def _compile_options(optimizer, loss: str, tp: int, seed: int):
+    o = _cleave.CompileOptions()
+    if optimizer is None:
+        optimizer = SGD(lr=0.01)
+    if not isinstance(optimizer, (SGD, AdamW)):
+        raise Error("optimizer must be cleave.SGD(...) or cleave.AdamW(...), "
+                    f"not {type(optimizer).__name__}")
+    optimizer._options(o)
+    if loss not in ("auto", "cross_entropy", "mse"):
+        raise Error(f"loss must be 'auto', 'cross_entropy' or 'mse', not "
+                    f"{loss!r}")
+    o.loss = loss
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise Error(f"tp must be a positive integer, not {tp!r}")
+    o.tp = tp
+    o.seed = int(seed)
+    return o
+
+
+def _input_specs(example_inputs) -> Dict[str, str]:
+    """--input specs (8x128xi64) fixing a model file's inputs' shapes."""
+    kinds = {"float32": "f32", "int64": "i64", "int32": "i32", "bool": "bool",
+             "float64": "f64", "float16": "f16", "int8": "i8", "int16": "i16",
+             "uint8": "u8", "uint16": "u16", "uint32": "u32"}
+    specs = {}
+    for name, value in (example_inputs or {}).items():
+        a = to_numpy(value, f"example input '{name}'")
+        if a.ndim == 0:
+            continue
+        kind = kinds.get(str(a.dtype))
+        if kind is None:
+            raise Error(f"example input '{name}' has dtype {a.dtype}")
+        specs[name] = "x".join(str(d) for d in a.shape) + "x" + kind
+    return specs
+
+
+def _check_loss_output(module, example_inputs, loss):
+    """loss='auto' trains the first output, which must be a scalar."""
+    if loss != "auto":
+        return
+    import torch
+    with torch.no_grad():
+        import copy
+        out = copy.deepcopy(module)(**{k: torch.from_numpy(
+            to_numpy(v, f"example input '{k}'"))
+            for k, v in example_inputs.items()})
+    while isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    if isinstance(out, dict) and out:
+        out = next(iter(out.values()))
+    if not (isinstance(out, torch.Tensor) and out.numel() == 1 and
+            out.is_floating_point()):
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else \
+            type(out).__name__
+        raise Error(f"{type(module).__name__}'s first output is {shape}, not "
+                    "a scalar loss; give loss='cross_entropy' (with "
+                    "'labels' in each batch) or loss='mse'")
+
+
+class Model:
+    """A module compiled into a sharded train step, with its training state
+    on every rank.
+
+    Made by :func:`cleave.tensor_parallel` (or :meth:`Model.resume`).
+    ``step(batch)`` trains; ``state_dict()`` gives the module's tensors back
+    whole; ``inspect()`` shows how every weight is split.
+    """
+
+    def __init__(self, session, bundle: str, sources: Dict[str, tuple],
+                 owned: Optional[str] = None):
+        self._session = session
+        self._bundle = bundle
+        self._sources = sources
+        self._owned = owned  # a temporary directory to remove
+        self._trained = dict(session.tensors())
+        self._inputs = {n: (d, tuple(s)) for n, d, s in session.inputs()}
+        self._losses: List[float] = []
+
+    def __del__(self):
+        owned = getattr(self, "_owned", None)
+        if owned:
+            shutil.rmtree(owned, ignore_errors=True)
+
+    # -- training -----------------------------------------------------------
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel ranks the weights are split over."""
+        return self._session.tp
+
+    @property
+    def steps_done(self) -> int:
+        """Training steps made (a resumed model continues the count)."""
+        return self._session.steps_done
+
+    @property
+    def bundle(self) -> str:
+        """The compiled bundle's directory."""
+        return self._bundle
+
+    @property
+    def inputs(self) -> Dict[str, tuple]:
+        """Each input a step takes: name -> (numpy dtype, shape)."""
+        return dict(self._inputs)
+
+    def _batch(self, batch) -> Dict[str, np.ndarray]:
+        if not isinstance(batch, dict):
+            raise Error("a batch must be a dict from input names to tensors, "
+                        f"not {type(batch).__name__}")
+        out = {}
+        for name, value in batch.items():
+            a = to_numpy(value, f"batch input '{name}'")
+            want = self._inputs.get(name)
+            # Integer data may come as any integer dtype (torch's int64, a
+            # numpy int32 array); Cleave converts it when every value fits.
+            if want and str(a.dtype) != want[0] and a.dtype.kind in "iu" and \
+                    np.dtype(want[0]).kind in "iu":
+                converted = a.astype(want[0])
+                if np.array_equal(converted, a):
+                    a = converted
+            out[name] = a
+        return out
+
+    def step(self, batch: Dict[str, Any]) -> float:
+        """One training step on every rank; returns its loss (computed
+        before the update).
+
+        ``batch`` maps every input of the train step (the forward's
+        arguments, and ``labels`` for a loss Cleave appends) to a torch
+        tensor or numpy array of the shape the model was compiled for;
+        anything else raises :class:`cleave.Error` and runs nothing.
+        """
+        loss = self._session.step(self._batch(batch))
+        self._losses.append(loss)
+        return loss
+
+    def fit(self, batches: Iterable[Dict[str, Any]], steps: Optional[int] = None,
+            callback: Optional[Callable[[int, float], Any]] = None,
+            progress: bool = True) -> List[float]:
+        """Trains on each batch of ``batches`` in turn (at most ``steps``),
+        with a live progress bar; ``callback(step, loss)`` after each step
+        (return False to stop). Returns the losses."""
+        losses = []
+        total = steps
+        if total is None and hasattr(batches, "__len__"):
+            total = len(batches)
+        with progress_bar(total, progress) as bar:
+            for batch in batches:
+                if steps is not None and len(losses) >= steps:
+                    break
+                loss = self.step(batch)
+                losses.append(loss)
+                bar.update(loss)
+                if callback is not None and callback(self.steps_done, loss) \
+                        is False:
+                    break
+        return losses
+
+    # -- state --------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The module's parameters and buffers, whole and unsharded, under
+        the module's own names: ``module.load_state_dict(model.state_dict())``
+        gives PyTorch the trained model."""
+        import torch
+        out = {}
+        for key, (kind, value) in self._sources.items():
+            if kind == "bundle":
+                out[key] = torch.from_numpy(self._session.read(value))
+            elif kind == "counter":
+                out[key] = value + self.steps_done
+            else:
+                out[key] = value.clone()
+        return out
+
+    def load_state_dict(self, state_dict: Dict[str, Any],
+                        strict: bool = True) -> None:
+        """Replaces the weights (not the optimizer state) with
+        ``state_dict``'s, split over the ranks as the bundle splits them."""
+        if strict:
+            missing = [k for k, (kind, _) in self._sources.items()
+                       if kind == "bundle" and k not in state_dict]
+            unknown = [k for k in state_dict if k not in self._sources]
+            if missing or unknown:
+                raise Error("state_dict does not match the model: " +
+                            (f"missing '{missing[0]}'" if missing else
+                             f"unexpected '{unknown[0]}'"))
+        done = set()
+        for key, value in state_dict.items():
+            kind, target = self._sources.get(key, ("", None))
+            if kind != "bundle" or target in done:
+                continue
+            a = to_numpy(value, f"'{key}'")
+            if a.dtype != np.float32:
+                a = a.astype(np.float32)
+            self._session.write(target, a)
+            done.add(target)
+
+    def export(self, path: str) -> None:
+        """Writes the trained weights as the original ONNX model (path ending
+        .onnx) or a safetensors file of them (.safetensors), as
+        ``cleave export`` does."""
+        with tempfile.TemporaryDirectory(prefix="cleave-export-") as d:
+            written = self._session.save_checkpoint(d)
+            _cleave.export(written, os.fspath(path))
+
+    def save_checkpoint(self, directory: str) -> str:
+        """Writes a checkpoint that :meth:`Model.resume` continues from:
+        ``directory`` gets the bundle, the step directory and the module's
+        name map. Returns the step directory."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        bundle = os.path.join(directory, "bundle")
+        if os.path.abspath(bundle) != os.path.abspath(self._bundle):
+            tmp = bundle + ".tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(self._bundle, tmp)
+            shutil.rmtree(bundle, ignore_errors=True)
+            os.replace(tmp, bundle)
+        written = self._session.save_checkpoint(
+            os.path.join(directory, "checkpoints"))
+        import torch
+        meta = os.path.join(directory, "module.pt")
+        torch.save({"sources": self._sources}, meta + ".tmp")
+        os.replace(meta + ".tmp", meta)
+        return written
+
+    @classmethod
+    def resume(cls, directory: str, *, distributed: bool = False,
+               timeout: float = 60.0, backend: str = "cpu") -> "Model":
+        """The model a :meth:`save_checkpoint` directory holds, at its newest
+        step, ready to train on."""
+        import torch
+        directory = os.fspath(directory)
+        meta = os.path.join(directory, "module.pt")
+        if not os.path.exists(meta):
+            raise Error(f"'{directory}' is not a checkpoint written by "
+                        "Model.save_checkpoint (it has no module.pt)")
+        sources = torch.load(meta)["sources"]
+        session = _open_session(os.path.join(directory, "bundle"),
+                                distributed, timeout, backend,
+                                resume=os.path.join(directory, "checkpoints"))
+        return cls(session, os.path.join(directory, "bundle"), sources)
+
+    # -- what it is ---------------------------------------------------------
+
+    def inspect(self) -> dict:
+        """The bundle's mesh, each weight's split, the collectives of a step
+        and the memory per rank: ``cleave inspect --json``'s document."""
+        return json.loads(_cleave.inspect(self._bundle, True))
+
+    def __repr__(self) -> str:
+        return (f"cleave.Model(tp={self.tp}, steps_done={self.steps_done}, "
+                f"bundle={self._bundle!r})\n" +
+                _cleave.inspect(self._bundle, False))
+
+    def _repr_html_(self) -> str:
+        info = self.inspect()
+        rows = "".join(
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>"
+            "</tr>".format(html.escape(p["name"]), p["shape"],
+                           html.escape(p["sharding"]), p["local_shape"])
+            for p in info["parameters"])
+        coll = {}
+        for c in info["collectives"]:
+            key = (c["phase"], c["kind"])
+            coll[key] = coll.get(key, 0) + 1
+        summary = ", ".join(f"{n} {k} ({p})" for (p, k), n in
+                            sorted(coll.items())) or "none"
+        return ("<div><b>cleave.Model</b>: tp = {}, {} steps done<br>"
+                "collectives per step: {}<table><tr><th>parameter</th>"
+                "<th>shape</th><th>sharding</th><th>per rank</th></tr>{}"
+                "</table></div>").format(self.tp, self.steps_done,
+                                         html.escape(summary), rows)
+
+
+def _open_session(bundle: str, distributed: bool, timeout: float,
+                  backend: str, resume: str = "", steps: Optional[int] = None,
+                  data: Optional[dict] = None):
+    o = _cleave.SessionOptions()
+    o.bundle = bundle
+    o.resume = resume
+    o.ranks = "mpi" if distributed else "threads"
+    o.timeout = float(timeout)
+    o.backend = backend
+    if steps is not None:
+        o.steps = int(steps)
+    if data is None:
+        o.fed_by_caller = True
+    else:
+        for k, v in data.items():
+            setattr(o, k, v)
+    if distributed:
+        _finalize_at_exit()
+    return _cleave.Session(o)
+
+
+_finalizer_registered = False
+
+
+def _finalize_at_exit():
+    global _finalizer_registered
+    if not _finalizer_registered:
+        import atexit
+        atexit.register(_cleave.finalize_mpi)
+        _finalizer_registered = True
+
+
+def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
+                    optimizer: Union[SGD, AdamW, None] = None,
+                    loss: str = "auto", plan=None, distributed: bool = False,
+                    seed: int = 0, **compile_options) -> Model:
+    """Compiles ``module``'s training step, split over ``tp`` ranks, in one
+    line.
+
+    Parameters
+    ----------
+    module
+        A ``torch.nn.Module`` (exported in memory through torch.onnx), or
+        the path of an ``.onnx`` or TorchScript ``.pt`` file.
+    example_inputs
+        ``{argument name: tensor}`` for the forward's inputs; their shapes
+        and dtypes are the ones every batch must have.
+    tp
+        Ranks the weights are split over (tensor parallelism). Cleave picks
+        every weight's split itself (Megatron's pattern where it applies).
+    optimizer
+        ``cleave.SGD(lr, ...)`` or ``cleave.AdamW(lr, ...)``; default
+        ``SGD(lr=0.01)``.
+    loss
+        ``"auto"``: the first output is the loss (a scalar). ``"cross_entropy"``
+        or ``"mse"``: Cleave appends it, and every batch carries ``labels``.
+    plan
+        Optional layout rules: a file, or ``{regex: "colwise" | "rowwise" |
+        "replicate" | "vocab"}``, as transformers' ``tp_plan``.
+    distributed
+        False: every rank is a thread of this process (a notebook, a plain
+        script). True: this process is one rank of a job started by
+        ``cleave launch -n N``, ``mpirun`` or ``srun``; every rank runs the
+        same script, and ``step`` is collective.
+    seed
+        Seed of the random streams (dropout).
+    compile_options
+        ``output=DIR`` keeps the bundle there; ``timeout`` (seconds a rank
+        waits for its peers, default 60), ``backend`` (``"cpu"``, ``"cuda"``,
+        ``"auto"``), ``opset`` (ONNX opset of the export, default 17),
+        ``freeze`` (regular expressions of more tensors not to train).
+
+    What trains is what PyTorch trains: parameters with ``requires_grad``;
+    buffers never (BatchNorm's statistics update as in PyTorch).
+
+    Returns a :class:`cleave.Model`. Errors raise :class:`cleave.Error`.
+    """
+    unknown = set(compile_options) - _COMPILE_OPTIONS
+    if unknown:
+        raise Error(f"unknown option '{sorted(unknown)[0]}' (options: "
+                    f"{', '.join(sorted(_COMPILE_OPTIONS))})")
+    o = _compile_options(optimizer, loss, tp, seed)
+    work = tempfile.mkdtemp(prefix="cleave-")
+    try:
+        output = compile_options.get("output")
+        bundle = os.fspath(output) if output else os.path.join(work, "bundle")
+        o.output = bundle
+        o.plan = _plan_file(plan, work)
+        o.freeze = list(compile_options.get("freeze", []))
+        sources = {}
+        if isinstance(module, (str, os.PathLike)):
+            o.model = os.fspath(module)
+            o.inputs = _input_specs(example_inputs)
+        else:
+            import torch
+            if not isinstance(module, torch.nn.Module):
+                raise Error("module must be a torch.nn.Module or a model "
+                            f"file's path, not {type(module).__name__}")
+            _check_loss_output(module, example_inputs, loss)
+            exported = export_module(module, example_inputs, work,
+                                     compile_options.get("opset", 17))
+            o.model = exported.model
+            o.weights = exported.weights
+            o.frozen_names = exported.frozen
+            sources = exported.sources
+        _cleave.compile(o)
+        session = _open_session(bundle, distributed,
+                                compile_options.get("timeout", 60.0),
+                                compile_options.get("backend", "cpu"))
+        if not sources:
+            sources = {name: ("bundle", name) for name, _ in session.tensors()}
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Model(session, bundle, sources, owned=work)
