@@ -10,13 +10,13 @@ SAN_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DMLIR_DIR=/usr/lib/llvm-22/lib/cm
   -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 \
   -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 -DCLEAVE_SANITIZE=ON \
   -DCLEAVE_ENABLE_CUDA=OFF -DCLEAVE_HOST_BUILD=$(abspath $(BUILD))
-SAN_TARGETS = cleave-fuzzers cleave-unit-tests cleave-mpi-tests cleave-mpi-hello cleave-run
-SAN_TESTS = ^(unit|mpi|fuzz-.*|sanitized-e2e)$$
+SAN_TARGETS = cleave-fuzzers cleave-unit-tests cleave-mpi-tests cleave-thread-tests cleave-mpi-hello cleave-run
+SAN_TESTS = ^(unit|mpi|threads|fuzz-.*|sanitized-e2e)$$
 # make fuzz: seconds per harness, harnesses at a time.
 FUZZ_TIME ?= 600
 FUZZ_JOBS ?= 1
 
-.PHONY: deps configure build build-sanitized test test-sanitized fuzz demo clean
+.PHONY: deps configure build build-sanitized test test-sanitized fuzz demo install clean
 
 deps:
 	bash scripts/setup.sh
@@ -49,6 +49,11 @@ fuzz: build build-sanitized
 
 demo: build
 	bash examples/demo.sh $(BUILD)
+
+# The Python package `cleave` (with the plugins it loads) where the system's
+# /usr/bin/python3 finds it: /usr/local/lib/python3.X/dist-packages (root).
+install: build
+	cmake --install $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)

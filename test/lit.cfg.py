@@ -8,7 +8,7 @@ from lit.llvm import llvm_config
 config.name = "CLEAVE"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "conformance"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "conformance", "python"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.cleave_obj_root, "test")
 

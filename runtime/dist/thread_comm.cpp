@@ -117,8 +117,8 @@ void computeResult(Round &round) {
   case Kind::AllReduce:
   case Kind::ReduceScatter: {
     round.result = round.staged[0];
-    int64_t count = static_cast<int64_t>(round.result.size() /
-                                         std::max<size_t>(1, dtypeSize(r.dtype)));
+    int64_t count = static_cast<int64_t>(
+        round.result.size() / std::max<size_t>(1, dtypeSize(r.dtype)));
     for (size_t k = 1; k < n; ++k)
       reduceBytes(round.result.data(), round.staged[k].data(), count, r.dtype,
                   r.reduction);
@@ -176,8 +176,8 @@ public:
                    const std::vector<int64_t> &axes) override {
     if (bytesPerRank < 0)
       return Status::error(prefix() + "all_gather: negative size");
-    Request r{Kind::AllGather, bytesPerRank, DType::U8, Reduction::Sum, 0,
-              axes};
+    Request r{
+        Kind::AllGather, bytesPerRank, DType::U8, Reduction::Sum, 0, axes};
     size_t bytes = static_cast<size_t>(bytesPerRank);
     return collective(r, in, bytes, out, 0, SIZE_MAX);
   }
@@ -190,8 +190,8 @@ public:
     if (Status s = checkAxes(axes); !s)
       return Status::error(prefix() + "reduce_scatter: " + s.message());
     size_t chunk = static_cast<size_t>(countPerRank) * dtypeSize(dtype);
-    Request r{Kind::ReduceScatter, countPerRank, dtype, Reduction::Sum, 0,
-              axes};
+    Request r{
+        Kind::ReduceScatter, countPerRank, dtype, Reduction::Sum, 0, axes};
     return collective(r, in, chunk * groupSize(axes), out,
                       chunk * groupRank(axes), chunk);
   }
@@ -260,11 +260,10 @@ Status ThreadCommunicator::settle(std::unique_lock<std::mutex> &lock,
   if (!hub.changed.wait_until(lock, deadline(), [&] {
         return outstanding_->complete || !hub.aborted.empty();
       }))
-    return Status::error(prefix() + what + " timed out after " +
-                         formatSeconds(timeout_) +
-                         " s waiting for its peers to finish an earlier " +
-                         outstandingWhat_ +
-                         " that had timed out (a rank died or hangs)");
+    return Status::error(
+        prefix() + what + " timed out after " + formatSeconds(timeout_) +
+        " s waiting for its peers to finish an earlier " + outstandingWhat_ +
+        " that had timed out (a rank died or hangs)");
   if (!hub.aborted.empty())
     return abortedError(what);
   outstanding_.reset();
@@ -331,9 +330,9 @@ Status ThreadCommunicator::collective(const Request &request, const void *in,
 
 } // namespace
 
-Status makeThreadCommunicators(std::vector<int64_t> meshShape,
-                               double timeoutSeconds,
-                               std::vector<std::unique_ptr<Communicator>> *out) {
+Status
+makeThreadCommunicators(std::vector<int64_t> meshShape, double timeoutSeconds,
+                        std::vector<std::unique_ptr<Communicator>> *out) {
   int64_t size = 1;
   for (int64_t d : meshShape) {
     if (d < 1)
@@ -348,8 +347,8 @@ Status makeThreadCommunicators(std::vector<int64_t> meshShape,
   out->clear();
   for (int64_t r = 0; r < size; ++r)
     out->push_back(std::make_unique<ThreadCommunicator>(
-        meshShape, static_cast<int>(r), static_cast<int>(size),
-        timeoutSeconds, hub));
+        meshShape, static_cast<int>(r), static_cast<int>(size), timeoutSeconds,
+        hub));
   return Status::ok();
 }
 

@@ -598,8 +598,9 @@ Status TrainSession::save(int64_t steps, std::string *writtenTo) {
   return Status::ok();
 }
 
-Status TrainSession::setStepInputs(
-    int64_t step, const std::map<std::string, HostTensor> *given) {
+Status
+TrainSession::setStepInputs(int64_t step,
+                            const std::map<std::string, HostTensor> *given) {
   std::map<std::string, HostTensor> batch;
   if (given) {
     if (Status s = DataFeed::checkBatch(*given, dataInputs); !s)

@@ -328,8 +328,10 @@ def cases(F, W):
     # --- the command line ----------------------------------------------------------
     hint = r".*; see cleave --help$"
     add("cli", "unknown command", c + ["frobnicate", F.mlp],
-        r"unknown command 'frobnicate'; the commands are import, compile, run, inspect and "
-        r"export \(see cleave --help\)", code=2)
+        r"unknown command 'frobnicate'; the commands are import, compile, run, inspect, "
+        r"export and launch \(see cleave --help\)", code=2)
+    add("cli", "launch without -n", c + ["launch", F.mlp],
+        r"give the number of ranks with -n N \(at least 1\)")
     add("cli", "unknown flag", c + ["compile", F.mlp, "--frobnicate", "-o", W("b")],
         r"unknown command line argument '--frobnicate'" + hint, code=2)
     add("cli", "--lr abc", c + ["compile", F.mlp, "--lr", "abc", "-o", W("b")],

@@ -95,13 +95,12 @@ static rt::Status trainOptions(const CompileOptions &o,
   train->beta1 = o.beta1;
   train->beta2 = o.beta2;
   train->eps = o.eps;
-  for (auto [name, value] :
-       {std::pair<const char *, double>{"--lr", train->lr},
-        {"--momentum", o.momentum},
-        {"--weight-decay", train->weightDecay},
-        {"--beta1", o.beta1},
-        {"--beta2", o.beta2},
-        {"--eps", o.eps}})
+  for (auto [name, value] : {std::pair<const char *, double>{"--lr", train->lr},
+                             {"--momentum", o.momentum},
+                             {"--weight-decay", train->weightDecay},
+                             {"--beta1", o.beta1},
+                             {"--beta2", o.beta2},
+                             {"--eps", o.eps}})
     if (!std::isfinite(value))
       return rt::Status::error(std::string(name) +
                                " must be a finite number, not " +
@@ -143,9 +142,9 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   // Before any work: a folder that is not a bundle is never replaced.
   if (rt::Status s = checkReplaceable(o.output); !s)
     return s;
-  for (auto [path, what] : {std::pair<const std::string &, const char *>{
-                                o.planFile, "--plan file"},
-                            {o.weightsFile, "--weights file"}})
+  for (auto [path, what] :
+       {std::pair<const std::string &, const char *>{o.planFile, "--plan file"},
+        {o.weightsFile, "--weights file"}})
     if (!path.empty())
       if (rt::Status s = rt::checkReadable(path, what); !s)
         return s;
@@ -164,7 +163,8 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   for (const std::string &name : o.frozenNames)
     if (initializers.contains(name))
       options.frozen.push_back("^" + llvm::Regex::escape(name) + "$");
-  OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, *model, options);
+  OwningOpRef<ModuleOp> module =
+      mlir::cleave::importOnnx(&ctx, *model, options);
   if (!module)
     return rt::Status::error("");
   ::cleave::plan::Plan plan;

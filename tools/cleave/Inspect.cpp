@@ -1,4 +1,5 @@
-//===- Inspect.cpp - cleave inspect: what a bundle does --------------------===//
+//===- Inspect.cpp - cleave inspect: what a bundle does
+//--------------------===//
 //
 // Reads only the bundle's plan: per parameter its global shape, sharding and
 // per-rank shape; the collectives of one step; per-rank memory.
@@ -143,8 +144,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                          {"gradients", sum.paramBytes},
                          {"optimizer_state", sum.stateBytes},
                          {"activations_peak", sum.activationBytes}};
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
-               << "\n";
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 
 void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
@@ -154,9 +154,9 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
     width = std::max(width, p.name.size());
   for (const ParamRow &p : sum.params)
     os << "  " << llvm::left_justify(p.name, width) << "  "
-                 << llvm::left_justify(shapeString(p.shape), 16) << "  "
-                 << llvm::left_justify(p.sharding, 10) << "  "
-                 << shapeString(p.local) << "\n";
+       << llvm::left_justify(shapeString(p.shape), 16) << "  "
+       << llvm::left_justify(p.sharding, 10) << "  " << shapeString(p.local)
+       << "\n";
   std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> sums;
   for (const CollectiveRow &c : sum.collectives) {
     auto &s = sums[{c.phase, c.kind}];
@@ -168,9 +168,8 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
     os << "  none\n";
   for (const auto &[key, s] : sums)
     os << "  " << llvm::left_justify(key.first, 10) << " "
-                 << llvm::left_justify(key.second, 15)
-                 << llvm::format("%4d", s.first) << "  " << s.second
-                 << " bytes\n";
+       << llvm::left_justify(key.second, 15) << llvm::format("%4d", s.first)
+       << "  " << s.second << " bytes\n";
   // The collectives a user should look at: the ones Megatron's own plan
   // would not have, each with the partitioner's reason.
   std::vector<const CollectiveRow *> others;
@@ -182,24 +181,24 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
     os << "\noutside Megatron's pattern (" << others.size() << ")\n";
     for (size_t i = 0; i < others.size() && i < kShown; ++i)
       os << "  " << others[i]->phase << " " << others[i]->kind << " "
-                   << others[i]->bytes << " bytes: "
-                   << (others[i]->reason.empty() ? "(no reason recorded)"
-                                                 : others[i]->reason)
-                   << "\n";
+         << others[i]->bytes << " bytes: "
+         << (others[i]->reason.empty() ? "(no reason recorded)"
+                                       : others[i]->reason)
+         << "\n";
     if (others.size() > kShown)
       os << "  ... " << others.size() - kShown
-                   << " more; --json lists every collective with its reason\n";
+         << " more; --json lists every collective with its reason\n";
   }
   os << "\nmemory per rank (bytes)\n"
-               << "  parameters       " << sum.paramBytes << "\n"
-               << "  gradients        " << sum.paramBytes << "\n"
-               << "  optimizer state  " << sum.stateBytes << "\n"
-               << "  activations peak " << sum.activationBytes << "\n";
+     << "  parameters       " << sum.paramBytes << "\n"
+     << "  gradients        " << sum.paramBytes << "\n"
+     << "  optimizer state  " << sum.stateBytes << "\n"
+     << "  activations peak " << sum.activationBytes << "\n";
 }
 } // namespace
 
 rt::Status cleave::tool::inspectBundle(const std::string &bundle, bool json,
-                                      std::string *out) {
+                                       std::string *out) {
   pb::Plan plan;
   if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s)
     return s;

@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bundle.h"
-#include "Driver.h"
 #include "Cleave/CleaveDialect.h"
+#include "Driver.h"
 #include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Evaluate/ConstantEvaluator.h"
@@ -61,6 +61,17 @@ static cl::opt<std::string> inspectPath(cl::Positional, cl::desc("BUNDLE"),
                                         cl::Required, cl::sub(inspectCmd));
 static cl::opt<bool> inspectJson("json", cl::desc("Print JSON"),
                                  cl::sub(inspectCmd));
+static cl::SubCommand
+    launchCmd("launch", "Start an MPI job of N ranks running a script (each "
+                        "rank one process: cleave.tensor_parallel(..., "
+                        "distributed=True))");
+static cl::opt<int64_t> launchRanksFlag("n", cl::desc("Ranks to start"),
+                                        cl::init(0), cl::sub(launchCmd));
+static cl::opt<std::string> launchProgram(cl::Positional,
+                                          cl::desc("SCRIPT.py | PROGRAM"),
+                                          cl::Required, cl::sub(launchCmd));
+static cl::list<std::string> launchArgs(cl::ConsumeAfter, cl::desc("ARGS..."),
+                                        cl::sub(launchCmd));
 static cl::SubCommand runCmd("run", "Train with a bundle (or run a model's "
                                     "forward pass with --forward)");
 
@@ -488,6 +499,30 @@ static int runCompile(MLIRContext &ctx) {
   return s.message().empty() ? 1 : fail(s.message());
 }
 
+/// `cleave launch -n N script.py ARGS...`: mpirun of /usr/bin/python3 (a
+/// .py script) or of the program, once per rank, waiting for the job.
+static int runLaunch() {
+  if (launchRanksFlag < 1)
+    return fail("give the number of ranks with -n N (at least 1)");
+  if (rt::Status s = rt::checkReadable(launchProgram, "script"); !s)
+    return fail(s.message());
+  std::vector<std::string> argv;
+  if (llvm::StringRef(launchProgram).ends_with(".py"))
+    argv.push_back(llvm::sys::fs::exists("/usr/bin/python3")
+                       ? "/usr/bin/python3"
+                       : "python3");
+  argv.push_back(launchProgram);
+  argv.insert(argv.end(), launchArgs.begin(), launchArgs.end());
+  rt::Status s =
+      rt::launchRanks(argv, static_cast<int>(launchRanksFlag), /*timeout=*/0);
+  if (s)
+    return 0;
+  // The ranks printed their own errors; mpirun's absence is ours to say.
+  if (s.message().find("PATH") != std::string::npos)
+    return fail(s.message());
+  return 1;
+}
+
 static int runExport() {
   if (rt::Status s = ::cleave::tool::exportModel(exportSource, exportOutput);
       !s)
@@ -501,14 +536,14 @@ static int runExport() {
 /// --help'", "cleave: Did you mean '--y'?"); they become one.
 static std::optional<std::string> parseCommandLine(int argc, char **argv) {
   static constexpr llvm::StringLiteral kCommands[] = {
-      "import", "compile", "run", "inspect", "export"};
+      "import", "compile", "run", "inspect", "export", "launch"};
   // A first word that is no command would otherwise be blamed on the
   // model file that follows it.
   if (argc > 1 && argv[1][0] != '-' &&
       !llvm::is_contained(kCommands, llvm::StringRef(argv[1])))
     return "unknown command '" + std::string(argv[1]) +
-           "'; the commands are import, compile, run, inspect and export "
-           "(see cleave --help)";
+           "'; the commands are import, compile, run, inspect, export and "
+           "launch (see cleave --help)";
   // LLVM's own options (hundreds, of its code generators) are registered at
   // the top level; `cleave --help` lists the commands, not them.
   static cl::OptionCategory cleaveCategory("cleave");
@@ -592,6 +627,9 @@ int main(int argc, char **argv) {
     return runExport();
   if (runCmd)
     return runForward(context);
-  return fail("give a command: import, compile, run, inspect or export (see "
+  if (launchCmd)
+    return runLaunch();
+  return fail("give a command: import, compile, run, inspect, export or "
+              "launch (see "
               "--help)");
 }

@@ -37,8 +37,7 @@ Status makeTestCommunicator(std::vector<int64_t> meshShape,
   std::lock_guard<std::mutex> lock(gMadeMutex);
   std::vector<std::unique_ptr<Communicator>> &set = gMade[gCalls[tRank]++];
   if (set.empty())
-    if (Status s = makeThreadCommunicators(meshShape, timeoutSeconds, &set);
-        !s)
+    if (Status s = makeThreadCommunicators(meshShape, timeoutSeconds, &set); !s)
       return s;
   if (set[tRank]->meshShape() != meshShape)
     return Status::error("ranks made communicators in different orders");

@@ -18,9 +18,9 @@
 #include "cleave/runtime/runner.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <ostream>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
