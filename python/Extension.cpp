@@ -309,7 +309,9 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("weights", &tool::CompileOptions::weightsFile)
       .def_readwrite("plan_only", &tool::CompileOptions::planOnly)
       .def_readwrite("freeze", &tool::CompileOptions::freeze)
-      .def_readwrite("frozen_names", &tool::CompileOptions::frozenNames);
+      .def_readwrite("frozen_names", &tool::CompileOptions::frozenNames)
+      .def_readwrite("scalar_parameters",
+                     &tool::CompileOptions::scalarParameters);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
   m.def("inspect", &inspect, py::arg("bundle"), py::arg("json"),
         "cleave inspect [--json]");

@@ -7,8 +7,8 @@ import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 from ._export import export_module
-from ._model import (_check_loss_output, _compile_options, _input_specs,
-                     _open_session, _plan_file)
+from ._model import (_check_loss_output, _compile_options, _forward_inputs,
+                     _input_specs, _open_session, _plan_file)
 from ._native import Error, _cleave
 from ._optim import SGD, AdamW
 from ._progress import progress_bar
@@ -109,11 +109,13 @@ def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
             o.model = os.fspath(model)
             o.inputs = _input_specs(example_inputs)
         else:
-            _check_loss_output(model, example_inputs or {}, loss)
-            exported = export_module(model, example_inputs or {}, work)
+            example = _forward_inputs(model, example_inputs or {}, loss)
+            _check_loss_output(model, example, loss)
+            exported = export_module(model, example, work)
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
+            o.scalar_parameters = exported.scalars
         _cleave.compile(o)
     return Bundle(o.output)
 

@@ -38,11 +38,12 @@ def to_numpy(value, what: str) -> np.ndarray:
             if value.dtype == torch.bfloat16:
                 raise Error(f"{what} is bfloat16, which numpy cannot hold; "
                             "give float32")
-            return np.ascontiguousarray(value.numpy())
+            return np.require(value.numpy(), requirements="C")
     except ImportError:
         pass
     if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
+        # np.require, not ascontiguousarray, which makes 0-d arrays 1-d.
+        return np.require(value, requirements="C")
     raise Error(f"{what} must be a torch tensor or a numpy array, not "
                 f"{type(value).__name__}")
 
@@ -52,7 +53,7 @@ def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
     header (dtype, shape, byte offsets), the raw data."""
     header, offset, blobs = {}, 0, []
     for name, array in tensors.items():
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")
         dtype = _NUMPY_DTYPES.get(str(array.dtype))
         if dtype is None:
             raise Error(f"tensor '{name}' has dtype {array.dtype}, which "
@@ -78,6 +79,7 @@ class Exported:
     weights: str                    # the safetensors file of its initializers
     inputs: List[str]               # graph inputs, in forward's order
     frozen: List[str]               # initializers that must not train
+    scalars: List[str] = field(default_factory=list)  # 0-d parameters
     # state_dict key -> ("bundle", initializer) | ("module", tensor) |
     # ("counter", tensor): BatchNorm's num_batches_tracked, + steps
     sources: Dict[str, Tuple[str, object]] = field(default_factory=dict)
@@ -167,8 +169,12 @@ def export_module(module, example_inputs: dict, directory: str,
 
     import onnx.numpy_helper
     initializers = {t.name for t in proto.graph.initializer}
+    # Scalar initializers are the graph's literals, unless the module says
+    # one is a parameter (a learned temperature).
+    scalar_params = {k for k in trainable if state[k].dim() == 0}
     float_inits = {t.name for t in proto.graph.initializer
-                   if t.data_type == onnx.TensorProto.FLOAT and t.dims}
+                   if t.data_type == onnx.TensorProto.FLOAT and
+                   (t.dims or t.name in scalar_params)}
     graph_inputs = [i.name for i in proto.graph.input
                     if i.name not in initializers]
     missing = [n for n in order if n not in graph_inputs]
@@ -178,7 +184,8 @@ def export_module(module, example_inputs: dict, directory: str,
                     "it); leave it out of example_inputs")
 
     exported = Exported(path, os.path.join(directory, "weights.safetensors"),
-                        graph_inputs, [])
+                        graph_inputs, [], scalars=sorted(
+                            scalar_params & float_inits))
     # Tied tensors are one object under several names; the exporter keeps
     # the first name.
     by_identity = {}

@@ -72,6 +72,22 @@ def _input_specs(example_inputs) -> Dict[str, str]:
     return specs
 
 
+def _forward_inputs(module, example_inputs, loss):
+    """example_inputs without 'labels' when Cleave appends the loss and the
+    forward does not take them (a whole batch may serve as the example)."""
+    import inspect as _inspect
+    if loss == "auto" or not isinstance(example_inputs, dict) or \
+            "labels" not in example_inputs:
+        return example_inputs
+    try:
+        params = _inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return example_inputs
+    if "labels" in params:
+        return example_inputs
+    return {k: v for k, v in example_inputs.items() if k != "labels"}
+
+
 def _check_loss_output(module, example_inputs, loss):
     """loss='auto' trains the first output, which must be a scalar."""
     if loss != "auto":
@@ -410,12 +426,14 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
             if not isinstance(module, torch.nn.Module):
                 raise Error("module must be a torch.nn.Module or a model "
                             f"file's path, not {type(module).__name__}")
+            example_inputs = _forward_inputs(module, example_inputs, loss)
             _check_loss_output(module, example_inputs, loss)
             exported = export_module(module, example_inputs, work,
                                      compile_options.get("opset", 17))
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
+            o.scalar_parameters = exported.scalars
             sources = exported.sources
         _cleave.compile(o)
         session = _open_session(bundle, distributed,

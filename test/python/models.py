@@ -131,7 +131,7 @@ class FrozenMLP(nn.Module):
 
 class PostNormEncoder(nn.Module):
     """BERT's post-norm layer with a padding mask input, vocabulary 30
-    (not a multiple of 4), logits out."""
+    (not a multiple of 4), logits out, scaled by a learned scalar."""
 
     def __init__(self, vocab=30, d=24, heads=3, ctx=6):
         super().__init__()
@@ -148,6 +148,8 @@ class PostNormEncoder(nn.Module):
         self.output = nn.Linear(2 * d, d)
         self.ln2 = nn.LayerNorm(d)
         self.decoder = nn.Linear(d, vocab)
+        # A learned scalar (CLIP's logit_scale): a 0-d parameter.
+        self.logit_scale = nn.Parameter(torch.tensor(0.3))
 
     def forward(self, input_ids, attention_mask):
         b, t = input_ids.shape
@@ -164,7 +166,7 @@ class PostNormEncoder(nn.Module):
         a = (w @ v).transpose(1, 2).reshape(b, t, -1)
         x = self.ln1(x + self.dense(a))
         x = self.ln2(x + self.output(F.gelu(self.intermediate(x))))
-        return self.decoder(x)
+        return self.decoder(x) * self.logit_scale.exp()
 
 
 def decoder_batch(gen, b=2, t=8, vocab=61):

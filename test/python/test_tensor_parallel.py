@@ -1,7 +1,7 @@
 """cleave.tensor_parallel against PyTorch's own training step.
 
 Each model is trained one step by PyTorch (torch.optim) and by Cleave at
-tp = 2; the loss and every tensor of state_dict() after the step must
+tp = 1, 2 and 4; the loss and every tensor of state_dict() after the step must
 agree to 1e-4. AdamW's first step moves each weight by about lr * sign(g),
 so entries whose gradient is rounding noise (zero in exact arithmetic) may
 move either way in any float32 implementation: those are checked against a
@@ -78,15 +78,16 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("name", MODELS)
-def test_one_step_matches_pytorch(name, optimizer):
+def test_one_step_matches_pytorch(name, optimizer, tp):
     module, batch_fn, loss = build(name)
     batch = batch_fn(torch.Generator().manual_seed(7))
     ours, theirs = OPTIMIZERS[optimizer]
     reference = copy.deepcopy(module)
     example = example_of(batch, loss)
-    model = cleave.tensor_parallel(module, example, tp=2, optimizer=ours,
+    model = cleave.tensor_parallel(module, example, tp=tp, optimizer=ours,
                                    loss=loss)
     got = model.step(batch)
     want, state, grads = torch_step(reference, batch, loss, theirs)
@@ -307,6 +308,36 @@ def test_the_offline_path(tmp_path):
     assert any(p.name.startswith("step-") for p in (tmp_path / "ckpt").iterdir())
     with pytest.raises(cleave.Error, match="tp = 2"):
         bundle.train(1, inputs=batches, ranks=4)
+
+
+def test_bundle_train_on_text_is_cleave_run(tmp_path):
+    from make_zoo import GPT2
+    torch.manual_seed(3)
+    module = GPT2(vocab=256, ctx=16, d=32, heads=4, layers=1)
+    ids = torch.zeros(4, 16, dtype=torch.long)
+    bundle = cleave.compile(module, {"input_ids": ids, "labels": ids},
+                            output=str(tmp_path / "gpt"), tp=2,
+                            optimizer=cleave.AdamW(1e-3))
+    text = os.path.join(HERE, "..", "..", "README.md")
+    losses = bundle.train(4, text=text, progress=False, shuffle=True, seed=5)
+    cli = os.path.join(HERE, "..", "..", "build", "bin", "cleave")
+    if not os.path.exists(cli):
+        pytest.skip("build/bin/cleave is not built")
+    run = subprocess.run([cli, "run", str(tmp_path / "gpt"), "--text", text,
+                          "--steps", "4", "--shuffle", "--seed", "5",
+                          "--threads", "--dump", str(tmp_path / "dump")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(np.float32(losses),
+                                  np.load(tmp_path / "dump" / "loss.npy"))
+
+
+def test_example_inputs_may_be_the_whole_batch():
+    module, batch_fn, loss = models.build("frozen_mlp")
+    batch = batch_fn(torch.Generator().manual_seed(14))
+    model = cleave.tensor_parallel(module, batch, loss=loss)
+    assert set(model.inputs) == {"x", "labels"}
+    model.step(batch)
 
 
 def test_a_model_file_path(tmp_path):

@@ -154,6 +154,7 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   mlir::cleave::OnnxImportOptions options;
   options.seed = o.seed;
   options.frozen.assign(o.freeze.begin(), o.freeze.end());
+  options.scalarParameters = o.scalarParameters;
   std::unique_ptr<mlir::cleave::OnnxModel> model;
   if (rt::Status s = loadModel(ctx, o.model, o.inputs, options, &model); !s)
     return s;

@@ -48,6 +48,8 @@ struct CompileOptions {
   /// Exact names of initializers not to train; names the model does not
   /// hold are ignored (buffers a front end folded into constants).
   std::vector<std::string> frozenNames;
+  /// Scalar (0-d) float initializers to train as weights.
+  std::vector<std::string> scalarParameters;
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

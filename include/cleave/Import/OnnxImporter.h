@@ -62,6 +62,10 @@ struct OnnxImportOptions {
   /// float initializers that are state rather than trainable weights
   /// (registered buffers that ONNX cannot tell from parameters).
   std::vector<std::string> frozen;
+  /// Scalar float initializers that are trainable weights (a learned
+  /// temperature or gate). Others are literals of the graph, as exporters
+  /// store them; the Python package names the module's 0-d parameters.
+  std::vector<std::string> scalarParameters;
 };
 
 /// Raw element data of one tensor of the model (an initializer).

@@ -1001,7 +1001,8 @@ LogicalResult GraphImporter::declareArguments(
   for (const auto &t : graph.initializer()) {
     Type element = elementTypeFromOnnx(context, t.data_type());
     SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
-    if (element && element.isF32() && !shape.empty()) {
+    bool scalarWeight = llvm::is_contained(options.scalarParameters, t.name());
+    if (element && element.isF32() && (!shape.empty() || scalarWeight)) {
       // Weights are read when the bundle is written, but a model whose
       // data is missing, cut or of the wrong size is refused here.
       TensorSource src;
