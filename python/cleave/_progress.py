@@ -21,8 +21,11 @@ def progress_bar(total, enabled: bool):
     if enabled:
         try:
             from tqdm.auto import tqdm
-            bar = tqdm(total=total, unit="step", file=sys.stderr,
-                       disable=None)  # None: off when not a terminal
+            # A notebook draws a widget; elsewhere only a terminal gets a
+            # bar (disable=None: off when stderr is not a TTY).
+            notebook = "ipykernel" in sys.modules
+            bar = tqdm(total=total, unit="step",
+                       disable=False if notebook else None)
         except ImportError:
             bar = None
     try:
