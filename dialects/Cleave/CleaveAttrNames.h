@@ -43,6 +43,9 @@ constexpr llvm::StringLiteral kOptimizerStateAttr = "cleave.optimizer_state";
 
 /// Module: the device mesh shape (array<i64>); axis 0 is "tp".
 constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
+/// Module: the mesh axes' names, comma-separated ("dp"), where they are not
+/// the default "tp".
+constexpr llvm::StringLiteral kMeshAxesAttr = "cleave.mesh_axes";
 /// Argument/result of the partitioned function: the dimension split across
 /// the tp axis (i64), absent when replicated; and, when that dimension is
 /// several equal blocks each split on its own, their number (i64).

@@ -60,6 +60,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kGradientAttr, AttrValue::String, OnResult},
     {kOptimizerStateAttr, AttrValue::StringPair, OnArg | OnResult},
     {kMeshAttr, AttrValue::IntArray, OnOp},
+    {kMeshAxesAttr, AttrValue::String, OnOp},
     {kSplitDimAttr, AttrValue::Int, OnArg | OnResult},
     {kSplitBlocksAttr, AttrValue::Int, OnArg | OnResult},
     {kSplitGranuleAttr, AttrValue::Int, OnArg | OnResult},

@@ -42,14 +42,15 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   opt.beta2 = options.beta2;
   opt.eps = options.eps;
   fpm.addPass(createOptimizerPass(opt));
-  if (options.tp > 1) {
+  if (options.tp > 1 || options.dp > 1) {
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
   }
   // With tp 1 only to check a --plan's rules.
-  if (options.tp > 1 || !options.planFile.empty()) {
+  if (options.tp > 1 || options.dp > 1 || !options.planFile.empty()) {
     PartitionPassOptions partition;
     partition.tp = options.tp;
+    partition.dp = options.dp;
     partition.planFile = options.planFile;
     pm.addPass(createPartitionPass(partition));
   }
@@ -68,6 +69,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<double> eps{*this, "eps", llvm::cl::init(1e-8)};
   Option<int64_t> tp{*this, "tp", llvm::cl::init(1)};
   Option<std::string> plan{*this, "plan", llvm::cl::init("")};
+  Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
 };
 } // namespace
 
@@ -79,6 +81,7 @@ void mlir::cleave::registerPipelines() {
         TrainStepOptions t{o.loss,        o.optimizer, o.lr,    o.momentum,
                            o.weightDecay, o.beta1,     o.beta2, o.eps,
                            o.tp,          o.plan};
+        t.dp = o.dp;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

@@ -408,6 +408,28 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
     r.setType(localType(typeOf(op->getResult(i)), outs[i]));
     mapping.map(op->getResult(i), r);
   }
+  // A mean over a split dimension: each rank's mean of its n rows, times
+  // n / N, is its share of the global mean's sum (padding rows are zeros).
+  if (auto reduce = dyn_cast<ReduceOp>(op);
+      reduce && reduce.getKind() == ReduceKind::mean && outs[0].isPartial()) {
+    int64_t local = 1, global = 1;
+    for (int64_t d : reduce.getDims()) {
+      local *= typeOf(operands[0]).getDimSize(d);
+      global *= typeOf(reduce.getInput()).getDimSize(d);
+    }
+    if (local != global) {
+      Value r = copy->getResult(0);
+      auto type = typeOf(r);
+      SmallVector<int64_t> ones(type.getRank(), 1);
+      Value scale = ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              RankedTensorType::get(ones, type.getElementType()),
+              builder.getFloatAttr(type.getElementType(),
+                                   static_cast<double>(local) / global)));
+      mapping.map(op->getResult(0), MulOp::create(builder, loc, r, scale));
+    }
+  }
 }
 
 LogicalResult Partitioner::visitReplicated(const OpEntry &e) {
@@ -771,7 +793,18 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     unsigned i = arg.getArgNumber();
     StringRef param = index.argParameter[i];
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
-    if (l.isSplit()) {
+    bool splitInput = splitInputs && func.getArgAttr(i, kInputAttr);
+    if (splitInput) {
+      auto type = typeOf(arg);
+      if (type.getRank() == 0 || type.getDimSize(0) % tp)
+        return func.emitError("input ")
+               << func.getArgAttr(i, kInputAttr) << " of type " << type
+               << ": its batch of " << (type.getRank() ? type.getDimSize(0) : 0)
+               << " rows does not divide over dp = " << tp
+               << " (give a batch that is a multiple of dp)";
+      l = Layout::split(0);
+    }
+    if (l.isSplit() && !splitInput) {
       int64_t size = typeOf(arg).getDimSize(l.dim);
       if (size < tp || size % l.blocks || (size / l.blocks) % l.granule ||
           l != l.canonical(size, tp))

@@ -141,9 +141,31 @@ LogicalResult PartitionPass::readPlan(func::FuncOp func,
 
 void PartitionPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (tp < 1) {
-    module.emitError("tp must be at least 1");
+  if (tp < 1 || dp < 1) {
+    module.emitError("tp and dp must be at least 1");
     return signalPassFailure();
+  }
+  if (dp > 1) {
+    if (tp > 1) {
+      module.emitError("a mesh with both dp and tp above 1 is not supported "
+                       "yet; give --mesh dp=N or --mesh tp=N");
+      return signalPassFailure();
+    }
+    // Data parallelism: the batch factor split on the axis, weights
+    // replicated; the partitioner sums each weight's gradient over the
+    // ranks where the batch contraction leaves it partial, and reductions
+    // over the batch (the loss's mean, BatchNorm's statistics) see the
+    // global batch.
+    module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {dp}));
+    module->setAttr(kMeshAxesAttr, StringAttr::get(&getContext(), "dp"));
+    PartitionOptions options;
+    options.splitInputs = true;
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func.isExternal() &&
+          failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,
+                           nullptr, options)))
+        return signalPassFailure();
+    return;
   }
   module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
   // At tp 1 nothing is split, but a --plan with a typo says so now rather

@@ -194,8 +194,8 @@ public:
               const LayoutAlternatives *alternatives, PartitionOptions options)
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
         embedProducts(options.embedProducts),
-        partialFanOut(options.partialFanOut), builder(func.getContext()),
-        index(index), layouts(index.values.size()),
+        partialFanOut(options.partialFanOut), splitInputs(options.splitInputs),
+        builder(func.getContext()), index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
         embedOrigin(index.values.size(), -1) {}
@@ -207,7 +207,7 @@ private:
   int64_t tp;
   const CostModel &cost;
   bool rewrite;
-  bool embedProducts, partialFanOut;
+  bool embedProducts, partialFanOut, splitInputs;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;

@@ -131,6 +131,7 @@ template <> LogicalResult rule(ReduceOp op, ShardingRule &r) {
     if (reduced) {
       switch (op.getKind()) {
       case ReduceKind::sum:
+      case ReduceKind::mean: // the partitioner scales each rank's share
         kind = Kind::Reduction;
         break;
       case ReduceKind::max:
@@ -138,7 +139,7 @@ template <> LogicalResult rule(ReduceOp op, ShardingRule &r) {
         kind = Kind::Reduction;
         combine = op.getKind();
         break;
-      default: // mean and prod of a split dim need more than one collective
+      default: // a product of a split dim needs more than one collective
         kind = Kind::Whole;
       }
     }
@@ -341,24 +342,39 @@ template <> LogicalResult rule(Conv2DOp op, ShardingRule &r) {
   return success();
 }
 
-/// The conv adjoints: batch parallel only (their other factors whole).
-template <typename OpTy>
-LogicalResult convAdjointRule(OpTy op, ShardingRule &r) {
-  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
-    ArrayRef<int64_t> s = shapeOf(op->getOperand(i));
-    for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
-      addFactor(r, op, s[d], Kind::Whole).operandDims[i] = d;
+/// conv2d_backward_input(grad [N,F,OH,OW], w [F,C/g,KH,KW]) -> [N,C,H,W]:
+/// N parallel, the rest whole.
+template <> LogicalResult rule(Conv2DBackwardInputOp op, ShardingRule &r) {
+  ArrayRef<int64_t> g = shapeOf(op->getOperand(0)),
+                    w = shapeOf(op->getOperand(1)), y = shapeOf(op.getResult());
+  ShardingFactor &n = addFactor(r, op, g[0]);
+  n.operandDims[0] = 0;
+  n.resultDims[0] = 0;
+  for (int64_t d = 1; d < 4; ++d) {
+    addFactor(r, op, g[d], Kind::Whole).operandDims[0] = d;
+    addFactor(r, op, y[d], Kind::Whole).resultDims[0] = d;
   }
-  ArrayRef<int64_t> s = shapeOf(op.getResult());
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
-    addFactor(r, op, s[d], Kind::Whole).resultDims[0] = d;
+  for (int64_t d = 0; d < 4; ++d)
+    addFactor(r, op, w[d], Kind::Whole).operandDims[1] = d;
   return success();
 }
-template <> LogicalResult rule(Conv2DBackwardInputOp op, ShardingRule &r) {
-  return convAdjointRule(op, r);
-}
+
+/// conv2d_backward_filter(x [N,C,H,W], grad [N,F,OH,OW]) -> [F,C/g,KH,KW]:
+/// the filter's gradient sums over the batch, so N is a reduction (data
+/// parallelism leaves each rank a partial sum); the rest whole.
 template <> LogicalResult rule(Conv2DBackwardFilterOp op, ShardingRule &r) {
-  return convAdjointRule(op, r);
+  ArrayRef<int64_t> x = shapeOf(op->getOperand(0)),
+                    g = shapeOf(op->getOperand(1)), y = shapeOf(op.getResult());
+  ShardingFactor &n = addFactor(r, op, x[0], Kind::Reduction);
+  n.operandDims[0] = 0;
+  n.operandDims[1] = 0;
+  for (int64_t d = 1; d < 4; ++d) {
+    addFactor(r, op, x[d], Kind::Whole).operandDims[0] = d;
+    addFactor(r, op, g[d], Kind::Whole).operandDims[1] = d;
+  }
+  for (int64_t d = 0; d < 4; ++d)
+    addFactor(r, op, y[d], Kind::Whole).resultDims[0] = d;
+  return success();
 }
 
 /// Random numbers are a function of the global element index: the result is

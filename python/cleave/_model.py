@@ -17,7 +17,7 @@ from ._progress import progress_bar
 
 # Options of tensor_parallel beyond its named ones (**compile_options).
 _COMPILE_OPTIONS = {"output", "timeout", "backend", "precision", "opset",
-                    "freeze", "ranks"}
+                    "freeze", "ranks", "dp"}
 
 
 def _plan_file(plan, directory: str) -> str:
@@ -398,7 +398,10 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         ``output=DIR`` keeps the bundle there; ``timeout`` (seconds a rank
         waits for its peers, default 60), ``backend`` (``"cpu"``, ``"cuda"``,
         ``"auto"``), ``opset`` (ONNX opset of the export, default 17),
-        ``freeze`` (regular expressions of more tensors not to train).
+        ``freeze`` (regular expressions of more tensors not to train),
+        ``dp`` (data-parallel ranks instead of tensor parallelism: the batch
+        split over them, the loss and gradients exact over the global
+        batch).
 
     What trains is what PyTorch trains: parameters with ``requires_grad``;
     buffers never (BatchNorm's statistics update as in PyTorch).
@@ -410,6 +413,10 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         raise Error(f"unknown option '{sorted(unknown)[0]}' (options: "
                     f"{', '.join(sorted(_COMPILE_OPTIONS))})")
     o = _compile_options(optimizer, loss, tp, seed)
+    dp = compile_options.get("dp", 1)
+    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
+        raise Error(f"dp must be a positive integer, not {dp!r}")
+    o.dp = dp
     work = tempfile.mkdtemp(prefix="cleave-")
     try:
         output = compile_options.get("output")

@@ -311,6 +311,8 @@ private:
   std::map<std::string, Split> layoutOf;
   std::vector<pb::TensorEntry> table;
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
+  /// Data inputs split over the ranks (data parallelism), by name.
+  std::map<std::string, Split> inputSplit;
   std::map<std::string, HostTensor> state;
   std::string resumedData;
   std::unique_ptr<DataFeed> feed;
@@ -377,9 +379,20 @@ Status TrainSession::buildTable() {
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     std::string key = stateKey(b);
-    if (b.role() == pb::Binding::INPUT)
-      dataInputs.push_back(
-          {b.name(), executor->inputDType(i), executor->inputShape(i)});
+    if (b.role() == pb::Binding::INPUT) {
+      // A data-parallel input is split along its batch: the feed gives the
+      // global batch and each rank takes its rows.
+      std::vector<int64_t> shape = executor->inputShape(i);
+      if (b.has_split_dim()) {
+        if (b.split_dim() < 0 ||
+            b.split_dim() >= static_cast<int64_t>(shape.size()))
+          return Status::error(bundle() + ": input '" + b.name() +
+                               "' is split along a dimension it lacks");
+        shape[b.split_dim()] *= tp;
+        inputSplit[b.name()] = splitOf(b);
+      }
+      dataInputs.push_back({b.name(), executor->inputDType(i), shape});
+    }
     if (key.empty() || bundleEntry.count(key))
       continue;
     if (b.role() != pb::Binding::OPTIMIZER_STATE)
@@ -613,7 +626,11 @@ TrainSession::setStepInputs(int64_t step,
     const pb::Binding &b = program->input_bindings(i);
     Status s = Status::ok();
     if (b.role() == pb::Binding::INPUT) {
-      s = executor->setInput(i, std::move(batch[b.name()]));
+      auto split = inputSplit.find(b.name());
+      s = split == inputSplit.end()
+              ? executor->setInput(i, std::move(batch[b.name()]))
+              : executor->setInput(
+                    i, chunkOf(batch[b.name()], split->second, rank, tp));
     } else if (b.role() == pb::Binding::STEP) {
       HostTensor counter = HostTensor::zeros(DType::I64, {});
       *counter.data<int64_t>() = step + 1;

@@ -107,7 +107,14 @@ static rt::Status trainOptions(const CompileOptions &o,
                                std::to_string(value));
   if (o.tp < 1)
     return rt::Status::error("--tp must be at least 1");
+  if (o.dp < 1)
+    return rt::Status::error("--mesh dp must be at least 1");
+  if (o.dp > 1 && o.tp > 1)
+    return rt::Status::error(
+        "a mesh with both dp and tp above 1 is not supported yet; give "
+        "--mesh dp=N or --mesh tp=N");
   train->tp = o.tp;
+  train->dp = o.dp;
   train->planFile = o.planFile;
   return rt::Status::ok();
 }
@@ -133,6 +140,8 @@ static void recordConfig(const CompileOptions &o,
   config->set_seed(o.seed);
   if (o.tp > 1)
     hp["tp"] = o.tp;
+  if (o.dp > 1)
+    hp["dp"] = o.dp;
 }
 
 rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
@@ -170,7 +179,8 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
     return rt::Status::error("");
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
-  plan.add_mesh(o.tp);
+  plan.add_mesh(o.dp > 1 ? o.dp : o.tp);
+  plan.add_mesh_axes(o.dp > 1 ? "dp" : "tp");
   if (failed(
           mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
     return rt::Status::error("");

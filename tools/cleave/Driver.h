@@ -40,6 +40,8 @@ struct CompileOptions {
   std::optional<double> lr, weightDecay;
   double momentum = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t seed = 0, tp = 1;
+  /// Data-parallel ranks (--mesh dp=N): the batch split, weights replicated.
+  int64_t dp = 1;
   std::string planFile, weightsFile;
   bool planOnly = false;
   /// Regular expressions of initializers not to train (--freeze); each must

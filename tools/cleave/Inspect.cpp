@@ -56,6 +56,7 @@ struct CollectiveRow {
 /// What `cleave inspect` shows of a bundle.
 struct BundleSummary {
   int64_t tp = 1;
+  std::string axis = "tp"; // the mesh axis's name (tp, dp)
   std::vector<ParamRow> params;
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, stateBytes = 0, activationBytes = 0;
@@ -64,6 +65,7 @@ struct BundleSummary {
 BundleSummary summarize(const pb::Plan &plan) {
   BundleSummary out;
   out.tp = plan.mesh_size() ? plan.mesh(0) : 1;
+  out.axis = plan.mesh_axes_size() ? plan.mesh_axes(0) : "tp";
   const pb::Program &program = plan.programs(0);
   std::map<std::string, rt::Split> split;
   for (const pb::Binding &b : program.input_bindings())
@@ -118,7 +120,7 @@ BundleSummary summarize(const pb::Plan &plan) {
 
 void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   llvm::json::Object root;
-  root["mesh"] = llvm::json::Object{{"tp", sum.tp}};
+  root["mesh"] = llvm::json::Object{{sum.axis, sum.tp}};
   llvm::json::Array ps;
   for (const ParamRow &p : sum.params) {
     llvm::json::Object o{{"name", p.name},
@@ -148,7 +150,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
 }
 
 void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
-  os << "mesh: tp = " << sum.tp << "\n\nparameters\n";
+  os << "mesh: " << sum.axis << " = " << sum.tp << "\n\nparameters\n";
   size_t width = 4;
   for (const ParamRow &p : sum.params)
     width = std::max(width, p.name.size());

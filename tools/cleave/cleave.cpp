@@ -116,6 +116,11 @@ static cl::opt<int64_t> seed("seed",
 static cl::opt<int64_t> tpSize("tp", cl::desc("Tensor-parallel ranks"),
                                cl::init(1), cl::sub(compileCmd));
 static cl::opt<std::string>
+    meshSpec("mesh",
+             cl::desc("The device mesh: tp=N (as --tp N) or dp=N (data "
+                      "parallelism: the batch split over N ranks)"),
+             cl::value_desc("AXIS=N[,AXIS=N]"), cl::sub(compileCmd));
+static cl::opt<std::string>
     planPath("plan",
              cl::desc("Layout rules: lines of 'REGEX colwise|rowwise|"
                       "replicate|vocab' for parameter names"),
@@ -488,6 +493,21 @@ static int runCompile(MLIRContext &ctx) {
   o.eps = eps;
   o.seed = seed;
   o.tp = tpSize;
+  if (!meshSpec.empty()) {
+    if (tpSize.getNumOccurrences())
+      return fail("give either --tp or --mesh, not both");
+    for (llvm::StringRef rest = meshSpec; !rest.empty();) {
+      auto [item, tail] = rest.split(',');
+      rest = tail;
+      auto [axis, size] = item.split('=');
+      int64_t n = 0;
+      if (size.getAsInteger(10, n) || n < 1 || (axis != "dp" && axis != "tp"))
+        return fail("--mesh '" + meshSpec +
+                    "' must look like dp=2,tp=4 (axes dp and tp, sizes at "
+                    "least 1)");
+      (axis == "dp" ? o.dp : o.tp) = n;
+    }
+  }
   o.planFile = planPath;
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;

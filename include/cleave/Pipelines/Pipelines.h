@@ -25,6 +25,8 @@ struct TrainStepOptions {
   /// Tensor-parallel ranks, and an optional file of layout rules.
   int64_t tp = 1;
   std::string planFile;
+  /// Data-parallel ranks (the batch split, weights replicated); with tp 1.
+  int64_t dp = 1;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

@@ -56,6 +56,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   }];
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Data-parallel ranks: every data input is split along its batch "
+           "dimension, parameters replicated, gradients summed over them">,
     Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
            "File of `REGEX KIND` rules applied before the search">,
   ];

@@ -131,6 +131,10 @@ struct PartitionOptions {
   /// A partial sum read by several ops stays partial into each of them
   /// where they allow it (by default it is reduced before it fans out).
   bool partialFanOut = false;
+  /// Data parallelism: every data input (labels included) is split along
+  /// its first (batch) dimension, which the axis must divide; parameters
+  /// stay as \p layouts say (replicated for plain data parallelism).
+  bool splitInputs = false;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of

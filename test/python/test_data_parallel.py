@@ -1,0 +1,107 @@
+"""Data parallelism (issue 18, first part): dp ranks split the batch, the
+weights stay whole, and one step equals PyTorch's step on the global batch
+(the loss's mean over the global batch, BatchNorm statistics over it as
+SyncBatchNorm computes them, gradients summed over the ranks): loss and
+every tensor of state_dict() after one SGD and one AdamW step within 1e-4,
+and 5-step losses equal the one-process run's within 1e-5."""
+
+import copy
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+import cleave
+import models
+from test_tensor_parallel import (OPTIMIZERS, build, example_of,
+                                  torch_step)
+
+# Batches every dp below divides: 4 or 8 rows (the zoo's LMs take 2).
+BATCHES = {"decoder": functools.partial(models.decoder_batch, b=4),
+           "convnet": functools.partial(models.conv_batch, b=8),
+           "frozen_mlp": functools.partial(models.mlp_batch, b=8),
+           "encoder": functools.partial(models.encoder_batch, b=4)}
+CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
+    [("zoo_gpt2", 2), ("zoo_llama_gqa", 2)]
+
+
+def prepare(name):
+    module, batch_fn, loss = build(name)
+    return module, BATCHES.get(name, batch_fn), loss
+
+
+def compare(model, state, grads, optimizer):
+    sd = model.state_dict()
+    for key, value in state.items():
+        mine = sd[key]
+        if not value.is_floating_point():
+            assert torch.equal(mine, value), key
+            continue
+        err = torch.where(mine == value, torch.zeros((), dtype=torch.double),
+                          (mine.double() - value.double()).abs())
+        tol = 1e-4 * (1 + value.double().abs())
+        if optimizer == "adamw" and key in grads:
+            g = grads[key].abs()
+            noise = (g <= 1e-4 * g.max()) | (g < 1e-6)
+            tol = torch.where(noise, torch.full_like(tol, 2.2e-3), tol)
+        assert bool((err <= tol).all()), \
+            f"{key}: max error {err.max().item():.3g}"
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("name,dp", CASES)
+def test_one_step_on_the_global_batch(name, dp, optimizer):
+    module, batch_fn, loss = prepare(name)
+    batch = batch_fn(torch.Generator().manual_seed(21))
+    ours, theirs = OPTIMIZERS[optimizer]
+    reference = copy.deepcopy(module)
+    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
+                                   loss=loss, optimizer=ours)
+    assert model.inspect()["mesh"] == {"dp": dp}
+    got = model.step(batch)
+    want, state, grads = torch_step(reference, batch, loss, theirs)
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+    if optimizer == "adamw":
+        b64 = {k: (v.double() if v.is_floating_point() else v)
+               for k, v in batch.items()}
+        _, _, grads = torch_step(copy.deepcopy(module).double(), b64, loss,
+                                 theirs)
+    compare(model, state, grads, optimizer)
+
+
+@pytest.mark.parametrize("name", ["decoder", "convnet"])
+def test_five_steps_equal_one_process(name):
+    runs = []
+    for dp in (1, 2, 4):
+        module, batch_fn, loss = prepare(name)
+        gen = torch.Generator().manual_seed(22)
+        batches = [batch_fn(gen) for _ in range(5)]
+        model = cleave.tensor_parallel(module, example_of(batches[0], loss),
+                                       dp=dp, loss=loss,
+                                       optimizer=cleave.AdamW(lr=3e-3))
+        runs.append([model.step(b) for b in batches])
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runs[2], runs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_gradients_are_summed_once_per_step():
+    """GPT-2 at dp = 2: the only large collective is the gradients' sum."""
+    module, batch_fn, loss = build("zoo_gpt2")
+    batch = batch_fn(torch.Generator().manual_seed(23))
+    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=2,
+                                   loss=loss)
+    collectives = model.inspect()["collectives"]
+    assert all(c["kind"] == "all_reduce" for c in collectives)
+    params = sum(p.numel() for p in module.parameters()) * 4
+    big = [c for c in collectives if c["bytes"] > 1024]
+    assert sum(c["bytes"] for c in big) == params
+
+
+def test_a_batch_dp_does_not_divide_is_an_error():
+    module, batch_fn, loss = models.build("frozen_mlp")
+    batch = batch_fn(torch.Generator().manual_seed(24))  # 7 rows
+    with pytest.raises(cleave.Error, match="batch of 7 rows does not divide "
+                                           "over dp = 2"):
+        cleave.tensor_parallel(module, example_of(batch, loss), dp=2,
+                               loss=loss)
