@@ -342,20 +342,26 @@ template <> LogicalResult rule(Conv2DOp op, ShardingRule &r) {
   return success();
 }
 
+/// Factors for dims [from, 4) of \p shape, whole, on operand \p operand
+/// (or the result, -1).
+void whole4(ShardingRule &r, Operation *op, ArrayRef<int64_t> shape,
+            int operand, int64_t from) {
+  for (int64_t d = from; d < 4; ++d) {
+    ShardingFactor &f = addFactor(r, op, shape[d], Kind::Whole);
+    (operand >= 0 ? f.operandDims[operand] : f.resultDims[0]) = d;
+  }
+}
+
 /// conv2d_backward_input(grad [N,F,OH,OW], w [F,C/g,KH,KW]) -> [N,C,H,W]:
 /// N parallel, the rest whole.
 template <> LogicalResult rule(Conv2DBackwardInputOp op, ShardingRule &r) {
-  ArrayRef<int64_t> g = shapeOf(op->getOperand(0)),
-                    w = shapeOf(op->getOperand(1)), y = shapeOf(op.getResult());
+  ArrayRef<int64_t> g = shapeOf(op->getOperand(0));
   ShardingFactor &n = addFactor(r, op, g[0]);
   n.operandDims[0] = 0;
   n.resultDims[0] = 0;
-  for (int64_t d = 1; d < 4; ++d) {
-    addFactor(r, op, g[d], Kind::Whole).operandDims[0] = d;
-    addFactor(r, op, y[d], Kind::Whole).resultDims[0] = d;
-  }
-  for (int64_t d = 0; d < 4; ++d)
-    addFactor(r, op, w[d], Kind::Whole).operandDims[1] = d;
+  whole4(r, op, g, 0, 1);
+  whole4(r, op, shapeOf(op->getOperand(1)), 1, 0);
+  whole4(r, op, shapeOf(op.getResult()), -1, 1);
   return success();
 }
 
@@ -363,17 +369,13 @@ template <> LogicalResult rule(Conv2DBackwardInputOp op, ShardingRule &r) {
 /// the filter's gradient sums over the batch, so N is a reduction (data
 /// parallelism leaves each rank a partial sum); the rest whole.
 template <> LogicalResult rule(Conv2DBackwardFilterOp op, ShardingRule &r) {
-  ArrayRef<int64_t> x = shapeOf(op->getOperand(0)),
-                    g = shapeOf(op->getOperand(1)), y = shapeOf(op.getResult());
+  ArrayRef<int64_t> x = shapeOf(op->getOperand(0));
   ShardingFactor &n = addFactor(r, op, x[0], Kind::Reduction);
   n.operandDims[0] = 0;
   n.operandDims[1] = 0;
-  for (int64_t d = 1; d < 4; ++d) {
-    addFactor(r, op, x[d], Kind::Whole).operandDims[0] = d;
-    addFactor(r, op, g[d], Kind::Whole).operandDims[1] = d;
-  }
-  for (int64_t d = 0; d < 4; ++d)
-    addFactor(r, op, y[d], Kind::Whole).resultDims[0] = d;
+  whole4(r, op, x, 0, 1);
+  whole4(r, op, shapeOf(op->getOperand(1)), 1, 1);
+  whole4(r, op, shapeOf(op.getResult()), -1, 0);
   return success();
 }
 

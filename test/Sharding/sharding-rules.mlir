@@ -159,8 +159,8 @@ func.func @conv_and_pool(%x: tensor<2x3x8x8xf32>, %w: tensor<16x3x3x3xf32>, %b: 
 
 // CHECK-LABEL: func.func @training_ops
 // The batch: parallel through the input's adjoint, summed by the filter's.
-// CHECK: cleave.conv2d_backward_input{{.*}}cleave.sharding_rule = "({{\[}}i, j, l, n], {{\[}}p, q, r, s]) -> ({{\[}}i, k, m, o]) whole={j, k, l, m, n, o, p, q, r, s}"
-// CHECK: cleave.conv2d_backward_filter{{.*}}cleave.sharding_rule = "({{\[}}i, j, l, n], {{\[}}i, k, m, o]) -> ({{\[}}p, q, r, s]) sum={i} whole={j, k, l, m, n, o, p, q, r, s}"
+// CHECK: cleave.conv2d_backward_input{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, l], {{\[}}m, n, o, p]) -> ({{\[}}i, q, r, s]) whole={j, k, l, m, n, o, p, q, r, s}"
+// CHECK: cleave.conv2d_backward_filter{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, l], {{\[}}i, m, n, o]) -> ({{\[}}p, q, r, s]) sum={i} whole={j, k, l, m, n, o, p, q, r, s}"
 // CHECK: cleave.max_pool2d_backward{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, l], {{\[}}i, j, k, l]) -> ({{\[}}i, j, k, l]) whole={k, l}"
 // CHECK: cleave.avg_pool2d_backward{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, l]) -> ({{\[}}i, j, k, l]) whole={k, l}"
 // CHECK: cleave.scatter_add{{.*}}cleave.sharding_rule = "({{\[}}j, k, l], {{\[}}j, k]) -> ({{\[}}i, l]) sum={j, k} linear=scaling(0)"

@@ -14,8 +14,8 @@ import torch
 
 import cleave
 import models
-from test_tensor_parallel import (OPTIMIZERS, build, example_of,
-                                  torch_step)
+from test_tensor_parallel import (OPTIMIZERS, build, compare_state,
+                                  example_of, torch_step)
 
 # Batches every dp below divides: 4 or 8 rows (the zoo's LMs take 2).
 BATCHES = {"decoder": functools.partial(models.decoder_batch, b=4),
@@ -29,24 +29,6 @@ CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
 def prepare(name):
     module, batch_fn, loss = build(name)
     return module, BATCHES.get(name, batch_fn), loss
-
-
-def compare(model, state, grads, optimizer):
-    sd = model.state_dict()
-    for key, value in state.items():
-        mine = sd[key]
-        if not value.is_floating_point():
-            assert torch.equal(mine, value), key
-            continue
-        err = torch.where(mine == value, torch.zeros((), dtype=torch.double),
-                          (mine.double() - value.double()).abs())
-        tol = 1e-4 * (1 + value.double().abs())
-        if optimizer == "adamw" and key in grads:
-            g = grads[key].abs()
-            noise = (g <= 1e-4 * g.max()) | (g < 1e-6)
-            tol = torch.where(noise, torch.full_like(tol, 2.2e-3), tol)
-        assert bool((err <= tol).all()), \
-            f"{key}: max error {err.max().item():.3g}"
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
@@ -67,7 +49,7 @@ def test_one_step_on_the_global_batch(name, dp, optimizer):
                for k, v in batch.items()}
         _, _, grads = torch_step(copy.deepcopy(module).double(), b64, loss,
                                  theirs)
-    compare(model, state, grads, optimizer)
+    compare_state(model, state, grads, optimizer)
 
 
 @pytest.mark.parametrize("name", ["decoder", "convnet"])
