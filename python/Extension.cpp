@@ -179,10 +179,12 @@ public:
       throw CleaveError("timeout must be a positive number of seconds");
     ::cleave::plan::Plan plan;
     check(rt::loadBundlePlan(o.bundle, &plan));
-    tp_ = plan.mesh_size() ? plan.mesh(0) : 1;
+    rt::MeshGeometry mesh = rt::meshOf(plan);
+    tp_ = mesh.tp;
+    ranks_count_ = mesh.ranks();
     py::gil_scoped_release release;
     if (o.ranks == "mpi") {
-      check(rt::makeMpiCommunicator({tp_}, o.timeout, &mpi_));
+      check(rt::makeMpiCommunicator(mesh.shape, o.timeout, &mpi_));
       t.comm = mpi_.get();
       trainers_.resize(1);
       check(rt::Trainer::open(t, &trainers_[0]));
@@ -191,8 +193,8 @@ public:
     if (o.ranks != "threads")
       throw CleaveError("ranks must be 'threads' or 'mpi', not '" + o.ranks +
                         "'");
-    check(rt::ThreadRanks::create(tp_, o.timeout, &ranks_));
-    trainers_.resize(tp_);
+    check(rt::ThreadRanks::create(mesh.shape, o.timeout, &ranks_));
+    trainers_.resize(ranks_count_);
     check(ranks_->run([&](int rank) {
       rt::TrainerOptions own = t;
       own.comm = &ranks_->comm(rank);
@@ -277,7 +279,7 @@ private:
   }
 
   SessionOptions options_;
-  int64_t tp_ = 1;
+  int64_t tp_ = 1, ranks_count_ = 1;
   std::unique_ptr<rt::ThreadRanks> ranks_;
   std::unique_ptr<rt::Communicator> mpi_;
   std::vector<std::unique_ptr<rt::Trainer>> trainers_;

@@ -144,7 +144,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
   if (!rewrite && counted)
     return Value();
   auto global = typeOf(v);
-  SmallVector<int64_t> axes{0};
+  SmallVector<int64_t> axes{meshAxis};
   if (to.isPartial()) {
     // Replicated to partial: every rank adds 1/tp of it (exact for tp a
     // power of two).
@@ -244,8 +244,8 @@ Value Partitioner::reduceGradients(int32_t id) {
   Type elem = typeOf(index.values[id]).getElementType();
   SmallVector<int32_t> bucket{id};
   for (auto [g, name] : index.gradientOf)
-    if (g != id && g < definedBelow && layouts[g].isPartial() &&
-        layouts[g].combine == ReduceKind::sum &&
+    if (bucketGradients && g != id && g < definedBelow &&
+        layouts[g].isPartial() && layouts[g].combine == ReduceKind::sum &&
         typeOf(index.values[g]).getElementType() == elem &&
         !countedConversions.count(key(g, Layout::replicated())))
       bucket.push_back(g);
@@ -263,7 +263,7 @@ Value Partitioner::reduceGradients(int32_t id) {
   result.seconds += allReduceCost(bytes);
   if (!rewrite)
     return Value();
-  SmallVector<int64_t> axes{0};
+  SmallVector<int64_t> axes{meshAxis};
   if (bucket.size() == 1) {
     Value out = AllReduceOp::create(builder, loc, ReduceKind::sum,
                                     mapping.lookup(index.values[id]), axes);
@@ -390,7 +390,7 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
   if (auto gather = dyn_cast<GatherOp>(op)) {
     Layout data = layoutOf(idOf(gather.getData()));
     if (data.isSplit() && data.dim == static_cast<int64_t>(gather.getAxis())) {
-      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
+      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({meshAxis}));
       copy->setAttr(kShardSizeAttr,
                     builder.getI64IntegerAttr(
                         typeOf(gather.getData()).getDimSize(data.dim)));
@@ -399,7 +399,7 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
   if (auto scatter = dyn_cast<ScatterAddOp>(op))
     if (outs[0].isSplit() &&
         outs[0].dim == static_cast<int64_t>(scatter.getAxis())) {
-      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({0}));
+      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({meshAxis}));
       copy->setAttr(kShardSizeAttr,
                     builder.getI64IntegerAttr(
                         typeOf(scatter.getResult()).getDimSize(outs[0].dim)));

@@ -69,6 +69,10 @@ struct PartitionPass
   using PartitionPassBase::PartitionPassBase;
   void runOnOperation() override;
 
+  /// Chooses the parameters' layouts on the tp axis (mesh axis
+  /// \p meshAxis) and rewrites every function for it.
+  void partitionTensorParallel(ModuleOp module, int64_t meshAxis);
+
   /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
   LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
 };
@@ -146,25 +150,28 @@ void PartitionPass::runOnOperation() {
     return signalPassFailure();
   }
   if (dp > 1) {
-    if (tp > 1) {
-      module.emitError("a mesh with both dp and tp above 1 is not supported "
-                       "yet; give --mesh dp=N or --mesh tp=N");
-      return signalPassFailure();
-    }
-    // Data parallelism: the batch factor split on the axis, weights
-    // replicated; the partitioner sums each weight's gradient over the
-    // ranks where the batch contraction leaves it partial, and reductions
-    // over the batch (the loss's mean, BatchNorm's statistics) see the
-    // global batch.
-    module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {dp}));
-    module->setAttr(kMeshAxesAttr, StringAttr::get(&getContext(), "dp"));
+    // Data parallelism first, on mesh axis 0: the batch factor split,
+    // weights replicated; each weight's gradient, a contraction over the
+    // batch, is summed over the ranks, and reductions over the batch (the
+    // loss's mean, BatchNorm's statistics) see the global batch. The tp
+    // axis (1) is then partitioned in the per-dp-rank program, whose dp
+    // collectives carry tp layouts through.
+    SmallVector<int64_t> shape{dp};
+    if (tp > 1)
+      shape.push_back(tp);
+    module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), shape));
+    module->setAttr(kMeshAxesAttr,
+                    StringAttr::get(&getContext(), tp > 1 ? "dp,tp" : "dp"));
     PartitionOptions options;
     options.splitInputs = true;
+    options.bucketGradients = tp == 1;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() &&
           failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,
                            nullptr, options)))
         return signalPassFailure();
+    if (tp > 1)
+      partitionTensorParallel(module, /*meshAxis=*/1);
     return;
   }
   module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
@@ -178,6 +185,10 @@ void PartitionPass::runOnOperation() {
         return signalPassFailure();
     return;
   }
+  partitionTensorParallel(module, /*meshAxis=*/0);
+}
+
+void PartitionPass::partitionTensorParallel(ModuleOp module, int64_t meshAxis) {
   CostModel cost;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
@@ -189,6 +200,7 @@ void PartitionPass::runOnOperation() {
     PartitionOptions options;
     FailureOr<ParameterLayouts> layouts =
         chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
+    options.meshAxis = meshAxis;
     if (failed(layouts) ||
         failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,
                          &alternatives, options)))

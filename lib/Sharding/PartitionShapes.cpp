@@ -82,7 +82,7 @@ Value Partitioner::embed(int32_t id, Layout from) {
                      builder.getI64IntegerAttr(d));
   Value ranks = IotaOp::create(builder, loc, RankedTensorType::get({tp}, i64),
                                builder.getI64IntegerAttr(0));
-  SmallVector<int64_t> axes{0};
+  SmallVector<int64_t> axes{meshAxis};
   Value rankId = ShardSliceOp::create(
       builder, loc, RankedTensorType::get({1}, i64), ranks, axes, 0, 1);
   rankId =
@@ -138,7 +138,7 @@ Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
   Value all =
       ReshapeOp::create(builder, loc, RankedTensorType::get(shape, i1), real);
   shape[d] = l.blocks * chunk;
-  SmallVector<int64_t> axes{0};
+  SmallVector<int64_t> axes{meshAxis};
   Value mine = ShardSliceOp::create(
       builder, loc, RankedTensorType::get(shape, i1), all, axes, d, l.blocks);
   Attribute value;

@@ -195,6 +195,7 @@ public:
       : func(func), tp(tp), cost(cost), rewrite(rewrite),
         embedProducts(options.embedProducts),
         partialFanOut(options.partialFanOut), splitInputs(options.splitInputs),
+        meshAxis(options.meshAxis), bucketGradients(options.bucketGradients),
         builder(func.getContext()), index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
@@ -208,6 +209,8 @@ private:
   const CostModel &cost;
   bool rewrite;
   bool embedProducts, partialFanOut, splitInputs;
+  int64_t meshAxis;
+  bool bucketGradients;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;

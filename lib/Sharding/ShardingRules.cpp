@@ -379,6 +379,41 @@ template <> LogicalResult rule(Conv2DBackwardFilterOp op, ShardingRule &r) {
   return success();
 }
 
+/// Collectives of another mesh axis (the dp axis's, when the tp axis is
+/// partitioned second): every dimension carries over, except the one they
+/// gather, scatter or slice along, which they need whole. A sum over the
+/// other axis is linear: a partial sum of this axis passes through it.
+template <typename OpTy>
+LogicalResult collectiveRule(OpTy op, ShardingRule &r, int64_t whole) {
+  ArrayRef<int64_t> in = shapeOf(op->getOperand(0)),
+                    out = shapeOf(op->getResult(0));
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    if (d == whole) {
+      addFactor(r, op, in[d], Kind::Whole).operandDims[0] = d;
+      addFactor(r, op, out[d], Kind::Whole).resultDims[0] = d;
+      continue;
+    }
+    ShardingFactor &f = addFactor(r, op, in[d]);
+    f.operandDims[0] = d;
+    f.resultDims[0] = d;
+  }
+  return success();
+}
+template <> LogicalResult rule(AllReduceOp op, ShardingRule &r) {
+  collectiveRule(op, r, -1);
+  r.scalingOperands[0] = op.getKind() == ReduceKind::sum;
+  return success();
+}
+template <> LogicalResult rule(AllGatherOp op, ShardingRule &r) {
+  return collectiveRule(op, r, op.getDim());
+}
+template <> LogicalResult rule(ReduceScatterOp op, ShardingRule &r) {
+  return collectiveRule(op, r, op.getDim());
+}
+template <> LogicalResult rule(ShardSliceOp op, ShardingRule &r) {
+  return collectiveRule(op, r, op.getDim());
+}
+
 /// Random numbers are a function of the global element index: the result is
 /// drawn whole, and split by its consumers.
 template <> LogicalResult rule(RandomUniformOp op, ShardingRule &r) {
@@ -439,15 +474,16 @@ CLEAVE_NONLINEAR(CheckIndexOp)
 
 void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, CleaveDialect *) {
-    attachNonlinear<AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp,
-                    AndOp, OrOp, XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp,
-                    SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp, ReluOp,
-                    ErfOp, SinOp, CosOp, NotOp, GeluOp, LeakyReluOp, CastOp,
-                    MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
-                    BatchNormOp, TransposeOp, BroadcastOp, ConcatOp, SliceOp,
-                    SliceScatterOp, GatherOp, ScatterAddOp, MaxPool2DOp,
-                    AvgPool2DOp, MaxPool2DBackwardOp, AvgPool2DBackwardOp,
-                    Conv2DOp, Conv2DBackwardInputOp, Conv2DBackwardFilterOp,
-                    RandomUniformOp, CheckIndexOp>(ctx);
+    attachNonlinear<
+        AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
+        XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
+        ReciprocalOp, TanhOp, SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, NotOp,
+        GeluOp, LeakyReluOp, CastOp, MatmulOp, ReduceOp, SoftmaxOp,
+        LogSoftmaxOp, LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
+        ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp, MaxPool2DOp,
+        AvgPool2DOp, MaxPool2DBackwardOp, AvgPool2DBackwardOp, Conv2DOp,
+        Conv2DBackwardInputOp, Conv2DBackwardFilterOp, RandomUniformOp,
+        CheckIndexOp, AllReduceOp, AllGatherOp, ReduceScatterOp, ShardSliceOp>(
+        ctx);
   });
 }

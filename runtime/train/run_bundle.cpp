@@ -91,24 +91,31 @@ int runBundle(const RunBundleArgs &args) {
   plan::Plan plan;
   if (Status s = loadBundlePlan(args.bundle, &plan); !s)
     return fail(s.message());
-  int64_t tp = plan.mesh_size() ? plan.mesh(0) : 1;
-  if (args.ranks && args.ranks != tp)
-    return fail("bundle '" + args.bundle + "' is compiled for tp = " +
-                std::to_string(tp) + "; --ranks " + std::to_string(args.ranks) +
-                " does not match (recompile with --tp " +
-                std::to_string(args.ranks) + ")");
-  if (args.threads && tp > 1) {
-    std::unique_ptr<ThreadRanks> ranks;
-    if (Status s = ThreadRanks::create(tp, args.timeoutSeconds, &ranks); !s)
+  MeshGeometry mesh = meshOf(plan);
+  int64_t ranks = mesh.ranks();
+  if (args.ranks && args.ranks != ranks)
+    return fail("bundle '" + args.bundle + "' is compiled for " + mesh.str() +
+                (mesh.dpAxis < 0 ? std::string()
+                                 : " (" + std::to_string(ranks) + " ranks)") +
+                "; --ranks " + std::to_string(args.ranks) +
+                " does not match (recompile " +
+                (mesh.dpAxis < 0 ? "with --tp " + std::to_string(args.ranks)
+                                 : std::string("for that mesh")) +
+                ")");
+  if (args.threads && ranks > 1) {
+    std::unique_ptr<ThreadRanks> threads;
+    if (Status s =
+            ThreadRanks::create(mesh.shape, args.timeoutSeconds, &threads);
+        !s)
       return fail(s.message());
-    Status s = ranks->run([&](int rank) {
+    Status s = threads->run([&](int rank) {
       TrainerOptions own = options;
-      own.comm = &ranks->comm(rank);
+      own.comm = &threads->comm(rank);
       return train(own);
     });
     return s ? 0 : fail(s.message());
   }
-  if (tp == 1 && !launchedByMpi()) {
+  if (ranks == 1 && !launchedByMpi()) {
     if (Status s = train(options); !s)
       return fail(s.message());
     return 0;
@@ -119,7 +126,7 @@ int runBundle(const RunBundleArgs &args) {
     std::vector<std::string> argv = args.argv;
     argv.push_back(std::string("--progress=") +
                    (options.liveProgress ? "live" : "lines"));
-    Status s = launchRanks(argv, static_cast<int>(tp), 0);
+    Status s = launchRanks(argv, static_cast<int>(ranks), 0);
     if (!s && s.message().find("mpirun") != std::string::npos &&
         s.message().find("PATH") != std::string::npos)
       return fail(s.message());
@@ -142,7 +149,7 @@ int runBundle(const RunBundleArgs &args) {
     }
   });
   std::unique_ptr<Communicator> comm;
-  Status made = makeMpiCommunicator({tp}, args.timeoutSeconds, &comm);
+  Status made = makeMpiCommunicator(mesh.shape, args.timeoutSeconds, &comm);
   started = true;
   watchdog.join();
   if (!made) {

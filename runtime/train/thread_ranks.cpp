@@ -11,8 +11,15 @@ Status ThreadRanks::create(int64_t ranks, double timeoutSeconds,
                            std::unique_ptr<ThreadRanks> *result) {
   if (ranks < 1)
     return Status::error("a mesh needs at least one rank");
+  return create(std::vector<int64_t>{ranks}, timeoutSeconds, result);
+}
+
+Status ThreadRanks::create(std::vector<int64_t> meshShape,
+                           double timeoutSeconds,
+                           std::unique_ptr<ThreadRanks> *result) {
   std::unique_ptr<ThreadRanks> r(new ThreadRanks);
-  if (Status s = makeThreadCommunicators({ranks}, timeoutSeconds, &r->comms_);
+  if (Status s = makeThreadCommunicators(std::move(meshShape), timeoutSeconds,
+                                         &r->comms_);
       !s)
     return s;
   *result = std::move(r);

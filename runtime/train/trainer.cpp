@@ -81,6 +81,50 @@ std::string clock(double seconds) {
 
 } // namespace
 
+Status checkMesh(const pb::Plan &plan) {
+  bool named = plan.mesh_axes_size() > 0;
+  if (plan.mesh_size() > 2 ||
+      (named && plan.mesh_axes_size() != plan.mesh_size()))
+    return Status::error("has a mesh this runtime cannot run (at most two "
+                         "axes, dp and tp)");
+  for (int i = 0; i < plan.mesh_size(); ++i) {
+    std::string axis = named ? plan.mesh_axes(i) : "tp";
+    if (plan.mesh(i) < 1 || (axis != "dp" && axis != "tp") ||
+        (i > 0 && axis == (named ? plan.mesh_axes(0) : "tp")))
+      return Status::error("has a mesh this runtime cannot run (axes dp "
+                           "and tp, each once, sizes at least 1)");
+  }
+  return Status::ok();
+}
+
+MeshGeometry meshOf(const pb::Plan &plan) {
+  MeshGeometry m;
+  for (int i = 0; i < plan.mesh_size(); ++i) {
+    std::string axis = plan.mesh_axes_size() ? plan.mesh_axes(i) : "tp";
+    m.shape.push_back(plan.mesh(i));
+    (axis == "dp" ? m.dpAxis : m.tpAxis) = i;
+    (axis == "dp" ? m.dp : m.tp) = plan.mesh(i);
+  }
+  if (m.shape.empty())
+    m.shape = {1};
+  return m;
+}
+
+int64_t MeshGeometry::ranks() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+std::string MeshGeometry::str() const {
+  if (dpAxis < 0)
+    return "tp = " + std::to_string(tp);
+  if (tpAxis < 0)
+    return "dp = " + std::to_string(dp);
+  return "dp = " + std::to_string(dp) + ", tp = " + std::to_string(tp);
+}
+
 Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
   fs::path path = fs::path(bundleDir) / kBundlePlanFile;
   std::error_code ec;
@@ -108,9 +152,8 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                          "version " + std::to_string(plan->format_version()) +
                          "; this cleave reads version " +
                          std::to_string(kPlanFormatVersion) + " (recompile)");
-  if (plan->mesh_size() > 1 || (plan->mesh_size() == 1 && plan->mesh(0) < 1))
-    return Status::error("bundle plan '" + path.string() +
-                         "' has a mesh this runtime cannot run (one axis)");
+  if (Status s = checkMesh(*plan); !s)
+    return Status::error("bundle plan '" + path.string() + "' " + s.message());
   if (plan->programs_size() != 1)
     return Status::error("bundle plan '" + path.string() +
                          "' must hold exactly one program");
@@ -292,6 +335,7 @@ private:
                        const std::map<std::string, HostTensor> *given);
   Status fetchState();
   Status dump();
+  Status shareOverDp(Status *status, std::string *text);
   Status dumpTensor(const ModelTensor &t, bool grads);
   Status gatherTensor(const ModelTensor &t, bool grads, HostTensor *full,
                       bool *present);
@@ -302,10 +346,13 @@ private:
   std::string bundle() const { return "bundle '" + options.bundleDir + "'"; }
 
   const pb::Program *program = nullptr;
-  int64_t tp = 1, rank = 0;
+  MeshGeometry mesh;
+  /// tp: the tp axis's size; rank: this rank's index on it; dpRank: on dp.
+  int64_t tp = 1, rank = 0, dpRank = 0;
   bool leader = false;
-  std::unique_ptr<Communicator> single;
-  Communicator *comm = nullptr;
+  std::unique_ptr<Communicator> single, tpView;
+  /// The whole mesh (the step's collectives), and this rank's tp group.
+  Communicator *comm = nullptr, *tpComm = nullptr;
   std::unique_ptr<StepRunner> executor;
   size_t numInputs = 0;
   std::map<std::string, Split> layoutOf;
@@ -327,26 +374,37 @@ Status TrainSession::open() {
   if (Status s = loadBundlePlan(options.bundleDir, &plan); !s)
     return s;
   program = &plan.programs(0);
-  tp = plan.mesh_size() ? plan.mesh(0) : 1;
+  mesh = meshOf(plan);
+  tp = mesh.tp;
   comm = options.comm;
   if (!comm) {
-    if (tp != 1)
-      return Status::error(bundle() +
-                           " is compiled for tp = " + std::to_string(tp) +
-                           "; run it with --ranks " + std::to_string(tp));
+    if (mesh.ranks() != 1)
+      return Status::error(bundle() + " is compiled for " + mesh.str() +
+                           "; run it with --ranks " +
+                           std::to_string(mesh.ranks()));
     single = makeSingleProcessCommunicator();
     comm = single.get();
   }
-  if (comm->size() != tp)
-    return Status::error(
-        bundle() + " is compiled for tp = " + std::to_string(tp) +
-        " but runs on " + std::to_string(comm->size()) + " ranks");
+  if (comm->size() != mesh.ranks() ||
+      (mesh.shape.size() > 1 && comm->meshShape() != mesh.shape))
+    return Status::error(bundle() + " is compiled for " + mesh.str() +
+                         " but runs on " + std::to_string(comm->size()) +
+                         " ranks");
+  // Tensors live split over the tp axis alone: they are loaded, gathered
+  // and checkpointed through this rank's tp group (the whole mesh when it
+  // is only tp; nobody else when there is no tp axis).
+  if (mesh.shape.size() > 1)
+    tpView = makeAxisView(*comm, mesh.tpAxis);
+  else if (mesh.tpAxis < 0)
+    tpView = makeSingleProcessCommunicator();
+  tpComm = tpView ? tpView.get() : comm;
+  dpRank = mesh.dpAxis >= 0 ? comm->groupRank({mesh.dpAxis}) : 0;
   if (options.steps < 0 ||
       (options.steps == 0 &&
        (options.resumeFrom.empty() || options.checkpointDir.empty())))
     return Status::error("--steps must be at least 1 (0 only with --resume "
                          "and --checkpoint: re-sharding a checkpoint)");
-  rank = comm->groupRank({0});
+  rank = tpComm->rank();
   leader = comm->rank() == 0;
   if (Status s = createRunner(*program, comm, options.backend, &executor); !s)
     return Status::error(bundle() + ": " + s.message());
@@ -388,7 +446,7 @@ Status TrainSession::buildTable() {
             b.split_dim() >= static_cast<int64_t>(shape.size()))
           return Status::error(bundle() + ": input '" + b.name() +
                                "' is split along a dimension it lacks");
-        shape[b.split_dim()] *= tp;
+        shape[b.split_dim()] *= mesh.dp;
         inputSplit[b.name()] = splitOf(b);
       }
       dataInputs.push_back({b.name(), executor->inputDType(i), shape});
@@ -593,11 +651,18 @@ Status TrainSession::save(int64_t steps, std::string *writtenTo) {
   for (const pb::TensorEntry &e : table)
     tensors.push_back({&e, &state[stateKeyOf(e)]});
   std::string written;
-  if (Status s =
-          saveCheckpoint(options.checkpointDir, steps, plan, options.bundleDir,
-                         tensors, feed->description(), *comm, &written);
-      !s)
-    return s;
+  // dp replicas hold the same state: the first writes it, the others wait
+  // for it and learn how it went.
+  Status wrote = Status::ok();
+  if (dpRank == 0)
+    wrote =
+        saveCheckpoint(options.checkpointDir, steps, plan, options.bundleDir,
+                       tensors, feed->description(), *tpComm, &written);
+  if (mesh.dpAxis >= 0)
+    if (Status s = shareOverDp(&wrote, &written); !s)
+      return s;
+  if (!wrote)
+    return wrote;
   if (writtenTo)
     *writtenTo = written;
   if (leader) {
@@ -608,6 +673,24 @@ Status TrainSession::save(int64_t steps, std::string *writtenTo) {
           !s)
         return s;
   }
+  return Status::ok();
+}
+
+/// The first dp rank's checkpoint status and directory, on every dp rank.
+Status TrainSession::shareOverDp(Status *status, std::string *text) {
+  std::string message = *status ? "" : status->message();
+  std::string payload = (*status ? "1" : "0") + *text + '\0' + message;
+  int64_t size = static_cast<int64_t>(payload.size());
+  std::vector<int64_t> axis{mesh.dpAxis};
+  if (Status s = comm->broadcast(&size, sizeof size, 0, axis); !s)
+    return s;
+  payload.resize(static_cast<size_t>(size));
+  if (Status s = comm->broadcast(payload.data(), size, 0, axis); !s)
+    return s;
+  size_t nul = payload.find('\0');
+  *text = payload.substr(1, nul - 1);
+  *status =
+      payload[0] == '1' ? Status::ok() : Status::error(payload.substr(nul + 1));
   return Status::ok();
 }
 
@@ -629,8 +712,8 @@ TrainSession::setStepInputs(int64_t step,
       auto split = inputSplit.find(b.name());
       s = split == inputSplit.end()
               ? executor->setInput(i, std::move(batch[b.name()]))
-              : executor->setInput(
-                    i, chunkOf(batch[b.name()], split->second, rank, tp));
+              : executor->setInput(i, chunkOf(batch[b.name()], split->second,
+                                              dpRank, mesh.dp));
     } else if (b.role() == pb::Binding::STEP) {
       HostTensor counter = HostTensor::zeros(DType::I64, {});
       *counter.data<int64_t>() = step + 1;
@@ -694,7 +777,7 @@ Status TrainSession::gatherFull(const HostTensor &t, const std::string &key,
   auto entry = bundleEntry.find(key);
   int64_t size = entry != bundleEntry.end() ? entry->second->type().shape(dim)
                                             : t.shape[dim] * tp;
-  return gatherAlong(*comm, t, it->second, size, full);
+  return gatherAlong(*tpComm, t, it->second, size, full);
 }
 
 /// One of the model's own tensors (a parameter cut into segments whole), or

@@ -9,8 +9,6 @@
 // FILE: cannot read --plan '{{.*}}missing.txt'
 // RUN: not cleave-opt %s --cleave-partition="tp=0" 2>&1 | FileCheck %s --check-prefix=TP
 // TP: tp and dp must be at least 1
-// RUN: not cleave-opt %s --cleave-partition="tp=2 dp=2" 2>&1 | FileCheck %s --check-prefix=MESH
-// MESH: a mesh with both dp and tp above 1 is not supported yet
 // RUN: not cleave-opt %s --cleave-partition="dp=3" 2>&1 | FileCheck %s --check-prefix=BATCH
 // BATCH: input "x" of type 'tensor<4x8xf32>': its batch of 4 rows does not divide over dp = 3 (give a batch that is a multiple of dp)
 // A vector parameter has no matmul, so only colwise (split) or replicate.

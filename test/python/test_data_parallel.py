@@ -1,5 +1,6 @@
-"""Data parallelism (issue 18, first part): dp ranks split the batch, the
-weights stay whole, and one step equals PyTorch's step on the global batch
+"""Data parallelism (issue 18, first part): dp ranks split the batch (the
+weights whole, or split over tp on a dp x tp mesh), and one step equals
+PyTorch's step on the global batch
 (the loss's mean over the global batch, BatchNorm statistics over it as
 SyncBatchNorm computes them, gradients summed over the ranks): loss and
 every tensor of state_dict() after one SGD and one AdamW step within 1e-4,
@@ -22,8 +23,10 @@ BATCHES = {"decoder": functools.partial(models.decoder_batch, b=4),
            "convnet": functools.partial(models.conv_batch, b=8),
            "frozen_mlp": functools.partial(models.mlp_batch, b=8),
            "encoder": functools.partial(models.encoder_batch, b=4)}
-CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
-    [("zoo_gpt2", 2), ("zoo_llama_gqa", 2)]
+# (dp, tp) meshes.
+CASES = [(n, mesh) for n in BATCHES for mesh in ((2, 1), (4, 1), (2, 2))] + \
+    [(n, mesh) for n in ("zoo_gpt2", "zoo_llama_gqa")
+     for mesh in ((2, 1), (2, 2))]
 
 
 def prepare(name):
@@ -32,15 +35,17 @@ def prepare(name):
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-@pytest.mark.parametrize("name,dp", CASES)
-def test_one_step_on_the_global_batch(name, dp, optimizer):
+@pytest.mark.parametrize("name,mesh", CASES)
+def test_one_step_on_the_global_batch(name, mesh, optimizer):
+    dp, tp = mesh
     module, batch_fn, loss = prepare(name)
     batch = batch_fn(torch.Generator().manual_seed(21))
     ours, theirs = OPTIMIZERS[optimizer]
     reference = copy.deepcopy(module)
     model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
-                                   loss=loss, optimizer=ours)
-    assert model.inspect()["mesh"] == {"dp": dp}
+                                   tp=tp, loss=loss, optimizer=ours)
+    assert model.inspect()["mesh"] == ({"dp": dp, "tp": tp} if tp > 1
+                                       else {"dp": dp})
     got = model.step(batch)
     want, state, grads = torch_step(reference, batch, loss, theirs)
     assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
@@ -55,16 +60,16 @@ def test_one_step_on_the_global_batch(name, dp, optimizer):
 @pytest.mark.parametrize("name", ["decoder", "convnet"])
 def test_five_steps_equal_one_process(name):
     runs = []
-    for dp in (1, 2, 4):
+    for dp, tp in ((1, 1), (2, 1), (4, 1), (2, 2), (1, 4)):
         module, batch_fn, loss = prepare(name)
         gen = torch.Generator().manual_seed(22)
         batches = [batch_fn(gen) for _ in range(5)]
         model = cleave.tensor_parallel(module, example_of(batches[0], loss),
-                                       dp=dp, loss=loss,
+                                       dp=dp, tp=tp, loss=loss,
                                        optimizer=cleave.AdamW(lr=3e-3))
         runs.append([model.step(b) for b in batches])
-    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(runs[2], runs[0], rtol=1e-5, atol=1e-5)
+    for run in runs[1:]:
+        np.testing.assert_allclose(run, runs[0], rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_are_summed_once_per_step():

@@ -109,10 +109,6 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp must be at least 1");
   if (o.dp < 1)
     return rt::Status::error("--mesh dp must be at least 1");
-  if (o.dp > 1 && o.tp > 1)
-    return rt::Status::error(
-        "a mesh with both dp and tp above 1 is not supported yet; give "
-        "--mesh dp=N or --mesh tp=N");
   train->tp = o.tp;
   train->dp = o.dp;
   train->planFile = o.planFile;
@@ -179,8 +175,16 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
     return rt::Status::error("");
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
-  plan.add_mesh(o.dp > 1 ? o.dp : o.tp);
-  plan.add_mesh_axes(o.dp > 1 ? "dp" : "tp");
+  // Mesh axes, outermost first: dp, then tp (ranks of one tp group are
+  // neighbours, as on a node).
+  if (o.dp > 1) {
+    plan.add_mesh(o.dp);
+    plan.add_mesh_axes("dp");
+  }
+  if (o.tp > 1 || o.dp == 1) {
+    plan.add_mesh(o.tp);
+    plan.add_mesh_axes("tp");
+  }
   if (failed(
           mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
     return rt::Status::error("");

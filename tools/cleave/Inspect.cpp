@@ -52,11 +52,13 @@ struct CollectiveRow {
   std::string kind, phase, source, reason;
   int64_t bytes;
   bool megatron;
+  std::vector<std::string> axes;
 };
 /// What `cleave inspect` shows of a bundle.
 struct BundleSummary {
   int64_t tp = 1;
-  std::string axis = "tp"; // the mesh axis's name (tp, dp)
+  /// The mesh's axes, outermost first: (name, size).
+  std::vector<std::pair<std::string, int64_t>> mesh;
   std::vector<ParamRow> params;
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, stateBytes = 0, activationBytes = 0;
@@ -64,8 +66,11 @@ struct BundleSummary {
 
 BundleSummary summarize(const pb::Plan &plan) {
   BundleSummary out;
-  out.tp = plan.mesh_size() ? plan.mesh(0) : 1;
-  out.axis = plan.mesh_axes_size() ? plan.mesh_axes(0) : "tp";
+  rt::MeshGeometry mesh = rt::meshOf(plan);
+  out.tp = mesh.tp;
+  for (size_t i = 0; i < mesh.shape.size(); ++i)
+    out.mesh.push_back(
+        {plan.mesh_axes_size() ? plan.mesh_axes(i) : "tp", mesh.shape[i]});
   const pb::Program &program = plan.programs(0);
   std::map<std::string, rt::Split> split;
   for (const pb::Binding &b : program.input_bindings())
@@ -110,9 +115,17 @@ BundleSummary summarize(const pb::Plan &plan) {
     // The payload: the larger side (the gathered or reduced tensor).
     int64_t bytes = std::max(bytesOf(program.values(inst.operands(0)).type()),
                              bytesOf(program.values(inst.results(0)).type()));
+    // The mesh axes it runs over, by name.
+    std::vector<std::string> axes;
+    auto it = inst.attrs().find("axes");
+    if (it != inst.attrs().end())
+      for (int64_t a : it->second.ints())
+        axes.push_back(a >= 0 && a < static_cast<int64_t>(out.mesh.size())
+                           ? out.mesh[a].first
+                           : std::to_string(a));
     out.collectives.push_back(
         {inst.kernel(), inst.phase().empty() ? "forward" : inst.phase(),
-         inst.location(), inst.reason(), bytes, inst.megatron()});
+         inst.location(), inst.reason(), bytes, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
   return out;
@@ -120,7 +133,10 @@ BundleSummary summarize(const pb::Plan &plan) {
 
 void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   llvm::json::Object root;
-  root["mesh"] = llvm::json::Object{{sum.axis, sum.tp}};
+  llvm::json::Object mesh;
+  for (const auto &[axis, size] : sum.mesh)
+    mesh[axis] = size;
+  root["mesh"] = std::move(mesh);
   llvm::json::Array ps;
   for (const ParamRow &p : sum.params) {
     llvm::json::Object o{{"name", p.name},
@@ -139,6 +155,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                                     {"bytes", c.bytes},
                                     {"source", c.source},
                                     {"megatron", c.megatron},
+                                    {"axes", c.axes},
                                     {"reason", c.reason}});
   root["collectives"] = std::move(cs);
   root["memory_per_rank"] =
@@ -150,7 +167,11 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
 }
 
 void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
-  os << "mesh: " << sum.axis << " = " << sum.tp << "\n\nparameters\n";
+  os << "mesh:";
+  for (const auto &[axis, size] : sum.mesh)
+    os << (&axis == &sum.mesh.front().first ? " " : ", ") << axis << " = "
+       << size;
+  os << "\n\nparameters\n";
   size_t width = 4;
   for (const ParamRow &p : sum.params)
     width = std::max(width, p.name.size());

@@ -135,6 +135,13 @@ struct PartitionOptions {
   /// its first (batch) dimension, which the axis must divide; parameters
   /// stay as \p layouts say (replicated for plain data parallelism).
   bool splitInputs = false;
+  /// The mesh axis the ranks lie on: the collectives' and shard ops'
+  /// axes (a 2-D mesh is partitioned once per axis: dp, then tp).
+  int64_t meshAxis = 0;
+  /// Gradients summed over the axis are flattened and reduced as one
+  /// bucket. Off where another axis is partitioned afterwards: flattening
+  /// would undo that axis's splits.
+  bool bucketGradients = true;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of

@@ -112,6 +112,12 @@ Status makeThreadCommunicators(std::vector<int64_t> meshShape,
                                double timeoutSeconds,
                                std::vector<std::unique_ptr<Communicator>> *out);
 
+/// Mesh axis \p axis of \p parent as a one-axis communicator: its rank is
+/// the rank's index in its group over that axis, its collectives (axes {0})
+/// run over that group, and its barrier waits for the group only. Null for
+/// an axis out of range. \p parent must outlive it.
+std::unique_ptr<Communicator> makeAxisView(Communicator &parent, int64_t axis);
+
 /// Ends every wait of \p comm's in-process mesh, current and to come, with
 /// an error saying \p why (a rank failed: its peers need not sit out their
 /// timeouts). No effect on other communicators.

@@ -25,6 +25,9 @@ public:
   /// \p timeoutSeconds.
   static Status create(int64_t ranks, double timeoutSeconds,
                        std::unique_ptr<ThreadRanks> *result);
+  /// The ranks of a mesh of \p meshShape (row-major, as over MPI).
+  static Status create(std::vector<int64_t> meshShape, double timeoutSeconds,
+                       std::unique_ptr<ThreadRanks> *result);
   ~ThreadRanks();
 
   int size() const { return static_cast<int>(comms_.size()); }

@@ -43,6 +43,20 @@ constexpr const char *kBundleModelFile = "model.onnx";
 /// Reads and checks BUNDLE/plan.pb (presence, parse, format version).
 Status loadBundlePlan(const std::string &bundleDir, plan::Plan *plan);
 
+/// A plan's device mesh: its shape (outermost axis first) and where its dp
+/// and tp axes are (-1: absent, size 1). Tensors are split over tp only;
+/// data inputs over dp.
+struct MeshGeometry {
+  std::vector<int64_t> shape;
+  int64_t dpAxis = -1, tpAxis = -1, dp = 1, tp = 1;
+  int64_t ranks() const;
+  /// "dp = 2, tp = 4", for messages.
+  std::string str() const;
+};
+/// Checks a plan's mesh (at most dp and tp, each once).
+Status checkMesh(const plan::Plan &plan);
+MeshGeometry meshOf(const plan::Plan &plan);
+
 struct TrainerOptions {
   std::string bundleDir;
   /// Steps this run makes (a resumed run continues the step count).
