@@ -399,9 +399,9 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         waits for its peers, default 60), ``backend`` (``"cpu"``, ``"cuda"``,
         ``"auto"``), ``opset`` (ONNX opset of the export, default 17),
         ``freeze`` (regular expressions of more tensors not to train),
-        ``dp`` (data-parallel ranks instead of tensor parallelism: the batch
-        split over them, the loss and gradients exact over the global
-        batch).
+        ``dp`` (data-parallel ranks, with ``tp`` a dp x tp mesh: each batch
+        split over them, the loss, gradients and BatchNorm statistics exact
+        over the global batch).
 
     What trains is what PyTorch trains: parameters with ``requires_grad``;
     buffers never (BatchNorm's statistics update as in PyTorch).
