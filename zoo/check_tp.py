@@ -44,14 +44,18 @@ def flags(case, opt):
         (["--" + k.replace("_", "-"), str(v)] for k, v in hp.items()), [])
 
 
-def train(cleave, case, opt, tp, steps, work):
+def train(cleave, case, opt, tp, steps, work, mesh=None):
+    """tp: an int (--tp), or mesh: "dp=2,tp=2" (--mesh, ranks as threads)."""
     man, f = flags(case, opt)
-    bundle = os.path.join(work, f"bundle-tp{tp}-{opt}")
-    dump = os.path.join(work, f"dump-tp{tp}-{opt}")
-    run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle,
-         "--tp", str(tp)] + f)
+    tag = f"tp{tp}" if mesh is None else mesh.replace("=", "").replace(",", "-")
+    bundle = os.path.join(work, f"bundle-{tag}-{opt}")
+    dump = os.path.join(work, f"dump-{tag}-{opt}")
+    layout = ["--tp", str(tp)] if mesh is None else ["--mesh", mesh]
+    run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle] +
+        layout + f)
     run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
-         os.path.join(case, "inputs"), "--dump", dump])
+         os.path.join(case, "inputs"), "--dump", dump] +
+        ([] if mesh is None else ["--threads"]))
     return man, bundle, dump
 
 
@@ -121,6 +125,9 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", default="gpt2,llama,gptj,bert,mlp,resnet,vit,mlp_mse")
     ap.add_argument("--tp", default="2,4")
+    ap.add_argument("--meshes", default="",
+                    help="';'-separated --mesh values (dp=2;dp=2,tp=2) run "
+                         "as threads and compared with tp=1 as --tp is")
     ap.add_argument("--optimizers", default="sgd,adamw")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rtol", type=float, default=1e-5)
@@ -132,7 +139,8 @@ def main():
                          "1 + 1 all-reduces per layer")
     args = ap.parse_args()
     failed = 0
-    tps = [int(t) for t in args.tp.split(",")]
+    tps = [int(t) for t in args.tp.split(",") if t]
+    meshes = [m for m in args.meshes.split(";") if m]
     for model in args.models.split(","):
         case = os.path.join(args.zoo, f"{model}-opset17")
         for opt in args.optimizers.split(","):
@@ -158,6 +166,16 @@ def main():
                         for p in problems:
                             print("    " + p)
                         failed += bool(problems)
+                for mesh in meshes:
+                    _, _, got = train(args.cleave, case, opt, 0, args.steps, work,
+                                      mesh)
+                    worst, failures = compare(ref, got, args.rtol)
+                    status = "FAIL" if failures else "PASS"
+                    print(f"{status} {model} mesh {mesh} {opt}: worst "
+                          f"{worst[0]:.2e} ({worst[1]})")
+                    for f in failures:
+                        print("    " + f)
+                    failed += bool(failures)
             except RuntimeError as e:
                 print(f"FAIL {model} {opt}: {e}")
                 failed += 1
