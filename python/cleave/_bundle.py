@@ -24,9 +24,22 @@ class Bundle:
         self._summary = json.loads(_cleave.inspect(self.directory, True))
 
     @property
+    def mesh(self) -> dict:
+        """The device mesh: {"tp": T}, {"dp": D} or {"dp": D, "tp": T}."""
+        return dict(self._summary["mesh"])
+
+    @property
     def tp(self) -> int:
         """Tensor-parallel ranks the bundle is compiled for."""
-        return int(self._summary["mesh"]["tp"])
+        return int(self.mesh.get("tp", 1))
+
+    @property
+    def ranks(self) -> int:
+        """Ranks a run of the bundle takes: the product of the mesh."""
+        n = 1
+        for size in self.mesh.values():
+            n *= int(size)
+        return n
 
     def inspect(self) -> dict:
         """``cleave inspect --json``'s document: mesh, each weight's split,
@@ -53,10 +66,11 @@ class Bundle:
         process unless ``distributed``). ``checkpoint``: a directory that
         gets a checkpoint after the last step; ``resume`` continues one.
         """
-        if ranks is not None and ranks != self.tp:
-            raise Error(f"bundle '{self.directory}' is compiled for tp = "
-                        f"{self.tp}; ranks={ranks} does not match (compile "
-                        f"again with tp={ranks})")
+        if ranks is not None and ranks != self.ranks:
+            mesh = ", ".join(f"{k} = {v}" for k, v in self.mesh.items())
+            raise Error(f"bundle '{self.directory}' is compiled for {mesh} "
+                        f"({self.ranks} ranks); ranks={ranks} does not match "
+                        "(compile it again for that mesh)")
         if not isinstance(steps, int) or steps < 1:
             raise Error(f"steps must be a positive integer, not {steps!r}")
         batches = None
@@ -91,16 +105,20 @@ class Bundle:
 def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
             output: str, tp: int = 1, optimizer: Union[SGD, AdamW, None] = None,
             loss: str = "auto", plan=None, seed: int = 0,
-            plan_only: bool = False) -> Bundle:
+            plan_only: bool = False, dp: int = 1) -> Bundle:
     """Compiles a model's training step into a bundle directory ``output``,
     as ``cleave compile`` does, and returns it.
 
     ``model`` is an ``.onnx`` / ``.pt`` path (``example_inputs`` then fix
     its inputs' shapes, like ``--input``) or a ``torch.nn.Module`` (exported
     with ``example_inputs``). The other arguments are
-    :func:`cleave.tensor_parallel`'s.
+    :func:`cleave.tensor_parallel`'s; ``dp`` splits every batch over that
+    many data-parallel ranks (a dp x tp mesh with ``tp``).
     """
     o = _compile_options(optimizer, loss, tp, seed)
+    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
+        raise Error(f"dp must be a positive integer, not {dp!r}")
+    o.dp = dp
     o.output = os.fspath(output)
     o.plan_only = bool(plan_only)
     with tempfile.TemporaryDirectory(prefix="cleave-") as work:

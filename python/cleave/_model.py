@@ -143,6 +143,11 @@ class Model:
         return self._session.tp
 
     @property
+    def mesh(self) -> dict:
+        """The device mesh: {"tp": T}, {"dp": D} or {"dp": D, "tp": T}."""
+        return dict(self.inspect()["mesh"])
+
+    @property
     def steps_done(self) -> int:
         """Training steps made (a resumed model continues the count)."""
         return self._session.steps_done

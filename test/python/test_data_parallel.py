@@ -85,6 +85,21 @@ def test_gradients_are_summed_once_per_step():
     assert sum(c["bytes"] for c in big) == params
 
 
+def test_the_offline_path_on_a_mesh(tmp_path):
+    module, batch_fn, loss = prepare("frozen_mlp")
+    gen = torch.Generator().manual_seed(25)
+    batches = [batch_fn(gen) for _ in range(3)]
+    bundle = cleave.compile(module, batches[0], output=str(tmp_path / "b"),
+                            loss=loss, optimizer=cleave.SGD(lr=0.1), dp=2,
+                            tp=2)
+    assert (bundle.mesh, bundle.ranks, bundle.tp) == ({"dp": 2, "tp": 2}, 4, 2)
+    losses = bundle.train(3, inputs=batches, progress=False, ranks=4)
+    model = cleave.tensor_parallel(module, batches[0], loss=loss,
+                                   optimizer=cleave.SGD(lr=0.1))
+    np.testing.assert_allclose(losses, [model.step(b) for b in batches],
+                               rtol=1e-5)
+
+
 def test_a_batch_dp_does_not_divide_is_an_error():
     module, batch_fn, loss = models.build("frozen_mlp")
     batch = batch_fn(torch.Generator().manual_seed(24))  # 7 rows
