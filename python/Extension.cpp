@@ -308,6 +308,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("seed", &tool::CompileOptions::seed)
       .def_readwrite("tp", &tool::CompileOptions::tp)
       .def_readwrite("dp", &tool::CompileOptions::dp)
+      .def_readwrite("zero", &tool::CompileOptions::zero)
       .def_readwrite("plan", &tool::CompileOptions::planFile)
       .def_readwrite("weights", &tool::CompileOptions::weightsFile)
       .def_readwrite("plan_only", &tool::CompileOptions::planOnly)

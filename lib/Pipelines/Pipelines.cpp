@@ -51,6 +51,7 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     PartitionPassOptions partition;
     partition.tp = options.tp;
     partition.dp = options.dp;
+    partition.zero = options.zero;
     partition.planFile = options.planFile;
     pm.addPass(createPartitionPass(partition));
   }
@@ -70,6 +71,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> tp{*this, "tp", llvm::cl::init(1)};
   Option<std::string> plan{*this, "plan", llvm::cl::init("")};
   Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
+  Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
 };
 } // namespace
 
@@ -82,6 +84,7 @@ void mlir::cleave::registerPipelines() {
                            o.weightDecay, o.beta1,     o.beta2, o.eps,
                            o.tp,          o.plan};
         t.dp = o.dp;
+        t.zero = o.zero;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

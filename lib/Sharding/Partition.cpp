@@ -777,6 +777,18 @@ LogicalResult Partitioner::visit(const OpEntry &e) {
   return visitReplicated(e);
 }
 
+/// ZeRO stage 1: optimizer state split along its first dimension the axis
+/// divides (a vocabulary of 61 rows by its width); otherwise as its
+/// parameter.
+Layout Partitioner::stateLayout(RankedTensorType type, Layout param) const {
+  if (!shardOptimizerState)
+    return param;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (type.getDimSize(d) % tp == 0 && type.getDimSize(d) >= tp)
+      return Layout::split(d);
+  return param;
+}
+
 FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   Block &body = func.getBody().front();
   if (rewrite)
@@ -793,6 +805,8 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     unsigned i = arg.getArgNumber();
     StringRef param = index.argParameter[i];
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
+    if (!param.empty() && !index.argIsParameter[i])
+      l = stateLayout(typeOf(arg), l);
     bool splitInput = splitInputs && func.getArgAttr(i, kInputAttr);
     if (splitInput) {
       auto type = typeOf(arg);
@@ -857,6 +871,8 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     StringRef param = index.resultParameter[i];
     Layout want = param.empty() ? Layout() : layoutOfParameter(param);
+    if (!param.empty() && func.getResultAttr(i, kOptimizerStateAttr))
+      want = stateLayout(typeOf(v), want);
     phase = index.resultPhase[i];
     int32_t id = idOf(v);
     if (rewrite) {

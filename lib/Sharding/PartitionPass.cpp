@@ -149,6 +149,15 @@ void PartitionPass::runOnOperation() {
     module.emitError("tp and dp must be at least 1");
     return signalPassFailure();
   }
+  if (zero < 0 || zero > 1 || (zero > 0 && (dp == 1 || tp > 1))) {
+    module.emitError("ZeRO stage ")
+        << static_cast<int64_t>(zero) << " is not supported "
+        << (zero < 0 || zero > 3 ? "(stages are 0 to 3)"
+            : zero > 1           ? "yet (stage 1 is)"
+            : dp == 1            ? "without a dp axis (--mesh dp=N)"
+                                 : "yet on a dp x tp mesh (on dp alone it is)");
+    return signalPassFailure();
+  }
   if (dp > 1) {
     // Data parallelism first, on mesh axis 0: the batch factor split,
     // weights replicated; each weight's gradient, a contraction over the
@@ -165,6 +174,7 @@ void PartitionPass::runOnOperation() {
     PartitionOptions options;
     options.splitInputs = true;
     options.bucketGradients = tp == 1;
+    options.shardOptimizerState = zero >= 1;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() &&
           failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,

@@ -196,6 +196,7 @@ public:
         embedProducts(options.embedProducts),
         partialFanOut(options.partialFanOut), splitInputs(options.splitInputs),
         meshAxis(options.meshAxis), bucketGradients(options.bucketGradients),
+        shardOptimizerState(options.shardOptimizerState),
         builder(func.getContext()), index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
@@ -204,13 +205,15 @@ public:
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
 private:
+  Layout stateLayout(RankedTensorType type, Layout param) const;
   func::FuncOp func;
   int64_t tp;
   const CostModel &cost;
   bool rewrite;
-  bool embedProducts, partialFanOut, splitInputs;
-  int64_t meshAxis;
-  bool bucketGradients;
+  // Defaults as PartitionOptions's, should the constructor miss one.
+  bool embedProducts = false, partialFanOut = false, splitInputs = false;
+  int64_t meshAxis = 0;
+  bool bucketGradients = true, shardOptimizerState = false;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;

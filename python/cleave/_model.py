@@ -17,7 +17,7 @@ from ._progress import progress_bar
 
 # Options of tensor_parallel beyond its named ones (**compile_options).
 _COMPILE_OPTIONS = {"output", "timeout", "backend", "precision", "opset",
-                    "freeze", "ranks", "dp"}
+                    "freeze", "ranks", "dp", "zero"}
 
 
 def _plan_file(plan, directory: str) -> str:
@@ -406,7 +406,8 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         ``freeze`` (regular expressions of more tensors not to train),
         ``dp`` (data-parallel ranks, with ``tp`` a dp x tp mesh: each batch
         split over them, the loss, gradients and BatchNorm statistics exact
-        over the global batch).
+        over the global batch), ``zero`` (1: the optimizer state split over
+        the dp ranks, ZeRO stage 1).
 
     What trains is what PyTorch trains: parameters with ``requires_grad``;
     buffers never (BatchNorm's statistics update as in PyTorch).
@@ -422,6 +423,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
     if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
         raise Error(f"dp must be a positive integer, not {dp!r}")
     o.dp = dp
+    o.zero = int(compile_options.get("zero", 0))
     work = tempfile.mkdtemp(prefix="cleave-")
     try:
         output = compile_options.get("output")

@@ -110,6 +110,10 @@ MeshGeometry meshOf(const pb::Plan &plan) {
   return m;
 }
 
+int64_t MeshGeometry::tensorParts() const {
+  return shape.size() > 1 ? tp : shape[0];
+}
+
 int64_t MeshGeometry::ranks() const {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -375,7 +379,6 @@ Status TrainSession::open() {
     return s;
   program = &plan.programs(0);
   mesh = meshOf(plan);
-  tp = mesh.tp;
   comm = options.comm;
   if (!comm) {
     if (mesh.ranks() != 1)
@@ -390,14 +393,13 @@ Status TrainSession::open() {
     return Status::error(bundle() + " is compiled for " + mesh.str() +
                          " but runs on " + std::to_string(comm->size()) +
                          " ranks");
-  // Tensors live split over the tp axis alone: they are loaded, gathered
-  // and checkpointed through this rank's tp group (the whole mesh when it
-  // is only tp; nobody else when there is no tp axis).
+  // Tensors are split over one axis: the tp axis of a 2-D mesh, whose
+  // tp group loads, gathers and checkpoints them, or a 1-D mesh's only axis
+  // (tp, or dp for ZeRO's optimizer state).
   if (mesh.shape.size() > 1)
     tpView = makeAxisView(*comm, mesh.tpAxis);
-  else if (mesh.tpAxis < 0)
-    tpView = makeSingleProcessCommunicator();
   tpComm = tpView ? tpView.get() : comm;
+  tp = mesh.tensorParts();
   dpRank = mesh.dpAxis >= 0 ? comm->groupRank({mesh.dpAxis}) : 0;
   if (options.steps < 0 ||
       (options.steps == 0 &&
@@ -654,11 +656,12 @@ Status TrainSession::save(int64_t steps, std::string *writtenTo) {
   // dp replicas hold the same state: the first writes it, the others wait
   // for it and learn how it went.
   Status wrote = Status::ok();
-  if (dpRank == 0)
+  bool replica = mesh.shape.size() > 1 && dpRank > 0;
+  if (!replica)
     wrote =
         saveCheckpoint(options.checkpointDir, steps, plan, options.bundleDir,
                        tensors, feed->description(), *tpComm, &written);
-  if (mesh.dpAxis >= 0)
+  if (mesh.shape.size() > 1)
     if (Status s = shareOverDp(&wrote, &written); !s)
       return s;
   if (!wrote)

@@ -34,18 +34,10 @@ def prepare(name):
     return module, BATCHES.get(name, batch_fn), loss
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-@pytest.mark.parametrize("name,mesh", CASES)
-def test_one_step_on_the_global_batch(name, mesh, optimizer):
-    dp, tp = mesh
-    module, batch_fn, loss = prepare(name)
-    batch = batch_fn(torch.Generator().manual_seed(21))
-    ours, theirs = OPTIMIZERS[optimizer]
-    reference = copy.deepcopy(module)
-    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
-                                   tp=tp, loss=loss, optimizer=ours)
-    assert model.inspect()["mesh"] == ({"dp": dp, "tp": tp} if tp > 1
-                                       else {"dp": dp})
+def step_like_pytorch(model, module, reference, batch, loss, optimizer):
+    """One step of `model` against torch.optim's on `reference` (a copy of
+    `module`); its loss."""
+    theirs = OPTIMIZERS[optimizer][1]
     got = model.step(batch)
     want, state, grads = torch_step(reference, batch, loss, theirs)
     assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
@@ -55,6 +47,51 @@ def test_one_step_on_the_global_batch(name, mesh, optimizer):
         _, _, grads = torch_step(copy.deepcopy(module).double(), b64, loss,
                                  theirs)
     compare_state(model, state, grads, optimizer)
+    return got
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("name,mesh", CASES)
+def test_one_step_on_the_global_batch(name, mesh, optimizer):
+    dp, tp = mesh
+    module, batch_fn, loss = prepare(name)
+    batch = batch_fn(torch.Generator().manual_seed(21))
+    ours = OPTIMIZERS[optimizer][0]
+    reference = copy.deepcopy(module)
+    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
+                                   tp=tp, loss=loss, optimizer=ours)
+    assert model.inspect()["mesh"] == ({"dp": dp, "tp": tp} if tp > 1
+                                       else {"dp": dp})
+    step_like_pytorch(model, module, reference, batch, loss, optimizer)
+
+
+ZERO_CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
+    [("zoo_gpt2", 2), ("zoo_llama_gqa", 2)]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("name,dp", ZERO_CASES)
+def test_zero1_splits_the_optimizer_state(name, dp, optimizer):
+    """ZeRO stage 1: the same step as PyTorch's, with each rank holding
+    1/dp of the optimizer state."""
+    module, batch_fn, loss = prepare(name)
+    batch = batch_fn(torch.Generator().manual_seed(26))
+    ours = OPTIMIZERS[optimizer][0]
+    reference = copy.deepcopy(module)
+    plain = cleave.tensor_parallel(copy.deepcopy(module),
+                                   example_of(batch, loss), dp=dp, loss=loss,
+                                   optimizer=ours)
+    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
+                                   zero=1, loss=loss, optimizer=ours)
+    whole = plain.inspect()["memory_per_rank"]["optimizer_state"]
+    split = model.inspect()["memory_per_rank"]["optimizer_state"]
+    assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+    got = step_like_pytorch(model, module, reference, batch, loss, optimizer)
+    # And the steps after it, where the split state is read back: as the
+    # run with the state whole.
+    assert plain.step(batch) == pytest.approx(got, rel=1e-6)
+    for _ in range(3):
+        assert model.step(batch) == pytest.approx(plain.step(batch), rel=1e-5)
 
 
 @pytest.mark.parametrize("name", ["decoder", "convnet"])

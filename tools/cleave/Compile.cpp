@@ -109,8 +109,16 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp must be at least 1");
   if (o.dp < 1)
     return rt::Status::error("--mesh dp must be at least 1");
+  if (o.zero != 0 && (o.zero < 0 || o.zero > 1 || o.dp == 1 || o.tp > 1))
+    return rt::Status::error(
+        "ZeRO stage " + std::to_string(o.zero) + " is not supported " +
+        (o.zero < 0 || o.zero > 3 ? "(stages are 0 to 3)"
+         : o.zero > 1             ? "yet (stage 1 is)"
+         : o.dp == 1              ? "without a dp axis (--mesh dp=N)"
+                     : "yet on a dp x tp mesh (on dp alone it is)"));
   train->tp = o.tp;
   train->dp = o.dp;
+  train->zero = o.zero;
   train->planFile = o.planFile;
   return rt::Status::ok();
 }
@@ -138,6 +146,8 @@ static void recordConfig(const CompileOptions &o,
     hp["tp"] = o.tp;
   if (o.dp > 1)
     hp["dp"] = o.dp;
+  if (o.zero > 0)
+    hp["zero"] = o.zero;
 }
 
 rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {

@@ -42,6 +42,8 @@ struct CompileOptions {
   int64_t seed = 0, tp = 1;
   /// Data-parallel ranks (--mesh dp=N): the batch split, weights replicated.
   int64_t dp = 1;
+  /// ZeRO stage over dp (--zero).
+  int64_t zero = 0;
   std::string planFile, weightsFile;
   bool planOnly = false;
   /// Regular expressions of initializers not to train (--freeze); each must

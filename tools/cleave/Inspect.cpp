@@ -67,7 +67,7 @@ struct BundleSummary {
 BundleSummary summarize(const pb::Plan &plan) {
   BundleSummary out;
   rt::MeshGeometry mesh = rt::meshOf(plan);
-  out.tp = mesh.tp;
+  out.tp = mesh.tensorParts();
   for (size_t i = 0; i < mesh.shape.size(); ++i)
     out.mesh.push_back(
         {plan.mesh_axes_size() ? plan.mesh_axes(i) : "tp", mesh.shape[i]});

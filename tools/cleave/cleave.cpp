@@ -120,6 +120,11 @@ static cl::opt<std::string>
              cl::desc("The device mesh: tp=N (as --tp N) or dp=N (data "
                       "parallelism: the batch split over N ranks)"),
              cl::value_desc("AXIS=N[,AXIS=N]"), cl::sub(compileCmd));
+static cl::opt<int64_t>
+    zeroStage("zero",
+              cl::desc("ZeRO stage over the dp axis: 1 splits the optimizer "
+                       "state over the dp ranks"),
+              cl::init(0), cl::sub(compileCmd));
 static cl::opt<std::string>
     planPath("plan",
              cl::desc("Layout rules: lines of 'REGEX colwise|rowwise|"
@@ -493,6 +498,7 @@ static int runCompile(MLIRContext &ctx) {
   o.eps = eps;
   o.seed = seed;
   o.tp = tpSize;
+  o.zero = zeroStage;
   if (!meshSpec.empty()) {
     if (tpSize.getNumOccurrences())
       return fail("give either --tp or --mesh, not both");

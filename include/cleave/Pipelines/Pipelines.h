@@ -27,6 +27,8 @@ struct TrainStepOptions {
   std::string planFile;
   /// Data-parallel ranks (the batch split, weights replicated); with tp 1.
   int64_t dp = 1;
+  /// ZeRO stage over dp (0: none; 1: optimizer state split).
+  int64_t zero = 0;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

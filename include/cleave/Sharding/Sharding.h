@@ -142,6 +142,10 @@ struct PartitionOptions {
   /// bucket. Off where another axis is partitioned afterwards: flattening
   /// would undo that axis's splits.
   bool bucketGradients = true;
+  /// ZeRO stage 1 on this axis: optimizer state split along its first
+  /// dimension where the axis divides it (each rank updates its shard of
+  /// every parameter, which is then gathered whole).
+  bool shardOptimizerState = false;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of

@@ -44,12 +44,15 @@ constexpr const char *kBundleModelFile = "model.onnx";
 Status loadBundlePlan(const std::string &bundleDir, plan::Plan *plan);
 
 /// A plan's device mesh: its shape (outermost axis first) and where its dp
-/// and tp axes are (-1: absent, size 1). Tensors are split over tp only;
-/// data inputs over dp.
+/// and tp axes are (-1: absent, size 1). Tensors are split over one axis
+/// (tensorParts); data inputs over dp.
 struct MeshGeometry {
   std::vector<int64_t> shape;
   int64_t dpAxis = -1, tpAxis = -1, dp = 1, tp = 1;
   int64_t ranks() const;
+  /// The parts of the axis tensors are split over: tp on a 2-D mesh, the
+  /// only axis's size on a 1-D one (dp for ZeRO's optimizer state).
+  int64_t tensorParts() const;
   /// "dp = 2, tp = 4", for messages.
   std::string str() const;
 };
