@@ -1467,7 +1467,11 @@ NodeContext::importSubgraph(const onnx::GraphProto &body,
   return outs;
 }
 
+// Null in, null out (as Expr's ops): a failed step of a composed
+// lowering (a diagnostic already emitted) reaches the handler's check.
 Value NodeContext::reshape(Value v, ArrayRef<int64_t> shape) {
+  if (!v)
+    return Value();
   auto type = RankedTensorType::get(shape, typeOf(v).getElementType());
   if (type == v.getType())
     return v;
@@ -1525,6 +1529,8 @@ Value NodeContext::splat(Type element, ArrayRef<int64_t> shape, double value) {
 
 Value NodeContext::sliceAxis(Value v, int64_t axis, int64_t start,
                              int64_t size) {
+  if (!v)
+    return Value();
   auto type = typeOf(v);
   SmallVector<int64_t> starts(type.getRank(), 0), steps(type.getRank(), 1);
   SmallVector<int64_t> shape(type.getShape());

@@ -28,6 +28,8 @@ int64_t gateCount(Cell cell) {
 
 /// a [M, K] times b [N, K] transposed: [M, N].
 Value matmulT(NodeContext &ctx, Value a, Value b) {
+  if (!a || !b)
+    return Value();
   MatmulOp::Properties props;
   props.transpose_rhs = ctx.b.getUnitAttr();
   FailureOr<Value> r = ctx.createBroadcasting<MatmulOp>({a, b}, props);
