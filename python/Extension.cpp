@@ -167,7 +167,7 @@ struct SessionOptions {
 /// process's rank (MPI), driven in lockstep.
 class Session {
 public:
-  explicit Session(const SessionOptions &o) : options_(o) {
+  explicit Session(const SessionOptions &o) {
     rt::TrainerOptions t;
     t.bundleDir = o.bundle;
     t.steps = o.steps;
@@ -278,7 +278,6 @@ private:
     return s;
   }
 
-  SessionOptions options_;
   int64_t tp_ = 1, ranks_count_ = 1;
   std::unique_ptr<rt::ThreadRanks> ranks_;
   std::unique_ptr<rt::Communicator> mpi_;

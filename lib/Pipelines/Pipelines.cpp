@@ -46,8 +46,9 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
   }
-  // With tp 1 only to check a --plan's rules.
-  if (options.tp > 1 || options.dp > 1 || !options.planFile.empty()) {
+  // With tp 1 only to check a --plan's rules (or a ZeRO stage's mesh).
+  if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
+      !options.planFile.empty()) {
     PartitionPassOptions partition;
     partition.tp = options.tp;
     partition.dp = options.dp;

@@ -20,6 +20,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <limits>
+#include <map>
 #include <numeric>
 
 using namespace mlir;
@@ -777,6 +778,23 @@ LogicalResult Partitioner::visit(const OpEntry &e) {
   return visitReplicated(e);
 }
 
+/// The batch that data parallelism splits: the first dimension most data
+/// inputs share (ties: the larger). An input whose first dimension differs
+/// (a [1, T] table of positions, a scalar) is the same on every rank.
+int64_t Partitioner::batchSize() {
+  std::map<int64_t, int> votes;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), kInputAttr) &&
+        typeOf(arg).getRank() > 0)
+      ++votes[typeOf(arg).getDimSize(0)];
+  int64_t best = -1;
+  int most = 0;
+  for (auto [size, n] : votes)
+    if (n >= most)
+      best = size, most = n;
+  return best;
+}
+
 /// ZeRO stage 1: optimizer state split along its first dimension the axis
 /// divides (a vocabulary of 61 rows by its width); otherwise as its
 /// parameter.
@@ -801,16 +819,19 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   // rest (data, buffers, step) replicated. Parameters, their gradients and
   // their optimizer state count towards the per-rank memory.
   SmallVector<Layout> argLayouts;
+  int64_t batch = splitInputs ? batchSize() : -1;
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
     StringRef param = index.argParameter[i];
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
     if (!param.empty() && !index.argIsParameter[i])
       l = stateLayout(typeOf(arg), l);
-    bool splitInput = splitInputs && func.getArgAttr(i, kInputAttr);
+    bool splitInput = splitInputs && func.getArgAttr(i, kInputAttr) &&
+                      typeOf(arg).getRank() > 0 &&
+                      typeOf(arg).getDimSize(0) == batch;
     if (splitInput) {
       auto type = typeOf(arg);
-      if (type.getRank() == 0 || type.getDimSize(0) % tp)
+      if (type.getDimSize(0) % tp)
         return func.emitError("input ")
                << func.getArgAttr(i, kInputAttr) << " of type " << type
                << ": its batch of " << (type.getRank() ? type.getDimSize(0) : 0)

@@ -206,6 +206,7 @@ public:
 
 private:
   Layout stateLayout(RankedTensorType type, Layout param) const;
+  int64_t batchSize();
   func::FuncOp func;
   int64_t tp;
   const CostModel &cost;

@@ -128,6 +128,7 @@ class Model:
         self._owned = owned  # a temporary directory to remove
         self._trained = dict(session.tensors())
         self._inputs = {n: (d, tuple(s)) for n, d, s in session.inputs()}
+        self._mesh = json.loads(_cleave.inspect(bundle, True))["mesh"]
         self._losses: List[float] = []
 
     def __del__(self):
@@ -145,7 +146,7 @@ class Model:
     @property
     def mesh(self) -> dict:
         """The device mesh: {"tp": T}, {"dp": D} or {"dp": D, "tp": T}."""
-        return dict(self.inspect()["mesh"])
+        return dict(self._mesh)
 
     @property
     def steps_done(self) -> int:

@@ -351,7 +351,8 @@ private:
 
   const pb::Program *program = nullptr;
   MeshGeometry mesh;
-  /// tp: the tp axis's size; rank: this rank's index on it; dpRank: on dp.
+  /// tp: the parts tensors are split in (mesh.tensorParts()); rank: this
+  /// rank's index among them; dpRank: its index on the dp axis.
   int64_t tp = 1, rank = 0, dpRank = 0;
   bool leader = false;
   std::unique_ptr<Communicator> single, tpView;
@@ -700,23 +701,33 @@ Status TrainSession::shareOverDp(Status *status, std::string *text) {
 Status
 TrainSession::setStepInputs(int64_t step,
                             const std::map<std::string, HostTensor> *given) {
-  std::map<std::string, HostTensor> batch;
+  // A caller's batch is read in place: each rank copies only what it
+  // keeps (its rows of a split input, the whole of the others).
+  std::map<std::string, HostTensor> fed;
   if (given) {
     if (Status s = DataFeed::checkBatch(*given, dataInputs); !s)
       return s;
-    batch = *given;
-  } else if (Status s = feed->batch(step, &batch); !s) {
+  } else if (Status s = feed->batch(step, &fed); !s) {
     return s;
   }
+  const std::map<std::string, HostTensor> &batch = given ? *given : fed;
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     Status s = Status::ok();
     if (b.role() == pb::Binding::INPUT) {
+      auto found = batch.find(b.name());
+      if (found == batch.end())
+        return Status::error("step " + std::to_string(step) +
+                             ": the batch has no '" + b.name() + "'");
+      const HostTensor &value = found->second;
       auto split = inputSplit.find(b.name());
-      s = split == inputSplit.end()
-              ? executor->setInput(i, std::move(batch[b.name()]))
-              : executor->setInput(i, chunkOf(batch[b.name()], split->second,
-                                              dpRank, mesh.dp));
+      if (split != inputSplit.end())
+        s = executor->setInput(i,
+                               chunkOf(value, split->second, dpRank, mesh.dp));
+      else if (given)
+        s = executor->setInput(i, value);
+      else
+        s = executor->setInput(i, std::move(fed[b.name()]));
     } else if (b.role() == pb::Binding::STEP) {
       HostTensor counter = HostTensor::zeros(DType::I64, {});
       *counter.data<int64_t>() = step + 1;

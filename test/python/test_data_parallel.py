@@ -137,6 +137,35 @@ def test_the_offline_path_on_a_mesh(tmp_path):
                                rtol=1e-5)
 
 
+class SharedPositions(torch.nn.Module):
+    """position_ids [1, T] broadcast over the batch, as HF models take them:
+    an input that is not split (its first dimension is not the batch's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(29, 16)
+        self.pos = torch.nn.Embedding(6, 16)
+        self.head = torch.nn.Linear(16, 29)
+
+    def forward(self, input_ids, position_ids):
+        return self.head(torch.tanh(self.tok(input_ids) +
+                                    self.pos(position_ids)))
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_inputs_without_the_batch_stay_whole(dp):
+    torch.manual_seed(5)
+    module = SharedPositions()
+    gen = torch.Generator().manual_seed(27)
+    batch = {"input_ids": torch.randint(0, 29, (4, 6), generator=gen),
+             "position_ids": torch.arange(6).unsqueeze(0),
+             "labels": torch.randint(0, 29, (4, 6), generator=gen)}
+    reference = copy.deepcopy(module)
+    model = cleave.tensor_parallel(module, batch, dp=dp, loss="cross_entropy",
+                                   optimizer=OPTIMIZERS["sgd"][0])
+    step_like_pytorch(model, module, reference, batch, "cross_entropy", "sgd")
+
+
 def test_a_batch_dp_does_not_divide_is_an_error():
     module, batch_fn, loss = models.build("frozen_mlp")
     batch = batch_fn(torch.Generator().manual_seed(24))  # 7 rows

@@ -109,13 +109,6 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp must be at least 1");
   if (o.dp < 1)
     return rt::Status::error("--mesh dp must be at least 1");
-  if (o.zero != 0 && (o.zero < 0 || o.zero > 1 || o.dp == 1 || o.tp > 1))
-    return rt::Status::error(
-        "ZeRO stage " + std::to_string(o.zero) + " is not supported " +
-        (o.zero < 0 || o.zero > 3 ? "(stages are 0 to 3)"
-         : o.zero > 1             ? "yet (stage 1 is)"
-         : o.dp == 1              ? "without a dp axis (--mesh dp=N)"
-                     : "yet on a dp x tp mesh (on dp alone it is)"));
   train->tp = o.tp;
   train->dp = o.dp;
   train->zero = o.zero;

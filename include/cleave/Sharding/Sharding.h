@@ -131,9 +131,10 @@ struct PartitionOptions {
   /// A partial sum read by several ops stays partial into each of them
   /// where they allow it (by default it is reduced before it fans out).
   bool partialFanOut = false;
-  /// Data parallelism: every data input (labels included) is split along
-  /// its first (batch) dimension, which the axis must divide; parameters
-  /// stay as \p layouts say (replicated for plain data parallelism).
+  /// Data parallelism: every data input (labels included) whose first
+  /// dimension is the batch (the first dimension most inputs share) is
+  /// split along it, which the axis must divide; other inputs stay whole;
+  /// parameters stay as \p layouts say (replicated for plain dp).
   bool splitInputs = false;
   /// The mesh axis the ranks lie on: the collectives' and shard ops'
   /// axes (a 2-D mesh is partitioned once per axis: dp, then tp).
