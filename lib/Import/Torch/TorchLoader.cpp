@@ -17,16 +17,20 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <new>
+#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -141,9 +145,139 @@ std::string childDied(const std::string &path, int status) {
          std::to_string(WEXITSTATUS(status)) + ")";
 }
 
+/// Reads \p size bytes at \p offset of \p f; false past the end.
+bool readAt(std::FILE *f, uint64_t offset, void *out, size_t size) {
+  return ::fseeko(f, static_cast<off_t>(offset), SEEK_SET) == 0 &&
+         std::fread(out, 1, size, f) == size;
+}
+
+uint64_t le(const unsigned char *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i)
+    v = v << 8 | p[i];
+  return v;
+}
+
+/// Checks what libtorch's zip reader (miniz) trusts before it reads a
+/// record: it allocates each record's declared size first, so a header
+/// that claims gigabytes in a small file would be a memory bomb (a libFuzzer
+/// finding). Every record of the central directory must fit in the file as
+/// stored (torch.jit.save's way) or as deflate could expand it (at most
+/// 1032:1). Returns the first problem, or "" when the directory is sound.
+std::string zipDirectoryProblem(std::FILE *f) {
+  if (::fseeko(f, 0, SEEK_END) != 0)
+    return "cannot be read";
+  uint64_t fileSize = static_cast<uint64_t>(::ftello(f));
+  // The end-of-directory record: 22 bytes and a comment of up to 64 KiB.
+  uint64_t tail = std::min<uint64_t>(fileSize, 22 + 65535);
+  std::vector<unsigned char> buf(tail);
+  if (tail < 22 || !readAt(f, fileSize - tail, buf.data(), tail))
+    return "has no zip directory";
+  int64_t eocd = -1;
+  for (int64_t i = static_cast<int64_t>(tail) - 22; i >= 0 && eocd < 0; --i)
+    if (le(&buf[i], 4) == 0x06054b50)
+      eocd = i;
+  if (eocd < 0)
+    return "has no zip directory";
+  const unsigned char *e = &buf[eocd];
+  uint64_t entries = le(e + 10, 2), cdSize = le(e + 12, 4),
+           cdOffset = le(e + 16, 4);
+  uint64_t eocdAt = fileSize - tail + static_cast<uint64_t>(eocd);
+  if (entries == 0xFFFF || cdSize == 0xFFFFFFFF || cdOffset == 0xFFFFFFFF) {
+    unsigned char loc[20], z[56];
+    if (eocdAt < 20 || !readAt(f, eocdAt - 20, loc, 20) ||
+        le(loc, 4) != 0x07064b50 || !readAt(f, le(loc + 8, 8), z, 56) ||
+        le(z, 4) != 0x06064b50)
+      return "has a malformed zip64 directory";
+    entries = le(z + 32, 8);
+    cdSize = le(z + 40, 8);
+    cdOffset = le(z + 48, 8);
+  }
+  if (cdOffset > fileSize || cdSize > fileSize - cdOffset ||
+      entries > cdSize / 46)
+    return "has a zip directory that does not fit in the file";
+  std::vector<unsigned char> cd(cdSize);
+  if (cdSize && !readAt(f, cdOffset, cd.data(), cdSize))
+    return "cannot be read";
+  size_t at = 0;
+  for (uint64_t n = 0; n < entries; ++n) {
+    if (cdSize - at < 46 || le(&cd[at], 4) != 0x02014b50)
+      return "has a malformed zip directory entry";
+    const unsigned char *c = &cd[at];
+    uint64_t method = le(c + 10, 2), comp = le(c + 20, 4),
+             uncomp = le(c + 24, 4), nameLen = le(c + 28, 2),
+             extraLen = le(c + 30, 2), commentLen = le(c + 32, 2),
+             local = le(c + 42, 4);
+    if (cdSize - at - 46 < nameLen + extraLen + commentLen)
+      return "has a malformed zip directory entry";
+    std::string name(reinterpret_cast<const char *>(c + 46), nameLen);
+    // zip64: the fields saturated at 0xFFFFFFFF follow in the extra field,
+    // in this order.
+    for (size_t x = 0; x + 4 <= extraLen;) {
+      const unsigned char *h = c + 46 + nameLen + x;
+      uint64_t id = le(h, 2), len = le(h + 2, 2);
+      if (x + 4 + len > extraLen)
+        return "has a malformed zip directory entry";
+      if (id == 0x0001) {
+        const unsigned char *v = h + 4, *end = h + 4 + len;
+        for (uint64_t *field : {&uncomp, &comp, &local}) {
+          if (*field != 0xFFFFFFFF)
+            continue;
+          if (end - v < 8)
+            return "has a malformed zip64 entry";
+          *field = le(v, 8);
+          v += 8;
+        }
+      }
+      x += 4 + len;
+    }
+    if (method != 0 && method != 8)
+      return "compresses record '" + name + "' with zip method " +
+             std::to_string(method) + ", which libtorch cannot read";
+    bool fits = local <= cdOffset && comp <= cdOffset - local &&
+                (method == 0 ? uncomp == comp : uncomp / 1032 <= comp + 1);
+    if (!fits)
+      return "has a record '" + name + "' that claims " +
+             std::to_string(uncomp) + " bytes (" + std::to_string(comp) +
+             " stored) in a file of " + std::to_string(fileSize);
+    at += 46 + nameLen + extraLen + commentLen;
+  }
+  return "";
+}
+
+/// Refuses what is not a TorchScript archive, or one whose zip directory
+/// libtorch must not be given (zipDirectoryProblem), with one error.
+bool checkArchive(const std::string &path, std::string &error) {
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return true; // libtorch words the missing file
+  // torch.jit.save writes a zip archive: anything else (an ONNX file given
+  // a .pt name, a pickled state_dict of old torch.save) is named as such
+  // before libtorch words it as a zip reader's complaint.
+  char magic[4] = {0, 0, 0, 0};
+  size_t got = std::fread(magic, 1, sizeof magic, f);
+  if (got != sizeof magic || std::memcmp(magic, "PK\x03\x04", 4)) {
+    std::fclose(f);
+    error = "'" + path +
+            "' is not a TorchScript module (torch.jit.save writes a zip "
+            "archive; an ONNX model must be named .onnx)";
+    return false;
+  }
+  std::string problem = zipDirectoryProblem(f);
+  std::fclose(f);
+  if (problem.empty())
+    return true;
+  error = "'" + path + "' is a malformed TorchScript archive: it " + problem;
+  return false;
+}
+
 } // namespace
 
 bool mlir::cleave::libtorchSurvivesLoading(const std::string &path) {
+  // An archive the loader refuses never reaches libtorch.
+  std::string refused;
+  if (!checkArchive(path, refused))
+    return true;
   ChildResult child;
   if (!runInChild(
           [&](std::string &) {
@@ -166,22 +300,8 @@ std::unique_ptr<OnnxModel>
 mlir::cleave::loadTorchScript(MLIRContext *, const std::string &path,
                               const std::map<std::string, InputSpec> &inputs,
                               std::string &error, TorchIsolation isolation) {
-  // torch.jit.save writes a zip archive: anything else (an ONNX file given
-  // a .pt name, a pickled state_dict of old torch.save) is named as such
-  // before libtorch words it as a zip reader's complaint.
-  {
-    char magic[4] = {0, 0, 0, 0};
-    std::FILE *f = std::fopen(path.c_str(), "rb");
-    size_t got = f ? std::fread(magic, 1, sizeof magic, f) : 0;
-    if (f)
-      std::fclose(f);
-    if (f && (got != sizeof magic || std::memcmp(magic, "PK\x03\x04", 4))) {
-      error = "'" + path +
-              "' is not a TorchScript module (torch.jit.save writes a zip "
-              "archive; an ONNX model must be named .onnx)";
-      return nullptr;
-    }
-  }
+  if (!checkArchive(path, error))
+    return nullptr;
   std::string specs;
   for (const auto &[name, spec] : inputs) {
     llvm::raw_string_ostream os(specs);

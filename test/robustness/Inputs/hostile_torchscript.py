@@ -5,6 +5,7 @@ a careless hand or a hostile one would: libtorch's own reader must answer
 each with an exception, which cleave words as one error line.
 """
 import os
+import struct
 import sys
 import zipfile
 
@@ -30,6 +31,28 @@ def edited(src, dst, edit):
             out.writestr(name, data)
 
 
+def claimed_size(src, dst, record, size):
+    """dst: src with the central directory giving record's uncompressed size
+    as size (what libtorch allocates before it reads the record)."""
+    data = bytearray(open(src, "rb").read())
+    with zipfile.ZipFile(src) as z:
+        name = next(n for n in z.namelist() if n.endswith(record)).encode()
+    for at in range(len(data) - 46):
+        if data[at:at + 4] == b"PK\x01\x02" and data[at + 46:at + 46 + len(name)] == name:
+            data[at + 24:at + 28] = struct.pack("<I", size)
+            break
+    else:
+        raise SystemExit(f"no directory entry for {record}")
+    open(dst, "wb").write(data)
+
+
+def repacked(src, dst, method):
+    """dst: src's records rewritten with another zip compression method."""
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", method) as out:
+        for name in z.namelist():
+            out.writestr(name, z.read(name))
+
+
 def class_line(line):
     def edit(text):
         at = text.index("  __parameters__")
@@ -50,6 +73,13 @@ def main():
     # forward's code cut mid-expression.
     edited(good, os.path.join(out, "code-cut.pt"),
            lambda text: text[:text.index("return") + len("return (l")])
+    # A fuzzer's finding: a weights record that claims 3.7 GB (libtorch
+    # allocates a record's declared size before reading it).
+    claimed_size(good, os.path.join(out, "record-3gb.pt"), "data/0", 0xDE760100)
+    # Records compressed with a method libtorch's reader does not know, and
+    # with deflate, which it reads (a repacked archive, not torch's own).
+    repacked(good, os.path.join(out, "bzip2.pt"), zipfile.ZIP_BZIP2)
+    repacked(good, os.path.join(out, "deflated.pt"), zipfile.ZIP_DEFLATED)
 
 
 if __name__ == "__main__":
