@@ -308,6 +308,9 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("tp", &tool::CompileOptions::tp)
       .def_readwrite("dp", &tool::CompileOptions::dp)
       .def_readwrite("zero", &tool::CompileOptions::zero)
+      .def_readwrite("devices", &tool::CompileOptions::devices)
+      .def_readwrite("memory_per_device",
+                     &tool::CompileOptions::memoryPerDevice)
       .def_readwrite("plan", &tool::CompileOptions::planFile)
       .def_readwrite("weights", &tool::CompileOptions::weightsFile)
       .def_readwrite("plan_only", &tool::CompileOptions::planOnly)

@@ -45,12 +45,19 @@ def flags(case, opt):
 
 
 def train(cleave, case, opt, tp, steps, work, mesh=None):
-    """tp: an int (--tp), or mesh: "dp=2,tp=2" (--mesh, ranks as threads)."""
+    """tp: an int (--tp), or mesh: "dp=2,tp=2" (--mesh, ranks as threads)
+    or "devices=4" (--devices: the compiler's choice)."""
     man, f = flags(case, opt)
     tag = f"tp{tp}" if mesh is None else mesh.replace("=", "").replace(",", "-")
     bundle = os.path.join(work, f"bundle-{tag}-{opt}")
     dump = os.path.join(work, f"dump-{tag}-{opt}")
-    layout = ["--tp", str(tp)] if mesh is None else ["--mesh", mesh]
+    if mesh is None:
+        layout = ["--tp", str(tp)]
+    elif mesh.startswith("devices="):
+        # The compiler chooses the mesh: "devices=4" is --devices 4.
+        layout = ["--devices", mesh.split("=", 1)[1]]
+    else:
+        layout = ["--mesh", mesh]
     run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle] +
         layout + f)
     run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
@@ -167,10 +174,15 @@ def main():
                             print("    " + p)
                         failed += bool(problems)
                 for mesh in meshes:
-                    _, _, got = train(args.cleave, case, opt, 0, args.steps, work,
-                                      mesh)
+                    _, bundle, got = train(args.cleave, case, opt, 0, args.steps,
+                                           work, mesh)
                     worst, failures = compare(ref, got, args.rtol)
                     status = "FAIL" if failures else "PASS"
+                    if mesh.startswith("devices="):
+                        shape = json.loads(subprocess.run(
+                            [args.cleave, "inspect", bundle, "--json"], check=True,
+                            capture_output=True, text=True).stdout)["mesh"]
+                        mesh += " chose " + ",".join(f"{a}={n}" for a, n in shape.items())
                     print(f"{status} {model} mesh {mesh} {opt}: worst "
                           f"{worst[0]:.2e} ({worst[1]})")
                     for f in failures:

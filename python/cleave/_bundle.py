@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 from ._export import export_module
 from ._model import (_check_loss_output, _compile_options, _forward_inputs,
-                     _input_specs, _open_session, _plan_file)
+                     _input_specs, _mesh_choice, _open_session, _plan_file)
 from ._native import Error, _cleave
 from ._optim import SGD, AdamW
 from ._progress import progress_bar
@@ -105,7 +105,9 @@ class Bundle:
 def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
             output: str, tp: int = 1, optimizer: Union[SGD, AdamW, None] = None,
             loss: str = "auto", plan=None, seed: int = 0,
-            plan_only: bool = False, dp: int = 1) -> Bundle:
+            plan_only: bool = False, dp: int = 1,
+            devices: Optional[int] = None,
+            memory_per_device: Optional[int] = None) -> Bundle:
     """Compiles a model's training step into a bundle directory ``output``,
     as ``cleave compile`` does, and returns it.
 
@@ -113,12 +115,16 @@ def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
     its inputs' shapes, like ``--input``) or a ``torch.nn.Module`` (exported
     with ``example_inputs``). The other arguments are
     :func:`cleave.tensor_parallel`'s; ``dp`` splits every batch over that
-    many data-parallel ranks (a dp x tp mesh with ``tp``).
+    many data-parallel ranks (a dp x tp mesh with ``tp``); ``devices``
+    lets the compiler choose the mesh instead (``cleave compile
+    --devices``), within ``memory_per_device`` bytes per rank when given;
+    ``Bundle.inspect()["mesh_choice"]`` lists what it tried.
     """
     o = _compile_options(optimizer, loss, tp, seed)
     if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
         raise Error(f"dp must be a positive integer, not {dp!r}")
     o.dp = dp
+    _mesh_choice(o, devices, memory_per_device)
     o.output = os.fspath(output)
     o.plan_only = bool(plan_only)
     with tempfile.TemporaryDirectory(prefix="cleave-") as work:

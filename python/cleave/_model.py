@@ -17,7 +17,8 @@ from ._progress import progress_bar
 
 # Options of tensor_parallel beyond its named ones (**compile_options).
 _COMPILE_OPTIONS = {"output", "timeout", "backend", "precision", "opset",
-                    "freeze", "ranks", "dp", "zero"}
+                    "freeze", "ranks", "dp", "zero", "devices",
+                    "memory_per_device"}
 
 
 def _plan_file(plan, directory: str) -> str:
@@ -53,6 +54,23 @@ def _compile_options(optimizer, loss: str, tp: int, seed: int):
     o.tp = tp
     o.seed = int(seed)
     return o
+
+
+def _mesh_choice(o, devices, memory_per_device) -> None:
+    """devices=N: the compiler chooses dp x tp (and ZeRO) for N devices,
+    refusing meshes that need more than memory_per_device bytes per rank."""
+    if devices is None:
+        if memory_per_device is not None:
+            raise Error("memory_per_device is for devices=N (the compiler's "
+                        "choice of the mesh)")
+        return
+    for name, value in (("devices", devices),
+                        ("memory_per_device", memory_per_device)):
+        if value is not None and (not isinstance(value, int) or
+                                  isinstance(value, bool) or value < 1):
+            raise Error(f"{name} must be a positive integer, not {value!r}")
+    o.devices = devices
+    o.memory_per_device = memory_per_device or 0
 
 
 def _input_specs(example_inputs) -> Dict[str, str]:
@@ -408,7 +426,10 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         ``dp`` (data-parallel ranks, with ``tp`` a dp x tp mesh: each batch
         split over them, the loss, gradients and BatchNorm statistics exact
         over the global batch), ``zero`` (1: the optimizer state split over
-        the dp ranks, ZeRO stage 1).
+        the dp ranks, ZeRO stage 1), ``devices`` (instead of ``tp``,
+        ``dp`` and ``zero``: the compiler chooses the mesh for that many
+        devices, as ``cleave compile --devices``; ``Model.mesh`` says which)
+        and ``memory_per_device`` (bytes a rank may use, with ``devices``).
 
     What trains is what PyTorch trains: parameters with ``requires_grad``;
     buffers never (BatchNorm's statistics update as in PyTorch).
@@ -425,6 +446,8 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         raise Error(f"dp must be a positive integer, not {dp!r}")
     o.dp = dp
     o.zero = int(compile_options.get("zero", 0))
+    _mesh_choice(o, compile_options.get("devices"),
+                 compile_options.get("memory_per_device"))
     work = tempfile.mkdtemp(prefix="cleave-")
     try:
         output = compile_options.get("output")

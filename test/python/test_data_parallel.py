@@ -173,3 +173,63 @@ def test_a_batch_dp_does_not_divide_is_an_error():
                                            "over dp = 2"):
         cleave.tensor_parallel(module, example_of(batch, loss), dp=2,
                                loss=loss)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("name", list(BATCHES) + ["zoo_llama_gqa"])
+def test_the_compiler_chooses_the_mesh(name, optimizer):
+    """devices=4: whichever mesh the compiler picks, the step is PyTorch's,
+    and the mesh is the first candidate of its record."""
+    module, batch_fn, loss = prepare(name)
+    batch = batch_fn(torch.Generator().manual_seed(31))
+    reference = copy.deepcopy(module)
+    model = cleave.tensor_parallel(module, example_of(batch, loss), devices=4,
+                                   loss=loss,
+                                   optimizer=OPTIMIZERS[optimizer][0])
+    report = model.inspect()
+    chosen = report["mesh_choice"]["candidates"][0]
+    assert chosen["chosen"] and "refused" not in chosen
+    assert chosen["dp"] * chosen["tp"] == 4
+    assert model.mesh == {k: v for k, v in (("dp", chosen["dp"]),
+                                            ("tp", chosen["tp"]))
+                          if v > 1 or (k == "tp" and chosen["dp"] == 1)}
+    step_like_pytorch(model, module, reference, batch, loss, optimizer)
+
+
+def test_a_memory_budget_moves_the_choice(tmp_path):
+    # The decoder with AdamW: dp 4 is fastest and needs the most memory.
+    module, batch_fn, loss = prepare("decoder")
+    example = example_of(batch_fn(torch.Generator().manual_seed(32)), loss)
+    adamw = OPTIMIZERS["adamw"][0]
+    free = cleave.compile(module, example, output=tmp_path / "free", loss=loss,
+                          devices=4, plan_only=True, optimizer=adamw)
+    first = free.inspect()["mesh_choice"]["candidates"][0]
+    budget = first["memory_bytes"] - 1
+    assert any(c["memory_bytes"] <= budget and "refused" not in c
+               for c in free.inspect()["mesh_choice"]["candidates"])
+    tight = cleave.compile(module, example, output=tmp_path / "tight",
+                           loss=loss, devices=4, memory_per_device=budget,
+                           plan_only=True, optimizer=adamw)
+    now = tight.inspect()["mesh_choice"]["candidates"][0]
+    assert (now["dp"], now["tp"], now["zero"]) != \
+        (first["dp"], first["tp"], first["zero"])
+    assert now["memory_bytes"] <= budget
+    with pytest.raises(cleave.Error, match="no mesh of 4 devices can train "
+                                           "this model: dp=.*per device, over"):
+        cleave.compile(module, example, output=tmp_path / "none", loss=loss,
+                       devices=4, memory_per_device=100, plan_only=True,
+                       optimizer=adamw)
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"devices": 0}, "devices must be a positive integer, not 0"),
+    ({"devices": 4, "tp": 2}, "give either --devices"),
+    ({"memory_per_device": 10**9}, "memory_per_device is for devices=N"),
+    ({"devices": 2, "memory_per_device": "lots"},
+     "memory_per_device must be a positive integer"),
+])
+def test_mesh_choice_errors(options, message):
+    module, batch_fn, loss = prepare("frozen_mlp")
+    example = example_of(batch_fn(torch.Generator().manual_seed(33)), loss)
+    with pytest.raises(cleave.Error, match=message):
+        cleave.tensor_parallel(module, example, loss=loss, **options)

@@ -300,6 +300,29 @@ def cases(F, W):
         r"--tp")
     add("compile", "--tp -2", c + ["compile", F.mlp, *x, *ce, "--tp", "-2", "-o", W("b")],
         r"--tp")
+    dev = lambda *flags: c + ["compile", F.mlp, *x, *ce, "-o", W("b"), *flags]
+    add("compile", "--devices 0", dev("--devices", "0"), r"--devices must be at least 1$")
+    add("compile", "--devices with --tp", dev("--devices", "4", "--tp", "2"),
+        r"give either --devices \(the compiler chooses the mesh\) or --tp, --mesh and "
+        r"--zero, not both$")
+    add("compile", "--memory-per-device without --devices", dev("--memory-per-device", "1GB"),
+        r"--memory-per-device is for --devices N \(the compiler's choice of the mesh\)$")
+    add("compile", "--memory-per-device not a size", dev("--devices", "2",
+        "--memory-per-device", "lots"), r"--memory-per-device 'lots' must be a positive size")
+    add("compile", "--memory-per-device negative", dev("--devices", "2",
+        "--memory-per-device", "-5GB"), r"--memory-per-device '-5GB' must be a positive size")
+    add("compile", "--link malformed", dev("--devices", "2", "--link", "intra=fast"),
+        r"--link 'intra=fast' must look like intra=450,inter=50")
+    add("compile", "--link of zero", dev("--devices", "2", "--link", "inter=0"),
+        r"--link 'inter=0' must look like")
+    add("compile", "--node-size 0", dev("--devices", "2", "--node-size", "0"),
+        r"--node-size must be at least 1$")
+    add("compile", "--device-tflops nan", dev("--devices", "2", "--device-tflops", "nan"),
+        r"--device-tflops must be a positive number$")
+    add("compile", "--devices and no mesh fits the budget", dev("--devices", "2",
+        "--memory-per-device", "100B"), r"no mesh of 2 devices can train this model: "
+        r"dp=2,tp=1: input \"x\" .* its batch of 5 rows does not divide over dp = 2 .*; "
+        r"dp=1,tp=2: needs \d+ B per device, over 100 B$")
     add("compile", "unknown --loss", c + ["compile", F.mlp, *x, "--loss", "hinge", "-o",
         W("b")], r"hinge")
     add("compile", "unknown --optimizer", c + ["compile", F.mlp, *x, *ce, "--optimizer",

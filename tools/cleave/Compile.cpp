@@ -16,6 +16,7 @@
 #include "cleave/runtime/files.h"
 #include "cleave/runtime/trainer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "onnx/onnx_pb.h"
 #include "plan/plan.pb.h"
@@ -24,6 +25,8 @@
 #include "llvm/Support/Regex.h"
 
 #include <cmath>
+#include <map>
+#include <tuple>
 
 using namespace mlir;
 namespace rt = ::cleave::rt;
@@ -143,6 +146,50 @@ static void recordConfig(const CompileOptions &o,
     hp["zero"] = o.zero;
 }
 
+/// --devices: compiles \p module for every mesh of o.devices devices (a copy
+/// each), keeps the chosen one's module in \p module and program in \p plan,
+/// records the candidates in the plan, and sets \p mesh's and \p train's
+/// dp, tp and zero to the choice.
+static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
+                                const CompileOptions &o,
+                                mlir::cleave::TrainStepOptions &train,
+                                ::cleave::plan::Plan &plan,
+                                CompileOptions &mesh) {
+  if (o.tp != 1 || o.dp != 1 || o.zero != 0)
+    return rt::Status::error(
+        "give either --devices (the compiler chooses the mesh) or --tp, "
+        "--mesh and --zero, not both");
+  std::map<std::tuple<int64_t, int64_t, int64_t>, OwningOpRef<ModuleOp>> copies;
+  auto compile = [&](const MeshTrial &trial, ::cleave::plan::Program &program,
+                     std::string &error) {
+    mlir::cleave::TrainStepOptions t = train;
+    t.dp = trial.dp;
+    t.tp = trial.tp;
+    t.zero = trial.zero;
+    OwningOpRef<ModuleOp> &copy = copies[{trial.dp, trial.tp, trial.zero}];
+    copy = module->clone();
+    // A trial's errors name why it is refused; they are not the user's.
+    ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
+      if (d.getSeverity() == DiagnosticSeverity::Error && error.empty())
+        error = d.str();
+      return success();
+    });
+    return succeeded(mlir::cleave::compileTrainStep(*copy, t, program));
+  };
+  std::string error;
+  int chosen =
+      chooseMesh(o.devices, o.memoryPerDevice, o.topology, compile,
+                 *plan.mutable_mesh_choice(), *plan.add_programs(), error);
+  if (chosen < 0)
+    return rt::Status::error(error);
+  MeshTrial trial = meshTrials(o.devices)[chosen];
+  module = std::move(copies[{trial.dp, trial.tp, trial.zero}]);
+  mesh.dp = train.dp = trial.dp;
+  mesh.tp = train.tp = trial.tp;
+  mesh.zero = train.zero = trial.zero;
+  return rt::Status::ok();
+}
+
 rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   if (o.output.empty() || o.output == "-")
     return rt::Status::error("give the bundle directory to write with -o "
@@ -178,20 +225,25 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
     return rt::Status::error("");
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
+  CompileOptions mesh = o;
+  if (o.devices > 0) {
+    if (rt::Status s = chooseMeshFor(ctx, module, o, train, plan, mesh); !s)
+      return s;
+  } else if (failed(mlir::cleave::compileTrainStep(*module, train,
+                                                   *plan.add_programs()))) {
+    return rt::Status::error("");
+  }
   // Mesh axes, outermost first: dp, then tp (ranks of one tp group are
   // neighbours, as on a node).
-  if (o.dp > 1) {
-    plan.add_mesh(o.dp);
+  if (mesh.dp > 1) {
+    plan.add_mesh(mesh.dp);
     plan.add_mesh_axes("dp");
   }
-  if (o.tp > 1 || o.dp == 1) {
-    plan.add_mesh(o.tp);
+  if (mesh.tp > 1 || mesh.dp == 1) {
+    plan.add_mesh(mesh.tp);
     plan.add_mesh_axes("tp");
   }
-  if (failed(
-          mlir::cleave::compileTrainStep(*module, train, *plan.add_programs())))
-    return rt::Status::error("");
-  recordConfig(o, train, plan);
+  recordConfig(mesh, train, plan);
   auto main = module->lookupSymbol<func::FuncOp>("main");
   WeightSource weights(ctx, *model);
   if (!o.weightsFile.empty())

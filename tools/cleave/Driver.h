@@ -9,6 +9,7 @@
 #ifndef CLEAVE_TOOLS_CLEAVE_DRIVER_H
 #define CLEAVE_TOOLS_CLEAVE_DRIVER_H
 
+#include "MeshChoice.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/runtime/executor.h"
 
@@ -44,6 +45,14 @@ struct CompileOptions {
   int64_t dp = 1;
   /// ZeRO stage over dp (--zero).
   int64_t zero = 0;
+  /// --devices N: the compiler chooses dp x tp (and ZeRO) for N devices
+  /// (MeshChoice.h); 0: the mesh is given (tp, dp, zero).
+  int64_t devices = 0;
+  /// --memory-per-device: a candidate needing more per rank is refused;
+  /// 0: no budget.
+  int64_t memoryPerDevice = 0;
+  /// --link, --node-size, --device-tflops: what --devices costs against.
+  Topology topology;
   std::string planFile, weightsFile;
   bool planOnly = false;
   /// Regular expressions of initializers not to train (--freeze); each must

@@ -8,6 +8,7 @@
 
 #include "Inspect.h"
 #include "Driver.h"
+#include "MeshChoice.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
@@ -62,6 +63,8 @@ struct BundleSummary {
   std::vector<ParamRow> params;
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, stateBytes = 0, activationBytes = 0;
+  /// How --devices chose the mesh; null when the mesh was given.
+  const pb::MeshChoice *choice = nullptr;
 };
 
 BundleSummary summarize(const pb::Plan &plan) {
@@ -128,7 +131,69 @@ BundleSummary summarize(const pb::Plan &plan) {
          inst.location(), inst.reason(), bytes, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
+  if (plan.has_mesh_choice())
+    out.choice = &plan.mesh_choice();
   return out;
+}
+
+llvm::json::Object choiceJson(const pb::MeshChoice &choice) {
+  llvm::json::Array candidates;
+  for (const pb::MeshCandidate &c : choice.candidates()) {
+    llvm::json::Object byAxis;
+    for (const auto &[axis, t] : c.communication_by_axis())
+      byAxis[axis] = t;
+    llvm::json::Object o{
+        {"dp", c.dp()},
+        {"tp", c.tp()},
+        {"zero", c.zero()},
+        {"chosen", &c == &choice.candidates(0)},
+        {"step_seconds", c.compute_seconds() + c.communication_seconds()},
+        {"compute_seconds", c.compute_seconds()},
+        {"communication_seconds", c.communication_seconds()},
+        {"communication_by_axis", std::move(byAxis)},
+        {"memory_bytes", c.memory_bytes()}};
+    if (!c.refused().empty())
+      o["refused"] = c.refused();
+    candidates.push_back(std::move(o));
+  }
+  return llvm::json::Object{
+      {"devices", choice.devices()},
+      {"memory_per_device", choice.memory_per_device()},
+      {"node_size", choice.node_size()},
+      {"intra_node_gbps", choice.intra_node_gbps()},
+      {"inter_node_gbps", choice.inter_node_gbps()},
+      {"device_tflops", choice.device_tflops()},
+      {"intra_node_latency_us", choice.intra_node_latency_us()},
+      {"inter_node_latency_us", choice.inter_node_latency_us()},
+      {"candidates", std::move(candidates)}};
+}
+
+/// The table of --devices' candidates, the chosen one marked.
+void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
+  os << "\nmesh chosen for " << choice.devices() << " devices ("
+     << (choice.memory_per_device()
+             ? cleave::tool::humanBytes(choice.memory_per_device()) +
+                   " per device"
+             : std::string("no memory budget"))
+     << "; " << choice.node_size() << " per node, links "
+     << llvm::format("%g/%g GB/s, %g TFLOP/s)\n", choice.intra_node_gbps(),
+                     choice.inter_node_gbps(), choice.device_tflops())
+     << "     dp   tp  zero   step (ms)  compute  communication  "
+        "memory/rank\n";
+  for (const pb::MeshCandidate &c : choice.candidates()) {
+    os << (&c == &choice.candidates(0) && c.refused().empty() ? "  * " : "    ")
+       << llvm::format("%-4lld %-4lld %-4lld", (long long)c.dp(),
+                       (long long)c.tp(), (long long)c.zero());
+    if (c.refused().empty() || c.memory_bytes())
+      os << llvm::format(
+                " %10.3f %8.3f %14.3f  ",
+                1e3 * (c.compute_seconds() + c.communication_seconds()),
+                1e3 * c.compute_seconds(), 1e3 * c.communication_seconds())
+         << cleave::tool::humanBytes(c.memory_bytes());
+    if (!c.refused().empty())
+      os << "  refused: " << c.refused();
+    os << "\n";
+  }
 }
 
 void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
@@ -163,6 +228,8 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                          {"gradients", sum.paramBytes},
                          {"optimizer_state", sum.stateBytes},
                          {"activations_peak", sum.activationBytes}};
+  if (sum.choice)
+    root["mesh_choice"] = choiceJson(*sum.choice);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 
@@ -217,6 +284,8 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << "  gradients        " << sum.paramBytes << "\n"
      << "  optimizer state  " << sum.stateBytes << "\n"
      << "  activations peak " << sum.activationBytes << "\n";
+  if (sum.choice)
+    printChoice(*sum.choice, os);
 }
 } // namespace
 

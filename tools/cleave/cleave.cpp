@@ -125,6 +125,31 @@ static cl::opt<int64_t>
               cl::desc("ZeRO stage over the dp axis: 1 splits the optimizer "
                        "state over the dp ranks"),
               cl::init(0), cl::sub(compileCmd));
+static cl::opt<int64_t>
+    devicesFlag("devices",
+                cl::desc("Let the compiler choose the mesh (dp x tp and the "
+                         "ZeRO stage) for N devices, by its cost model"),
+                cl::value_desc("N"), cl::init(0), cl::sub(compileCmd));
+static cl::opt<std::string> memoryPerDeviceFlag(
+    "memory-per-device",
+    cl::desc("With --devices: refuse meshes needing more memory per rank "
+             "(bytes, or with KB/MB/GB/KiB/MiB/GiB)"),
+    cl::value_desc("BYTES"), cl::sub(compileCmd));
+static cl::opt<std::string>
+    linkFlag("link",
+             cl::desc("With --devices: link speeds per device in GB/s "
+                      "(default intra=450,inter=50)"),
+             cl::value_desc("intra=G,inter=G"), cl::sub(compileCmd));
+static cl::opt<int64_t>
+    nodeSizeFlag("node-size",
+                 cl::desc("With --devices: devices per node, on the intra "
+                          "links (default 8)"),
+                 cl::init(8), cl::sub(compileCmd));
+static cl::opt<double>
+    deviceTflopsFlag("device-tflops",
+                     cl::desc("With --devices: a device's dense float32 "
+                              "rate in TFLOP/s (default 400)"),
+                     cl::init(400), cl::sub(compileCmd));
 static cl::opt<std::string>
     planPath("plan",
              cl::desc("Layout rules: lines of 'REGEX colwise|rowwise|"
@@ -478,6 +503,76 @@ static int runForward(MLIRContext &ctx) {
   return 0;
 }
 
+/// "80GB", "24GiB", "1000000": bytes; -1 if malformed.
+static int64_t parseBytes(llvm::StringRef text) {
+  static const std::pair<const char *, double> units[] = {
+      {"KiB", 1024.0},
+      {"MiB", 1024.0 * 1024},
+      {"GiB", 1024.0 * 1024 * 1024},
+      {"TiB", 1024.0 * 1024 * 1024 * 1024},
+      {"KB", 1e3},
+      {"MB", 1e6},
+      {"GB", 1e9},
+      {"TB", 1e12},
+      {"B", 1.0}};
+  double scale = 1;
+  for (auto [unit, factor] : units)
+    if (text.consume_back(unit)) {
+      scale = factor;
+      break;
+    }
+  double value = 0;
+  if (text.trim().getAsDouble(value) || !(value > 0) || value * scale > 9e18)
+    return -1;
+  return static_cast<int64_t>(value * scale);
+}
+
+/// --devices and what its cost model reads.
+static rt::Status meshChoiceFlags(::cleave::tool::CompileOptions &o) {
+  bool given = devicesFlag.getNumOccurrences();
+  for (const cl::Option *flag : std::initializer_list<const cl::Option *>{
+           &memoryPerDeviceFlag, &linkFlag, &nodeSizeFlag, &deviceTflopsFlag})
+    if (!given && flag->getNumOccurrences())
+      return rt::Status::error("--" + flag->ArgStr.str() +
+                               " is for --devices N (the compiler's choice "
+                               "of the mesh)");
+  if (!given)
+    return rt::Status::ok();
+  if (devicesFlag < 1)
+    return rt::Status::error("--devices must be at least 1");
+  if (tpSize.getNumOccurrences() || !meshSpec.empty() ||
+      zeroStage.getNumOccurrences())
+    return rt::Status::error("give either --devices (the compiler chooses "
+                             "the mesh) or --tp, --mesh and --zero, not both");
+  o.devices = devicesFlag;
+  if (!memoryPerDeviceFlag.empty()) {
+    o.memoryPerDevice = parseBytes(memoryPerDeviceFlag);
+    if (o.memoryPerDevice < 0)
+      return rt::Status::error("--memory-per-device '" + memoryPerDeviceFlag +
+                               "' must be a positive size such as 80GB, "
+                               "24GiB or 1000000");
+  }
+  for (llvm::StringRef rest = linkFlag; !rest.empty();) {
+    auto [item, tail] = rest.split(',');
+    rest = tail;
+    auto [key, value] = item.split('=');
+    double gbps = 0;
+    if (value.getAsDouble(gbps) || !(gbps > 0) || !std::isfinite(gbps) ||
+        (key != "intra" && key != "inter"))
+      return rt::Status::error("--link '" + linkFlag +
+                               "' must look like intra=450,inter=50 (GB/s "
+                               "per device, positive)");
+    (key == "intra" ? o.topology.intraGBps : o.topology.interGBps) = gbps;
+  }
+  if (nodeSizeFlag < 1)
+    return rt::Status::error("--node-size must be at least 1");
+  if (!(deviceTflopsFlag > 0) || !std::isfinite(deviceTflopsFlag))
+    return rt::Status::error("--device-tflops must be a positive number");
+  o.topology.nodeSize = nodeSizeFlag;
+  o.topology.deviceTflops = deviceTflopsFlag;
+  return rt::Status::ok();
+}
+
 /// Writes the bundle (tools/cleave/Compile.cpp): replaced whole or not at
 /// all.
 static int runCompile(MLIRContext &ctx) {
@@ -514,6 +609,8 @@ static int runCompile(MLIRContext &ctx) {
       (axis == "dp" ? o.dp : o.tp) = n;
     }
   }
+  if (rt::Status s = meshChoiceFlags(o); !s)
+    return fail(s.message());
   o.planFile = planPath;
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;

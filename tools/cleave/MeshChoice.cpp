@@ -1,0 +1,275 @@
+//===- MeshChoice.cpp - cleave compile --devices: the mesh's choice -------===//
+//
+// Each candidate mesh is compiled in full (the sharding search, the
+// partitioner, buffer planning) and costed from its plan, rather than
+// predicted from the model: the plan is what runs, so the choice cannot
+// disagree with the program it picks (docs/design.md, "Choosing the mesh").
+//
+//===----------------------------------------------------------------------===//
+
+#include "MeshChoice.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace pb = ::cleave::plan;
+
+namespace cleave::tool {
+namespace {
+
+int64_t elementBytes(pb::DType t) {
+  switch (t) {
+  case pb::I64:
+  case pb::F64:
+    return 8;
+  case pb::BOOL:
+  case pb::I8:
+  case pb::U8:
+    return 1;
+  case pb::F16:
+  case pb::BF16:
+  case pb::I16:
+  case pb::U16:
+    return 2;
+  default:
+    return 4;
+  }
+}
+
+int64_t numel(const pb::TensorType &t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape())
+    n *= d;
+  return n;
+}
+
+int64_t bytesOf(const pb::TensorType &t) {
+  return elementBytes(t.dtype()) * numel(t);
+}
+
+const pb::TensorType &typeOf(const pb::Program &p, int32_t id) {
+  return p.values(id).type();
+}
+
+/// Multiply-adds x 2 of the kernels that dominate a step's compute: the
+/// element-wise rest is memory-bound and small beside them at the sizes a
+/// mesh is chosen for.
+double flopsOf(const pb::Program &p, const pb::Instruction &inst) {
+  const std::string &k = inst.kernel();
+  if (k == "matmul") {
+    const pb::TensorType &a = typeOf(p, inst.operands(0));
+    int rank = a.shape_size();
+    if (rank < 2)
+      return 0;
+    auto it = inst.attrs().find("transpose_a");
+    bool ta = it != inst.attrs().end() && it->second.ints_size() &&
+              it->second.ints(0);
+    int64_t contraction = a.shape(ta ? rank - 2 : rank - 1);
+    return 2.0 * numel(typeOf(p, inst.results(0))) * contraction;
+  }
+  // conv2d (x, w) -> y; conv2d_backward_input (dy, w) -> dx;
+  // conv2d_backward_filter (x, dy) -> dw: each 2 x |y| x |w| / F.
+  if (k == "conv2d" || k == "conv2d_backward_input" ||
+      k == "conv2d_backward_filter") {
+    bool filter = k == "conv2d_backward_filter";
+    const pb::TensorType &w =
+        filter ? typeOf(p, inst.results(0)) : typeOf(p, inst.operands(1));
+    const pb::TensorType &y = k == "conv2d" ? typeOf(p, inst.results(0))
+                              : filter      ? typeOf(p, inst.operands(1))
+                                            : typeOf(p, inst.operands(0));
+    if (w.shape_size() != 4 || w.shape(0) == 0)
+      return 0;
+    return 2.0 * numel(y) * (static_cast<double>(numel(w)) / w.shape(0));
+  }
+  return 0;
+}
+
+} // namespace
+
+std::string humanBytes(int64_t bytes) {
+  const char *units[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1000 && u < 4) {
+    v /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.3g %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+StepEstimate
+estimateStep(const pb::Program &program,
+             const std::vector<std::pair<std::string, int64_t>> &mesh,
+             const Topology &topology) {
+  StepEstimate out;
+  // Ranks are row-major over the mesh: the ranks of a group over axes
+  // a..end span the product of those axes' sizes and the inner ones; the
+  // group stays on one node when that span does and nodes align with it.
+  auto span = [&](int64_t axis) {
+    int64_t s = 1;
+    for (size_t i = axis; i < mesh.size(); ++i)
+      s *= mesh[i].second;
+    return s;
+  };
+  std::map<std::string, double> byAxis;
+  for (const pb::Instruction &inst : program.instructions()) {
+    const std::string &k = inst.kernel();
+    bool reduce = k == "all_reduce";
+    if (!reduce && k != "all_gather" && k != "reduce_scatter") {
+      out.computeSeconds +=
+          flopsOf(program, inst) / (topology.deviceTflops * 1e12);
+      continue;
+    }
+    int64_t group = 1, outermost = static_cast<int64_t>(mesh.size());
+    std::string axes;
+    if (auto it = inst.attrs().find("axes"); it != inst.attrs().end())
+      for (int64_t a : it->second.ints()) {
+        if (a < 0 || a >= static_cast<int64_t>(mesh.size()))
+          continue;
+        group *= mesh[a].second;
+        outermost = std::min(outermost, a);
+        axes += (axes.empty() ? "" : ",") + mesh[a].first;
+      }
+    if (group <= 1)
+      continue;
+    int64_t extent = span(outermost);
+    bool onNode =
+        extent <= topology.nodeSize && topology.nodeSize % extent == 0;
+    double bw = (onNode ? topology.intraGBps : topology.interGBps) * 1e9;
+    double alpha =
+        (onNode ? topology.intraLatencyUs : topology.interLatencyUs) * 1e-6;
+    // Ring algorithms: an all-reduce is a reduce-scatter and an all-gather,
+    // each moving (n-1)/n of the payload in n-1 steps.
+    int64_t bytes = std::max(bytesOf(typeOf(program, inst.operands(0))),
+                             bytesOf(typeOf(program, inst.results(0))));
+    double phases = reduce ? 2 : 1;
+    double n = static_cast<double>(group);
+    double t = phases * ((n - 1) / n * bytes / bw + (n - 1) * alpha);
+    out.communicationSeconds += t;
+    byAxis[axes] += t;
+  }
+  for (auto &[axis, t] : byAxis)
+    out.communicationByAxis.push_back({axis, t});
+  // Per rank: every input (weights, optimizer state, the rank's batch) and
+  // the arena of everything the step computes (gradients included).
+  for (int32_t id : program.inputs())
+    out.memoryBytes += bytesOf(typeOf(program, id));
+  out.memoryBytes += program.arena_bytes();
+  return out;
+}
+
+std::vector<MeshTrial> meshTrials(int64_t devices) {
+  std::vector<MeshTrial> out;
+  for (int64_t tp = 1; tp <= devices; ++tp) {
+    if (devices % tp)
+      continue;
+    int64_t dp = devices / tp;
+    out.push_back({dp, tp, 0});
+    // ZeRO over a dp x tp mesh is not built yet (issue 18).
+    if (dp > 1 && tp == 1)
+      out.push_back({dp, tp, 1});
+  }
+  return out;
+}
+
+int chooseMesh(int64_t devices, int64_t memoryPerDevice,
+               const Topology &topology, const CompileTrial &compile,
+               pb::MeshChoice &choice, pb::Program &chosen,
+               std::string &error) {
+  choice.set_devices(devices);
+  choice.set_memory_per_device(memoryPerDevice);
+  choice.set_node_size(topology.nodeSize);
+  choice.set_intra_node_gbps(topology.intraGBps);
+  choice.set_inter_node_gbps(topology.interGBps);
+  choice.set_device_tflops(topology.deviceTflops);
+  choice.set_intra_node_latency_us(topology.intraLatencyUs);
+  choice.set_inter_node_latency_us(topology.interLatencyUs);
+  std::vector<MeshTrial> trials = meshTrials(devices);
+  std::vector<pb::MeshCandidate> candidates;
+  std::vector<pb::Program> programs(trials.size());
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const MeshTrial &trial = trials[i];
+    pb::MeshCandidate c;
+    c.set_dp(trial.dp);
+    c.set_tp(trial.tp);
+    c.set_zero(trial.zero);
+    std::string why;
+    if (!compile(trial, programs[i], why)) {
+      c.set_refused(why.empty() ? "does not compile" : why);
+      candidates.push_back(c);
+      continue;
+    }
+    std::vector<std::pair<std::string, int64_t>> mesh;
+    if (trial.dp > 1)
+      mesh.push_back({"dp", trial.dp});
+    if (trial.tp > 1 || trial.dp == 1)
+      mesh.push_back({"tp", trial.tp});
+    StepEstimate e = estimateStep(programs[i], mesh, topology);
+    c.set_compute_seconds(e.computeSeconds);
+    c.set_communication_seconds(e.communicationSeconds);
+    c.set_memory_bytes(e.memoryBytes);
+    for (const auto &[axis, t] : e.communicationByAxis)
+      (*c.mutable_communication_by_axis())[axis] = t;
+    if (memoryPerDevice > 0 && e.memoryBytes > memoryPerDevice) {
+      std::string need = humanBytes(e.memoryBytes),
+                  budget = humanBytes(memoryPerDevice);
+      if (need == budget) { // close: the exact counts tell them apart
+        need = std::to_string(e.memoryBytes) + " B";
+        budget = std::to_string(memoryPerDevice) + " B";
+      }
+      c.set_refused("needs " + need + " per device, over " + budget);
+    }
+    candidates.push_back(c);
+  }
+  // Usable first, then by step time (compute and communication, not
+  // overlapped: the conservative bound), then by memory.
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  auto seconds = [&](size_t i) {
+    return candidates[i].compute_seconds() +
+           candidates[i].communication_seconds();
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    bool ua = candidates[a].refused().empty(),
+         ub = candidates[b].refused().empty();
+    if (ua != ub)
+      return ua;
+    if (seconds(a) != seconds(b))
+      return seconds(a) < seconds(b);
+    return candidates[a].memory_bytes() < candidates[b].memory_bytes();
+  });
+  for (size_t i : order)
+    *choice.add_candidates() = candidates[i];
+  if (order.empty() || !candidates[order[0]].refused().empty()) {
+    // A fault of the model, not of a mesh, is said once, as without
+    // --devices.
+    bool same = !order.empty();
+    for (const pb::MeshCandidate &c : candidates)
+      same = same && c.memory_bytes() == 0 &&
+             c.refused() == candidates[0].refused();
+    if (same) {
+      error = candidates[0].refused();
+      return -1;
+    }
+    error = "no mesh of " + std::to_string(devices) +
+            " devices can train this model:";
+    for (size_t i : order) {
+      const pb::MeshCandidate &c = candidates[i];
+      error += " dp=" + std::to_string(c.dp()) +
+               ",tp=" + std::to_string(c.tp()) +
+               (c.zero() ? ",zero=" + std::to_string(c.zero()) : "") + ": " +
+               c.refused() + ";";
+    }
+    error.pop_back();
+    return -1;
+  }
+  chosen = std::move(programs[order[0]]);
+  return static_cast<int>(order[0]);
+}
+
+} // namespace cleave::tool

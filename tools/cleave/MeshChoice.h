@@ -1,0 +1,78 @@
+//===- MeshChoice.h - cleave compile --devices: the mesh's choice -*- C++
+//-*-===//
+//
+// `cleave compile --devices N` compiles the model for every dp x tp
+// factorization of N (and the ZeRO stages that apply), costs each plan with
+// an alpha-beta model of its collectives over the axes' links plus its
+// matmul FLOPs, and keeps the fastest whose per-rank memory fits the budget.
+// The costing reads only the compiled plan, so what is costed is what runs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_TOOLS_CLEAVE_MESHCHOICE_H
+#define CLEAVE_TOOLS_CLEAVE_MESHCHOICE_H
+
+#include "plan/plan.pb.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cleave::tool {
+
+/// The machine the mesh is chosen for. Defaults: a DGX H100-like node
+/// (8 devices on NVLink, about 450 GB/s per device each way; one 400 Gb/s
+/// NIC, 50 GB/s, per device across nodes).
+struct Topology {
+  int64_t nodeSize = 8;
+  double intraGBps = 450, interGBps = 50;
+  /// Per-message latency (alpha) of one ring step, in microseconds.
+  double intraLatencyUs = 5, interLatencyUs = 15;
+  /// Dense float32 (TF32 tensor core) rate one device sustains.
+  double deviceTflops = 400;
+};
+
+/// What one step of a compiled program costs on one rank.
+struct StepEstimate {
+  double computeSeconds = 0, communicationSeconds = 0;
+  int64_t memoryBytes = 0;
+  std::vector<std::pair<std::string, double>> communicationByAxis;
+};
+
+/// Costs \p program on the mesh \p mesh ((axis name, size), outermost
+/// first; ranks row-major, so the innermost axis is a node's neighbours).
+StepEstimate
+estimateStep(const ::cleave::plan::Program &program,
+             const std::vector<std::pair<std::string, int64_t>> &mesh,
+             const Topology &topology);
+
+/// A mesh to try.
+struct MeshTrial {
+  int64_t dp = 1, tp = 1, zero = 0;
+};
+
+/// The trials for \p devices: every dp x tp = devices, with ZeRO stage 0,
+/// and stage 1 where it applies (dp > 1 on a dp-only mesh).
+std::vector<MeshTrial> meshTrials(int64_t devices);
+
+/// Compiles one trial into a program; false with \p error when it cannot.
+using CompileTrial = std::function<bool(
+    const MeshTrial &, ::cleave::plan::Program &program, std::string &error)>;
+
+/// Tries every trial with \p compile, costs it, and fills \p choice (usable
+/// candidates first, fastest first). Returns the index into meshTrials of
+/// the chosen one and its program in \p chosen, or -1 with \p error naming
+/// why no mesh can be used.
+int chooseMesh(int64_t devices, int64_t memoryPerDevice,
+               const Topology &topology, const CompileTrial &compile,
+               ::cleave::plan::MeshChoice &choice,
+               ::cleave::plan::Program &chosen, std::string &error);
+
+/// "1.5 GB", "320 MB", for messages.
+std::string humanBytes(int64_t bytes);
+
+} // namespace cleave::tool
+
+#endif // CLEAVE_TOOLS_CLEAVE_MESHCHOICE_H
