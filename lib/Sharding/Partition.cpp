@@ -187,6 +187,12 @@ Value Partitioner::convert(int32_t id, Layout to) {
     }
   } else if (from.isPartial() && from.combine == ReduceKind::sum &&
              index.gradientOf.count(id)) {
+    if (scattersGradient(id, to) && !dense) {
+      Value out = scatterGradient(id, to, counted, local);
+      if (rewrite)
+        converted[k] = out;
+      return out;
+    }
     full = reduceGradients(id);
   } else if (from.isPartial()) {
     if (!counted) {
@@ -233,6 +239,33 @@ Value Partitioner::convert(int32_t id, Layout to) {
     }
   }
   converted[k] = out;
+  return out;
+}
+
+Value Partitioner::scatterGradient(int32_t id, Layout to, bool counted,
+                                   Value local) {
+  // A reduce-scatter moves what an all-gather of the result does.
+  if (!counted)
+    result.seconds += allGatherCost(bytesOf(id));
+  if (!rewrite)
+    return Value();
+  Value grad = index.values[id];
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointAfterValue(local);
+  std::string saved = phase;
+  if (Operation *def = grad.getDefiningOp())
+    phase = phaseOf.lookup(def).empty() ? phase : phaseOf.lookup(def);
+  SmallVector<int64_t> axes{meshAxis};
+  Value out = ReduceScatterOp::create(
+      builder, grad.getLoc(), localType(typeOf(grad), to), local, axes, to.dim);
+  tag(out.getDefiningOp(),
+      "ZeRO 2: the gradient of parameter '" +
+          index.gradientOf.lookup(id).str() +
+          "' is a partial sum on every rank, and its update needs only this "
+          "rank's shard (its optimizer state is split); reduced to that shard "
+          "as soon as it is final",
+      /*megatron=*/false);
+  phase = saved;
   return out;
 }
 
@@ -896,6 +929,13 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
       want = stateLayout(typeOf(v), want);
     phase = index.resultPhase[i];
     int32_t id = idOf(v);
+    // ZeRO 2: a gradient reduce-scattered for its update is returned as
+    // that shard, not reduced a second time.
+    if (scatterGradients && index.resultIsGradient[i]) {
+      Layout shard = canonicalFor(id, stateLayout(typeOf(v), want));
+      if (countedConversions.count(key(id, shard)))
+        want = shard;
+    }
     if (rewrite) {
       user = "the step's result #" + std::to_string(i);
       why = param.empty()

@@ -149,11 +149,11 @@ void PartitionPass::runOnOperation() {
     module.emitError("tp and dp must be at least 1");
     return signalPassFailure();
   }
-  if (zero < 0 || zero > 1 || (zero > 0 && (dp == 1 || tp > 1))) {
+  if (zero < 0 || zero > 2 || (zero > 0 && (dp == 1 || tp > 1))) {
     module.emitError("ZeRO stage ")
         << static_cast<int64_t>(zero) << " is not supported "
         << (zero < 0 || zero > 3 ? "(stages are 0 to 3)"
-            : zero > 1           ? "yet (stage 1 is)"
+            : zero > 2           ? "yet (stages 1 and 2 are)"
             : dp == 1            ? "without a dp axis (--mesh dp=N)"
                                  : "yet on a dp x tp mesh (on dp alone it is)");
     return signalPassFailure();
@@ -173,8 +173,11 @@ void PartitionPass::runOnOperation() {
                     StringAttr::get(&getContext(), tp > 1 ? "dp,tp" : "dp"));
     PartitionOptions options;
     options.splitInputs = true;
-    options.bucketGradients = tp == 1;
+    // ZeRO 2 reduces each gradient on its own, where it is final: a bucket
+    // would wait for the last of its gradients and hold them all.
+    options.bucketGradients = tp == 1 && zero < 2;
     options.shardOptimizerState = zero >= 1;
+    options.scatterGradients = zero >= 2;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() &&
           failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,

@@ -197,7 +197,8 @@ public:
         partialFanOut(options.partialFanOut), splitInputs(options.splitInputs),
         meshAxis(options.meshAxis), bucketGradients(options.bucketGradients),
         shardOptimizerState(options.shardOptimizerState),
-        builder(func.getContext()), index(index), layouts(index.values.size()),
+        scatterGradients(options.scatterGradients), builder(func.getContext()),
+        index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
         embedOrigin(index.values.size(), -1) {}
@@ -214,7 +215,8 @@ private:
   // Defaults as PartitionOptions's, should the constructor miss one.
   bool embedProducts = false, partialFanOut = false, splitInputs = false;
   int64_t meshAxis = 0;
-  bool bucketGradients = true, shardOptimizerState = false;
+  bool bucketGradients = true, shardOptimizerState = false,
+       scatterGradients = false;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;
@@ -356,6 +358,16 @@ private:
     return l.canonical(typeOf(index.values[id]).getDimSize(l.dim), tp);
   }
 
+  /// ZeRO 2: partial gradient \p id goes to split \p to by a reduce-scatter
+  /// (plain, even chunks; anything else is reduced whole and sliced).
+  bool scattersGradient(int32_t id, Layout to) const {
+    Layout from = layoutOf(id);
+    return scatterGradients && from.isPartial() &&
+           from.combine == ReduceKind::sum && index.gradientOf.count(id) &&
+           to.isSplit() && to.blocks == 1 && to.granule == 1 &&
+           !isPadded(id, to);
+  }
+
   /// Cost of bringing value \p id from its layout to \p to.
   double conversionCost(int32_t id, Layout to) const {
     to = canonicalFor(id, to);
@@ -372,6 +384,9 @@ private:
                      index.isFloat[id]
                  ? slice
                  : kInfinity;
+    // ZeRO 2: a gradient goes to a shard by one reduce-scatter.
+    if (scattersGradient(id, to) && from.isPartial())
+      return allGatherCost(bytes);
     double toReplicated = from.isReplicated() ? 0
                           : from.isSplit()
                               ? allGatherCost(gatheredBytes(id, from))
@@ -382,6 +397,9 @@ private:
   /// Value \p id in layout \p to: the new value when rewriting, null in a
   /// dry run. Adds the communication to the result.
   Value convert(int32_t id, Layout to);
+  /// ZeRO 2: partial gradient \p id (\p local when rewriting) reduced to
+  /// this rank's chunk in layout \p to, right after it is final.
+  Value scatterGradient(int32_t id, Layout to, bool counted, Value local);
   /// Partial gradient \p id reduced (the local value when rewriting). The
   /// first one needed whole reduces, in one collective, every partial
   /// gradient defined by then (gradients are complete once the backward

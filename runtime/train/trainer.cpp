@@ -361,6 +361,9 @@ private:
   std::unique_ptr<StepRunner> executor;
   size_t numInputs = 0;
   std::map<std::string, Split> layoutOf;
+  /// Gradients the step returns split otherwise than their parameter (ZeRO
+  /// 2 returns each rank's shard), by parameter name.
+  std::map<std::string, Split> gradientLayout;
   std::vector<pb::TensorEntry> table;
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
   /// Data inputs split over the ranks (data parallelism), by name.
@@ -427,7 +430,9 @@ Status TrainSession::buildTable() {
        {program->input_bindings(), program->output_bindings()})
     for (const pb::Binding &b : bindings)
       if (b.has_split_dim())
-        layoutOf[stateKey(b)] = splitOf(b);
+        (b.role() == pb::Binding::GRADIENT ? gradientLayout[b.name()]
+                                           : layoutOf[stateKey(b)]) =
+            splitOf(b);
   for (const pb::TensorEntry &t : plan.tensors()) {
     if (t.slices_size() == 0 && !options.randomWeights)
       return Status::error(bundle() +
@@ -809,6 +814,14 @@ Status TrainSession::gatherTensor(const ModelTensor &t, bool grads,
       if (it == lastGrads.end())
         return Status::ok(); // not trained
       value = &it->second;
+      if (auto g = gradientLayout.find(t.entries[i]->name());
+          g != gradientLayout.end()) {
+        int64_t size = t.entries[i]->type().shape(g->second.dim);
+        if (Status s = gatherAlong(*tpComm, *value, g->second, size, &parts[i]);
+            !s)
+          return s;
+        continue;
+      }
     }
     if (Status s = gatherFull(*value, key, &parts[i]); !s)
       return s;

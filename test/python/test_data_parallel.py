@@ -69,11 +69,12 @@ ZERO_CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
     [("zoo_gpt2", 2), ("zoo_llama_gqa", 2)]
 
 
+@pytest.mark.parametrize("zero", [1, 2])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("name,dp", ZERO_CASES)
-def test_zero1_splits_the_optimizer_state(name, dp, optimizer):
+def test_zero_splits_the_optimizer_state(name, dp, optimizer, zero):
     """ZeRO stage 1: the same step as PyTorch's, with each rank holding
-    1/dp of the optimizer state."""
+    1/dp of the optimizer state; stage 2: and 1/dp of the gradients."""
     module, batch_fn, loss = prepare(name)
     batch = batch_fn(torch.Generator().manual_seed(26))
     ours = OPTIMIZERS[optimizer][0]
@@ -82,10 +83,21 @@ def test_zero1_splits_the_optimizer_state(name, dp, optimizer):
                                    example_of(batch, loss), dp=dp, loss=loss,
                                    optimizer=ours)
     model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
-                                   zero=1, loss=loss, optimizer=ours)
-    whole = plain.inspect()["memory_per_rank"]["optimizer_state"]
-    split = model.inspect()["memory_per_rank"]["optimizer_state"]
+                                   zero=zero, loss=loss, optimizer=ours)
+    before = plain.inspect()["memory_per_rank"]
+    after = model.inspect()["memory_per_rank"]
+    whole, split = before["optimizer_state"], after["optimizer_state"]
     assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+    whole, split = before["gradients"], after["gradients"]
+    if zero == 2:
+        assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+        # Reduce-scattered, not all-reduced (a tensor no dimension of which
+        # dp divides stays whole, and is all-reduced).
+        scattered = sum(c["bytes"] for c in model.inspect()["collectives"]
+                        if c["kind"] == "reduce_scatter")
+        assert scattered >= 0.9 * whole, (scattered, whole)
+    else:
+        assert split == whole
     got = step_like_pytorch(model, module, reference, batch, loss, optimizer)
     # And the steps after it, where the split state is read back: as the
     # run with the state whole.

@@ -62,7 +62,8 @@ struct BundleSummary {
   std::vector<std::pair<std::string, int64_t>> mesh;
   std::vector<ParamRow> params;
   std::vector<CollectiveRow> collectives;
-  int64_t paramBytes = 0, stateBytes = 0, activationBytes = 0;
+  int64_t paramBytes = 0, gradientBytes = 0, stateBytes = 0,
+          activationBytes = 0;
   /// How --devices chose the mesh; null when the mesh was given.
   const pb::MeshChoice *choice = nullptr;
 };
@@ -110,6 +111,15 @@ BundleSummary summarize(const pb::Plan &plan) {
   for (int i = 0; i < program.inputs_size(); ++i)
     if (program.input_bindings(i).role() == pb::Binding::OPTIMIZER_STATE)
       out.stateBytes += bytesOf(program.values(program.inputs(i)).type());
+  // Gradients as the step returns them: each rank's shard under ZeRO 2.
+  bool returnsGradients = false;
+  for (int i = 0; i < program.output_bindings_size(); ++i)
+    if (program.output_bindings(i).role() == pb::Binding::GRADIENT) {
+      returnsGradients = true;
+      out.gradientBytes += bytesOf(program.values(program.outputs(i)).type());
+    }
+  if (!returnsGradients)
+    out.gradientBytes = out.paramBytes;
 
   for (const pb::Instruction &inst : program.instructions()) {
     if (inst.kernel() != "all_reduce" && inst.kernel() != "all_gather" &&
@@ -225,7 +235,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   root["collectives"] = std::move(cs);
   root["memory_per_rank"] =
       llvm::json::Object{{"parameters", sum.paramBytes},
-                         {"gradients", sum.paramBytes},
+                         {"gradients", sum.gradientBytes},
                          {"optimizer_state", sum.stateBytes},
                          {"activations_peak", sum.activationBytes}};
   if (sum.choice)
@@ -281,7 +291,7 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
   }
   os << "\nmemory per rank (bytes)\n"
      << "  parameters       " << sum.paramBytes << "\n"
-     << "  gradients        " << sum.paramBytes << "\n"
+     << "  gradients        " << sum.gradientBytes << "\n"
      << "  optimizer state  " << sum.stateBytes << "\n"
      << "  activations peak " << sum.activationBytes << "\n";
   if (sum.choice)

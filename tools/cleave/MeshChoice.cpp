@@ -170,8 +170,10 @@ std::vector<MeshTrial> meshTrials(int64_t devices) {
     int64_t dp = devices / tp;
     out.push_back({dp, tp, 0});
     // ZeRO over a dp x tp mesh is not built yet (issue 18).
-    if (dp > 1 && tp == 1)
+    if (dp > 1 && tp == 1) {
       out.push_back({dp, tp, 1});
+      out.push_back({dp, tp, 2});
+    }
   }
   return out;
 }

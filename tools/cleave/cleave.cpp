@@ -123,7 +123,8 @@ static cl::opt<std::string>
 static cl::opt<int64_t>
     zeroStage("zero",
               cl::desc("ZeRO stage over the dp axis: 1 splits the optimizer "
-                       "state over the dp ranks"),
+                       "state over the dp ranks; 2 also reduce-scatters the "
+                       "gradients"),
               cl::init(0), cl::sub(compileCmd));
 static cl::opt<int64_t>
     devicesFlag("devices",

@@ -58,7 +58,8 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
     Option<"zero", "zero", "int64_t", /*default=*/"0",
            "ZeRO stage over dp: 1 splits the optimizer state over the dp "
-           "ranks (each updates its shard; the parameters are gathered)">,
+           "ranks (each updates its shard; the parameters are gathered); 2 "
+           "also reduce-scatters each gradient as soon as it is final">,
     Option<"dp", "dp", "int64_t", /*default=*/"1",
            "Data-parallel ranks: every data input is split along its batch "
            "dimension, parameters replicated, gradients summed over them">,

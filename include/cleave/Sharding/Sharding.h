@@ -147,6 +147,11 @@ struct PartitionOptions {
   /// dimension where the axis divides it (each rank updates its shard of
   /// every parameter, which is then gathered whole).
   bool shardOptimizerState = false;
+  /// ZeRO stage 2: a gradient whose update needs only this rank's shard
+  /// is reduce-scattered as soon as it is final (not all-reduced where the
+  /// optimizer reads it, then sliced), so the full sum is never held and
+  /// the reduction overlaps the rest of the backward pass.
+  bool scatterGradients = false;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
