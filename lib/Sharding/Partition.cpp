@@ -123,10 +123,10 @@ Value Partitioner::convert(int32_t id, Layout to) {
   if (from == to)
     return local;
   ConversionKey k = key(id, to);
-  if (rewrite)
+  if (rewrite && !regathers(id, to))
     if (auto it = converted.find(k); it != converted.end())
       return it->second;
-  bool counted = !countedConversions.insert(k).second;
+  bool counted = !countedConversions.insert(k).second && !regathers(id, to);
   // A splat constant becomes a local splat; anything else is sliced.
   auto constant = v.getDefiningOp<ConstantOp>();
   auto dense = constant ? dyn_cast<DenseElementsAttr>(constant.getValue())
@@ -259,7 +259,7 @@ Value Partitioner::scatterGradient(int32_t id, Layout to, bool counted,
   Value out = ReduceScatterOp::create(
       builder, grad.getLoc(), localType(typeOf(grad), to), local, axes, to.dim);
   tag(out.getDefiningOp(),
-      "ZeRO 2: the gradient of parameter '" +
+      "ZeRO: the gradient of parameter '" +
           index.gradientOf.lookup(id).str() +
           "' is a partial sum on every rank, and its update needs only this "
           "rank's shard (its optimizer state is split); reduced to that shard "
@@ -857,7 +857,7 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     unsigned i = arg.getArgNumber();
     StringRef param = index.argParameter[i];
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
-    if (!param.empty() && !index.argIsParameter[i])
+    if (!param.empty() && (!index.argIsParameter[i] || shardParameters))
       l = stateLayout(typeOf(arg), l);
     bool splitInput = splitInputs && func.getArgAttr(i, kInputAttr) &&
                       typeOf(arg).getRank() > 0 &&
@@ -925,7 +925,8 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
     StringRef param = index.resultParameter[i];
     Layout want = param.empty() ? Layout() : layoutOfParameter(param);
-    if (!param.empty() && func.getResultAttr(i, kOptimizerStateAttr))
+    if (!param.empty() && (func.getResultAttr(i, kOptimizerStateAttr) ||
+                           (shardParameters && !index.resultIsGradient[i])))
       want = stateLayout(typeOf(v), want);
     phase = index.resultPhase[i];
     int32_t id = idOf(v);

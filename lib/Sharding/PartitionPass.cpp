@@ -149,11 +149,10 @@ void PartitionPass::runOnOperation() {
     module.emitError("tp and dp must be at least 1");
     return signalPassFailure();
   }
-  if (zero < 0 || zero > 2 || (zero > 0 && (dp == 1 || tp > 1))) {
+  if (zero < 0 || zero > 3 || (zero > 0 && (dp == 1 || tp > 1))) {
     module.emitError("ZeRO stage ")
         << static_cast<int64_t>(zero) << " is not supported "
         << (zero < 0 || zero > 3 ? "(stages are 0 to 3)"
-            : zero > 2           ? "yet (stages 1 and 2 are)"
             : dp == 1            ? "without a dp axis (--mesh dp=N)"
                                  : "yet on a dp x tp mesh (on dp alone it is)");
     return signalPassFailure();
@@ -178,6 +177,7 @@ void PartitionPass::runOnOperation() {
     options.bucketGradients = tp == 1 && zero < 2;
     options.shardOptimizerState = zero >= 1;
     options.scatterGradients = zero >= 2;
+    options.shardParameters = zero >= 3;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() &&
           failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,

@@ -197,7 +197,8 @@ public:
         partialFanOut(options.partialFanOut), splitInputs(options.splitInputs),
         meshAxis(options.meshAxis), bucketGradients(options.bucketGradients),
         shardOptimizerState(options.shardOptimizerState),
-        scatterGradients(options.scatterGradients), builder(func.getContext()),
+        scatterGradients(options.scatterGradients),
+        shardParameters(options.shardParameters), builder(func.getContext()),
         index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
@@ -216,7 +217,7 @@ private:
   bool embedProducts = false, partialFanOut = false, splitInputs = false;
   int64_t meshAxis = 0;
   bool bucketGradients = true, shardOptimizerState = false,
-       scatterGradients = false;
+       scatterGradients = false, shardParameters = false;
   OpBuilder builder;
   const Index &index;
   PartitionResult result;
@@ -370,6 +371,10 @@ private:
 
   /// Cost of bringing value \p id from its layout to \p to.
   double conversionCost(int32_t id, Layout to) const {
+    // ZeRO 3: outside the update a parameter is used whole, gathered there
+    // (its split is over the batch's axis: keeping it would mix the two).
+    if (shardedParameter(id) && phase != "optimizer" && !to.isReplicated())
+      return kInfinity;
     to = canonicalFor(id, to);
     Layout from = layoutOf(id);
     if (from == to)
@@ -397,6 +402,16 @@ private:
   /// Value \p id in layout \p to: the new value when rewriting, null in a
   /// dry run. Adds the communication to the result.
   Value convert(int32_t id, Layout to);
+  /// ZeRO 3: value \p id is a parameter kept split, gathered anew for each
+  /// use that needs it whole.
+  bool regathers(int32_t id, Layout to) const {
+    return to.isReplicated() && shardedParameter(id);
+  }
+  bool shardedParameter(int32_t id) const {
+    return shardParameters &&
+           id < static_cast<int32_t>(index.argIsParameter.size()) &&
+           index.argIsParameter[id] && layouts[id].isSplit();
+  }
   /// ZeRO 2: partial gradient \p id (\p local when rewriting) reduced to
   /// this rank's chunk in layout \p to, right after it is final.
   Value scatterGradient(int32_t id, Layout to, bool counted, Value local);

@@ -427,7 +427,8 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         split over them, the loss, gradients and BatchNorm statistics exact
         over the global batch), ``zero`` (1: the optimizer state split over
         the dp ranks, ZeRO stage 1; 2: the gradients reduce-scattered as
-        well, ZeRO stage 2), ``devices`` (instead of ``tp``,
+        well; 3: the parameters split too, gathered at each use),
+        ``devices`` (instead of ``tp``,
         ``dp`` and ``zero``: the compiler chooses the mesh for that many
         devices, as ``cleave compile --devices``; ``Model.mesh`` says which)
         and ``memory_per_device`` (bytes a rank may use, with ``devices``).

@@ -6,7 +6,8 @@
 // returned as the shard: no rank holds the whole reduced gradient.
 // RUN: cleave-opt %s --cleave-partition="dp=2 zero=1" | FileCheck %s --check-prefix=Z1
 // RUN: cleave-opt %s --cleave-partition="dp=2 zero=2" | FileCheck %s --check-prefix=Z2
-// RUN: not cleave-opt %s --cleave-partition="dp=2 zero=3" 2>&1 | FileCheck %s --check-prefix=Z3
+// RUN: cleave-opt %s --cleave-partition="dp=2 zero=3" | FileCheck %s --check-prefix=Z3
+// RUN: not cleave-opt %s --cleave-partition="dp=2 zero=4" 2>&1 | FileCheck %s --check-prefix=Z4
 
 // Z1-LABEL: func.func @step
 // Z1-SAME: %[[M:[a-z0-9]+]]: tensor<4x2xf32> {cleave.optimizer_state = ["w", "momentum_buffer"], cleave.split_dim = 0 : i64}
@@ -25,7 +26,20 @@
 // Z2: cleave.all_gather {{.*}} axes = [0] dim = 0 {{.*}} : tensor<4x2xf32> -> tensor<8x2xf32>
 // Z2: return %{{.*}}, %[[S]], %{{.*}}, %[[MOM]] : tensor<f32>, tensor<4x2xf32>, tensor<8x2xf32>, tensor<4x2xf32>
 
-// Z3: ZeRO stage 3 is not supported yet (stages 1 and 2 are)
+// Stage 3: w itself is kept split; its use outside the update (the forward
+// matmul) gathers it there, the update works on the shards (nothing
+// gathered after the gradient's reduce-scatter), and the new w is returned
+// split.
+// Z3-LABEL: func.func @step
+// Z3-SAME: %[[W:[a-z0-9]+]]: tensor<4x2xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
+// Z3: %[[WW:.*]] = cleave.all_gather %[[W]] axes = [0] dim = 0 {{.*}} : tensor<4x2xf32> -> tensor<8x2xf32>
+// Z3-NEXT: cleave.matmul %{{.*}}, %[[WW]] : (tensor<2x8xf32>, tensor<8x2xf32>) -> tensor<2x2xf32>
+// Z3: cleave.reduce_scatter
+// Z3-NOT: cleave.all_gather
+// Z3: cleave.sub %[[W]], %{{.*}} : (tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
+// Z3: return {{.*}} : tensor<f32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
+
+// Z4: ZeRO stage 4 is not supported (stages are 0 to 3)
 func.func @step(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {cleave.parameter = "w"}, %m: tensor<8x2xf32> {cleave.optimizer_state = ["w", "momentum_buffer"]}) -> (tensor<f32> {cleave.loss}, tensor<8x2xf32> {cleave.gradient = "w"}, tensor<8x2xf32> {cleave.parameter = "w"}, tensor<8x2xf32> {cleave.optimizer_state = ["w", "momentum_buffer"]}) {
   %0 = cleave.matmul %x, %w : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
   %1 = cleave.reduce mean %0 dims = [0, 1] : (tensor<4x2xf32>) -> tensor<f32>

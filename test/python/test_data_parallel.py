@@ -69,12 +69,13 @@ ZERO_CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
     [("zoo_gpt2", 2), ("zoo_llama_gqa", 2)]
 
 
-@pytest.mark.parametrize("zero", [1, 2])
+@pytest.mark.parametrize("zero", [1, 2, 3])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("name,dp", ZERO_CASES)
 def test_zero_splits_the_optimizer_state(name, dp, optimizer, zero):
     """ZeRO stage 1: the same step as PyTorch's, with each rank holding
-    1/dp of the optimizer state; stage 2: and 1/dp of the gradients."""
+    1/dp of the optimizer state; stage 2: and 1/dp of the gradients; stage
+    3: and 1/dp of the parameters."""
     module, batch_fn, loss = prepare(name)
     batch = batch_fn(torch.Generator().manual_seed(26))
     ours = OPTIMIZERS[optimizer][0]
@@ -88,8 +89,13 @@ def test_zero_splits_the_optimizer_state(name, dp, optimizer, zero):
     after = model.inspect()["memory_per_rank"]
     whole, split = before["optimizer_state"], after["optimizer_state"]
     assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+    whole, split = before["parameters"], after["parameters"]
+    if zero == 3:
+        assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+    else:
+        assert split == whole
     whole, split = before["gradients"], after["gradients"]
-    if zero == 2:
+    if zero >= 2:
         assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
         # Reduce-scattered, not all-reduced (a tensor no dimension of which
         # dp divides stays whole, and is all-reduced).

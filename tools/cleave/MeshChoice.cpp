@@ -173,6 +173,7 @@ std::vector<MeshTrial> meshTrials(int64_t devices) {
     if (dp > 1 && tp == 1) {
       out.push_back({dp, tp, 1});
       out.push_back({dp, tp, 2});
+      out.push_back({dp, tp, 3});
     }
   }
   return out;

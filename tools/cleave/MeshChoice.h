@@ -54,7 +54,7 @@ struct MeshTrial {
 };
 
 /// The trials for \p devices: every dp x tp = devices, with ZeRO stage 0,
-/// and stages 1 and 2 where they apply (dp > 1 on a dp-only mesh).
+/// and stages 1 to 3 where they apply (dp > 1 on a dp-only mesh).
 std::vector<MeshTrial> meshTrials(int64_t devices);
 
 /// Compiles one trial into a program; false with \p error when it cannot.

@@ -124,7 +124,7 @@ static cl::opt<int64_t>
     zeroStage("zero",
               cl::desc("ZeRO stage over the dp axis: 1 splits the optimizer "
                        "state over the dp ranks; 2 also reduce-scatters the "
-                       "gradients"),
+                       "gradients; 3 also splits the parameters"),
               cl::init(0), cl::sub(compileCmd));
 static cl::opt<int64_t>
     devicesFlag("devices",

@@ -59,7 +59,8 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     Option<"zero", "zero", "int64_t", /*default=*/"0",
            "ZeRO stage over dp: 1 splits the optimizer state over the dp "
            "ranks (each updates its shard; the parameters are gathered); 2 "
-           "also reduce-scatters each gradient as soon as it is final">,
+           "also reduce-scatters each gradient as soon as it is final; 3 "
+           "also keeps the parameters split, gathered at each use">,
     Option<"dp", "dp", "int64_t", /*default=*/"1",
            "Data-parallel ranks: every data input is split along its batch "
            "dimension, parameters replicated, gradients summed over them">,

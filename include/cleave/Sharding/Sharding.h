@@ -152,6 +152,10 @@ struct PartitionOptions {
   /// optimizer reads it, then sliced), so the full sum is never held and
   /// the reduction overlaps the rest of the backward pass.
   bool scatterGradients = false;
+  /// ZeRO stage 3: parameters kept split like their optimizer state, and
+  /// gathered whole at each use (forward and backward) rather than once,
+  /// so a gathered copy lives only until its op has read it.
+  bool shardParameters = false;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
