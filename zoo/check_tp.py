@@ -45,8 +45,9 @@ def flags(case, opt):
 
 
 def train(cleave, case, opt, tp, steps, work, mesh=None):
-    """tp: an int (--tp), or mesh: "dp=2,tp=2" (--mesh, ranks as threads)
-    or "devices=4" (--devices: the compiler's choice)."""
+    """tp: an int (--tp), or mesh: "dp=2,tp=2" (--mesh, ranks as threads),
+    "dp=2,zero=3" (--mesh and --zero) or "devices=4" (--devices: the
+    compiler's choice)."""
     man, f = flags(case, opt)
     tag = f"tp{tp}" if mesh is None else mesh.replace("=", "").replace(",", "-")
     bundle = os.path.join(work, f"bundle-{tag}-{opt}")
@@ -57,7 +58,10 @@ def train(cleave, case, opt, tp, steps, work, mesh=None):
         # The compiler chooses the mesh: "devices=4" is --devices 4.
         layout = ["--devices", mesh.split("=", 1)[1]]
     else:
-        layout = ["--mesh", mesh]
+        # "dp=2,zero=3": the mesh, and the ZeRO stage as --zero.
+        axes = [a for a in mesh.split(",") if not a.startswith("zero=")]
+        zero = [a.split("=")[1] for a in mesh.split(",") if a.startswith("zero=")]
+        layout = ["--mesh", ",".join(axes)] + (["--zero", zero[0]] if zero else [])
     run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle] +
         layout + f)
     run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
