@@ -259,14 +259,41 @@ Value Partitioner::scatterGradient(int32_t id, Layout to, bool counted,
   Value out = ReduceScatterOp::create(
       builder, grad.getLoc(), localType(typeOf(grad), to), local, axes, to.dim);
   tag(out.getDefiningOp(),
-      "ZeRO: the gradient of parameter '" +
-          index.gradientOf.lookup(id).str() +
+      "ZeRO: the gradient of parameter '" + index.gradientOf.lookup(id).str() +
           "' is a partial sum on every rank, and its update needs only this "
           "rank's shard (its optimizer state is split); reduced to that shard "
           "as soon as it is final",
       /*megatron=*/false);
   phase = saved;
   return out;
+}
+
+void Partitioner::reduceFinishedGradients(const OpEntry &e) {
+  for (unsigned r = 0; r < e.numResults; ++r) {
+    int32_t id = static_cast<int32_t>(e.firstResult + r);
+    finishedGradients += index.gradientOf.count(id);
+    if (!index.gradientOf.count(id) || !layouts[id].isPartial() ||
+        layouts[id].combine != ReduceKind::sum ||
+        countedConversions.count(key(id, Layout::replicated())))
+      continue;
+    // The gradient is final here: reduced now, its sum is ready long before
+    // the update reads it.
+    definedBelow = static_cast<int32_t>(e.firstResult + e.numResults);
+    if (!bucketGradients) {
+      reduceGradients(id);
+      continue;
+    }
+    pendingBytes += bytesOf(id);
+    pendingGradient = id;
+  }
+  // The last bucket goes when the backward pass has finished every
+  // gradient, full or not.
+  bool last = finishedGradients == index.gradientOf.size();
+  if (pendingGradient < 0 || (pendingBytes < earlyBucketBytes && !last))
+    return;
+  reduceGradients(pendingGradient); // takes every gradient in the bucket
+  pendingGradient = -1;
+  pendingBytes = 0;
 }
 
 Value Partitioner::reduceGradients(int32_t id) {
@@ -909,11 +936,14 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
                       arg.getLoc()));
     builder.setInsertionPointToEnd(newBody);
   }
-  for (const OpEntry &e : index.ops)
+  for (const OpEntry &e : index.ops) {
     if (failed(visit(e))) {
       delete newBody;
       return failure();
     }
+    if (earlyBucketBytes >= 0)
+      reduceFinishedGradients(e);
+  }
 
   definedBelow = static_cast<int32_t>(index.values.size());
   // Results in the layouts the trainer keeps: the loss replicated; new

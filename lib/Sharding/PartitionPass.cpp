@@ -177,6 +177,16 @@ void PartitionPass::runOnOperation() {
     options.bucketGradients = tp == 1 && zero < 2;
     options.shardOptimizerState = zero >= 1;
     options.scatterGradients = zero >= 2;
+    // Gradients summed where the backward pass finishes them, so the rest
+    // of it can hide the sums: in buckets on dp alone (an all-reduce moves
+    // twice its bytes; the bucket is the smallest whose latency is a tenth
+    // of that), one by one before a tp pass (which buckets would undo).
+    // ZeRO 2 and 3 reduce-scatter each gradient there instead.
+    CostModel cost;
+    int64_t bucket = bucketBytes >= 0
+                         ? static_cast<int64_t>(bucketBytes)
+                         : static_cast<int64_t>(cost.alpha / (0.2 * cost.beta));
+    options.earlyBucketBytes = zero >= 2 ? -1 : tp == 1 ? bucket : 0;
     options.shardParameters = zero >= 3;
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() &&

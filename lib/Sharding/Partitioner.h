@@ -198,7 +198,8 @@ public:
         meshAxis(options.meshAxis), bucketGradients(options.bucketGradients),
         shardOptimizerState(options.shardOptimizerState),
         scatterGradients(options.scatterGradients),
-        shardParameters(options.shardParameters), builder(func.getContext()),
+        shardParameters(options.shardParameters),
+        earlyBucketBytes(options.earlyBucketBytes), builder(func.getContext()),
         index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
@@ -218,6 +219,15 @@ private:
   int64_t meshAxis = 0;
   bool bucketGradients = true, shardOptimizerState = false,
        scatterGradients = false, shardParameters = false;
+  int64_t earlyBucketBytes = -1;
+  /// earlyBucketBytes: the bytes of gradients waiting in the open bucket,
+  /// and one of them (-1: none).
+  int64_t pendingBytes = 0;
+  int32_t pendingGradient = -1;
+  size_t finishedGradients = 0;
+  /// Adds the gradients \p e finishes to the open bucket and reduces it
+  /// once full (PartitionOptions::earlyBucketBytes).
+  void reduceFinishedGradients(const OpEntry &e);
   OpBuilder builder;
   const Index &index;
   PartitionResult result;

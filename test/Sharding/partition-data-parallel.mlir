@@ -19,8 +19,8 @@
 // CHECK: %[[HALF:.*]] = cleave.constant dense<5.000000e-01> : tensor<f32>
 // CHECK: %[[SHARE:.*]] = cleave.mul %[[M]], %[[HALF]]
 // CHECK: %[[G:.*]] = cleave.matmul %[[X]], %[[Y]] {transpose_lhs} : (tensor<2x8xf32>, tensor<2x2xf32>) -> tensor<8x2xf32>
+// CHECK-NEXT: cleave.all_reduce sum %[[G]] axes = [0]
 // CHECK: cleave.all_reduce sum %[[SHARE]] axes = [0]
-// CHECK: cleave.all_reduce sum %[[G]] axes = [0]
 func.func @step(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}, tensor<8x2xf32> {cleave.gradient = "w"}) {
   %0 = cleave.matmul %x, %w : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
   %1 = cleave.reduce mean %0 dims = [0, 1] : (tensor<4x2xf32>) -> tensor<f32>

@@ -64,6 +64,12 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     Option<"dp", "dp", "int64_t", /*default=*/"1",
            "Data-parallel ranks: every data input is split along its batch "
            "dimension, parameters replicated, gradients summed over them">,
+    Option<"bucketBytes", "gradient-bucket-bytes", "int64_t",
+           /*default=*/"-1",
+           "Data parallelism: gradients are summed over dp in buckets of at "
+           "least this many bytes, each right after the gradient that fills "
+           "it (-1: the cost model's size, where a bucket's latency is a "
+           "tenth of its transfer)">,
     Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
            "File of `REGEX KIND` rules applied before the search">,
   ];

@@ -156,6 +156,13 @@ struct PartitionOptions {
   /// gathered whole at each use (forward and backward) rather than once,
   /// so a gathered copy lives only until its op has read it.
   bool shardParameters = false;
+  /// Where sum-partial gradients are reduced. -1: where the update first
+  /// reads them (one bucket of all of them, when bucketing). 0: each right
+  /// after the op that finishes it. N > 0: in buckets of at least N bytes,
+  /// each reduced right after the gradient that fills it (the rest where
+  /// the update reads them). Early reductions free the backward pass's
+  /// tail to overlap them.
+  int64_t earlyBucketBytes = -1;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
