@@ -16,6 +16,7 @@
 #include "Partitioner.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -810,6 +811,26 @@ LogicalResult Partitioner::visit(const OpEntry &e) {
     user = describe(e.op);
     why = user + " needs it whole";
   }
+  // ZeRO 3: outside the update an op reads a parameter whole, gathered for
+  // it alone. The op sees the parameter replicated, whatever its kind (a
+  // reshape would otherwise carry the dp split into the activations).
+  SmallVector<std::tuple<int32_t, Value, Layout>> shards;
+  if (shardParameters && rewrite && phase != "optimizer")
+    for (unsigned i = 0; i < e.numOperands; ++i) {
+      int32_t id = operandId(e, i);
+      if (!shardedParameter(id))
+        continue;
+      Value whole = convert(id, Layout::replicated());
+      shards.push_back({id, mapping.lookup(index.values[id]), layouts[id]});
+      mapping.map(index.values[id], whole);
+      layouts[id] = Layout::replicated();
+    }
+  auto restore = llvm::make_scope_exit([&] {
+    for (auto &[id, local, layout] : shards) {
+      mapping.map(index.values[id], local);
+      layouts[id] = layout;
+    }
+  });
   using Kind = Index::Kind;
   switch (e.kind) {
   case Kind::Constant:

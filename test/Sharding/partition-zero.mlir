@@ -52,3 +52,23 @@ func.func @step(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {c
   %5 = cleave.sub %w, %4 : (tensor<8x2xf32>, tensor<8x2xf32>) -> tensor<8x2xf32>
   return %1, %g, %5, %3 : tensor<f32>, tensor<8x2xf32>, tensor<8x2xf32>, tensor<8x2xf32>
 }
+
+// Stage 3, a parameter read through a reshape (as importers write a conv
+// bias): the reshape, like any op outside the update, reads it gathered,
+// so its dp split never reaches the batch-split activations.
+// Z3-LABEL: func.func @reshaped
+// Z3-SAME: %[[B:[a-z0-9]+]]: tensor<4xf32> {cleave.parameter = "b", cleave.split_dim = 0 : i64}
+// Z3: %[[BB:.*]] = cleave.all_gather %[[B]] axes = [0] dim = 0 {{.*}} : tensor<4xf32> -> tensor<8xf32>
+// Z3-NEXT: cleave.reshape %[[BB]] : tensor<8xf32> -> tensor<1x8xf32>
+// Z3: cleave.add %{{.*}}, %{{.*}} : (tensor<2x8xf32>, tensor<1x8xf32>) -> tensor<2x8xf32>
+func.func @reshaped(%x: tensor<4x8xf32> {cleave.input = "x"}, %b: tensor<8xf32> {cleave.parameter = "b"}, %m: tensor<8xf32> {cleave.optimizer_state = ["b", "momentum_buffer"]}) -> (tensor<f32> {cleave.loss}, tensor<8xf32> {cleave.gradient = "b"}, tensor<8xf32> {cleave.parameter = "b"}, tensor<8xf32> {cleave.optimizer_state = ["b", "momentum_buffer"]}) {
+  %r = cleave.reshape %b : tensor<8xf32> -> tensor<1x8xf32>
+  %y = cleave.add %x, %r : (tensor<4x8xf32>, tensor<1x8xf32>) -> tensor<4x8xf32>
+  %l = cleave.reduce mean %y dims = [0, 1] : (tensor<4x8xf32>) -> tensor<f32>
+  %g = cleave.reduce sum %y dims = [0] : (tensor<4x8xf32>) -> tensor<8xf32>
+  %c = cleave.constant dense<9.000000e-01> : tensor<8xf32>
+  %0 = cleave.mul %m, %c : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %1 = cleave.add %0, %g : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  %2 = cleave.sub %b, %1 : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %l, %g, %2, %1 : tensor<f32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}

@@ -301,7 +301,12 @@ def cases(F, W):
     add("compile", "--tp -2", c + ["compile", F.mlp, *x, *ce, "--tp", "-2", "-o", W("b")],
         r"--tp")
     dev = lambda *flags: c + ["compile", F.mlp, *x, *ce, "-o", W("b"), *flags]
-    add("compile", "--devices 0", dev("--devices", "0"), r"--devices must be at least 1$")
+    add("compile", "--devices 0", dev("--devices", "0"),
+        r"--devices must be between 1 and 1048576$")
+    add("compile", "--devices a trillion", dev("--devices", "1000000000000"),
+        r"--devices must be between 1 and 1048576$")
+    add("compile", "--memory-per-device under a byte", dev("--devices", "2",
+        "--memory-per-device", "0.4"), r"--memory-per-device '0.4' must be a positive size")
     add("compile", "--devices with --tp", dev("--devices", "4", "--tp", "2"),
         r"give either --devices \(the compiler chooses the mesh\) or --tp, --mesh and "
         r"--zero, not both$")

@@ -97,6 +97,11 @@ std::string humanBytes(int64_t bytes) {
     ++u;
   }
   char buf[32];
+  // %.3g rounds 999.6 up to 1e+03: such values go to the next unit.
+  if (u < 4 && v >= 999.5) {
+    v /= 1000;
+    ++u;
+  }
   std::snprintf(buf, sizeof buf, u ? "%.3g %s" : "%.0f %s", v, units[u]);
   return buf;
 }
@@ -107,13 +112,24 @@ estimateStep(const pb::Program &program,
              const Topology &topology) {
   StepEstimate out;
   // Ranks are row-major over the mesh: the ranks of a group over axes
-  // a..end span the product of those axes' sizes and the inner ones; the
-  // group stays on one node when that span does and nodes align with it.
+  // a..end lie in a run of the product of those axes' sizes and the inner
+  // ones, runs starting at multiples of it; the group is on one node when
+  // no run of the mesh crosses a node's boundary (nodes hold ranks
+  // [k * nodeSize, (k + 1) * nodeSize); the last may be partly filled).
+  int64_t devices = 1;
+  for (const auto &[axis, size] : mesh)
+    devices *= size;
   auto span = [&](int64_t axis) {
     int64_t s = 1;
     for (size_t i = axis; i < mesh.size(); ++i)
       s *= mesh[i].second;
     return s;
+  };
+  auto withinNodes = [&](int64_t run) {
+    for (int64_t first = 0; first < devices; first += run)
+      if (first / topology.nodeSize != (first + run - 1) / topology.nodeSize)
+        return false;
+    return true;
   };
   std::map<std::string, double> byAxis;
   for (const pb::Instruction &inst : program.instructions()) {
@@ -136,9 +152,7 @@ estimateStep(const pb::Program &program,
       }
     if (group <= 1)
       continue;
-    int64_t extent = span(outermost);
-    bool onNode =
-        extent <= topology.nodeSize && topology.nodeSize % extent == 0;
+    bool onNode = withinNodes(span(outermost));
     double bw = (onNode ? topology.intraGBps : topology.interGBps) * 1e9;
     double alpha =
         (onNode ? topology.intraLatencyUs : topology.interLatencyUs) * 1e-6;

@@ -523,7 +523,9 @@ static int64_t parseBytes(llvm::StringRef text) {
       break;
     }
   double value = 0;
-  if (text.trim().getAsDouble(value) || !(value > 0) || value * scale > 9e18)
+  // Under one byte would read as 0, "no budget".
+  if (text.trim().getAsDouble(value) || !(value * scale >= 1) ||
+      value * scale > 9e18)
     return -1;
   return static_cast<int64_t>(value * scale);
 }
@@ -539,8 +541,11 @@ static rt::Status meshChoiceFlags(::cleave::tool::CompileOptions &o) {
                                "of the mesh)");
   if (!given)
     return rt::Status::ok();
-  if (devicesFlag < 1)
-    return rt::Status::error("--devices must be at least 1");
+  // Every divisor of N is compiled: a mesh beyond any machine's is a typo.
+  constexpr int64_t kMaxDevices = 1 << 20;
+  if (devicesFlag < 1 || devicesFlag > kMaxDevices)
+    return rt::Status::error("--devices must be between 1 and " +
+                             std::to_string(kMaxDevices));
   if (tpSize.getNumOccurrences() || !meshSpec.empty() ||
       zeroStage.getNumOccurrences())
     return rt::Status::error("give either --devices (the compiler chooses "

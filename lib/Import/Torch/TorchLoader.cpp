@@ -183,11 +183,16 @@ std::string zipDirectoryProblem(std::FILE *f) {
   uint64_t entries = le(e + 10, 2), cdSize = le(e + 12, 4),
            cdOffset = le(e + 16, 4);
   uint64_t eocdAt = fileSize - tail + static_cast<uint64_t>(eocd);
-  if (entries == 0xFFFF || cdSize == 0xFFFFFFFF || cdOffset == 0xFFFFFFFF) {
-    unsigned char loc[20], z[56];
-    if (eocdAt < 20 || !readAt(f, eocdAt - 20, loc, 20) ||
-        le(loc, 4) != 0x07064b50 || !readAt(f, le(loc + 8, 8), z, 56) ||
-        le(z, 4) != 0x06064b50)
+  // miniz reads the zip64 record whenever its locator is there, whatever
+  // the 32-bit record says: so must the check, or a second directory would
+  // pass unseen.
+  unsigned char loc[20];
+  bool zip64 = eocdAt >= 20 && readAt(f, eocdAt - 20, loc, 20) &&
+               le(loc, 4) == 0x07064b50;
+  if (zip64 || entries == 0xFFFF || cdSize == 0xFFFFFFFF ||
+      cdOffset == 0xFFFFFFFF) {
+    unsigned char z[56];
+    if (!zip64 || !readAt(f, le(loc + 8, 8), z, 56) || le(z, 4) != 0x06064b50)
       return "has a malformed zip64 directory";
     entries = le(z + 32, 8);
     cdSize = le(z + 40, 8);
@@ -228,6 +233,7 @@ std::string zipDirectoryProblem(std::FILE *f) {
           *field = le(v, 8);
           v += 8;
         }
+        break; // miniz reads the first zip64 field only
       }
       x += 4 + len;
     }

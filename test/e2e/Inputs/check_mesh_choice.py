@@ -52,7 +52,11 @@ def communication(report):
         for _, size in mesh[min(idx):]:
             span *= size
         node = choice["node_size"]
-        on_node = span <= node and node % span == 0
+        devices = choice["devices"]
+        # No run of `span` consecutive ranks (runs start at multiples of
+        # it) crosses a node boundary.
+        on_node = all(first // node == (first + span - 1) // node
+                      for first in range(0, devices, span))
         bw = (choice["intra_node_gbps"] if on_node else choice["inter_node_gbps"]) * 1e9
         alpha = (choice["intra_node_latency_us"] if on_node
                  else choice["inter_node_latency_us"]) * 1e-6
