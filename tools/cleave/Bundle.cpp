@@ -279,8 +279,9 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
   }
 
   if (!planOnly) {
-    // Each rank's file: every tensor read once, its chunks written.
-    int64_t parts = plan.mesh_size() ? plan.mesh(0) : 1;
+    // One file per tensor part (a tp rank's; dp replicas share it): every
+    // tensor read once, its chunks written.
+    int64_t parts = rt::meshOf(plan).tensorParts();
     std::unique_ptr<rt::StoreWriter> writer;
     if (rt::Status s = rt::StoreWriter::create(
             tmp, rt::kBundleWeightsDir, parts, plan.mutable_tensors(), &writer);
