@@ -54,6 +54,9 @@ constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
 /// With kSplitDimAttr, where tp does not divide a block: the chunks are
 /// whole multiples of this many indices (a head's width, i64).
 constexpr llvm::StringLiteral kSplitGranuleAttr = "cleave.split_granule";
+/// Argument/result on a dp x tp mesh with ZeRO: the dimension of the
+/// tp-local tensor split across the dp axis (i64; kSplitDimAttr is tp's).
+constexpr llvm::StringLiteral kDpSplitDimAttr = "cleave.dp_split_dim";
 /// Argument of a parameter that is one piece of a model tensor
 /// (cleave-segment-parameters): the tensor's name (a string), and the piece
 /// as [dim, offset, size] along that one dimension (array<i64>).

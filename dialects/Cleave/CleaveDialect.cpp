@@ -64,6 +64,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kSplitDimAttr, AttrValue::Int, OnArg | OnResult},
     {kSplitBlocksAttr, AttrValue::Int, OnArg | OnResult},
     {kSplitGranuleAttr, AttrValue::Int, OnArg | OnResult},
+    {kDpSplitDimAttr, AttrValue::Int, OnArg | OnResult},
     {kSegmentOfAttr, AttrValue::String, OnArg},
     {kSegmentAttr, AttrValue::IntArray, OnArg},
     {kPhaseAttr, AttrValue::String, OnOp},

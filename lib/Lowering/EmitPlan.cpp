@@ -370,6 +370,9 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     return a ? a.str() : std::string();
   };
   if (attrs)
+    if (auto split = attrs.getAs<IntegerAttr>(kDpSplitDimAttr))
+      b.set_dp_split_dim(split.getInt());
+  if (attrs)
     if (auto split = attrs.getAs<IntegerAttr>(kSplitDimAttr)) {
       b.set_split_dim(split.getInt());
       if (auto blocks = attrs.getAs<IntegerAttr>(kSplitBlocksAttr))

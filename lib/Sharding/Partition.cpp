@@ -879,11 +879,19 @@ int64_t Partitioner::batchSize() {
 /// ZeRO stage 1: optimizer state split along its first dimension the axis
 /// divides (a vocabulary of 61 rows by its width); otherwise as its
 /// parameter.
-Layout Partitioner::stateLayout(RankedTensorType type, Layout param) const {
+Layout Partitioner::stateLayout(RankedTensorType type, Layout param,
+                                StringRef name) const {
   if (!shardOptimizerState)
     return param;
+  // On a dp x tp mesh, not the dimension tp splits (then the two splits
+  // are of different dimensions, each a plain chunk).
+  int64_t tpDim = -1;
+  if (tensorLayouts)
+    if (auto it = tensorLayouts->find(name);
+        it != tensorLayouts->end() && it->second.isSplit())
+      tpDim = it->second.dim;
   for (int64_t d = 0; d < type.getRank(); ++d)
-    if (type.getDimSize(d) % tp == 0 && type.getDimSize(d) >= tp)
+    if (d != tpDim && type.getDimSize(d) % tp == 0 && type.getDimSize(d) >= tp)
       return Layout::split(d);
   return param;
 }
@@ -906,7 +914,7 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     StringRef param = index.argParameter[i];
     Layout l = param.empty() ? Layout() : layoutOfParameter(param);
     if (!param.empty() && (!index.argIsParameter[i] || shardParameters))
-      l = stateLayout(typeOf(arg), l);
+      l = stateLayout(typeOf(arg), l, param);
     bool splitInput = splitInputs && func.getArgAttr(i, kInputAttr) &&
                       typeOf(arg).getRank() > 0 &&
                       typeOf(arg).getDimSize(0) == batch;
@@ -978,13 +986,13 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     Layout want = param.empty() ? Layout() : layoutOfParameter(param);
     if (!param.empty() && (func.getResultAttr(i, kOptimizerStateAttr) ||
                            (shardParameters && !index.resultIsGradient[i])))
-      want = stateLayout(typeOf(v), want);
+      want = stateLayout(typeOf(v), want, param);
     phase = index.resultPhase[i];
     int32_t id = idOf(v);
     // ZeRO 2: a gradient reduce-scattered for its update is returned as
     // that shard, not reduced a second time.
     if (scatterGradients && index.resultIsGradient[i]) {
-      Layout shard = canonicalFor(id, stateLayout(typeOf(v), want));
+      Layout shard = canonicalFor(id, stateLayout(typeOf(v), want, param));
       if (countedConversions.count(key(id, shard)))
         want = shard;
     }
@@ -1016,7 +1024,9 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
                                  ValueRange(results).getTypes()));
   Builder b(func.getContext());
   for (auto [i, l] : llvm::enumerate(argLayouts))
-    if (l.isSplit()) {
+    if (l.isSplit() && tensorLayouts && !func.getArgAttr(i, kInputAttr)) {
+      func.setArgAttr(i, kDpSplitDimAttr, b.getI64IntegerAttr(l.dim));
+    } else if (l.isSplit()) {
       func.setArgAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
       if (l.blocks > 1)
         func.setArgAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
@@ -1024,7 +1034,9 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
         func.setArgAttr(i, kSplitGranuleAttr, b.getI64IntegerAttr(l.granule));
     }
   for (auto [i, l] : llvm::enumerate(resultLayouts))
-    if (l.isSplit()) {
+    if (l.isSplit() && tensorLayouts) {
+      func.setResultAttr(i, kDpSplitDimAttr, b.getI64IntegerAttr(l.dim));
+    } else if (l.isSplit()) {
       func.setResultAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
       if (l.blocks > 1)
         func.setResultAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));

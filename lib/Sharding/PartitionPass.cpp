@@ -8,6 +8,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Regex.h"
 
+#include <map>
+
 namespace mlir::cleave {
 #define GEN_PASS_DEF_PARTITIONPASS
 #include "cleave/Sharding/Passes.h.inc"
@@ -71,7 +73,11 @@ struct PartitionPass
 
   /// Chooses the parameters' layouts on the tp axis (mesh axis
   /// \p meshAxis) and rewrites every function for it.
-  void partitionTensorParallel(ModuleOp module, int64_t meshAxis);
+  /// \p given: the tp layouts per function, chosen already (ZeRO on a dp x
+  /// tp mesh); otherwise --plan's and the search's.
+  void partitionTensorParallel(
+      ModuleOp module, int64_t meshAxis,
+      const std::map<std::string, ParameterLayouts> *given = nullptr);
 
   /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
   LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
@@ -149,14 +155,30 @@ void PartitionPass::runOnOperation() {
     module.emitError("tp and dp must be at least 1");
     return signalPassFailure();
   }
-  if (zero < 0 || zero > 3 || (zero > 0 && (dp == 1 || tp > 1))) {
+  if (zero < 0 || zero > 3 || (zero > 0 && dp == 1)) {
     module.emitError("ZeRO stage ")
         << static_cast<int64_t>(zero) << " is not supported "
         << (zero < 0 || zero > 3 ? "(stages are 0 to 3)"
-            : dp == 1            ? "without a dp axis (--mesh dp=N)"
-                                 : "yet on a dp x tp mesh (on dp alone it is)");
+                                 : "without a dp axis (--mesh dp=N)");
     return signalPassFailure();
   }
+  // ZeRO on a dp x tp mesh: the tp layouts are chosen first (on the whole
+  // step), so that the dp pass can split state along another dimension
+  // and the tp pass then keeps them.
+  std::map<std::string, ParameterLayouts> chosen;
+  if (dp > 1 && tp > 1 && zero > 0)
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      ParameterLayouts fixed;
+      if (!planFile.empty() && failed(readPlan(func, fixed)))
+        return signalPassFailure();
+      FailureOr<ParameterLayouts> layouts =
+          chooseLayouts(func, tp, fixed, CostModel());
+      if (failed(layouts))
+        return signalPassFailure();
+      chosen[func.getName().str()] = std::move(*layouts);
+    }
   if (dp > 1) {
     // Data parallelism first, on mesh axis 0: the batch factor split,
     // weights replicated; each weight's gradient, a contraction over the
@@ -188,13 +210,17 @@ void PartitionPass::runOnOperation() {
                          : static_cast<int64_t>(cost.alpha / (0.2 * cost.beta));
     options.earlyBucketBytes = zero >= 2 ? -1 : tp == 1 ? bucket : 0;
     options.shardParameters = zero >= 3;
-    for (auto func : module.getOps<func::FuncOp>())
+    for (auto func : module.getOps<func::FuncOp>()) {
+      auto it = chosen.find(func.getName().str());
+      options.tensorLayouts = it == chosen.end() ? nullptr : &it->second;
       if (!func.isExternal() &&
           failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,
                            nullptr, options)))
         return signalPassFailure();
+    }
     if (tp > 1)
-      partitionTensorParallel(module, /*meshAxis=*/1);
+      partitionTensorParallel(module, /*meshAxis=*/1,
+                              chosen.empty() ? nullptr : &chosen);
     return;
   }
   module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
@@ -211,14 +237,20 @@ void PartitionPass::runOnOperation() {
   partitionTensorParallel(module, /*meshAxis=*/0);
 }
 
-void PartitionPass::partitionTensorParallel(ModuleOp module, int64_t meshAxis) {
+void PartitionPass::partitionTensorParallel(
+    ModuleOp module, int64_t meshAxis,
+    const std::map<std::string, ParameterLayouts> *given) {
   CostModel cost;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
     ParameterLayouts fixed;
-    if (!planFile.empty() && failed(readPlan(func, fixed)))
+    if (given) {
+      if (auto it = given->find(func.getName().str()); it != given->end())
+        fixed = it->second;
+    } else if (!planFile.empty() && failed(readPlan(func, fixed))) {
       return signalPassFailure();
+    }
     LayoutAlternatives alternatives;
     PartitionOptions options;
     FailureOr<ParameterLayouts> layouts =

@@ -199,7 +199,8 @@ public:
         shardOptimizerState(options.shardOptimizerState),
         scatterGradients(options.scatterGradients),
         shardParameters(options.shardParameters),
-        earlyBucketBytes(options.earlyBucketBytes), builder(func.getContext()),
+        earlyBucketBytes(options.earlyBucketBytes),
+        tensorLayouts(options.tensorLayouts), builder(func.getContext()),
         index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
@@ -208,7 +209,7 @@ public:
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
 private:
-  Layout stateLayout(RankedTensorType type, Layout param) const;
+  Layout stateLayout(RankedTensorType type, Layout param, StringRef name) const;
   int64_t batchSize();
   func::FuncOp func;
   int64_t tp;
@@ -220,6 +221,7 @@ private:
   bool bucketGradients = true, shardOptimizerState = false,
        scatterGradients = false, shardParameters = false;
   int64_t earlyBucketBytes = -1;
+  const ParameterLayouts *tensorLayouts = nullptr;
   /// earlyBucketBytes: the bytes of gradients waiting in the open bucket,
   /// and one of them (-1: none).
   int64_t pendingBytes = 0;
@@ -399,9 +401,14 @@ private:
                      index.isFloat[id]
                  ? slice
                  : kInfinity;
-    // ZeRO 2: a gradient goes to a shard by one reduce-scatter.
-    if (scattersGradient(id, to) && from.isPartial())
-      return allGatherCost(bytes);
+    // ZeRO 2: a gradient goes to a shard by one reduce-scatter; to its
+    // optimizer state's split by preference (a tie otherwise, as for
+    // AdamW's g * g, may take another split and gather the state for it).
+    if (scattersGradient(id, to) && from.isPartial()) {
+      Layout home = stateLayout(typeOf(index.values[id]), Layout(),
+                                index.gradientOf.lookup(id));
+      return allGatherCost(bytes) + (to == home ? 0 : 2e-15 * bytes);
+    }
     double toReplicated = from.isReplicated() ? 0
                           : from.isSplit()
                               ? allGatherCost(gatheredBytes(id, from))

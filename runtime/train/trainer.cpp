@@ -355,15 +355,26 @@ private:
   /// rank's index among them; dpRank: its index on the dp axis.
   int64_t tp = 1, rank = 0, dpRank = 0;
   bool leader = false;
-  std::unique_ptr<Communicator> single, tpView;
-  /// The whole mesh (the step's collectives), and this rank's tp group.
-  Communicator *comm = nullptr, *tpComm = nullptr;
+  std::unique_ptr<Communicator> single, tpView, dpView;
+  /// The whole mesh (the step's collectives), this rank's tp group, and
+  /// (2-D meshes) its dp group.
+  Communicator *comm = nullptr, *tpComm = nullptr, *dpComm = nullptr;
   std::unique_ptr<StepRunner> executor;
   size_t numInputs = 0;
   std::map<std::string, Split> layoutOf;
   /// Gradients the step returns split otherwise than their parameter (ZeRO
   /// 2 returns each rank's shard), by parameter name.
   std::map<std::string, Split> gradientLayout;
+  /// ZeRO on a dp x tp mesh: tensors whose tp-local chunk is split again
+  /// over dp (by state key), and gradients returned so (by name).
+  std::map<std::string, Split> dpLayoutOf, gradientDpLayout;
+  /// This rank's dp chunk of tp-local \p value of state \p key.
+  void takeDpChunk(const std::string &key, HostTensor *value) const;
+  /// \p value (dp-split along \p split) whole over the dp group.
+  Status gatherDp(const HostTensor &value, Split split, HostTensor *out);
+  /// gatherFull's tp half.
+  Status gatherTp(const HostTensor &t, const std::string &key,
+                  HostTensor *full);
   std::vector<pb::TensorEntry> table;
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
   /// Data inputs split over the ranks (data parallelism), by name.
@@ -400,9 +411,12 @@ Status TrainSession::open() {
   // Tensors are split over one axis: the tp axis of a 2-D mesh, whose
   // tp group loads, gathers and checkpoints them, or a 1-D mesh's only axis
   // (tp, or dp for ZeRO's optimizer state).
-  if (mesh.shape.size() > 1)
+  if (mesh.shape.size() > 1) {
     tpView = makeAxisView(*comm, mesh.tpAxis);
+    dpView = makeAxisView(*comm, mesh.dpAxis);
+  }
   tpComm = tpView ? tpView.get() : comm;
+  dpComm = dpView.get();
   tp = mesh.tensorParts();
   dpRank = mesh.dpAxis >= 0 ? comm->groupRank({mesh.dpAxis}) : 0;
   if (options.steps < 0 ||
@@ -428,11 +442,21 @@ Status TrainSession::open() {
 Status TrainSession::buildTable() {
   for (const auto &bindings :
        {program->input_bindings(), program->output_bindings()})
-    for (const pb::Binding &b : bindings)
+    for (const pb::Binding &b : bindings) {
       if (b.has_split_dim())
         (b.role() == pb::Binding::GRADIENT ? gradientLayout[b.name()]
                                            : layoutOf[stateKey(b)]) =
             splitOf(b);
+      if (b.has_dp_split_dim()) {
+        Split dp;
+        dp.dim = b.dp_split_dim();
+        (b.role() == pb::Binding::GRADIENT ? gradientDpLayout[b.name()]
+                                           : dpLayoutOf[stateKey(b)]) = dp;
+      }
+    }
+  if ((!dpLayoutOf.empty() || !gradientDpLayout.empty()) && !dpComm)
+    return Status::error(bundle() + " splits tensors over a dp axis of a "
+                                    "2-D mesh, and this mesh has none");
   for (const pb::TensorEntry &t : plan.tensors()) {
     if (t.slices_size() == 0 && !options.randomWeights)
       return Status::error(bundle() +
@@ -535,6 +559,7 @@ Status TrainSession::loadCheckpoint() {
         !s)
       return s;
     padChunk(e, &state[stateKeyOf(e)]);
+    takeDpChunk(stateKeyOf(e), &state[stateKeyOf(e)]);
     saved.erase(it);
   }
   if (!saved.empty())
@@ -556,6 +581,7 @@ Status TrainSession::loadBundle() {
         !s)
       return s;
     padChunk(e, &value);
+    takeDpChunk(stateKeyOf(e), &value);
   }
   return Status::ok();
 }
@@ -656,8 +682,19 @@ Status TrainSession::save(int64_t steps, std::string *writtenTo) {
   if (Status s = fetchState(); !s)
     return s;
   std::vector<StateTensor> tensors;
-  for (const pb::TensorEntry &e : table)
-    tensors.push_back({&e, &state[stateKeyOf(e)]});
+  // A checkpoint holds tp chunks: dp-split state is gathered over dp first
+  // (every dp rank takes part; the first writes).
+  std::map<std::string, HostTensor> tpLocal;
+  for (const pb::TensorEntry &e : table) {
+    std::string key = stateKeyOf(e);
+    HostTensor *value = &state[key];
+    if (auto it = dpLayoutOf.find(key); it != dpLayoutOf.end()) {
+      if (Status s = gatherDp(*value, it->second, &tpLocal[key]); !s)
+        return s;
+      value = &tpLocal[key];
+    }
+    tensors.push_back({&e, value});
+  }
   std::string written;
   // dp replicas hold the same state: the first writes it, the others wait
   // for it and learn how it went.
@@ -785,8 +822,32 @@ Status TrainSession::finish() {
 }
 
 /// The whole of a tensor whose per-rank value is \p t (collective).
+void TrainSession::takeDpChunk(const std::string &key,
+                               HostTensor *value) const {
+  auto it = dpLayoutOf.find(key);
+  if (it != dpLayoutOf.end())
+    *value = chunkOf(*value, it->second, dpRank, mesh.dp);
+}
+
+Status TrainSession::gatherDp(const HostTensor &value, Split split,
+                              HostTensor *out) {
+  return gatherAlong(*dpComm, value, split, value.shape[split.dim] * mesh.dp,
+                     out);
+}
+
 Status TrainSession::gatherFull(const HostTensor &t, const std::string &key,
                                 HostTensor *full) {
+  if (auto it = dpLayoutOf.find(key); it != dpLayoutOf.end()) {
+    HostTensor tpLocal;
+    if (Status s = gatherDp(t, it->second, &tpLocal); !s)
+      return s;
+    return gatherTp(tpLocal, key, full);
+  }
+  return gatherTp(t, key, full);
+}
+
+Status TrainSession::gatherTp(const HostTensor &t, const std::string &key,
+                              HostTensor *full) {
   auto it = layoutOf.find(key);
   if (it == layoutOf.end()) {
     *full = t;
@@ -809,11 +870,18 @@ Status TrainSession::gatherTensor(const ModelTensor &t, bool grads,
   for (size_t i = 0; i < parts.size(); ++i) {
     std::string key = stateKeyOf(*t.entries[i]);
     const HostTensor *value = &state[key];
+    HostTensor tpLocal; // a gradient gathered over dp
     if (grads) {
       auto it = lastGrads.find(t.entries[i]->name());
       if (it == lastGrads.end())
         return Status::ok(); // not trained
       value = &it->second;
+      if (auto g = gradientDpLayout.find(t.entries[i]->name());
+          g != gradientDpLayout.end()) {
+        if (Status s = gatherDp(*value, g->second, &tpLocal); !s)
+          return s;
+        value = &tpLocal;
+      }
       if (auto g = gradientLayout.find(t.entries[i]->name());
           g != gradientLayout.end()) {
         int64_t size = t.entries[i]->type().shape(g->second.dim);
@@ -823,7 +891,9 @@ Status TrainSession::gatherTensor(const ModelTensor &t, bool grads,
         continue;
       }
     }
-    if (Status s = gatherFull(*value, key, &parts[i]); !s)
+    if (Status s = grads ? gatherTp(*value, key, &parts[i])
+                         : gatherFull(*value, key, &parts[i]);
+        !s)
       return s;
   }
   *full = joinSegments(t, std::move(parts));
@@ -892,6 +962,7 @@ Status TrainSession::writeTensor(const std::string &name,
       return Status::error(bundle() + ": '" + name + "' is not in the step");
     HostTensor chunk = chunkOf(part, splitOf(*entry), rank, tp);
     padChunk(*entry, &chunk);
+    takeDpChunk(key, &chunk);
     if (Status s = executor->setInput(input->second, std::move(chunk)); !s)
       return Status::error("'" + name + "': " + s.message());
   }

@@ -65,14 +65,20 @@ def test_one_step_on_the_global_batch(name, mesh, optimizer):
     step_like_pytorch(model, module, reference, batch, loss, optimizer)
 
 
-ZERO_CASES = [(n, dp) for n in BATCHES for dp in (2, 4)] + \
-    [("zoo_gpt2", 2), ("zoo_llama_gqa", 2)]
+# (model, dp, tp): dp alone, and the 2x2 mesh. (The frozen MLP's head has
+# 5 classes: on 2x2 its weight's only dimension dp divides is tp's, so its
+# state cannot be split over dp as well; UNEVEN below.)
+ZERO_CASES = [(n, dp, 1) for n in BATCHES for dp in (2, 4)] + \
+    [("zoo_gpt2", 2, 1), ("zoo_llama_gqa", 2, 1)] + \
+    [(n, 2, 2) for n in list(BATCHES) + ["zoo_gpt2", "zoo_llama_gqa"]]
+UNEVEN = {("frozen_mlp", 2)}
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-@pytest.mark.parametrize("name,dp", ZERO_CASES)
-def test_zero_splits_the_optimizer_state(name, dp, optimizer, zero):
+@pytest.mark.parametrize("name,dp,tp", ZERO_CASES)
+def test_zero_splits_the_optimizer_state(name, dp, tp, optimizer, zero):
+    tolerance = 0.4 if (name, tp) in UNEVEN else 0.1
     """ZeRO stage 1: the same step as PyTorch's, with each rank holding
     1/dp of the optimizer state; stage 2: and 1/dp of the gradients; stage
     3: and 1/dp of the parameters."""
@@ -81,27 +87,27 @@ def test_zero_splits_the_optimizer_state(name, dp, optimizer, zero):
     ours = OPTIMIZERS[optimizer][0]
     reference = copy.deepcopy(module)
     plain = cleave.tensor_parallel(copy.deepcopy(module),
-                                   example_of(batch, loss), dp=dp, loss=loss,
-                                   optimizer=ours)
+                                   example_of(batch, loss), dp=dp, tp=tp,
+                                   loss=loss, optimizer=ours)
     model = cleave.tensor_parallel(module, example_of(batch, loss), dp=dp,
-                                   zero=zero, loss=loss, optimizer=ours)
+                                   tp=tp, zero=zero, loss=loss, optimizer=ours)
     before = plain.inspect()["memory_per_rank"]
     after = model.inspect()["memory_per_rank"]
     whole, split = before["optimizer_state"], after["optimizer_state"]
-    assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+    assert abs(split * dp - whole) <= tolerance * whole, (split, whole)
     whole, split = before["parameters"], after["parameters"]
     if zero == 3:
-        assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+        assert abs(split * dp - whole) <= tolerance * whole, (split, whole)
     else:
         assert split == whole
     whole, split = before["gradients"], after["gradients"]
     if zero >= 2:
-        assert abs(split * dp - whole) <= 0.1 * whole, (split, whole)
+        assert abs(split * dp - whole) <= tolerance * whole, (split, whole)
         # Reduce-scattered, not all-reduced (a tensor no dimension of which
         # dp divides stays whole, and is all-reduced).
         scattered = sum(c["bytes"] for c in model.inspect()["collectives"]
                         if c["kind"] == "reduce_scatter")
-        assert scattered >= 0.9 * whole, (scattered, whole)
+        assert scattered >= (1 - tolerance) * whole, (scattered, whole)
     else:
         assert split == whole
     got = step_like_pytorch(model, module, reference, batch, loss, optimizer)

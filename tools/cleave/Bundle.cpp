@@ -266,6 +266,9 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
     for (int64_t d : *dims)
       entry->mutable_type()->add_shape(d);
     if (auto dim = main.getArgAttrOfType<IntegerAttr>(
+            i, mlir::cleave::kDpSplitDimAttr))
+      entry->set_dp_split_dim(dim.getInt());
+    if (auto dim = main.getArgAttrOfType<IntegerAttr>(
             i, mlir::cleave::kSplitDimAttr)) {
       entry->set_split_dim(dim.getInt());
       if (auto blocks = main.getArgAttrOfType<IntegerAttr>(

@@ -177,12 +177,11 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
     return succeeded(mlir::cleave::compileTrainStep(*copy, t, program));
   };
   std::string error;
-  int chosen =
-      chooseMesh(o.devices, o.memoryPerDevice, o.topology, compile,
-                 *plan.mutable_mesh_choice(), *plan.add_programs(), error);
-  if (chosen < 0)
+  MeshTrial trial;
+  if (!chooseMesh(o.devices, o.memoryPerDevice, o.topology, compile,
+                  *plan.mutable_mesh_choice(), *plan.add_programs(), trial,
+                  error))
     return rt::Status::error(error);
-  MeshTrial trial = meshTrials(o.devices)[chosen];
   module = std::move(copies[{trial.dp, trial.tp, trial.zero}]);
   mesh.dp = train.dp = trial.dp;
   mesh.tp = train.tp = trial.tp;

@@ -47,7 +47,8 @@ namespace {
 struct ParamRow {
   std::string name, sharding;
   std::vector<int64_t> shape, local;
-  std::string segmentOf; // a piece of this model tensor
+  std::string segmentOf;   // a piece of this model tensor
+  int64_t dpSplitDim = -1; // ZeRO 3 on a dp x tp mesh: split over dp too
 };
 struct CollectiveRow {
   std::string kind, phase, source, reason;
@@ -77,9 +78,13 @@ BundleSummary summarize(const pb::Plan &plan) {
         {plan.mesh_axes_size() ? plan.mesh_axes(i) : "tp", mesh.shape[i]});
   const pb::Program &program = plan.programs(0);
   std::map<std::string, rt::Split> split;
-  for (const pb::Binding &b : program.input_bindings())
+  std::map<std::string, int64_t> dpSplit; // ZeRO 3 on a dp x tp mesh
+  for (const pb::Binding &b : program.input_bindings()) {
     if (b.role() == pb::Binding::PARAMETER && b.has_split_dim())
       split[b.name()] = rt::splitOf(b);
+    if (b.role() == pb::Binding::PARAMETER && b.has_dp_split_dim())
+      dpSplit[b.name()] = b.dp_split_dim();
+  }
 
   for (const pb::TensorEntry &t : plan.tensors()) {
     if (t.role() != pb::Binding::PARAMETER)
@@ -104,6 +109,11 @@ BundleSummary summarize(const pb::Plan &plan) {
       // A dimension tp does not divide is split in padded chunks.
       row.local[dim] = rt::localExtent(row.local[dim], s, out.tp);
       bytes = bytes / row.shape[dim] * row.local[dim];
+    }
+    if (auto it = dpSplit.find(t.name()); it != dpSplit.end()) {
+      row.dpSplitDim = it->second;
+      row.local[it->second] /= mesh.dp;
+      bytes /= mesh.dp;
     }
     out.paramBytes += bytes;
     out.params.push_back(row);
@@ -220,6 +230,8 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                          {"local_shape", p.local}};
     if (!p.segmentOf.empty())
       o["segment_of"] = p.segmentOf;
+    if (p.dpSplitDim >= 0)
+      o["dp_split_dim"] = p.dpSplitDim;
     ps.push_back(std::move(o));
   }
   root["parameters"] = std::move(ps);

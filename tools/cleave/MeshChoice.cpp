@@ -178,25 +178,16 @@ estimateStep(const pb::Program &program,
 
 std::vector<MeshTrial> meshTrials(int64_t devices) {
   std::vector<MeshTrial> out;
-  for (int64_t tp = 1; tp <= devices; ++tp) {
-    if (devices % tp)
-      continue;
-    int64_t dp = devices / tp;
-    out.push_back({dp, tp, 0});
-    // ZeRO over a dp x tp mesh is not built yet (issue 18).
-    if (dp > 1 && tp == 1) {
-      out.push_back({dp, tp, 1});
-      out.push_back({dp, tp, 2});
-      out.push_back({dp, tp, 3});
-    }
-  }
+  for (int64_t tp = 1; tp <= devices; ++tp)
+    if (devices % tp == 0)
+      out.push_back({devices / tp, tp, 0});
   return out;
 }
 
-int chooseMesh(int64_t devices, int64_t memoryPerDevice,
-               const Topology &topology, const CompileTrial &compile,
-               pb::MeshChoice &choice, pb::Program &chosen,
-               std::string &error) {
+bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
+                const Topology &topology, const CompileTrial &compile,
+                pb::MeshChoice &choice, pb::Program &chosen,
+                MeshTrial &chosenTrial, std::string &error) {
   choice.set_devices(devices);
   choice.set_memory_per_device(memoryPerDevice);
   choice.set_node_size(topology.nodeSize);
@@ -207,9 +198,10 @@ int chooseMesh(int64_t devices, int64_t memoryPerDevice,
   choice.set_inter_node_latency_us(topology.interLatencyUs);
   std::vector<MeshTrial> trials = meshTrials(devices);
   std::vector<pb::MeshCandidate> candidates;
-  std::vector<pb::Program> programs(trials.size());
+  std::vector<pb::Program> programs;
   for (size_t i = 0; i < trials.size(); ++i) {
-    const MeshTrial &trial = trials[i];
+    MeshTrial trial = trials[i]; // trials grows in the loop
+    programs.emplace_back();
     pb::MeshCandidate c;
     c.set_dp(trial.dp);
     c.set_tp(trial.tp);
@@ -239,6 +231,12 @@ int chooseMesh(int64_t devices, int64_t memoryPerDevice,
         budget = std::to_string(memoryPerDevice) + " B";
       }
       c.set_refused("needs " + need + " per device, over " + budget);
+      // ZeRO moves at least the bytes stage 0 does (an all-reduce is a
+      // reduce-scatter and an all-gather), so it only ever wins on memory:
+      // its stages are tried where stage 0 does not fit.
+      if (trial.zero == 0 && trial.dp > 1)
+        for (int64_t stage = 1; stage <= 3; ++stage)
+          trials.push_back({trial.dp, trial.tp, stage});
     }
     candidates.push_back(c);
   }
@@ -271,7 +269,7 @@ int chooseMesh(int64_t devices, int64_t memoryPerDevice,
              c.refused() == candidates[0].refused();
     if (same) {
       error = candidates[0].refused();
-      return -1;
+      return false;
     }
     error = "no mesh of " + std::to_string(devices) +
             " devices can train this model:";
@@ -283,10 +281,11 @@ int chooseMesh(int64_t devices, int64_t memoryPerDevice,
                c.refused() + ";";
     }
     error.pop_back();
-    return -1;
+    return false;
   }
   chosen = std::move(programs[order[0]]);
-  return static_cast<int>(order[0]);
+  chosenTrial = trials[order[0]];
+  return true;
 }
 
 } // namespace cleave::tool

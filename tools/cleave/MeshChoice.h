@@ -53,8 +53,9 @@ struct MeshTrial {
   int64_t dp = 1, tp = 1, zero = 0;
 };
 
-/// The trials for \p devices: every dp x tp = devices, with ZeRO stage 0,
-/// and stages 1 to 3 where they apply (dp > 1 on a dp-only mesh).
+/// The first trials for \p devices: every dp x tp = devices, ZeRO stage 0
+/// (chooseMesh adds stages 1 to 3 of a mesh whose stage 0 is over the
+/// memory budget).
 std::vector<MeshTrial> meshTrials(int64_t devices);
 
 /// Compiles one trial into a program; false with \p error when it cannot.
@@ -62,13 +63,14 @@ using CompileTrial = std::function<bool(
     const MeshTrial &, ::cleave::plan::Program &program, std::string &error)>;
 
 /// Tries every trial with \p compile, costs it, and fills \p choice (usable
-/// candidates first, fastest first). Returns the index into meshTrials of
-/// the chosen one and its program in \p chosen, or -1 with \p error naming
-/// why no mesh can be used.
-int chooseMesh(int64_t devices, int64_t memoryPerDevice,
-               const Topology &topology, const CompileTrial &compile,
-               ::cleave::plan::MeshChoice &choice,
-               ::cleave::plan::Program &chosen, std::string &error);
+/// candidates first, fastest first). Returns the chosen trial in
+/// \p chosenTrial and its program in \p chosen, or false with \p error
+/// naming why no mesh can be used.
+bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
+                const Topology &topology, const CompileTrial &compile,
+                ::cleave::plan::MeshChoice &choice,
+                ::cleave::plan::Program &chosen, MeshTrial &chosenTrial,
+                std::string &error);
 
 /// "1.5 GB", "320 MB", for messages.
 std::string humanBytes(int64_t bytes);

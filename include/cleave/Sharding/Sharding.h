@@ -163,6 +163,11 @@ struct PartitionOptions {
   /// the update reads them). Early reductions free the backward pass's
   /// tail to overlap them.
   int64_t earlyBucketBytes = -1;
+  /// ZeRO on a dp x tp mesh: the tp layouts, chosen before the dp pass.
+  /// The dp split of a parameter's state (and, at stage 3, the parameter)
+  /// avoids the dimension tp splits, and is recorded as kDpSplitDimAttr,
+  /// leaving kSplitDimAttr to the tp pass (data inputs keep theirs).
+  const ParameterLayouts *tensorLayouts = nullptr;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
