@@ -155,11 +155,10 @@ void PartitionPass::runOnOperation() {
     module.emitError("tp and dp must be at least 1");
     return signalPassFailure();
   }
-  if (zero < 0 || zero > 3 || (zero > 0 && dp == 1)) {
-    module.emitError("ZeRO stage ")
-        << static_cast<int64_t>(zero) << " is not supported "
-        << (zero < 0 || zero > 3 ? "(stages are 0 to 3)"
-                                 : "without a dp axis (--mesh dp=N)");
+  // ZeRO over a dp axis of 1 shards nothing: the plain step.
+  if (zero < 0 || zero > 3) {
+    module.emitError("ZeRO stage ") << static_cast<int64_t>(zero)
+                                    << " is not supported (stages are 0 to 3)";
     return signalPassFailure();
   }
   // ZeRO on a dp x tp mesh: the tp layouts are chosen first (on the whole

@@ -617,6 +617,13 @@ static int runCompile(MLIRContext &ctx) {
   }
   if (rt::Status s = meshChoiceFlags(o); !s)
     return fail(s.message());
+  // ZeRO shards over the dp axis: without one asked for, --zero is a slip
+  // (an explicit dp=1 is the plain step).
+  if (zeroStage.getNumOccurrences() && zeroStage != 0 &&
+      !llvm::StringRef(meshSpec).contains("dp="))
+    return fail("--zero " + std::to_string(zeroStage) +
+                " shards over the dp axis: give --mesh dp=N (dp=1 shards "
+                "nothing)");
   o.planFile = planPath;
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;
