@@ -53,6 +53,28 @@ Status readInput(const fs::path &dir, const InputSlot &slot, HostTensor *t) {
   return Status::ok();
 }
 
+/// The rows [first, first + count) of a global batch of \p rows that this
+/// rank builds of \p slot.
+std::pair<int64_t, int64_t> rowsOf(const DataOptions &o, const InputSlot &slot,
+                                   int64_t rows) {
+  if (!slot.splitRows || o.rowCount <= 0)
+    return {0, rows};
+  return {o.rowFirst, o.rowCount};
+}
+
+/// Rows [first, first + count) of \p t along dimension 0.
+HostTensor takeRows(const HostTensor &t, int64_t first, int64_t count) {
+  if (first == 0 && (t.shape.empty() || count == t.shape[0]))
+    return t;
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = count;
+  HostTensor out = HostTensor::zeros(t.dtype, shape);
+  size_t rowBytes = t.bytes.size() / static_cast<size_t>(t.shape[0]);
+  std::memcpy(out.bytes.data(), t.bytes.data() + first * rowBytes,
+              count * rowBytes);
+  return out;
+}
+
 /// Which sample each row of a step's batch is: batches of \p rows run
 /// through \p samples in order, or in each epoch's permutation; the last
 /// partial batch of an epoch is dropped (every step has the compiled size).
@@ -96,7 +118,7 @@ private:
 class FolderFeed : public DataFeed {
 public:
   FolderFeed(const DataOptions &o, std::vector<InputSlot> inputs)
-      : dir(o.inputsDir), inputs(std::move(inputs)) {
+      : options(o), dir(o.inputsDir), inputs(std::move(inputs)) {
     std::error_code ec;
     perStep = fs::is_directory(dir / "step-0", ec);
     description_ = "inputs from '" + absolute(o.inputsDir) + "'" +
@@ -134,11 +156,17 @@ private:
               t, slot, (d / (sanitizeFileName(slot.name) + ".npy")).string());
           !s)
         return s;
-      (*out)[slot.name] = std::move(t);
+      if (slot.shape.empty()) {
+        (*out)[slot.name] = std::move(t);
+        continue;
+      }
+      auto [first, count] = rowsOf(options, slot, slot.shape[0]);
+      (*out)[slot.name] = takeRows(t, first, count);
     }
     return Status::ok();
   }
 
+  DataOptions options;
   fs::path dir;
   std::vector<InputSlot> inputs;
   bool perStep;
@@ -200,10 +228,13 @@ public:
   Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const HostTensor &a = arrays[i];
-      HostTensor t = HostTensor::zeros(inputs[i].dtype, inputs[i].shape);
+      auto [first, count] = rowsOf(options, inputs[i], batchRows);
+      std::vector<int64_t> shape = inputs[i].shape;
+      shape[0] = count;
+      HostTensor t = HostTensor::zeros(inputs[i].dtype, shape);
       size_t rowBytes = a.bytes.size() / a.shape[0];
-      for (int64_t r = 0; r < batchRows; ++r) {
-        int64_t src = order.sample(step, r);
+      for (int64_t r = 0; r < count; ++r) {
+        int64_t src = order.sample(step, first + r);
         std::memcpy(t.bytes.data() + r * rowBytes,
                     a.bytes.data() + src * rowBytes, rowBytes);
       }
@@ -264,9 +295,12 @@ public:
 
   Status batch(int64_t step, std::map<std::string, HostTensor> *out) override {
     for (size_t i = 0; i < inputs.size(); ++i) {
-      HostTensor t = HostTensor::zeros(inputs[i].dtype, inputs[i].shape);
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t w = order.sample(step, r);
+      auto [first, count] = rowsOf(options, inputs[i], rows);
+      std::vector<int64_t> shape = inputs[i].shape;
+      shape[0] = count;
+      HostTensor t = HostTensor::zeros(inputs[i].dtype, shape);
+      for (int64_t r = 0; r < count; ++r) {
+        int64_t w = order.sample(step, first + r);
         const auto *src =
             reinterpret_cast<const uint8_t *>(text.data()) + w * seq + i;
         for (int64_t k = 0; k < seq; ++k) {

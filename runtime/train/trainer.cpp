@@ -379,6 +379,9 @@ private:
   std::map<std::string, const pb::TensorEntry *> bundleEntry;
   /// Data inputs split over the ranks (data parallelism), by name.
   std::map<std::string, Split> inputSplit;
+  /// The rows of each global batch this rank's feed builds (rowCount 0:
+  /// every row; data parallelism splits them).
+  int64_t rowFirst = 0, rowCount = 0;
   std::map<std::string, HostTensor> state;
   std::string resumedData;
   std::unique_ptr<DataFeed> feed;
@@ -481,7 +484,14 @@ Status TrainSession::buildTable() {
         shape[b.split_dim()] *= mesh.dp;
         inputSplit[b.name()] = splitOf(b);
       }
-      dataInputs.push_back({b.name(), executor->inputDType(i), shape});
+      // The feed builds only this rank's rows of a batch split along
+      // dimension 0 (the dp split).
+      dataInputs.push_back({b.name(), executor->inputDType(i), shape,
+                            b.has_split_dim() && b.split_dim() == 0});
+      if (dataInputs.back().splitRows) {
+        rowCount = shape[0] / mesh.dp;
+        rowFirst = dpRank * rowCount;
+      }
     }
     if (key.empty() || bundleEntry.count(key))
       continue;
@@ -623,7 +633,10 @@ Status TrainSession::checkInputs() {
 }
 
 Status TrainSession::openData() {
-  if (Status s = DataFeed::create(options.data, dataInputs, &feed); !s)
+  DataOptions data = options.data;
+  data.rowFirst = rowFirst;
+  data.rowCount = rowCount;
+  if (Status s = DataFeed::create(data, dataInputs, &feed); !s)
     return s;
   // A resumed run continues the same sequence of batches only if it is fed
   // the same way.
@@ -763,7 +776,9 @@ TrainSession::setStepInputs(int64_t step,
                              ": the batch has no '" + b.name() + "'");
       const HostTensor &value = found->second;
       auto split = inputSplit.find(b.name());
-      if (split != inputSplit.end())
+      bool fedRows = !given && rowCount > 0 && split != inputSplit.end() &&
+                     split->second.dim == 0;
+      if (split != inputSplit.end() && !fedRows)
         s = executor->setInput(i,
                                chunkOf(value, split->second, dpRank, mesh.dp));
       else if (given)

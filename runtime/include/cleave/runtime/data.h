@@ -23,7 +23,10 @@ namespace cleave::rt {
 struct InputSlot {
   std::string name;
   DType dtype = DType::F32;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape; ///< the global batch's
+  /// Data parallelism: split along dimension 0 over the dp ranks; a feed
+  /// builds only this rank's rows (DataOptions::rowFirst, rowCount).
+  bool splitRows = false;
 };
 
 struct DataOptions {
@@ -41,6 +44,9 @@ struct DataOptions {
   /// A new order of the samples every epoch (arrays, text).
   bool shuffle = false;
   uint64_t seed = 0;
+  /// Data parallelism: the rows of every global batch this rank builds,
+  /// for the inputs marked splitRows (rowCount 0: all of them).
+  int64_t rowFirst = 0, rowCount = 0;
 };
 
 class DataFeed {
