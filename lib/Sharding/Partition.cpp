@@ -1022,6 +1022,15 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   body.erase();
   func.setType(FunctionType::get(func.getContext(), newBody->getArgumentTypes(),
                                  ValueRange(results).getTypes()));
+  recordSplits(argLayouts, resultLayouts);
+  return result;
+}
+
+/// Marks the function's split arguments and results: kSplitDimAttr (and
+/// blocks, granule), or kDpSplitDimAttr for the dp pass of ZeRO on a dp x
+/// tp mesh (data inputs keep kSplitDimAttr: the feed cuts them).
+void Partitioner::recordSplits(ArrayRef<Layout> argLayouts,
+                               ArrayRef<Layout> resultLayouts) {
   Builder b(func.getContext());
   for (auto [i, l] : llvm::enumerate(argLayouts))
     if (l.isSplit() && tensorLayouts && !func.getArgAttr(i, kInputAttr)) {
@@ -1044,7 +1053,6 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
         func.setResultAttr(i, kSplitGranuleAttr,
                            b.getI64IntegerAttr(l.granule));
     }
-  return result;
 }
 
 void Partitioner::classifyPhases() {

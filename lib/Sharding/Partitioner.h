@@ -230,6 +230,8 @@ private:
   /// Adds the gradients \p e finishes to the open bucket and reduces it
   /// once full (PartitionOptions::earlyBucketBytes).
   void reduceFinishedGradients(const OpEntry &e);
+  void recordSplits(ArrayRef<Layout> argLayouts,
+                    ArrayRef<Layout> resultLayouts);
   OpBuilder builder;
   const Index &index;
   PartitionResult result;
