@@ -25,13 +25,7 @@ namespace rt = ::cleave::rt;
 namespace {
 
 int64_t bytesOf(const pb::TensorType &t) {
-  int64_t n = t.dtype() == pb::BOOL  ? 1
-              : t.dtype() == pb::I32 ? 4
-              : t.dtype() == pb::I64 ? 8
-                                     : 4;
-  for (int64_t d : t.shape())
-    n *= d;
-  return n;
+  return cleave::tool::planTensorBytes(t);
 }
 
 std::string shapeString(const std::vector<int64_t> &shape) {

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "MeshChoice.h"
+#include "cleave/runtime/executor.h"
+#include "cleave/runtime/store.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,28 +17,10 @@
 #include <map>
 
 namespace pb = ::cleave::plan;
+namespace rt = ::cleave::rt;
 
 namespace cleave::tool {
 namespace {
-
-int64_t elementBytes(pb::DType t) {
-  switch (t) {
-  case pb::I64:
-  case pb::F64:
-    return 8;
-  case pb::BOOL:
-  case pb::I8:
-  case pb::U8:
-    return 1;
-  case pb::F16:
-  case pb::BF16:
-  case pb::I16:
-  case pb::U16:
-    return 2;
-  default:
-    return 4;
-  }
-}
 
 int64_t numel(const pb::TensorType &t) {
   int64_t n = 1;
@@ -45,9 +29,7 @@ int64_t numel(const pb::TensorType &t) {
   return n;
 }
 
-int64_t bytesOf(const pb::TensorType &t) {
-  return elementBytes(t.dtype()) * numel(t);
-}
+int64_t bytesOf(const pb::TensorType &t) { return planTensorBytes(t); }
 
 const pb::TensorType &typeOf(const pb::Program &p, int32_t id) {
   return p.values(id).type();
@@ -87,6 +69,11 @@ double flopsOf(const pb::Program &p, const pb::Instruction &inst) {
 }
 
 } // namespace
+
+int64_t planTensorBytes(const pb::TensorType &t) {
+  return static_cast<int64_t>(rt::dtypeSize(rt::fromPlan(t.dtype()))) *
+         numel(t);
+}
 
 std::string humanBytes(int64_t bytes) {
   const char *units[] = {"B", "KB", "MB", "GB", "TB"};

@@ -72,6 +72,9 @@ bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
                 ::cleave::plan::Program &chosen, MeshTrial &chosenTrial,
                 std::string &error);
 
+/// Bytes of a plan tensor of type \p t (its dtype's size, runtime/core).
+int64_t planTensorBytes(const ::cleave::plan::TensorType &t);
+
 /// "1.5 GB", "320 MB", for messages.
 std::string humanBytes(int64_t bytes);
 
