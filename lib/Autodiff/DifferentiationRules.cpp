@@ -106,7 +106,10 @@ struct Rule
   LogicalResult buildVJP(Operation *op, OpBuilder &builder,
                          ArrayRef<Value> resultGrads, ArrayRef<bool> needed,
                          MutableArrayRef<Value> operandGrads) const {
-    Emitter e{builder, op->getLoc()};
+    // The forward op's location, tagged: profiles tell an op's backward
+    // from its forward, and messages still name the model's node.
+    Emitter e{builder, FusedLoc::get(builder.getContext(), {op->getLoc()},
+                                     builder.getStringAttr("backward"))};
     return vjp(cast<OpTy>(op), e, resultGrads, needed, operandGrads);
   }
 };

@@ -46,6 +46,26 @@ struct Updater {
   Value mul(Value x, double c) {
     return mul(x, scalar(cast<RankedTensorType>(x.getType()).getRank(), c));
   }
+  struct AdamW {
+    double lr, weightDecay, beta1, beta2, eps;
+  };
+  /// AdamW's new moments of parameter \p p (gradient \p g, moments \p m
+  /// and \p v), and in \p updated its new value, as torch.optim.AdamW
+  /// computes them.
+  std::pair<Value, Value> adamw(Value p, Value g, Value m, Value v,
+                                Value stepSize, Value correction2Sqrt,
+                                const AdamW &h, Value *updated) {
+    int64_t rank = cast<RankedTensorType>(p.getType()).getRank();
+    Value decayed = h.weightDecay != 0 ? mul(p, 1.0 - h.lr * h.weightDecay) : p;
+    Value m2 = add(mul(m, h.beta1), mul(g, 1.0 - h.beta1));
+    Value v2 = add(mul(v, h.beta2), mul(mul(g, g), 1.0 - h.beta2));
+    Value denom =
+        add(div(SqrtOp::create(b, loc, v2), spread(correction2Sqrt, rank)),
+            scalar(rank, h.eps));
+    *updated = sub(decayed, mul(spread(stepSize, rank), div(m2, denom)));
+    return {m2, v2};
+  }
+
   /// A rank-0 value reshaped to broadcast against rank \p rank.
   Value spread(Value v, int64_t rank) {
     SmallVector<int64_t> ones(rank, 1);
@@ -99,7 +119,14 @@ void OptimizerPass::runOnOperation() {
                   attrs.getNamedAttr(kStepAttr, attrs.getUnitAttr()));
 
   OpBuilder b(ret);
-  Location loc = func.getLoc();
+  // Tagged so that profiles and traces file the update under the optimizer
+  // (and each parameter's under its name), not under the model's file.
+  auto optimizerLoc = [&](StringRef what) -> Location {
+    return FusedLoc::get(b.getContext(),
+                         {NameLoc::get(b.getStringAttr(what), func.getLoc())},
+                         b.getStringAttr("optimizer"));
+  };
+  Location loc = optimizerLoc("step");
   Updater u{b, loc};
   Value stepF =
       CastOp::create(b, loc, RankedTensorType::get({}, b.getF32Type()), step);
@@ -143,8 +170,8 @@ void OptimizerPass::runOnOperation() {
       return signalPassFailure();
     }
     auto type = cast<RankedTensorType>(p.getType());
-    int64_t rank = type.getRank();
     Value updated;
+    u.loc = optimizerLoc(name.getValue());
     if (optimizer == "sgd") {
       Value d = weightDecay != 0 ? u.add(g, u.mul(p, weightDecay)) : g;
       if (momentum != 0) {
@@ -159,15 +186,8 @@ void OptimizerPass::runOnOperation() {
       NamedAttribute mRole = stateSlot(p, "exp_avg");
       NamedAttribute vRole = stateSlot(p, "exp_avg_sq");
       Value m = addArg(type, mRole), v = addArg(type, vRole);
-      Value decayed =
-          weightDecay != 0 ? u.mul(p, 1.0 - lr * weightDecay) : Value(p);
-      Value m2 = u.add(u.mul(m, beta1), u.mul(g, 1.0 - beta1));
-      Value v2 = u.add(u.mul(v, beta2), u.mul(u.mul(g, g), 1.0 - beta2));
-      Value denom = u.add(
-          u.div(SqrtOp::create(b, loc, v2), u.spread(correction2Sqrt, rank)),
-          u.scalar(rank, eps));
-      updated =
-          u.sub(decayed, u.mul(u.spread(stepSize, rank), u.div(m2, denom)));
+      auto [m2, v2] = u.adamw(p, g, m, v, stepSize, correction2Sqrt,
+                              {lr, weightDecay, beta1, beta2, eps}, &updated);
       newStates.append({m2, v2});
       stateAttrs.append(
           {attrs.getDictionaryAttr(mRole), attrs.getDictionaryAttr(vRole)});

@@ -978,7 +978,8 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   // Results in the layouts the trainer keeps: the loss replicated; new
   // parameters, gradients and optimizer state as their parameter.
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  loc = ret.getLoc();
+  // Named for profiles: these collectives serve the step's results.
+  loc = NameLoc::get(builder.getStringAttr("(step results)"), ret.getLoc());
   SmallVector<Value> results;
   SmallVector<Layout> resultLayouts;
   for (auto [i, v] : llvm::enumerate(ret.getOperands())) {

@@ -10,6 +10,7 @@
 #include "cpu/runner.h"
 
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/profile.h"
 #include "core/plan_reader.h"
 #include "core/program.h"
 #include "plan/plan.pb.h"
@@ -66,6 +67,12 @@ struct Executor::Impl {
   std::vector<BoundInstruction> instructions;
   // Per-run base pointer of every value.
   std::vector<const uint8_t *> valuePtrs;
+  StepProfiler *profiler = nullptr;
+  /// Per instruction, its profiler site; then the output copy's.
+  std::vector<int32_t> sites;
+  int32_t outputSite = -1;
+
+  Status runInstructions();
 };
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -176,25 +183,10 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
     impl.valuePtrs[i] = base ? base + v.offset : nullptr;
   }
 
-  for (size_t i = 0; i < impl.instructions.size(); ++i) {
-    BoundInstruction &bound = impl.instructions[i];
-    const ProgramInstruction &inst = *bound.inst;
-    for (size_t k = 0; k < inst.operands.size(); ++k)
-      bound.operandPtrs[k] =
-          inst.operands[k] < 0 ? nullptr : impl.valuePtrs[inst.operands[k]];
-    // Results are arena values (checked at load), so writable.
-    for (size_t k = 0; k < inst.results.size(); ++k)
-      bound.resultPtrs[k] =
-          inst.results[k] < 0
-              ? nullptr
-              : impl.arena.get() + program.values[inst.results[k]].offset;
-    KernelArgs args{bound.operandPtrs.data(), bound.resultPtrs.data()};
-    if (Status s = impl.kernels[i](args); !s)
-      return Status::error(
-          describeInstruction(i, inst.info.kernel, inst.location) + ": " +
-          s.message());
-  }
+  if (Status s = impl.runInstructions(); !s)
+    return s;
 
+  int64_t copyStart = impl.profiler ? StepProfiler::nowNs() : 0;
   outputs->clear();
   outputs->reserve(program.outputs.size());
   for (int32_t id : program.outputs) {
@@ -207,7 +199,52 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
       std::memcpy(t.bytes.data(), impl.valuePtrs[id], v.numBytes);
     outputs->push_back(std::move(t));
   }
+  if (impl.profiler)
+    impl.profiler->record(impl.outputSite, copyStart, StepProfiler::nowNs());
   return Status::ok();
+}
+
+Status Executor::Impl::runInstructions() {
+  for (size_t i = 0; i < instructions.size(); ++i) {
+    BoundInstruction &bound = instructions[i];
+    const ProgramInstruction &inst = *bound.inst;
+    for (size_t k = 0; k < inst.operands.size(); ++k)
+      bound.operandPtrs[k] =
+          inst.operands[k] < 0 ? nullptr : valuePtrs[inst.operands[k]];
+    // Results are arena values (checked at load), so writable.
+    for (size_t k = 0; k < inst.results.size(); ++k)
+      bound.resultPtrs[k] =
+          inst.results[k] < 0
+              ? nullptr
+              : arena.get() + program.values[inst.results[k]].offset;
+    KernelArgs args{bound.operandPtrs.data(), bound.resultPtrs.data()};
+    int64_t start = profiler ? StepProfiler::nowNs() : 0;
+    if (Status s = kernels[i](args); !s)
+      return Status::error(
+          describeInstruction(i, inst.info.kernel, inst.location) + ": " +
+          s.message());
+    if (profiler)
+      profiler->record(sites[i], start, StepProfiler::nowNs());
+  }
+  return Status::ok();
+}
+
+void Executor::setProfiler(StepProfiler *profiler) {
+  Impl &impl = *impl_;
+  impl.profiler = profiler;
+  impl.sites.clear();
+  if (!profiler)
+    return;
+  for (const ProgramInstruction &inst : impl.program.instructions) {
+    bool collective = !collectiveAxes(inst.info).empty();
+    int fusedOps = inst.fused ? static_cast<int>(inst.fused->ops.size()) : 0;
+    impl.sites.push_back(profiler->addSite(
+        inst.fused ? "fused_elementwise" : inst.info.kernel, inst.location,
+        collective ? SiteKind::Collective : SiteKind::Kernel,
+        estimateKernelCost(inst.info, fusedOps)));
+  }
+  impl.outputSite =
+      profiler->addSite("(copy outputs)", "", SiteKind::Host, KernelCost{});
 }
 
 const std::vector<std::string> &Executor::inputNames() const {

@@ -52,6 +52,10 @@ public:
     *value = outputs_[o];
     return Status::ok();
   }
+  Status setProfiler(StepProfiler *profiler) override {
+    executor_->setProfiler(profiler);
+    return Status::ok();
+  }
   size_t numInputs() const override { return inputs_.size(); }
   DType inputDType(size_t i) const override { return executor_->inputDType(i); }
   const std::vector<int64_t> &inputShape(size_t i) const override {

@@ -24,6 +24,11 @@ struct LoadedProgram;
 Status bindCpuKernels(const cleave_program &program, Communicator *comm,
                       LoadedProgram *loaded, std::vector<KernelFn> *kernels);
 
+struct MachineRates;
+/// This machine's sgemm and copy rates with the calling thread's OpenMP
+/// and BLAS threads (profile.h's yardsticks).
+MachineRates measureMachineRates();
+
 /// Runs \p executor's program on the host; state moves between runs instead
 /// of being copied.
 std::unique_ptr<StepRunner> makeCpuRunner(std::unique_ptr<Executor> executor);

@@ -55,6 +55,8 @@ int runBundle(const RunBundleArgs &args) {
   options.checkpointDir = args.checkpointDir;
   options.saveEvery = args.saveEvery;
   options.randomWeights = args.randomWeights;
+  options.profile = args.profile;
+  options.traceFile = args.traceFile;
   if (args.keepCheckpoints < 0)
     return fail("--keep-checkpoints must not be negative");
   options.keepCheckpoints = args.keepCheckpoints;
@@ -77,6 +79,17 @@ int runBundle(const RunBundleArgs &args) {
   if (!args.dumpDir.empty() && std::filesystem::exists(args.dumpDir, dumpEc) &&
       !std::filesystem::is_directory(args.dumpDir, dumpEc))
     return fail("--dump '" + args.dumpDir + "' exists and is not a directory");
+  if (!args.traceFile.empty()) {
+    std::filesystem::path trace(args.traceFile);
+    std::filesystem::path parent =
+        trace.has_parent_path() ? trace.parent_path() : ".";
+    std::error_code ec;
+    if (std::filesystem::is_directory(trace, ec))
+      return fail("--trace '" + args.traceFile + "' is a directory");
+    if (!std::filesystem::is_directory(parent, ec))
+      return fail("--trace '" + args.traceFile + "': no directory '" +
+                  parent.string() + "'");
+  }
   if (args.saveEvery < 0)
     return fail("--save-every must not be negative");
   if (args.saveEvery > 0 && args.checkpointDir.empty())

@@ -4,9 +4,11 @@
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/profile.h"
 #include "cleave/runtime/runner.h"
 #include "cleave/runtime/store.h"
 
+#include "cpu/runner.h"
 #include "plan/plan.pb.h"
 
 #include <chrono>
@@ -360,6 +362,10 @@ private:
   /// (2-D meshes) its dp group.
   Communicator *comm = nullptr, *tpComm = nullptr, *dpComm = nullptr;
   std::unique_ptr<StepRunner> executor;
+  /// --profile / --trace; null otherwise.
+  std::unique_ptr<StepProfiler> profiler;
+  int32_t feedSite = -1;
+  Status finishProfile();
   size_t numInputs = 0;
   std::map<std::string, Split> layoutOf;
   /// Gradients the step returns split otherwise than their parameter (ZeRO
@@ -431,6 +437,14 @@ Status TrainSession::open() {
   leader = comm->rank() == 0;
   if (Status s = createRunner(*program, comm, options.backend, &executor); !s)
     return Status::error(bundle() + ": " + s.message());
+  if (options.profile || !options.traceFile.empty()) {
+    profiler = std::make_unique<StepProfiler>(comm->rank(),
+                                              !options.traceFile.empty());
+    if (Status s = executor->setProfiler(profiler.get()); !s)
+      return Status::error((options.profile ? "--profile" : "--trace") +
+                           std::string(": ") + s.message());
+    feedSite = profiler->addSite("(feed the batch)", "", SiteKind::Host, {});
+  }
   if (leader && options.log && options.backend.backend == Backend::Auto) {
     std::string why = cudaUnavailableReason();
     *options.log << "backend: " << backendName(executor->backend())
@@ -801,10 +815,19 @@ Status TrainSession::runStep(float *lossOut,
                              const std::map<std::string, HostTensor> *batch) {
   int64_t step = next;
   auto start = std::chrono::steady_clock::now();
+  // The first step of a run pays for first touches of the arena and the
+  // thread pools' start: traced, never counted.
+  if (profiler)
+    profiler->beginStep(step, step > first);
+  int64_t feedStart = profiler ? StepProfiler::nowNs() : 0;
   if (Status s = setStepInputs(step, batch); !s)
     return s;
+  if (profiler)
+    profiler->record(feedSite, feedStart, StepProfiler::nowNs());
   if (Status s = executor->run(); !s)
     return Status::error("step " + std::to_string(step) + ": " + s.message());
+  if (profiler)
+    profiler->endStep();
   float loss = 0;
   if (lossOutput >= 0) {
     HostTensor value;
@@ -833,7 +856,38 @@ Status TrainSession::finish() {
   if (options.steps == 0)
     if (Status s = save(first); !s)
       return s;
+  if (Status s = finishProfile(); !s)
+    return s;
   return options.dumpDir.empty() ? Status::ok() : dump();
+}
+
+Status TrainSession::finishProfile() {
+  if (!profiler)
+    return Status::ok();
+  if (options.profile) {
+    MachineRates rates = measureMachineRates();
+    std::ostringstream text;
+    if (Status s = profiler->report(*comm, rates, text); !s)
+      return Status::error("--profile: " + s.message());
+    if (leader && options.log)
+      *options.log << text.str() << std::flush;
+  }
+  if (options.traceFile.empty())
+    return Status::ok();
+  std::string json;
+  std::string title =
+      program->name() + " of " + options.bundleDir + " (" + mesh.str() + ")";
+  if (Status s = profiler->gatherTrace(*comm, title, &json); !s)
+    return Status::error("--trace: " + s.message());
+  if (!leader)
+    return Status::ok();
+  if (Status s = writeFileAtomic(options.traceFile, json); !s)
+    return Status::error("--trace: " + s.message());
+  if (options.log)
+    *options.log << "trace: " << options.traceFile << " ("
+                 << (json.size() + 1023) / 1024
+                 << " KiB; open in ui.perfetto.dev or chrome://tracing)\n";
+  return Status::ok();
 }
 
 /// The whole of a tensor whose per-rank value is \p t (collective).

@@ -27,6 +27,7 @@ constexpr const char *kUsage =
     "         [--checkpoint DIR] [--save-every N] [--keep-checkpoints N]\n"
     "         [--resume DIR] [--backend cpu|cuda|auto] [--precision f32|bf16]\n"
     "         [--ranks N] [--threads] [--timeout SECONDS] [--random-weights]\n"
+    "         [--profile] [--trace FILE]\n"
     "Runs a bundle compiled by `cleave compile`, like `cleave run BUNDLE`.\n";
 
 int usageError(const std::string &message) {
@@ -75,6 +76,7 @@ int main(int argc, char **argv) {
       {"backend", [&](auto v) { return args.backend = v, true; }},
       {"precision", [&](auto v) { return args.precision = v, true; }},
       {"ranks", [&](auto v) { return parseInt(v, &args.ranks); }},
+      {"trace", [&](auto v) { return args.traceFile = v, !v.empty(); }},
       {"timeout",
        [&](auto v) {
          char *end = nullptr;
@@ -87,6 +89,7 @@ int main(int argc, char **argv) {
       {"shuffle", &args.data.shuffle},
       {"random-weights", &args.randomWeights},
       {"threads", &args.threads},
+      {"profile", &args.profile},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

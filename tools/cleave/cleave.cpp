@@ -243,6 +243,17 @@ static cl::opt<bool>
     threadRanks("threads",
                 cl::desc("Run the ranks as threads of this process (no MPI)"),
                 cl::sub(runCmd));
+static cl::opt<bool> profileSteps(
+    "profile",
+    cl::desc("Time every kernel; after the run, print where the steps after "
+             "the first spent their time (by kernel kind, source block and "
+             "op, with FLOP/s and bytes/s against this machine's)"),
+    cl::sub(runCmd));
+static cl::opt<std::string>
+    traceFile("trace",
+              cl::desc("Write every rank's kernels and collectives as a "
+                       "Chrome trace (open in ui.perfetto.dev)"),
+              cl::value_desc("FILE"), cl::sub(runCmd));
 static cl::opt<double> timeout("timeout",
                                cl::desc("Seconds a rank waits for its peers "
                                         "before giving up"),
@@ -386,6 +397,8 @@ static int runForward(MLIRContext &ctx) {
     args.timeoutSeconds = timeout;
     args.randomWeights = randomWeights;
     args.threads = threadRanks;
+    args.profile = profileSteps;
+    args.traceFile = traceFile;
     args.argv = originalArgs;
     return rt::runBundle(args);
   }

@@ -20,6 +20,7 @@ class Program;
 namespace cleave::rt {
 
 class Communicator;
+class StepProfiler;
 
 /// Element types; mirrors plan::DType. The compute dtypes are F32, I64,
 /// I32 and Bool; the others are storage dtypes of a model's inputs and
@@ -91,6 +92,10 @@ public:
   /// \p outputs in the program's output order.
   Status run(const std::vector<HostTensor> &inputs,
              std::vector<HostTensor> *outputs);
+
+  /// Times every instruction of each later run into \p profiler (null:
+  /// stop); it must outlive the runs.
+  void setProfiler(StepProfiler *profiler);
 
   const std::vector<std::string> &inputNames() const;
   const std::vector<std::string> &outputNames() const;

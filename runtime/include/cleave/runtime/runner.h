@@ -20,6 +20,7 @@
 namespace cleave::rt {
 
 class Communicator;
+class StepProfiler;
 
 enum class Backend { Cpu, Cuda, Auto };
 enum class Precision { F32, BF16 };
@@ -55,6 +56,14 @@ public:
   virtual Status getInput(size_t i, HostTensor *value) = 0;
   /// Copies output \p o of the last run.
   virtual Status getOutput(size_t o, HostTensor *value) = 0;
+
+  /// Times each instruction of later runs into \p profiler (profile.h);
+  /// an error where the backend cannot.
+  virtual Status setProfiler(StepProfiler *profiler) {
+    (void)profiler;
+    return Status::error("the " + std::string(backendName(backend())) +
+                         " backend has no per-kernel profile");
+  }
 
   virtual size_t numInputs() const = 0;
   virtual DType inputDType(size_t i) const = 0;

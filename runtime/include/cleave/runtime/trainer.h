@@ -92,6 +92,11 @@ struct TrainerOptions {
   /// Start from random parameters (seeded, N(0, 0.02)-like) instead of the
   /// bundle's weights: benchmarks of bundles compiled with --plan-only.
   bool randomWeights = false;
+  /// Time every kernel (profile.h): finish() prints where the steps after
+  /// the first spent their time to options.log (rank 0)...
+  bool profile = false;
+  /// ...and, if set, writes every rank's kernels as a Chrome trace here.
+  std::string traceFile;
 };
 
 class TrainSession;
@@ -160,6 +165,8 @@ struct RunBundleArgs {
   std::string progress = "auto", backend = "cpu", precision = "f32";
   double timeoutSeconds = 60;
   bool randomWeights = false;
+  bool profile = false;
+  std::string traceFile;
   /// The ranks are threads of this process (no MPI).
   bool threads = false;
   /// The whole command line with argv[0] resolved: each rank runs it again
