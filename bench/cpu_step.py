@@ -2,7 +2,8 @@
 """Cleave's CPU training step against PyTorch eager's, side by side.
 
 Usage: /usr/bin/python3 bench/cpu_step.py [--model gpt|resnet18|all]
-           [--steps 12] [--warmup 3] [--threads N] [--json OUT]
+           [--steps 12] [--warmup 3] [--rounds 3] [--threads N]
+           [--json OUT]
            [--cleave build/bin/cleave] [--profile]
 
 Models (issue 19):
@@ -21,7 +22,10 @@ the same OMP_NUM_THREADS (default: every core) and the same module (seed 0):
           compiled beforehand by cleave.compile from the same module, the
           batch in DIR (the same batch every step, as in the torch loop).
 Step time: the median of the steps after --warmup (torch: perf_counter
-around one step; cleave: the metrics file's per-step seconds). Memory: the
+around one step; cleave: the metrics file's per-step seconds), per process;
+--rounds rounds alternate the two (torch, cleave, torch, cleave, ...) so
+that a noisy neighbour slows both, and the reported time is the median of
+the rounds' medians. Memory: the
 process's peak RSS (wait4's ru_maxrss); activation memory is measured as
 the peak RSS at twice the batch minus the peak at the batch, which cancels
 the libraries, the weights, the gradients and the optimizer state (none of
@@ -180,8 +184,9 @@ def run_measured(cmd, parse_json=False, env=None):
 def run_cleave(args, model, batch, work):
     bundle = os.path.join(work, "%s-b%d" % (model, batch))
     data = bundle + ".data"
-    run_worker(args, "compile", model, batch, ["--bundle", bundle,
-                                               "--data", data])
+    if not os.path.exists(bundle):
+        run_worker(args, "compile", model, batch, ["--bundle", bundle,
+                                                   "--data", data])
     metrics = bundle + ".metrics"
     cmd = [args.cleave, "run", bundle, "--inputs", data, "--steps",
            str(args.steps), "--metrics", metrics, "--progress", "lines"]
@@ -208,6 +213,7 @@ def main():
                     choices=["all"] + sorted(MODELS))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json")
     ap.add_argument("--cleave", default=os.path.join(ROOT, "build", "bin",
@@ -236,19 +242,25 @@ def main():
         for model in models:
             batch = MODELS[model][1]
             row = {}
+            runs = {"torch": {}, "cleave": {}}
+            for b in (batch, 2 * batch):
+                for r in range(args.rounds if b == batch else 1):
+                    for name in ("torch", "cleave"):
+                        runs[name].setdefault(b, []).append(
+                            run_worker(args, "torch", model, b)
+                            if name == "torch" else
+                            run_cleave(args, model, b, work))
             for name in ("torch", "cleave"):
-                runs = {}
-                for b in (batch, 2 * batch):
-                    runs[b] = (run_worker(args, "torch", model, b)
-                               if name == "torch" else
-                               run_cleave(args, model, b, work))
+                one, two = runs[name][batch], runs[name][2 * batch]
                 row[name] = {
-                    "ms_per_step": median_ms(runs[batch], args.warmup),
-                    "peak_rss_mb": runs[batch]["peak_rss_mb"],
-                    "activation_mb": runs[2 * batch]["peak_rss_mb"] -
-                    runs[batch]["peak_rss_mb"],
-                    "loss_last": runs[batch]["loss"],
-                    "seconds": runs[batch]["seconds"],
+                    "ms_per_step": statistics.median(
+                        median_ms(r, args.warmup) for r in one),
+                    "ms_per_round": [median_ms(r, args.warmup) for r in one],
+                    "peak_rss_mb": one[0]["peak_rss_mb"],
+                    "activation_mb": two[0]["peak_rss_mb"] -
+                    one[0]["peak_rss_mb"],
+                    "loss_last": one[0]["loss"],
+                    "seconds": [r["seconds"] for r in one],
                 }
             row["time_ratio"] = (row["cleave"]["ms_per_step"] /
                                  row["torch"]["ms_per_step"])

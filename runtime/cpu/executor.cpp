@@ -187,17 +187,20 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
     return s;
 
   int64_t copyStart = impl.profiler ? StepProfiler::nowNs() : 0;
-  outputs->clear();
-  outputs->reserve(program.outputs.size());
-  for (int32_t id : program.outputs) {
-    const ProgramValue &v = program.values[id];
-    HostTensor t;
+  // Tensors \p outputs already holds are written over where their size
+  // fits: a training loop hands the last step's back, and fresh buffers
+  // each step cost page faults and zeroing (and fragment the heap).
+  outputs->resize(program.outputs.size());
+  for (size_t o = 0; o < program.outputs.size(); ++o) {
+    const ProgramValue &v = program.values[program.outputs[o]];
+    HostTensor &t = (*outputs)[o];
     t.dtype = v.type.dtype;
     t.shape = v.type.shape;
-    t.bytes.resize(static_cast<size_t>(v.numBytes));
+    if (t.bytes.size() != static_cast<size_t>(v.numBytes))
+      t.bytes = std::vector<uint8_t>(static_cast<size_t>(v.numBytes));
     if (v.numBytes > 0)
-      std::memcpy(t.bytes.data(), impl.valuePtrs[id], v.numBytes);
-    outputs->push_back(std::move(t));
+      std::memcpy(t.bytes.data(), impl.valuePtrs[program.outputs[o]],
+                  v.numBytes);
   }
   if (impl.profiler)
     impl.profiler->record(impl.outputSite, copyStart, StepProfiler::nowNs());

@@ -31,8 +31,10 @@ public:
   Status run() override {
     if (Status s = executor_->run(inputs_, &outputs_); !s)
       return s;
+    // The input's old buffer becomes the output's: the next run writes its
+    // new value there, with no allocation.
     for (auto [input, output] : carried_)
-      inputs_[input] = std::move(outputs_[output]);
+      std::swap(inputs_[input], outputs_[output]);
     return Status::ok();
   }
   Status getInput(size_t i, HostTensor *value) override {

@@ -89,7 +89,8 @@ public:
 
   /// Runs the program. \p inputs must match the program's inputs in order,
   /// dtype and shape (a mismatch is an error naming the input). Fills
-  /// \p outputs in the program's output order.
+  /// \p outputs in the program's output order, reusing the storage of the
+  /// tensors it already holds.
   Status run(const std::vector<HostTensor> &inputs,
              std::vector<HostTensor> *outputs);
 
