@@ -11,10 +11,13 @@
 namespace cleave::rt {
 namespace nn {
 
-void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col) {
+void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
+            int64_t rowStride) {
   const Window &win = p.win;
   int64_t rows = cg * win.kh * win.kw;
   int64_t plane = p.oh * p.ow;
+  if (rowStride < 0)
+    rowStride = plane;
 #pragma omp parallel for schedule(                                             \
     static) if (rows > 1 && rows * plane > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
@@ -22,7 +25,7 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col) {
     int64_t ki = (r / win.kw) % win.kh;
     int64_t kj = r % win.kw;
     const float *src = x + ci * p.h * p.w;
-    float *dst = col + r * plane;
+    float *dst = col + r * rowStride;
     for (int64_t oy = 0; oy < p.oh; ++oy) {
       int64_t iy = oy * win.strideH - win.padTop + ki * win.dilationH;
       float *row = dst + oy * p.ow;
@@ -61,53 +64,87 @@ void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
   }
 }
 
+void sgemmColumnBlocks(bool transA, bool transB, int64_t m, int64_t n,
+                       int64_t k, const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+  // Wide enough for sgemm's micro-kernels to run at speed, narrow enough to
+  // give two cores work on ResNet's late layers.
+  constexpr int64_t kBlock = 128;
+  int64_t blocks = (n + kBlock - 1) / kBlock;
+// Always inside a parallel region, so that OpenBLAS's OpenMP build runs
+// every call on one thread.
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t j = 0; j < blocks; ++j) {
+    int64_t j0 = j * kBlock, width = std::min(kBlock, n - j0);
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(width), static_cast<int>(k), 1.0f, a,
+                static_cast<int>(lda), transB ? b + j0 * ldb : b + j0,
+                static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, c + j0,
+                static_cast<int>(ldc));
+  }
+}
+
+int64_t imagesPerChunk(int64_t rows, int64_t plane, int64_t images) {
+  // 8M floats (32 MiB): past that, more images no longer make the sgemm
+  // faster, only the scratch bigger.
+  constexpr int64_t kBudget = int64_t(8) << 20;
+  int64_t perImage = std::max<int64_t>(1, rows * plane);
+  return std::clamp<int64_t>(kBudget / perImage, 1,
+                             std::max<int64_t>(images, 1));
+}
+
 } // namespace nn
 
 namespace {
 
 using namespace nn;
 
-void runConv(const ConvGeometry &p, const float *x, const float *weight,
-             const float *bias, float *y) {
+/// One sgemm per group over a chunk of images: the columns of every image
+/// side by side ([kdim, images * plane]), so that small late-layer planes
+/// (ResNet's 4x4 and 2x2) still give sgemm wide matrices, then each image's
+/// planes copied out (with the bias).
+Status runConv(const ConvGeometry &p, const float *x, const float *weight,
+               const float *bias, float *y) {
   int64_t cg = p.c / p.groups, fg = p.f / p.groups;
   int64_t kdim = cg * p.win.kh * p.win.kw;
   int64_t plane = p.oh * p.ow;
   if (plane == 0 || p.n == 0 || p.f == 0)
-    return;
-  std::vector<float> col;
-  if (!p.pointwise)
-    col.resize(static_cast<size_t>(kdim * plane));
-  for (int64_t img = 0; img < p.n; ++img) {
+    return Status::ok();
+  int64_t chunk = imagesPerChunk(std::max(kdim, fg), plane, p.n);
+  std::unique_ptr<float[]> col = scratchFloats(kdim * chunk * plane);
+  std::unique_ptr<float[]> out = scratchFloats(fg * chunk * plane);
+  if (!col || !out)
+    return columnsTooBig(std::max(kdim, fg), chunk * plane);
+  for (int64_t first = 0; first < p.n; first += chunk) {
+    int64_t nb = std::min(chunk, p.n - first);
+    int64_t width = nb * plane;
     for (int64_t g = 0; g < p.groups; ++g) {
-      const float *xg = x + (img * p.c + g * cg) * p.h * p.w;
-      float *yg = y + (img * p.f + g * fg) * plane;
-      if (kdim == 0) {
-        std::fill(yg, yg + fg * plane, 0.0f);
-        continue;
+      for (int64_t i = 0; i < nb; ++i)
+        im2col(p, x + ((first + i) * p.c + g * cg) * p.h * p.w, cg,
+               col.get() + i * plane, width);
+      if (kdim == 0)
+        std::fill(out.get(), out.get() + fg * width, 0.0f);
+      else
+        sgemmColumnBlocks(false, false, fg, width, kdim, weight + g * fg * kdim,
+                          kdim, col.get(), width, out.get(), width);
+      int64_t rows = nb * fg;
+#pragma omp parallel for schedule(static) if (rows * plane > kParallelThreshold)
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t i = r / fg, f = r % fg;
+        const float *src = out.get() + f * width + i * plane;
+        float *dst = y + ((first + i) * p.f + g * fg + f) * plane;
+        if (!bias) {
+          std::copy(src, src + plane, dst);
+          continue;
+        }
+        float b = bias[g * fg + f];
+        for (int64_t j = 0; j < plane; ++j)
+          dst[j] = src[j] + b;
       }
-      const float *matrix = xg;
-      if (!p.pointwise) {
-        im2col(p, xg, cg, col.data());
-        matrix = col.data();
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-                  static_cast<int>(fg), static_cast<int>(plane),
-                  static_cast<int>(kdim), 1.0f, weight + g * fg * kdim,
-                  static_cast<int>(kdim), matrix, static_cast<int>(plane), 0.0f,
-                  yg, static_cast<int>(plane));
     }
   }
-  if (!bias)
-    return;
-  int64_t planes = p.n * p.f;
-#pragma omp parallel for schedule(static) if (planes * plane >                 \
-                                              kParallelThreshold)
-  for (int64_t i = 0; i < planes; ++i) {
-    float b = bias[i % p.f];
-    float *dst = y + i * plane;
-    for (int64_t j = 0; j < plane; ++j)
-      dst[j] += b;
-  }
+  return Status::ok();
 }
 
 //===----------------------------------------------------------------------===//
@@ -342,11 +379,11 @@ Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
     p.hasBias = true;
   }
   *fn = [p](const KernelArgs &args) {
-    runConv(p, static_cast<const float *>(args.operands[0]),
-            static_cast<const float *>(args.operands[1]),
-            p.hasBias ? static_cast<const float *>(args.operands[2]) : nullptr,
-            static_cast<float *>(args.results[0]));
-    return Status::ok();
+    return runConv(p, static_cast<const float *>(args.operands[0]),
+                   static_cast<const float *>(args.operands[1]),
+                   p.hasBias ? static_cast<const float *>(args.operands[2])
+                             : nullptr,
+                   static_cast<float *>(args.results[0]));
   };
   return Status::ok();
 }

@@ -1,8 +1,12 @@
 //===- nn_backward.cpp - Adjoints of convolution and pooling --------------===//
 //
-// conv2d_backward_input:  per image and group, col = W_g^T * dY_g (sgemm), then
-//                         col2im scatters col back onto the input planes.
-// conv2d_backward_filter: per image and group, dW_g += dY_g * im2col(X_g)^T.
+// Both take a chunk of images at a time, their planes side by side (as the
+// forward conv does), so that small planes still give sgemm wide matrices:
+// conv2d_backward_input:  per group, col = W_g^T * dY_g (sgemm), then
+//                         col2im scatters each image's columns back onto its
+//                         input planes.
+// conv2d_backward_filter: per group, dW_g += dY_g * im2col(X_g)^T, one sgemm
+//                         over the chunk's pixels.
 // Pool adjoints scatter each window's gradient onto its plane. Every loop that
 // runs in parallel writes disjoint planes and sums in a fixed order, so the
 // results do not depend on the thread count.
@@ -29,7 +33,7 @@ using namespace nn;
 /// Accumulates \p channels planes' columns \p col ([channels * kh * kw,
 /// oh * ow], as im2col lays them out) onto the zeroed-here planes \p dx.
 void col2im(const ConvGeometry &p, const float *col, int64_t channels,
-            float *dx) {
+            float *dx, int64_t rowStride) {
   const Window &win = p.win;
   int64_t taps = win.kh * win.kw;
   int64_t plane = p.oh * p.ow;
@@ -50,7 +54,7 @@ void col2im(const ConvGeometry &p, const float *col, int64_t channels,
       validOutputRange(ki * win.dilationH - win.padTop, win.strideH, p.h, p.oh,
                        &oyLo, &oyHi);
       for (int64_t kj = 0; kj < win.kw; ++kj) {
-        const float *src = col + ((ci * win.kh + ki) * win.kw + kj) * plane;
+        const float *src = col + ((ci * win.kh + ki) * win.kw + kj) * rowStride;
         int64_t lo = oxLo[kj], hi = oxHi[kj];
         int64_t ix0 = kj * win.dilationW - win.padLeft;
         for (int64_t oy = oyLo; oy < oyHi; ++oy) {
@@ -67,6 +71,20 @@ void col2im(const ConvGeometry &p, const float *col, int64_t channels,
         }
       }
     }
+  }
+}
+
+/// Copies channels [first, first + count) of images [image, image + nb) of
+/// \p src ([n, channels, plane]) side by side into \p dst ([count,
+/// nb * plane]).
+void gatherPlanes(const float *src, int64_t image, int64_t nb, int64_t channels,
+                  int64_t first, int64_t count, int64_t plane, float *dst) {
+  int64_t rows = nb * count;
+#pragma omp parallel for schedule(static) if (rows * plane > kParallelThreshold)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t i = r / count, c = r % count;
+    const float *from = src + ((image + i) * channels + first + c) * plane;
+    std::copy(from, from + plane, dst + c * nb * plane + i * plane);
   }
 }
 
@@ -94,25 +112,25 @@ Status runConvBackwardInput(const ConvGeometry &p, const float *dy,
                     static_cast<int>(hw));
     return Status::ok();
   }
-  // The columns of all groups of one image, so that col2im can spread the
-  // channels of every group across threads.
-  std::vector<float> col;
-  try {
-    col.resize(static_cast<size_t>(p.groups * kdim * plane));
-  } catch (const std::exception &) {
-    return Status::error("out of memory for a " +
-                         std::to_string(p.groups * kdim) + "x" +
-                         std::to_string(plane) + " column buffer");
-  }
-  for (int64_t img = 0; img < p.n; ++img) {
-    for (int64_t g = 0; g < p.groups; ++g)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
-                  static_cast<int>(kdim), static_cast<int>(plane),
-                  static_cast<int>(fg), 1.0f, weight + g * fg * kdim,
-                  static_cast<int>(kdim), dy + (img * p.f + g * fg) * plane,
-                  static_cast<int>(plane), 0.0f, col.data() + g * kdim * plane,
-                  static_cast<int>(plane));
-    col2im(p, col.data(), p.c, dx + img * p.c * hw);
+  // The columns of all groups, so that col2im can spread the channels of
+  // every group across threads.
+  int64_t chunk = imagesPerChunk(p.groups * kdim + fg, plane, p.n);
+  int64_t cols = chunk * plane;
+  std::unique_ptr<float[]> col = scratchFloats(p.groups * kdim * cols);
+  std::unique_ptr<float[]> grad = scratchFloats(fg * cols);
+  if (!col || !grad)
+    return columnsTooBig(p.groups * kdim, cols);
+  for (int64_t first = 0; first < p.n; first += chunk) {
+    int64_t nb = std::min(chunk, p.n - first);
+    int64_t width = nb * plane;
+    for (int64_t g = 0; g < p.groups; ++g) {
+      gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
+      sgemmColumnBlocks(true, false, kdim, width, fg, weight + g * fg * kdim,
+                        kdim, grad.get(), width, col.get() + g * kdim * width,
+                        width);
+    }
+    for (int64_t i = 0; i < nb; ++i)
+      col2im(p, col.get() + i * plane, p.c, dx + (first + i) * p.c * hw, width);
   }
   return Status::ok();
 }
@@ -133,30 +151,31 @@ Status runConvBackwardFilter(const ConvGeometry &p, const float *x,
     std::fill(dw, dw + p.f * kdim, 0.0f);
     return Status::ok();
   }
-  std::vector<float> col;
-  if (!p.pointwise) {
-    try {
-      col.resize(static_cast<size_t>(kdim * plane));
-    } catch (const std::exception &) {
-      return Status::error("out of memory for a " + std::to_string(kdim) + "x" +
-                           std::to_string(plane) + " column buffer");
-    }
-  }
-  // Images accumulate into dW in order (beta 1 after the first).
-  for (int64_t img = 0; img < p.n; ++img) {
+  // The sum over pixels is sgemm's inner dimension, accumulated in f32:
+  // as few images per sgemm as give it a useful length (kSumLength pixels),
+  // so that no sum runs longer than one image's or kSumLength, whichever is
+  // more (a whole batch of ResNet's 32x32 planes in one sum lost a digit
+  // against float64), and chunks add up in order.
+  constexpr int64_t kSumLength = 256;
+  int64_t chunk = std::min(imagesPerChunk(p.groups * kdim + fg, plane, p.n),
+                           std::max<int64_t>(1, kSumLength / plane));
+  int64_t cols = chunk * plane;
+  std::unique_ptr<float[]> col = scratchFloats(kdim * cols);
+  std::unique_ptr<float[]> grad = scratchFloats(fg * cols);
+  if (!col || !grad)
+    return columnsTooBig(kdim, cols);
+  // Chunks accumulate into dW in order (beta 1 after the first).
+  for (int64_t first = 0; first < p.n; first += chunk) {
+    int64_t nb = std::min(chunk, p.n - first);
+    int64_t width = nb * plane;
     for (int64_t g = 0; g < p.groups; ++g) {
-      const float *xg = x + (img * p.c + g * cg) * hw;
-      const float *matrix = xg;
-      if (!p.pointwise) {
-        im2col(p, xg, cg, col.data());
-        matrix = col.data();
-      }
-      // dW_g [fg, kdim] (+)= dY_g [fg, plane] * col^T [plane, kdim].
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(fg),
-                  static_cast<int>(kdim), static_cast<int>(plane), 1.0f,
-                  dy + (img * p.f + g * fg) * plane, static_cast<int>(plane),
-                  matrix, static_cast<int>(plane), img == 0 ? 0.0f : 1.0f,
-                  dw + g * fg * kdim, static_cast<int>(kdim));
+      for (int64_t i = 0; i < nb; ++i)
+        im2col(p, x + ((first + i) * p.c + g * cg) * hw, cg,
+               col.get() + i * plane, width);
+      gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
+      // dW_g [fg, kdim] (+)= dY_g [fg, width] * col^T [width, kdim].
+      sgemmColumnBlocks(false, true, fg, kdim, width, grad.get(), width,
+                        col.get(), width, dw + g * fg * kdim, kdim, first != 0);
     }
   }
   return Status::ok();

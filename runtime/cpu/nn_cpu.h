@@ -6,11 +6,45 @@
 #include "core/nn_geometry.h"
 #include "cpu/cpu_kernel.h"
 
+#include <algorithm>
+#include <memory>
+#include <new>
+
 namespace cleave::rt::nn {
 
 /// Lays out the receptive fields of one group of one image as a
 /// [cg * kh * kw, oh * ow] matrix.
-void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col);
+void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
+            int64_t rowStride = -1);
+
+/// Images a convolution's batched column matrix covers at once: all of
+/// them where the columns ([rows, images * plane]) fit the budget, at
+/// least one.
+int64_t imagesPerChunk(int64_t rows, int64_t plane, int64_t images);
+
+/// Row-major C [m, n] = op(A) [m, k] * op(B) [k, n] (beta 0, or 1 with
+/// \p accumulate), as sgemm calls over fixed blocks of n's columns that the
+/// threads share, each call single-threaded. OpenBLAS's own threading of a
+/// wide call splits it by thread count, and its edge tiles round otherwise
+/// than its full ones, so results moved with OMP_NUM_THREADS; fixed blocks
+/// make every element's arithmetic independent of the thread count.
+void sgemmColumnBlocks(bool transA, bool transB, int64_t m, int64_t n,
+                       int64_t k, const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float *c, int64_t ldc,
+                       bool accumulate = false);
+
+/// Uninitialised scratch of \p n floats (at least one); null when memory is
+/// short. Column buffers are written whole before they are read, so
+/// zeroing them would be a wasted pass.
+inline std::unique_ptr<float[]> scratchFloats(int64_t n) {
+  return std::unique_ptr<float[]>(
+      new (std::nothrow) float[std::max<int64_t>(n, 1)]);
+}
+/// The error for a column buffer of \p rows x \p cols that did not fit.
+inline Status columnsTooBig(int64_t rows, int64_t cols) {
+  return Status::error("out of memory for a " + std::to_string(rows) + "x" +
+                       std::to_string(cols) + " column buffer");
+}
 
 /// avg_pool2d's divisor of output (oy, ox) is rowTaps[oy] * colTaps[ox].
 void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
