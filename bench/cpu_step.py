@@ -26,10 +26,15 @@ around one step; cleave: the metrics file's per-step seconds), per process;
 --rounds rounds alternate the two (torch, cleave, torch, cleave, ...) so
 that a noisy neighbour slows both, and the reported time is the median of
 the rounds' medians. Memory: the
-process's peak RSS (wait4's ru_maxrss); activation memory is measured as
-the peak RSS at twice the batch minus the peak at the batch, which cancels
-the libraries, the weights, the gradients and the optimizer state (none of
-which grow with the batch) and leaves what the step keeps per sample.
+process's peak RSS (wait4's ru_maxrss); activation memory two ways:
+  measured  the peak RSS at twice the batch minus the peak at the batch,
+            which cancels the libraries, the weights, the gradients and the
+            optimizer state (none grow with the batch); noisy where the
+            activations are small next to the allocators' slack (ResNet);
+  counted   PyTorch: the distinct storages autograd saves for the backward
+            pass (saved_tensors_hooks), a lower bound of its step's memory;
+            Cleave: the planned arena (`cleave inspect`'s activations peak),
+            every value of the step, backward and optimizer included.
 Prints a table and, with --json, writes every number.
 """
 import argparse
@@ -143,7 +148,21 @@ def worker_torch(model, batch, steps):
         loss.backward()
         optim.step()
         times.append(time.perf_counter() - start)
-    return {"seconds": times, "loss": float(loss)}
+    # What autograd keeps for the backward pass (distinct storages saved by
+    # the forward): PyTorch's activation memory, counted exactly.
+    storages = {}
+
+    def pack(t):
+        s = t.storage()
+        storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = module(**inputs)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]),
+                               labels.reshape(-1))
+    return {"seconds": times, "loss": float(loss),
+            "saved_mb": sum(storages.values()) / 2**20}
 
 
 def worker_compile(model, batch, bundle, data):
@@ -195,6 +214,12 @@ def run_cleave(args, model, batch, work):
     result = run_measured(cmd)
     if args.profile and batch == MODELS[model][1]:
         print(result["stdout"])
+    # The step's planned arena: every value the step computes, backward and
+    # optimizer included, at its peak (Cleave's activation memory, exactly).
+    inspect = json.loads(subprocess.check_output(
+        [args.cleave, "inspect", bundle, "--json"]))
+    result["saved_mb"] = \
+        inspect["memory_per_rank"]["activations_peak"] / 2**20
     with open(metrics) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     result["seconds"] = [line["seconds"] for line in lines]
@@ -260,6 +285,7 @@ def main():
                     "activation_mb": two[0]["peak_rss_mb"] -
                     one[0]["peak_rss_mb"],
                     "loss_last": one[0]["loss"],
+                    "planned_mb": one[0]["saved_mb"],
                     "seconds": [r["seconds"] for r in one],
                 }
             row["time_ratio"] = (row["cleave"]["ms_per_step"] /
@@ -268,11 +294,14 @@ def main():
                                        max(row["torch"]["activation_mb"], 1e-9))
             report["models"][model] = row
             print("%-9s torch %7.1f ms  cleave %7.1f ms  ratio %.2f | "
-                  "activations torch %6.1f MB  cleave %6.1f MB  ratio %.2f" %
+                  "activations (peak RSS at 2B - at B) torch %6.1f MB  "
+                  "cleave %6.1f MB | torch saves %6.1f MB for backward, "
+                  "cleave's whole step arena %6.1f MB" %
                   (model, row["torch"]["ms_per_step"],
                    row["cleave"]["ms_per_step"], row["time_ratio"],
                    row["torch"]["activation_mb"],
-                   row["cleave"]["activation_mb"], row["activation_ratio"]),
+                   row["cleave"]["activation_mb"],
+                   row["torch"]["planned_mb"], row["cleave"]["planned_mb"]),
                   flush=True)
     if args.json:
         with open(args.json, "w") as f:

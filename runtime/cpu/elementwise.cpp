@@ -94,13 +94,41 @@ void selectLoop(const ElementwiseGeometry &plan, const uint8_t *c, const T *a,
   int64_t inner = loop.innerSize();
   int64_t sc = loop.innerStride(0), sa = loop.innerStride(1),
           sb = loop.innerStride(2);
+  // Elements [lo, hi) of one row; the patterns ReLU's and masks' adjoints
+  // produce (a full condition, one side a broadcast zero) get loops the
+  // compiler vectorises.
+  auto row = [&](const uint8_t *pc, const T *pa, const T *pb, T *po, int64_t lo,
+                 int64_t hi) {
+    if (sc == 1 && sa == 1 && sb == 0) {
+      T vb = *pb;
+      for (int64_t i = lo; i < hi; ++i)
+        po[i] = pc[i] ? pa[i] : vb;
+    } else if (sc == 1 && sa == 0 && sb == 1) {
+      T va = *pa;
+      for (int64_t i = lo; i < hi; ++i)
+        po[i] = pc[i] ? va : pb[i];
+    } else if (sc == 1 && sa == 1 && sb == 1) {
+      for (int64_t i = lo; i < hi; ++i)
+        po[i] = pc[i] ? pa[i] : pb[i];
+    } else {
+      for (int64_t i = lo; i < hi; ++i)
+        po[i] = pc[i * sc] ? pa[i * sa] : pb[i * sb];
+    }
+  };
+  if (loop.outerSize() == 1) {
+    // One long row (a scalar broadcast coalesces the whole tensor): the
+    // threads share it.
+    constexpr int64_t kBlock = 16384;
+    int64_t blocks = (inner + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (inner > kParallelThreshold)
+    for (int64_t k = 0; k < blocks; ++k)
+      row(c + loop.baseOffset[0], a + loop.baseOffset[1],
+          b + loop.baseOffset[2], out, k * kBlock,
+          std::min(inner, (k + 1) * kBlock));
+    return;
+  }
   loop.forEachRow([&](int64_t o, const int64_t *off) {
-    const uint8_t *pc = c + off[0];
-    const T *pa = a + off[1];
-    const T *pb = b + off[2];
-    T *po = out + o;
-    for (int64_t i = 0; i < inner; ++i)
-      po[i] = pc[i * sc] ? pa[i * sa] : pb[i * sb];
+    row(c + off[0], a + off[1], b + off[2], out + o, 0, inner);
   });
 }
 

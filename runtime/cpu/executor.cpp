@@ -190,6 +190,15 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
   // Tensors \p outputs already holds are written over where their size
   // fits: a training loop hands the last step's back, and fresh buffers
   // each step cost page faults and zeroing (and fragment the heap).
+  // The copies go in pieces the threads share: a step's outputs are every
+  // parameter and optimizer state, tens of megabytes.
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  struct Piece {
+    uint8_t *to;
+    const uint8_t *from;
+    int64_t bytes;
+  };
+  std::vector<Piece> pieces;
   outputs->resize(program.outputs.size());
   for (size_t o = 0; o < program.outputs.size(); ++o) {
     const ProgramValue &v = program.values[program.outputs[o]];
@@ -198,10 +207,15 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
     t.shape = v.type.shape;
     if (t.bytes.size() != static_cast<size_t>(v.numBytes))
       t.bytes = std::vector<uint8_t>(static_cast<size_t>(v.numBytes));
-    if (v.numBytes > 0)
-      std::memcpy(t.bytes.data(), impl.valuePtrs[program.outputs[o]],
-                  v.numBytes);
+    for (int64_t at = 0; at < v.numBytes; at += kPiece)
+      pieces.push_back({t.bytes.data() + at,
+                        impl.valuePtrs[program.outputs[o]] + at,
+                        std::min(kPiece, v.numBytes - at)});
   }
+  int64_t numPieces = static_cast<int64_t>(pieces.size());
+#pragma omp parallel for schedule(dynamic) if (numPieces > 1)
+  for (int64_t i = 0; i < numPieces; ++i)
+    std::memcpy(pieces[i].to, pieces[i].from, pieces[i].bytes);
   if (impl.profiler)
     impl.profiler->record(impl.outputSite, copyStart, StepProfiler::nowNs());
   return Status::ok();
