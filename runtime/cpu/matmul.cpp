@@ -9,6 +9,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <mutex>
+
 namespace cleave::rt {
 namespace {
 
@@ -28,18 +31,43 @@ void runMatmul(const MatmulGeometry &p, const float *a, const float *b,
     std::memset(c, 0, sizeof(float) * batches * p.m * p.n);
     return;
   }
-  CBLAS_TRANSPOSE ta = p.transposeA ? CblasTrans : CblasNoTrans;
-  CBLAS_TRANSPOSE tb = p.transposeB ? CblasTrans : CblasNoTrans;
-  int lda = static_cast<int>(p.transposeA ? p.m : p.k);
-  int ldb = static_cast<int>(p.transposeB ? p.k : p.n);
-  for (int64_t i = 0; i < batches; ++i)
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(p.m),
-                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f,
-                a + p.aOffsets[i], lda, b + p.bOffsets[i], ldb, 0.0f,
-                c + i * p.m * p.n, static_cast<int>(p.n));
+  sgemmTiled(p.transposeA, p.transposeB, p.m, p.n, p.k, batches, a,
+             p.aOffsets.data(), p.transposeA ? p.m : p.k, b, p.bOffsets.data(),
+             p.transposeB ? p.k : p.n, c, p.m * p.n, p.n);
 }
 
 } // namespace
+
+void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                int64_t batches, const float *a, const int64_t *aOffsets,
+                int64_t lda, const float *b, const int64_t *bOffsets,
+                int64_t ldb, float *c, int64_t cStride, int64_t ldc,
+                bool accumulate) {
+  static std::once_flag blasThreads;
+  std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
+  // Tiles big enough for sgemm's micro-kernels to run at speed, small
+  // enough to give every core work on small products (ResNet's late
+  // layers: 512 rows, 64 columns; attention's per-head matrices).
+  constexpr int64_t kRows = 256, kCols = 256;
+  int64_t rowTiles = (m + kRows - 1) / kRows;
+  int64_t perBatch = rowTiles * ((n + kCols - 1) / kCols);
+  int64_t tiles = batches * perBatch;
+#pragma omp parallel for schedule(dynamic) if (tiles > 1 &&                    \
+                                               m * n * k > (int64_t(1) << 16))
+  for (int64_t t = 0; t < tiles; ++t) {
+    int64_t i = t / perBatch, tile = t % perBatch;
+    int64_t i0 = (tile % rowTiles) * kRows, j0 = (tile / rowTiles) * kCols;
+    int64_t rows = std::min(kRows, m - i0), cols = std::min(kCols, n - j0);
+    const float *ai = a + aOffsets[i], *bi = b + bOffsets[i];
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
+                static_cast<int>(cols), static_cast<int>(k), 1.0f,
+                transA ? ai + i0 : ai + i0 * lda, static_cast<int>(lda),
+                transB ? bi + j0 * ldb : bi + j0, static_cast<int>(ldb),
+                accumulate ? 1.0f : 0.0f, c + i * cStride + i0 * ldc + j0,
+                static_cast<int>(ldc));
+  }
+}
 
 Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
   if (Status s = info.checkArity(2, 2, 1); !s)

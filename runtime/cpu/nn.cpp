@@ -67,26 +67,9 @@ void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
 void sgemmColumnBlocks(bool transA, bool transB, int64_t m, int64_t n,
                        int64_t k, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float *c, int64_t ldc, bool accumulate) {
-  // Tiles big enough for sgemm's micro-kernels to run at speed, small
-  // enough to give both cores work on ResNet's late layers (512 rows, 64
-  // columns).
-  constexpr int64_t kRows = 128, kCols = 256;
-  int64_t rowTiles = (m + kRows - 1) / kRows;
-  int64_t tiles = rowTiles * ((n + kCols - 1) / kCols);
-  // Always inside a parallel region, so that OpenBLAS's OpenMP build runs
-  // every call on one thread.
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t t = 0; t < tiles; ++t) {
-    int64_t i0 = (t % rowTiles) * kRows, j0 = (t / rowTiles) * kCols;
-    int64_t rows = std::min(kRows, m - i0), cols = std::min(kCols, n - j0);
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                transB ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
-                static_cast<int>(cols), static_cast<int>(k), 1.0f,
-                transA ? a + i0 : a + i0 * lda, static_cast<int>(lda),
-                transB ? b + j0 * ldb : b + j0, static_cast<int>(ldb),
-                accumulate ? 1.0f : 0.0f, c + i0 * ldc + j0,
-                static_cast<int>(ldc));
-  }
+  const int64_t zero = 0;
+  sgemmTiled(transA, transB, m, n, k, 1, a, &zero, lda, b, &zero, ldb, c, 0,
+             ldc, accumulate);
 }
 
 int64_t imagesPerChunk(int64_t rows, int64_t plane, int64_t images) {

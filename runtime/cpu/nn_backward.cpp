@@ -102,14 +102,15 @@ Status runConvBackwardInput(const ConvGeometry &p, const float *dy,
   }
   if (p.pointwise) {
     // dX_g [cg, hw] = W_g^T [cg, fg] * dY_g [fg, hw].
-    for (int64_t img = 0; img < p.n; ++img)
-      for (int64_t g = 0; g < p.groups; ++g)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans,
-                    static_cast<int>(cg), static_cast<int>(hw),
-                    static_cast<int>(fg), 1.0f, weight + g * fg * cg,
-                    static_cast<int>(cg), dy + (img * p.f + g * fg) * hw,
-                    static_cast<int>(hw), 0.0f, dx + (img * p.c + g * cg) * hw,
-                    static_cast<int>(hw));
+    std::vector<int64_t> weights(p.n), grads(p.n);
+    for (int64_t g = 0; g < p.groups; ++g) {
+      for (int64_t img = 0; img < p.n; ++img) {
+        weights[img] = g * fg * cg;
+        grads[img] = (img * p.f + g * fg) * hw;
+      }
+      sgemmTiled(true, false, cg, hw, fg, p.n, weight, weights.data(), cg, dy,
+                 grads.data(), hw, dx + g * cg * hw, p.c * hw, hw);
+    }
     return Status::ok();
   }
   // The columns of all groups, so that col2im can spread the channels of

@@ -22,12 +22,7 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
 /// least one.
 int64_t imagesPerChunk(int64_t rows, int64_t plane, int64_t images);
 
-/// Row-major C [m, n] = op(A) [m, k] * op(B) [k, n] (beta 0, or 1 with
-/// \p accumulate), as sgemm calls over fixed tiles of C that the threads
-/// share, each call single-threaded. OpenBLAS's own threading of a
-/// call splits it by thread count, and its edge tiles round otherwise than
-/// its full ones, so results moved with OMP_NUM_THREADS; fixed tiles make
-/// every element's arithmetic independent of the thread count.
+/// One matrix of sgemmTiled (cpu_kernel.h): C [m, n] = op(A) op(B).
 void sgemmColumnBlocks(bool transA, bool transB, int64_t m, int64_t n,
                        int64_t k, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float *c, int64_t ldc,
