@@ -7,10 +7,11 @@ Usage: /usr/bin/python3 bench/cpu_step.py [--model gpt|resnet18|all]
            [--cleave build/bin/cleave] [--profile]
 
 Models (issue 19):
-  gpt       4 pre-LayerNorm decoder blocks, d 256, 8 heads, MLP 1024, vocab
-            512, fused QKV with bias, causal softmax attention spelled out
-            (torch 1.13 has no scaled_dot_product_attention), erf GELU, tied
-            LM head; batch 8 x 128 tokens; cross-entropy; AdamW.
+  gpt       4 pre-LayerNorm decoder blocks (bench/gpu/torch_gpt.py's), d
+            256, 8 heads, MLP 1024, vocab 512, fused QKV with bias, causal
+            softmax attention (spelled out on torch 1.13, which has no
+            scaled_dot_product_attention), erf GELU, tied LM head; batch 8 x
+            128 tokens; cross-entropy; AdamW.
   resnet18  torchvision's resnet18 (10 classes) on 64 x 64 images, batch
             16, BatchNorm in training mode; cross-entropy; SGD with
             momentum 0.9 and weight decay 5e-4.
@@ -52,43 +53,21 @@ ROOT = os.path.dirname(HERE)
 
 
 def gpt_module(batch):
-    import math
     import torch
     import torch.nn as nn
+    sys.path.insert(0, os.path.join(HERE, "gpu"))
+    # The GPU check's block (llm.c's layout), so both benchmarks time one
+    # model.
+    from torch_gpt import Block
 
     d, heads, mlp, vocab, seq, layers = 256, 8, 1024, 512, 128, 4
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(d)
-            self.c_attn = nn.Linear(d, 3 * d)
-            self.c_proj = nn.Linear(d, d)
-            self.ln_2 = nn.LayerNorm(d)
-            self.c_fc = nn.Linear(d, mlp)
-            self.mlp_proj = nn.Linear(mlp, d)
-            self.register_buffer(
-                "mask", torch.ones(seq, seq, dtype=torch.bool).tril())
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
-            q = q.view(b, t, heads, d // heads).transpose(1, 2)
-            k = k.view(b, t, heads, d // heads).transpose(1, 2)
-            v = v.view(b, t, heads, d // heads).transpose(1, 2)
-            w = (q @ k.transpose(-2, -1)) / math.sqrt(d // heads)
-            w = w.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(-1)
-            y = (w @ v).transpose(1, 2).reshape(b, t, d)
-            x = x + self.c_proj(y)
-            h = torch.nn.functional.gelu(self.c_fc(self.ln_2(x)))
-            return x + self.mlp_proj(h)
 
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
             self.wte = nn.Embedding(vocab, d)
             self.wpe = nn.Embedding(seq, d)
-            self.h = nn.ModuleList(Block() for _ in range(layers))
+            self.h = nn.ModuleList(Block(d, heads, mlp) for _ in range(layers))
             self.ln_f = nn.LayerNorm(d)
             self.lm_head = nn.Linear(d, vocab, bias=False)
             self.lm_head.weight = self.wte.weight

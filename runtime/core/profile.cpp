@@ -70,13 +70,13 @@ KernelCost estimateKernelCost(const KernelInfo &info, int fusedOps) {
   case Kernel::k_matmul:
     cost.flops = matmulFlops(info);
     break;
-  case Kernel::k_conv2d:
-  case Kernel::k_conv2d_backward_input:
+  case Kernel::k_conv2d: // y, from w
     cost.flops =
         2 * elementsOf(info.results[0]) * macsPerOutput(info.operand(1));
-    if (*info.kernelId == Kernel::k_conv2d_backward_input)
-      cost.flops =
-          2 * elementsOf(info.operands[0]) * macsPerOutput(info.operand(1));
+    break;
+  case Kernel::k_conv2d_backward_input: // from grad_out and w
+    cost.flops =
+        2 * elementsOf(info.operands[0]) * macsPerOutput(info.operand(1));
     break;
   case Kernel::k_conv2d_backward_filter:
     cost.flops =

@@ -2,8 +2,6 @@
 
 #include "cpu/nn_cpu.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -64,9 +62,9 @@ void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
   }
 }
 
-void sgemmColumnBlocks(bool transA, bool transB, int64_t m, int64_t n,
-                       int64_t k, const float *a, int64_t lda, const float *b,
-                       int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+void sgemmMatrix(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                 const float *a, int64_t lda, const float *b, int64_t ldb,
+                 float *c, int64_t ldc, bool accumulate) {
   const int64_t zero = 0;
   sgemmTiled(transA, transB, m, n, k, 1, a, &zero, lda, b, &zero, ldb, c, 0,
              ldc, accumulate);
@@ -113,8 +111,8 @@ Status runConv(const ConvGeometry &p, const float *x, const float *weight,
       if (kdim == 0)
         std::fill(out.get(), out.get() + fg * width, 0.0f);
       else
-        sgemmColumnBlocks(false, false, fg, width, kdim, weight + g * fg * kdim,
-                          kdim, col.get(), width, out.get(), width);
+        sgemmMatrix(false, false, fg, width, kdim, weight + g * fg * kdim, kdim,
+                    col.get(), width, out.get(), width);
       int64_t rows = nb * fg;
 #pragma omp parallel for schedule(static) if (rows * plane > kParallelThreshold)
       for (int64_t r = 0; r < rows; ++r) {

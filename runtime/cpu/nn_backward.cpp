@@ -15,11 +15,8 @@
 
 #include "cpu/nn_cpu.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
-#include <new>
 
 namespace cleave::rt {
 namespace {
@@ -126,9 +123,8 @@ Status runConvBackwardInput(const ConvGeometry &p, const float *dy,
     int64_t width = nb * plane;
     for (int64_t g = 0; g < p.groups; ++g) {
       gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
-      sgemmColumnBlocks(true, false, kdim, width, fg, weight + g * fg * kdim,
-                        kdim, grad.get(), width, col.get() + g * kdim * width,
-                        width);
+      sgemmMatrix(true, false, kdim, width, fg, weight + g * fg * kdim, kdim,
+                  grad.get(), width, col.get() + g * kdim * width, width);
     }
     for (int64_t i = 0; i < nb; ++i)
       col2im(p, col.get() + i * plane, p.c, dx + (first + i) * p.c * hw, width);
@@ -175,8 +171,8 @@ Status runConvBackwardFilter(const ConvGeometry &p, const float *x,
                col.get() + i * plane, width);
       gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
       // dW_g [fg, kdim] (+)= dY_g [fg, width] * col^T [width, kdim].
-      sgemmColumnBlocks(false, true, fg, kdim, width, grad.get(), width,
-                        col.get(), width, dw + g * fg * kdim, kdim, first != 0);
+      sgemmMatrix(false, true, fg, kdim, width, grad.get(), width, col.get(),
+                  width, dw + g * fg * kdim, kdim, first != 0);
     }
   }
   return Status::ok();

@@ -22,11 +22,10 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
 /// least one.
 int64_t imagesPerChunk(int64_t rows, int64_t plane, int64_t images);
 
-/// One matrix of sgemmTiled (cpu_kernel.h): C [m, n] = op(A) op(B).
-void sgemmColumnBlocks(bool transA, bool transB, int64_t m, int64_t n,
-                       int64_t k, const float *a, int64_t lda, const float *b,
-                       int64_t ldb, float *c, int64_t ldc,
-                       bool accumulate = false);
+/// sgemmTiled (cpu_kernel.h) of one matrix: C [m, n] = op(A) op(B).
+void sgemmMatrix(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                 const float *a, int64_t lda, const float *b, int64_t ldb,
+                 float *c, int64_t ldc, bool accumulate = false);
 
 /// Uninitialised scratch of \p n floats (at least one); null when memory is
 /// short. Column buffers are written whole before they are read, so

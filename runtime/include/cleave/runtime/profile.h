@@ -78,6 +78,7 @@ public:
   Status gatherTrace(Communicator &comm, const std::string &title,
                      std::string *json) const;
 
+private:
   struct Site {
     std::string kernel, location;
     SiteKind kind = SiteKind::Kernel;
@@ -89,11 +90,7 @@ public:
     int32_t site; ///< -1: a step
     int64_t step, startNs, endNs;
   };
-  const std::vector<Site> &sites() const { return sites_; }
-  int64_t countedSteps() const { return countedSteps_; }
-  int64_t countedStepNs() const { return countedStepNs_; }
 
-private:
   std::string traceFragment(int64_t originNs) const;
   int rank_;
   bool keepTrace_;
