@@ -6,6 +6,7 @@ Usage:
   /usr/bin/python3 zoo/check_idioms.py --cleave CLEAVE --models DIR --work DIR
       [--only a,b] [--tp 2,4] [--optimizers adamw] [--steps 10] [--rtol 1e-5]
       [--megatron-tp 2,4] [--explain-tp 4] [--stores]
+      [--against-unfused [--fused-models a,b]]
 
 For each model and optimizer it compiles the train step with no --plan at
 tp=1 and at each tp, trains --steps steps and compares the losses, the last
@@ -53,14 +54,15 @@ def compile_flags(man, opt):
     return f
 
 
-def train(cleave, case, man, opt, tp, steps, work):
+def train(cleave, case, man, opt, tp, steps, work, extra=()):
     """Trains --steps steps (dump: losses, final state) and, for the
     gradients, one step (dump1: before 10 steps of drift amplify summation
     order into them)."""
-    bundle = os.path.join(work, f"bundle-tp{tp}-{opt}")
-    dump = os.path.join(work, f"dump-tp{tp}-{opt}")
+    tag = f"tp{tp}-{opt}" + "".join(extra).replace("-", "")
+    bundle = os.path.join(work, f"bundle-{tag}")
+    dump = os.path.join(work, f"dump-{tag}")
     run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle,
-         "--tp", str(tp)] + compile_flags(man, opt))
+         "--tp", str(tp)] + compile_flags(man, opt) + list(extra))
     run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
          os.path.join(case, "inputs"), "--dump", dump])
     run([cleave, "run", bundle, "--steps", "1", "--inputs",
@@ -193,6 +195,31 @@ def check_stores(cleave, case, man, tp, work, steps):
     return f"resume worst {worst[0]:.1e}", problems
 
 
+def fused_against_unfused(args, name, case, man, opt, work):
+    """The fused attention at tp 1 and each --tp against the unfused form
+    (--no-fusion) at tp 1: state, losses and first-step gradients. Prints
+    how many attention blocks each fused plan holds (the fused kernels are
+    required where --fused-models names the model). Returns failures."""
+    _, ref = train(args.cleave, case, man, opt, 1, args.steps, work,
+                   extra=("--no-fusion",))
+    failed = 0
+    tps = sorted({1, *[int(t) for t in args.tp.split(",")]})
+    for tp in tps:
+        bundle, got = train(args.cleave, case, man, opt, tp, args.steps, work)
+        kernels = json.loads(run([args.cleave, "inspect", bundle, "--json"]))["kernels"]
+        worst, failures = compare_all(ref, got, args.rtol)
+        fwd, bwd = kernels.get("attention", 0), kernels.get("attention_backward", 0)
+        if name in args.fused_models.split(",") and (fwd == 0 or bwd == 0):
+            failures.append(f"{fwd} attention and {bwd} attention_backward kernels")
+        print(f"{'FAIL' if failures else 'PASS'} {name} fused tp={tp} {opt}: "
+              f"{fwd} attention, {bwd} backward; worst {worst[0]:.2e} "
+              f"({worst[1]}) against unfused tp=1")
+        for f in failures:
+            print("    " + f)
+        failed += bool(failures)
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -209,6 +236,12 @@ def main():
     ap.add_argument("--explain-tp", default="",
                     help="tps (comma-separated) at which every collective must be explained")
     ap.add_argument("--stores", action="store_true")
+    ap.add_argument("--against-unfused", action="store_true",
+                    help="compare the fused attention at tp 1 and each --tp "
+                         "with the unfused form (--no-fusion) at tp 1 instead")
+    ap.add_argument("--fused-models", default="",
+                    help="with --against-unfused: models whose plans must "
+                         "hold the fused kernels")
     args = ap.parse_args()
     megatron_tps = [int(t) for t in args.megatron_tp.split(",") if t != "none"]
     explain_tps = [int(t) for t in args.explain_tp.split(",") if t]
@@ -221,6 +254,9 @@ def main():
         os.makedirs(work, exist_ok=True)
         for opt in args.optimizers.split(","):
             try:
+                if args.against_unfused:
+                    failed += fused_against_unfused(args, name, case, man, opt, work)
+                    continue
                 _, ref = train(args.cleave, case, man, opt, 1, args.steps, work)
                 for tp in [int(t) for t in args.tp.split(",")]:
                     bundle, got = train(args.cleave, case, man, opt, tp, args.steps, work)

@@ -4,7 +4,12 @@
 Usage:
   /usr/bin/python3 zoo/check_tp.py --cleave CLEAVE --zoo DIR --work DIR
       [--models gpt2,llama] [--tp 2,4] [--optimizers sgd,adamw] [--steps 10]
-      [--rtol 1e-5] [--megatron gpt2,llama,bert]
+      [--rtol 1e-5] [--megatron gpt2,llama,bert] [--against-unfused]
+
+With --against-unfused the reference is instead the tp=1 step compiled
+with --no-fusion (attention as the exporter wrote it), and the default,
+fused compile at tp 1 and at each tp is compared with it; each fused plan
+must hold attention and attention_backward kernels.
 
 For each model (opset 17) and optimizer it compiles the train step at tp=1
 and at each tp, runs --steps steps on the model's reference inputs and
@@ -44,12 +49,13 @@ def flags(case, opt):
         (["--" + k.replace("_", "-"), str(v)] for k, v in hp.items()), [])
 
 
-def train(cleave, case, opt, tp, steps, work, mesh=None):
+def train(cleave, case, opt, tp, steps, work, mesh=None, extra=()):
     """tp: an int (--tp), or mesh: "dp=2,tp=2" (--mesh, ranks as threads),
     "dp=2,zero=3" (--mesh and --zero) or "devices=4" (--devices: the
     compiler's choice)."""
     man, f = flags(case, opt)
     tag = f"tp{tp}" if mesh is None else mesh.replace("=", "").replace(",", "-")
+    tag += "".join(extra).replace("-", "")
     bundle = os.path.join(work, f"bundle-{tag}-{opt}")
     dump = os.path.join(work, f"dump-{tag}-{opt}")
     if mesh is None:
@@ -63,7 +69,7 @@ def train(cleave, case, opt, tp, steps, work, mesh=None):
         zero = [a.split("=")[1] for a in mesh.split(",") if a.startswith("zero=")]
         layout = ["--mesh", ",".join(axes)] + (["--zero", zero[0]] if zero else [])
     run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle] +
-        layout + f)
+        layout + f + list(extra))
     run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
          os.path.join(case, "inputs"), "--dump", dump] +
         ([] if mesh is None else ["--threads"]))
@@ -128,6 +134,29 @@ def megatron(cleave, bundle, man, tp, per_layer=2):
     return f"{n} layers, {fwd} fwd / {bwd} bwd activation all-reduces, {len(small)} small", problems
 
 
+def fused_against_unfused(args, model, case, opt, tps, work):
+    """The fused attention (the default) at tp 1 and each of tps against the
+    unfused form (--no-fusion) at tp 1; the fused plans must hold the fused
+    kernels. Returns the number of failures."""
+    _, _, ref = train(args.cleave, case, opt, 1, args.steps, work,
+                      extra=("--no-fusion",))
+    failed = 0
+    for tp in sorted({1, *tps}):
+        _, bundle, got = train(args.cleave, case, opt, tp, args.steps, work)
+        kernels = json.loads(run([args.cleave, "inspect", bundle, "--json"]))["kernels"]
+        worst, failures = compare(ref, got, args.rtol)
+        fwd, bwd = kernels.get("attention", 0), kernels.get("attention_backward", 0)
+        if fwd == 0 or bwd == 0:
+            failures.append(f"{fwd} attention and {bwd} attention_backward kernels")
+        status = "FAIL" if failures else "PASS"
+        print(f"{status} {model} fused tp={tp} {opt}: {fwd} attention, {bwd} "
+              f"backward; worst {worst[0]:.2e} ({worst[1]}) against unfused tp=1")
+        for f in failures:
+            print("    " + f)
+        failed += bool(failures)
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,6 +174,10 @@ def main():
     ap.add_argument("--megatron", default="")
     ap.add_argument("--megatron-tp", type=int, default=4,
                     help="the tp at which Megatron's plan is checked")
+    ap.add_argument("--against-unfused", action="store_true",
+                    help="compare the fused attention at tp 1 and each --tp "
+                         "with the unfused form (--no-fusion) at tp 1 "
+                         "instead, and require the fused kernels")
     ap.add_argument("--parallel-blocks", default="",
                     help="models whose attention and MLP share one input: "
                          "1 + 1 all-reduces per layer")
@@ -158,6 +191,9 @@ def main():
             work = os.path.join(args.work, model)
             os.makedirs(work, exist_ok=True)
             try:
+                if args.against_unfused:
+                    failed += fused_against_unfused(args, model, case, opt, tps, work)
+                    continue
                 _, _, ref = train(args.cleave, case, opt, 1, args.steps, work)
                 for tp in tps:
                     man, bundle, got = train(args.cleave, case, opt, tp, args.steps, work)

@@ -260,6 +260,74 @@ LogicalResult LogSoftmaxOp::verify() {
   return verifyAxis(*this, getAxis(), getInput());
 }
 
+/// Checks attention's operand shapes (AttentionOp's description) and gives
+/// the result's and the log-sum-exp's shapes.
+static LogicalResult attentionShapes(std::optional<Location> loc, Value q,
+                                     Value k, Value v, Value bias,
+                                     SmallVectorImpl<int64_t> &out,
+                                     SmallVectorImpl<int64_t> &lse) {
+  SmallVector<Value, 4> values{q, k, v};
+  if (bias)
+    values.push_back(bias);
+  if (failed(sameElementTypes(loc, values)))
+    return failure();
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
+  if (qs.size() != 4 || ks.size() != 4 || vs.size() != 4)
+    return emitOptionalError(loc, "query, key and value must have rank 4");
+  if (ks[0] != qs[0] || vs[0] != qs[0] || vs[1] != ks[1] || vs[2] != ks[2] ||
+      ks[3] != qs[3])
+    return emitOptionalError(
+        loc, "query [B, H, Sq, D], key [B, Hk, Sk, D] and value [B, Hk, Sk, "
+             "Dv] disagree");
+  if (ks[1] < 1 || qs[1] % ks[1] != 0)
+    return emitOptionalError(loc, "query heads ", qs[1],
+                             " are not a multiple of key heads ", ks[1]);
+  if (bias) {
+    ArrayRef<int64_t> bs = shapeOf(bias);
+    int64_t full[4] = {qs[0], qs[1], qs[2], ks[2]};
+    if (bs.size() != 4)
+      return emitOptionalError(loc, "bias must have rank 4");
+    for (int d = 0; d < 4; ++d)
+      if (bs[d] != 1 && bs[d] != full[d])
+        return emitOptionalError(loc, "bias dimension ", d, " (", bs[d],
+                                 ") does not broadcast to ", full[d]);
+  }
+  out.assign({qs[0], qs[1], qs[2], vs[3]});
+  lse.assign({qs[0], qs[1], qs[2]});
+  return success();
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &inferred) {
+  SmallVector<int64_t> out, lse;
+  if (failed(attentionShapes(loc, adaptor.getQuery(), adaptor.getKey(),
+                             adaptor.getValue(), adaptor.getBias(), out, lse)))
+    return failure();
+  Type t = elementTypeOf(adaptor.getQuery());
+  inferred.push_back(RankedTensorType::get(out, t));
+  inferred.push_back(RankedTensorType::get(lse, t));
+  return success();
+}
+
+LogicalResult AttentionBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  SmallVector<int64_t> out, lse;
+  if (failed(attentionShapes(loc, adaptor.getQuery(), adaptor.getKey(),
+                             adaptor.getValue(), adaptor.getBias(), out, lse)))
+    return failure();
+  if (shapeOf(adaptor.getOutput()) != ArrayRef<int64_t>(out) ||
+      shapeOf(adaptor.getGrad()) != ArrayRef<int64_t>(out) ||
+      shapeOf(adaptor.getLse()) != ArrayRef<int64_t>(lse))
+    return emitOptionalError(loc, "output, lse and grad must have the "
+                                  "forward's result shapes");
+  for (Value v : {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()})
+    inferred.push_back(v.getType());
+  return success();
+}
+
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,

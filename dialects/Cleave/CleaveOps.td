@@ -255,6 +255,66 @@ class Cleave_SoftmaxLikeOp<string mnemonic, string body>
 def Cleave_SoftmaxOp : Cleave_SoftmaxLikeOp<"softmax", "softmax">;
 def Cleave_LogSoftmaxOp : Cleave_SoftmaxLikeOp<"log_softmax", "log-softmax">;
 
+def Cleave_AttentionOp : Cleave_Op<"attention", [InferTypeOpAdaptor]> {
+  let summary = "Fused scaled dot-product attention";
+  let description = [{
+    `softmax(scale * query key^T + bias, masked) value` per batch and head,
+    without the score matrix as a value: query `[B, H, Sq, D]`, key
+    `[B, Hk, Sk, D]`, value `[B, Hk, Sk, Dv]` with `H` a multiple of `Hk`
+    (query head `h` reads key/value head `h / (H / Hk)`: grouped-query
+    attention), and an optional additive `bias` of rank 4 that broadcasts
+    to `[B, H, Sq, Sk]` (padding masks, ALiBi, relative position biases).
+    `causal` excludes key `j` from query `i` when `j > i + Sk - Sq`. The
+    second result is each row's log-sum-exp of the scores, which the
+    backward reads instead of the probabilities (FlashAttention). Formed by
+    `--cleave-fuse-attention` from the exporter's
+    matmul-scale-mask-softmax-matmul.
+
+    ```mlir
+    %o, %lse = cleave.attention %q, %k, %v scale = 2.500000e-01 causal : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16xf32>)
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$query, Cleave_FloatTensor:$key,
+                   Cleave_FloatTensor:$value,
+                   Optional<Cleave_FloatTensor>:$bias, F32Attr:$scale,
+                   UnitAttr:$causal);
+  let results = (outs Cleave_FloatTensor:$result, Cleave_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`bias` $bias^)? `scale` `=` $scale
+    (`causal` $causal^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Cleave_AttentionBackwardOp : Cleave_Op<"attention_backward",
+    [InferTypeOpAdaptor]> {
+  let summary = "Gradients of query, key and value through attention";
+  let description = [{
+    The vector-Jacobian product of `cleave.attention` for its query, key and
+    value, from the forward's operands, its `output` and `lse` results and
+    the output's gradient `grad`; attributes as the forward's. The
+    probabilities are recomputed in blocks from `lse`, never stored. A
+    bias's gradient, when one is needed, is formed apart by the
+    differentiation rule.
+
+    ```mlir
+    %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g scale = 2.500000e-01 causal : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>)
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$query, Cleave_FloatTensor:$key,
+                   Cleave_FloatTensor:$value, Cleave_FloatTensor:$output,
+                   Cleave_FloatTensor:$lse, Cleave_FloatTensor:$grad,
+                   Optional<Cleave_FloatTensor>:$bias, F32Attr:$scale,
+                   UnitAttr:$causal);
+  let results = (outs Cleave_FloatTensor:$query_grad,
+                 Cleave_FloatTensor:$key_grad,
+                 Cleave_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $output `,` $lse `,` $grad
+    (`bias` $bias^)? `scale` `=` $scale (`causal` $causal^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
 def Cleave_LayerNormOp : Cleave_Op<"layer_norm",
     [InferTypeOpAdaptor, AttrSizedOperandSegments]> {
   let summary = "Layer normalisation over trailing dimensions";

@@ -431,6 +431,80 @@ LogicalResult vjp(LogSoftmaxOp op, Emitter &e, ArrayRef<Value> g,
   return success();
 }
 
+/// The gradient of attention's bias: the scores' gradient
+/// `p (dout v^T - rowsum(dout out))`, with the probabilities re-formed from
+/// the log-sum-exp, summed over the dims the bias broadcasts along. Only
+/// learned biases (T5's relative positions) need it, and it is the one
+/// place the scores are formed.
+Value attentionBiasGrad(AttentionOp op, Emitter &e, Value grad) {
+  Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
+  auto qType = typeOf(q), kType = typeOf(k);
+  int64_t heads = qType.getDimSize(1), kvHeads = kType.getDimSize(1);
+  auto expandHeads = [&](Value x) {
+    // Grouped key heads, each repeated for its query heads.
+    if (heads == kvHeads)
+      return x;
+    auto t = typeOf(x);
+    int64_t group = heads / kvHeads;
+    auto five = RankedTensorType::get(
+        {t.getDimSize(0), kvHeads, 1, t.getDimSize(2), t.getDimSize(3)},
+        t.getElementType());
+    auto wide = RankedTensorType::get(
+        {t.getDimSize(0), kvHeads, group, t.getDimSize(2), t.getDimSize(3)},
+        t.getElementType());
+    auto out = RankedTensorType::get(
+        {t.getDimSize(0), heads, t.getDimSize(2), t.getDimSize(3)},
+        t.getElementType());
+    return e.reshape(e.broadcastTo(e.reshape(x, five), wide), out);
+  };
+  k = expandHeads(k);
+  v = expandHeads(v);
+  Value s = MatmulOp::create(e.b, e.loc, q, k, false, true);
+  s = e.add(e.mul(s, op.getScale().convertToDouble()), op.getBias());
+  auto sType = typeOf(s);
+  auto lseType = RankedTensorType::get(
+      {sType.getDimSize(0), sType.getDimSize(1), sType.getDimSize(2), 1},
+      sType.getElementType());
+  Value p =
+      ExpOp::create(e.b, e.loc, e.sub(s, e.reshape(op.getLse(), lseType)));
+  Value dp = MatmulOp::create(e.b, e.loc, grad, v, false, true);
+  Value delta =
+      e.reduce(ReduceKind::sum, e.mul(grad, op.getResult()), {3}, true);
+  Value ds = e.mul(p, e.sub(dp, delta));
+  if (op.getCausal()) {
+    int64_t sq = sType.getDimSize(2), sk = sType.getDimSize(3);
+    SmallVector<bool> keep(sq * sk);
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sk; ++j)
+        keep[i * sk + j] = j <= i + sk - sq;
+    auto maskType = RankedTensorType::get({1, 1, sq, sk}, e.b.getI1Type());
+    Value mask =
+        ConstantOp::create(e.b, e.loc, DenseElementsAttr::get(maskType, keep));
+    ds = e.select(mask, ds, e.scalar(ds, 0.0));
+  }
+  return e.reduceTo(ds, op.getBias().getType());
+}
+
+template <>
+LogicalResult vjp(AttentionOp op, Emitter &e, ArrayRef<Value> g,
+                  ArrayRef<bool> needed, MutableArrayRef<Value> out) {
+  if (g[1])
+    return op.emitOpError("log-sum-exp result is not differentiable");
+  if (!g[0])
+    return success();
+  if (needed[0] || needed[1] || needed[2]) {
+    auto back = AttentionBackwardOp::create(
+        e.b, e.loc, op.getQuery(), op.getKey(), op.getValue(), op.getResult(),
+        op.getLse(), g[0], op.getBias(), op.getScaleAttr(), op.getCausalAttr());
+    for (int i = 0; i < 3; ++i)
+      if (needed[i])
+        out[i] = back->getResult(i);
+  }
+  if (op.getBias() && needed[3])
+    out[3] = attentionBiasGrad(op, e, g[0]);
+  return success();
+}
+
 template <>
 LogicalResult vjp(LayerNormOp op, Emitter &e, ArrayRef<Value> g,
                   ArrayRef<bool> needed, MutableArrayRef<Value> out) {
@@ -680,9 +754,9 @@ void mlir::cleave::registerDifferentiationRules(DialectRegistry &registry) {
     attach<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, SelectOp, NegOp,
            AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp,
            SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, GeluOp, LeakyReluOp,
-           MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
-           BatchNormOp, ReshapeOp, TransposeOp, BroadcastOp, ConcatOp, SliceOp,
-           SliceScatterOp, GatherOp, ScatterAddOp, Conv2DOp,
+           MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, AttentionOp,
+           LayerNormOp, BatchNormOp, ReshapeOp, TransposeOp, BroadcastOp,
+           ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp, Conv2DOp,
            Conv2DBackwardInputOp, MaxPool2DOp, AvgPool2DOp>(ctx);
   });
 }

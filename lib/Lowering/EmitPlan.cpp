@@ -210,6 +210,46 @@ LogicalResult emitCast(CastOp op, pb::Instruction &inst) {
   return emit(inst, p);
 }
 
+/// The softmax family, attention and the norms: kernels whose attributes
+/// are the op's own.
+LogicalResult lowerNormalising(Operation *op, pb::Instruction &inst) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<SoftmaxOp>([&](SoftmaxOp s) {
+        Params<K::k_softmax> p;
+        p.axis = s.getAxis();
+        return emit(inst, p);
+      })
+      .Case<LogSoftmaxOp>([&](LogSoftmaxOp s) {
+        Params<K::k_log_softmax> p;
+        p.axis = s.getAxis();
+        return emit(inst, p);
+      })
+      .Case<AttentionOp>([&](AttentionOp a) {
+        Params<K::k_attention> p;
+        p.scale = a.getScale().convertToDouble();
+        p.causal = a.getCausal();
+        return emit(inst, p);
+      })
+      .Case<AttentionBackwardOp>([&](AttentionBackwardOp a) {
+        Params<K::k_attention_backward> p;
+        p.scale = a.getScale().convertToDouble();
+        p.causal = a.getCausal();
+        return emit(inst, p);
+      })
+      .Case<LayerNormOp>([&](LayerNormOp l) {
+        Params<K::k_layer_norm> p;
+        p.axis = l.getAxis();
+        p.epsilon = l.getEpsilon().convertToDouble();
+        return emit(inst, p);
+      })
+      .Case<BatchNormOp>([&](BatchNormOp n) {
+        Params<K::k_batch_norm> p;
+        p.epsilon = n.getEpsilon().convertToDouble();
+        return emit(inst, p);
+      })
+      .Default([](Operation *) { return failure(); });
+}
+
 /// The kernel of \p op with its attributes, written into \p inst; failure
 /// (with no diagnostic) when the op has no kernel.
 LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
@@ -269,27 +309,9 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
         return emit(inst, p);
       })
       .Case<ReduceOp>([&](ReduceOp r) { return emitReduce(r, inst); })
-      .Case<SoftmaxOp>([&](SoftmaxOp s) {
-        Params<K::k_softmax> p;
-        p.axis = s.getAxis();
-        return emit(inst, p);
-      })
-      .Case<LogSoftmaxOp>([&](LogSoftmaxOp s) {
-        Params<K::k_log_softmax> p;
-        p.axis = s.getAxis();
-        return emit(inst, p);
-      })
-      .Case<LayerNormOp>([&](LayerNormOp l) {
-        Params<K::k_layer_norm> p;
-        p.axis = l.getAxis();
-        p.epsilon = l.getEpsilon().convertToDouble();
-        return emit(inst, p);
-      })
-      .Case<BatchNormOp>([&](BatchNormOp n) {
-        Params<K::k_batch_norm> p;
-        p.epsilon = n.getEpsilon().convertToDouble();
-        return emit(inst, p);
-      })
+      .Case<SoftmaxOp, LogSoftmaxOp, AttentionOp, AttentionBackwardOp,
+            LayerNormOp, BatchNormOp>(
+          [&](Operation *o) { return lowerNormalising(o, inst); })
       .Case<TransposeOp>([&](TransposeOp t) {
         Params<K::k_transpose> p;
         p.perm = ints(t.getPermutation());

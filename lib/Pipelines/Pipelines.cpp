@@ -28,6 +28,10 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   // simplest form (torch.onnx's repeat_interleave becomes one broadcast).
   pm.addPass(createCanonicalizerPass());
   OpPassManager &fpm = pm.nest<func::FuncOp>();
+  if (options.fuse) {
+    fpm.addPass(createFuseAttentionPass());
+    fpm.addPass(createCanonicalizerPass());
+  }
   // At every tp, so that checkpoints of one model hold the same tensors
   // whatever the mesh they are resumed on.
   fpm.addPass(createSegmentParametersPass());
@@ -73,6 +77,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> plan{*this, "plan", llvm::cl::init("")};
   Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
   Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
+  Option<bool> fuse{*this, "fuse", llvm::cl::init(true)};
 };
 } // namespace
 
@@ -86,6 +91,7 @@ void mlir::cleave::registerPipelines() {
                            o.tp,          o.plan};
         t.dp = o.dp;
         t.zero = o.zero;
+        t.fuse = o.fuse;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

@@ -168,6 +168,99 @@ template <> LogicalResult rule(LogSoftmaxOp op, ShardingRule &r) {
   return softmaxRule(op, r);
 }
 
+/// Attention and its backward: batch and heads split freely (every head is
+/// independent); the sequence and head dims are whole, the softmax and its
+/// causal mask needing every key and the query's absolute position. Query
+/// heads split with their key heads only when there are as many (grouped
+/// key heads stay whole). \p results: per result, the operand whose dims
+/// it has (the forward's out and lse follow q's batch, heads and rows).
+template <typename OpTy>
+LogicalResult
+attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
+              ArrayRef<int> likeKey, ArrayRef<int> resultLikeQuery,
+              ArrayRef<int> resultLikeKey, ArrayRef<int> resultRows) {
+  ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
+                    v = shapeOf(op.getValue());
+  int biasAt = -1;
+  if (bias)
+    biasAt = static_cast<int>(op->getNumOperands()) - 1;
+  ArrayRef<int64_t> b = bias ? shapeOf(bias) : ArrayRef<int64_t>();
+  bool sameHeads = q[1] == k[1];
+  for (int64_t d = 0; d < 2; ++d) {
+    Kind kind = d == 0 || sameHeads ? Kind::Parallel : Kind::Whole;
+    ShardingFactor &f = addFactor(r, op, q[d], kind);
+    for (int i : likeQuery)
+      f.operandDims[i] = d;
+    for (int i : resultLikeQuery)
+      f.resultDims[i] = d;
+    for (int i : resultRows)
+      f.resultDims[i] = d;
+    if (biasAt >= 0 && b[d] != 1)
+      f.operandDims[biasAt] = d;
+    if (d == 0 || sameHeads) {
+      for (int i : likeKey)
+        f.operandDims[i] = d;
+      for (int i : resultLikeKey)
+        f.resultDims[i] = d;
+    } else {
+      ShardingFactor &g = addFactor(r, op, k[d], Kind::Whole);
+      for (int i : likeKey)
+        g.operandDims[i] = d;
+      for (int i : resultLikeKey)
+        g.resultDims[i] = d;
+    }
+  }
+  // Query rows, key rows, and the head dims of q/k and of v.
+  ShardingFactor &rows = addFactor(r, op, q[2], Kind::Whole);
+  for (int i : likeQuery)
+    rows.operandDims[i] = 2;
+  for (int i : resultLikeQuery)
+    rows.resultDims[i] = 2;
+  for (int i : resultRows)
+    rows.resultDims[i] = 2;
+  if (biasAt >= 0 && b[2] != 1)
+    rows.operandDims[biasAt] = 2;
+  ShardingFactor &keys = addFactor(r, op, k[2], Kind::Whole);
+  for (int i : likeKey)
+    keys.operandDims[i] = 2;
+  for (int i : resultLikeKey)
+    keys.resultDims[i] = 2;
+  if (biasAt >= 0 && b[3] != 1)
+    keys.operandDims[biasAt] = 3;
+  return success();
+}
+
+template <> LogicalResult rule(AttentionOp op, ShardingRule &r) {
+  if (failed(attentionRule(op, r, op.getBias(), {0}, {1, 2}, {0}, {}, {1})))
+    return failure();
+  // Head dims: D (q, k) and Dv (v, out).
+  ShardingFactor &d = addFactor(r, op, shapeOf(op.getQuery())[3], Kind::Whole);
+  d.operandDims[0] = d.operandDims[1] = 3;
+  ShardingFactor &dv = addFactor(r, op, shapeOf(op.getValue())[3], Kind::Whole);
+  dv.operandDims[2] = 3;
+  dv.resultDims[0] = 3;
+  return success();
+}
+
+template <> LogicalResult rule(AttentionBackwardOp op, ShardingRule &r) {
+  // Operands q, k, v, out, lse, dout (bias); results dq, dk, dv.
+  if (failed(attentionRule(op, r, op.getBias(), {0, 3, 5}, {1, 2}, {0}, {1, 2},
+                           {})))
+    return failure();
+  // lse has q's batch, heads and rows.
+  for (int64_t d = 0; d < 3; ++d)
+    for (ShardingFactor &f : r.factors)
+      if (f.operandDims[0] == d && f.operandDims[4] == -1)
+        f.operandDims[4] = d;
+  ShardingFactor &d = addFactor(r, op, shapeOf(op.getQuery())[3], Kind::Whole);
+  d.operandDims[0] = d.operandDims[1] = 3;
+  d.resultDims[0] = d.resultDims[1] = 3;
+  ShardingFactor &dv = addFactor(r, op, shapeOf(op.getValue())[3], Kind::Whole);
+  dv.operandDims[2] = dv.operandDims[3] = dv.operandDims[5] = 3;
+  dv.resultDims[2] = 3;
+  return success();
+}
+
 template <> LogicalResult rule(LayerNormOp op, ShardingRule &r) {
   ArrayRef<int64_t> in = shapeOf(op.getInput());
   int64_t axis = op.getAxis();
@@ -474,16 +567,17 @@ CLEAVE_NONLINEAR(CheckIndexOp)
 
 void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, CleaveDialect *) {
-    attachNonlinear<
-        AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
-        XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
-        ReciprocalOp, TanhOp, SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, NotOp,
-        GeluOp, LeakyReluOp, CastOp, MatmulOp, ReduceOp, SoftmaxOp,
-        LogSoftmaxOp, LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
-        ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp, MaxPool2DOp,
-        AvgPool2DOp, MaxPool2DBackwardOp, AvgPool2DBackwardOp, Conv2DOp,
-        Conv2DBackwardInputOp, Conv2DBackwardFilterOp, RandomUniformOp,
-        CheckIndexOp, AllReduceOp, AllGatherOp, ReduceScatterOp, ShardSliceOp>(
+    attachNonlinear<AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp,
+                    AndOp, OrOp, XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp,
+                    SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp, ReluOp,
+                    ErfOp, SinOp, CosOp, NotOp, GeluOp, LeakyReluOp, CastOp,
+                    MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, AttentionOp,
+                    AttentionBackwardOp, LayerNormOp, BatchNormOp, TransposeOp,
+                    BroadcastOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
+                    ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
+                    AvgPool2DBackwardOp, Conv2DOp, Conv2DBackwardInputOp,
+                    Conv2DBackwardFilterOp, RandomUniformOp, CheckIndexOp,
+                    AllReduceOp, AllGatherOp, ReduceScatterOp, ShardSliceOp>(
         ctx);
   });
 }

@@ -8,6 +8,7 @@
 #include "core/nn_geometry.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace cleave::rt {
 namespace nn {
@@ -213,6 +214,93 @@ Status readPoolGeometry(const KernelInfo &info, const TensorType &x,
   p->w = x.shape[3];
   p->oh = y.shape[2];
   p->ow = y.shape[3];
+  return Status::ok();
+}
+
+Status readAttentionGeometry(const KernelInfo &info, bool backward,
+                             AttentionGeometry *p) {
+  // Operand positions: forward (q, k, v, bias?), backward (q, k, v, out, lse,
+  // dout, bias?).
+  size_t biasAt = backward ? 6 : 3;
+  if (Status s =
+          backward ? info.checkArity(6, 7, 3, 3) : info.checkArity(3, 4, 2, 2);
+      !s)
+    return s;
+  const TensorType &q = info.operand(0), &k = info.operand(1),
+                   &v = info.operand(2);
+  std::string names =
+      "query " + q.str() + ", key " + k.str() + " and value " + v.str();
+  for (const TensorType *t : {&q, &k, &v})
+    if (t->dtype != DType::F32 || t->rank() != 4)
+      return Status::error(names + " must be 4-D f32");
+  for (const auto &[t, what] :
+       {std::pair{&q, "query"}, std::pair{&k, "key"}, std::pair{&v, "value tensor"}})
+    if (Status s = checkExtents(*t, what); !s)
+      return s;
+  p->b = q.shape[0];
+  p->h = q.shape[1];
+  p->sq = q.shape[2];
+  p->d = q.shape[3];
+  p->hk = k.shape[1];
+  p->sk = k.shape[2];
+  p->dv = v.shape[3];
+  if (k.shape[0] != p->b || v.shape[0] != p->b || v.shape[1] != p->hk ||
+      v.shape[2] != p->sk || k.shape[3] != p->d || p->hk < 1 ||
+      p->h % p->hk != 0)
+    return Status::error(names + " disagree (want [B, H, Sq, D], [B, Hk, Sk, "
+                                 "D], [B, Hk, Sk, Dv], H a multiple of Hk)");
+  std::vector<int64_t> outShape{p->b, p->h, p->sq, p->dv};
+  std::vector<int64_t> lseShape{p->b, p->h, p->sq};
+  auto expect = [&](const TensorType &t, const std::vector<int64_t> &shape,
+                    const char *what) -> Status {
+    if (t.dtype != DType::F32 || t.shape != shape)
+      return Status::error(std::string(what) + " " + t.str() +
+                           " does not fit " + names);
+    return Status::ok();
+  };
+  if (backward) {
+    if (Status s = expect(info.operand(3), outShape, "output"); !s)
+      return s;
+    if (Status s = expect(info.operand(4), lseShape, "lse"); !s)
+      return s;
+    if (Status s = expect(info.operand(5), outShape, "output gradient"); !s)
+      return s;
+    for (size_t r = 0; r < 3; ++r)
+      if (Status s = expect(info.result(r), info.operand(r).shape, "gradient");
+          !s)
+        return s;
+  } else {
+    if (Status s = expect(info.result(0), outShape, "result"); !s)
+      return s;
+    if (Status s = expect(info.result(1), lseShape, "lse"); !s)
+      return s;
+  }
+  p->hasBias = info.hasOperand(biasAt);
+  if (p->hasBias) {
+    const TensorType &bias = info.operand(biasAt);
+    int64_t full[4] = {p->b, p->h, p->sq, p->sk};
+    if (bias.dtype != DType::F32 || bias.rank() != 4)
+      return Status::error("bias " + bias.str() + " must be 4-D f32");
+    int64_t stride = 1;
+    for (int d = 3; d >= 0; --d) {
+      if (bias.shape[d] != 1 && bias.shape[d] != full[d])
+        return Status::error("bias " + bias.str() +
+                             " does not broadcast to the scores");
+      p->biasStride[d] = bias.shape[d] == 1 ? 0 : stride;
+      stride *= bias.shape[d];
+    }
+  }
+  if (backward) {
+    const auto &a = info.params<schema::Kernel::k_attention_backward>();
+    p->scale = static_cast<float>(a.scale);
+    p->causal = a.causal;
+  } else {
+    const auto &a = info.params<schema::Kernel::k_attention>();
+    p->scale = static_cast<float>(a.scale);
+    p->causal = a.causal;
+  }
+  if (!std::isfinite(p->scale))
+    return Status::error("attribute 'scale' must be finite");
   return Status::ok();
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/kernel_info.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace cleave::rt::nn {
@@ -97,6 +98,31 @@ struct PoolGeometry {
 Status readPoolGeometry(const KernelInfo &info, const TensorType &x,
                         const TensorType &y, const char *xWhat,
                         const char *yWhat, bool isMax, PoolGeometry *p);
+
+//===----------------------------------------------------------------------===//
+// attention
+//===----------------------------------------------------------------------===//
+
+struct AttentionGeometry {
+  int64_t b = 0, h = 0, hk = 0, sq = 0, sk = 0, d = 0, dv = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  bool hasBias = false;
+  /// Element strides of the bias over [B, H, Sq, Sk] (0 where it
+  /// broadcasts).
+  int64_t biasStride[4] = {0, 0, 0, 0};
+
+  /// Query rows below this (in the row's own coordinates) see every key up
+  /// to \p i + sk - sq: the first key a causal row excludes.
+  int64_t keyEnd(int64_t i) const {
+    return causal ? std::clamp<int64_t>(i + sk - sq + 1, 0, sk) : sk;
+  }
+};
+
+/// Validates attention's (or, with \p backward, attention_backward's)
+/// operands, results and attributes.
+Status readAttentionGeometry(const KernelInfo &info, bool backward,
+                             AttentionGeometry *p);
 
 } // namespace cleave::rt::nn
 

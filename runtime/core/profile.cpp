@@ -48,6 +48,19 @@ double matmulFlops(const KernelInfo &info) {
   return 2.0 * elementsOf(info.results[0]) * static_cast<double>(k);
 }
 
+/// Multiply-adds of attention's score and value products (forward); the
+/// backward recomputes the scores and forms four more products.
+double attentionFlops(const KernelInfo &info, bool backward) {
+  const TensorType &q = info.operand(0), &k = info.operand(1),
+                   &v = info.operand(2);
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+    return 0;
+  double rows = static_cast<double>(q.shape[0]) * q.shape[1] * q.shape[2];
+  double pairs = rows * static_cast<double>(k.shape[2]);
+  double forward = 2 * pairs * (q.shape[3] + v.shape[3]);
+  return backward ? 2.5 * forward : forward;
+}
+
 } // namespace
 
 KernelCost estimateKernelCost(const KernelInfo &info, int fusedOps) {
@@ -81,6 +94,12 @@ KernelCost estimateKernelCost(const KernelInfo &info, int fusedOps) {
   case Kernel::k_conv2d_backward_filter:
     cost.flops =
         2 * elementsOf(info.operands[1]) * macsPerOutput(info.result(0));
+    break;
+  case Kernel::k_attention:
+    cost.flops = attentionFlops(info, false);
+    break;
+  case Kernel::k_attention_backward:
+    cost.flops = attentionFlops(info, true);
     break;
   case Kernel::k_copy:
   case Kernel::k_fill:

@@ -43,6 +43,13 @@ void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                 int64_t ldb, float *c, int64_t cStride, int64_t ldc,
                 bool accumulate = false);
 
+/// One single-threaded row-major sgemm, C = alpha op(A) op(B) + beta C, for
+/// kernels that share out their own work among OpenMP's threads (BLAS set to
+/// one thread first, as for sgemmTiled).
+void sgemmSerial(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float beta, float *c, int64_t ldc);
+
 using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
 
 #define CLEAVE_KERNEL(NAME)                                                    \

@@ -36,15 +36,32 @@ void runMatmul(const MatmulGeometry &p, const float *a, const float *b,
              p.transposeB ? p.k : p.n, c, p.m * p.n, p.n);
 }
 
+void blasOneThread() {
+  static std::once_flag blasThreads;
+  std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
+}
+
 } // namespace
+
+void sgemmSerial(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float beta, float *c, int64_t ldc) {
+  blasOneThread();
+  if (m == 0 || n == 0)
+    return;
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
+}
 
 void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                 int64_t batches, const float *a, const int64_t *aOffsets,
                 int64_t lda, const float *b, const int64_t *bOffsets,
                 int64_t ldb, float *c, int64_t cStride, int64_t ldc,
                 bool accumulate) {
-  static std::once_flag blasThreads;
-  std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
+  blasOneThread();
   // Tiles big enough for sgemm's micro-kernels to run at speed, small
   // enough to give every core work on small products (ResNet's late
   // layers: 512 rows, 64 columns; attention's per-head matrices).

@@ -312,7 +312,9 @@ Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
     return Status::error("result " + y.str() + " must have the type of " +
                          x.str());
   int64_t channels = x.shape[1];
-  static const char *const names[] = {"", "scale", "bias", "mean", "var"};
+  // Operand names (not written as the attention attribute scale is).
+  static const char *const names[] = {"", "scale operand", "bias", "mean",
+                                      "var"};
   for (size_t k = 1; k < 5; ++k) {
     const TensorType &t = info.operand(k);
     if (t.dtype != DType::F32 || t.shape != std::vector<int64_t>{channels})

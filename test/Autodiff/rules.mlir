@@ -193,3 +193,17 @@ func.func @pools(%x: tensor<1x2x5x5xf32>) -> (tensor<1x2x3x3xf32>, tensor<1x2x3x
   %2 = cleave.avg_pool2d %x kernel = [3, 3] strides = [2, 2] pads = [1, 1, 1, 1] dilations = [1, 1] {count_include_pad} : tensor<1x2x5x5xf32> -> tensor<1x2x3x3xf32>
   return %0, %1, %2 : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>
 }
+// Fused attention: its backward kernel for q, k, v and the decomposed
+// gradient of a learned bias, with grouped key heads (4 query heads read 2),
+// more keys than queries under the causal mask, and the bias broadcast over
+// the batch.
+// CHECK-DAG: PASS @attention
+func.func @attention(%q: tensor<2x2x5x4xf32>, %k: tensor<2x2x6x4xf32>, %v: tensor<2x2x6x3xf32>) -> tensor<2x2x5x3xf32> {
+  %o, %lse = cleave.attention %q, %k, %v scale = 5.000000e-01 : (tensor<2x2x5x4xf32>, tensor<2x2x6x4xf32>, tensor<2x2x6x3xf32>) -> (tensor<2x2x5x3xf32>, tensor<2x2x5xf32>)
+  return %o : tensor<2x2x5x3xf32>
+}
+// CHECK-DAG: PASS @attention_causal_bias_gqa
+func.func @attention_causal_bias_gqa(%q: tensor<2x4x5x4xf32>, %k: tensor<2x2x7x4xf32>, %v: tensor<2x2x7x3xf32>, %b: tensor<1x4x5x7xf32>) -> tensor<2x4x5x3xf32> {
+  %o, %lse = cleave.attention %q, %k, %v bias %b scale = 7.000000e-01 causal : (tensor<2x4x5x4xf32>, tensor<2x2x7x4xf32>, tensor<2x2x7x3xf32>, tensor<1x4x5x7xf32>) -> (tensor<2x4x5x3xf32>, tensor<2x4x5xf32>)
+  return %o : tensor<2x4x5x3xf32>
+}

@@ -265,3 +265,30 @@ func.func @step_as_result(%s: tensor<i64>) -> (tensor<i64> {cleave.step}) {
 func.func @state_slot_missing(%m: tensor<4xf32> {cleave.optimizer_state = ["w"]}) -> tensor<4xf32> {
   return %m : tensor<4xf32>
 }
+
+// -----
+
+func.func @attention_groups(%q: tensor<1x3x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x3x4x8xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{query heads 3 are not a multiple of key heads 2}}
+  %o, %lse = cleave.attention %q, %k, %v scale = 1.0 : (tensor<1x3x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x3x4x8xf32>, tensor<1x3x4xf32>)
+  return %o : tensor<1x3x4x8xf32>
+}
+
+// -----
+
+func.func @attention_bias(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x5x8xf32>, %v: tensor<1x2x5x8xf32>, %b: tensor<1x2x4x4xf32>) -> tensor<1x2x4x8xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{bias dimension 3 (4) does not broadcast to 5}}
+  %o, %lse = cleave.attention %q, %k, %v bias %b scale = 1.0 : (tensor<1x2x4x8xf32>, tensor<1x2x5x8xf32>, tensor<1x2x5x8xf32>, tensor<1x2x4x4xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+func.func @attention_backward_lse(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %o: tensor<1x2x4x8xf32>, %lse: tensor<1x2x8xf32>) -> tensor<1x2x4x8xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{output, lse and grad must have the forward's result shapes}}
+  %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %o scale = 1.0 : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)
+  return %dq : tensor<1x2x4x8xf32>
+}

@@ -172,3 +172,14 @@ func.func @training_ops(%x: tensor<2x3x8x8xf32>, %w: tensor<16x3x3x3xf32>, %g: t
   %6 = cleave.random_uniform %step seed = 42 stream = 3 : tensor<i64> -> tensor<8x16xf32>
   return %0, %1, %2, %3, %4, %5, %6 : tensor<2x3x8x8xf32>, tensor<16x3x3x3xf32>, tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>, tensor<1000x64xf32>, tensor<4x8xf32>, tensor<8x16xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @attention
+func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x6x16xf32>, %v: tensor<2x2x6x8xf32>, %b: tensor<2x1x1x6xf32>, %g: tensor<2x4x8x8xf32>) -> tensor<2x4x8x16xf32> {
+  // CHECK: %[[O:.*]], %[[L:.*]] = cleave.attention %{{.*}}, %{{.*}}, %{{.*}} bias %{{.*}} scale = 2.500000e-01 causal : (tensor<2x4x8x16xf32>, tensor<2x2x6x16xf32>, tensor<2x2x6x8xf32>, tensor<2x1x1x6xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8xf32>)
+  %o, %lse = cleave.attention %q, %k, %v bias %b scale = 2.500000e-01 causal : (tensor<2x4x8x16xf32>, tensor<2x2x6x16xf32>, tensor<2x2x6x8xf32>, tensor<2x1x1x6xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8xf32>)
+  // CHECK: cleave.attention_backward %{{.*}}, %{{.*}}, %{{.*}}, %[[O]], %[[L]], %{{.*}} scale = 2.500000e-01 :
+  %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g scale = 2.500000e-01 : (tensor<2x4x8x16xf32>, tensor<2x2x6x16xf32>, tensor<2x2x6x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x6x16xf32>, tensor<2x2x6x8xf32>)
+  return %dq : tensor<2x4x8x16xf32>
+}

@@ -176,3 +176,23 @@ func.func @training_ops(%x: tensor<2x3x8x8xf32>, %w: tensor<16x3x3x3xf32>, %g: t
   %6 = cleave.random_uniform %step seed = 42 stream = 3 : tensor<i64> -> tensor<8x16xf32>
   return %0, %1, %2, %3, %4, %5, %6 : tensor<2x3x8x8xf32>, tensor<16x3x3x3xf32>, tensor<2x3x8x8xf32>, tensor<2x3x8x8xf32>, tensor<1000x64xf32>, tensor<4x8xf32>, tensor<8x16xf32>
 }
+
+// -----
+
+// Attention: batch and heads split (each head independent); rows, keys and
+// head dims whole; a bias carries the dims it does not broadcast along.
+// With grouped key heads the heads stay whole.
+// CHECK-LABEL: func.func @attention
+// CHECK: cleave.attention{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, m], {{\[}}i, j, l, m], {{\[}}i, j, l, n], {{\[}}i, _, _, l]) -> ({{\[}}i, j, k, n], {{\[}}i, j, k]) whole={k, l, m, n}"
+// CHECK: cleave.attention_backward{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, m], {{\[}}i, j, l, m], {{\[}}i, j, l, n], {{\[}}i, j, k, n], {{\[}}i, j, k], {{\[}}i, j, k, n], {{\[}}i, _, _, l]) -> ({{\[}}i, j, k, m], {{\[}}i, j, l, m], {{\[}}i, j, l, n]) whole={k, l, m, n}"
+// CHECK-LABEL: func.func @grouped
+// CHECK: cleave.attention{{.*}}cleave.sharding_rule = "({{\[}}i, j, l, n], {{\[}}i, k, m, n], {{\[}}i, k, m, o]) -> ({{\[}}i, j, l, o], {{\[}}i, j, l]) whole={j, k, l, m, n, o}"
+func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x6x16xf32>, %v: tensor<2x4x6x8xf32>, %b: tensor<2x1x1x6xf32>, %g: tensor<2x4x8x8xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) {
+  %o, %lse = cleave.attention %q, %k, %v bias %b scale = 2.500000e-01 : (tensor<2x4x8x16xf32>, tensor<2x4x6x16xf32>, tensor<2x4x6x8xf32>, tensor<2x1x1x6xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8xf32>)
+  %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g bias %b scale = 2.500000e-01 : (tensor<2x4x8x16xf32>, tensor<2x4x6x16xf32>, tensor<2x4x6x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8x8xf32>, tensor<2x1x1x6xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x6x16xf32>, tensor<2x4x6x8xf32>)
+  return %o, %dq : tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>
+}
+func.func @grouped(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2x2x8x16xf32>) -> tensor<2x4x8x16xf32> {
+  %o, %lse = cleave.attention %q, %k, %v scale = 2.500000e-01 causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return %o : tensor<2x4x8x16xf32>
+}

@@ -116,6 +116,7 @@ static rt::Status trainOptions(const CompileOptions &o,
   train->dp = o.dp;
   train->zero = o.zero;
   train->planFile = o.planFile;
+  train->fuse = o.fusion;
   return rt::Status::ok();
 }
 

@@ -55,6 +55,8 @@ struct CompileOptions {
   Topology topology;
   std::string planFile, weightsFile;
   bool planOnly = false;
+  /// --no-fusion: keep attention as the exporter wrote it.
+  bool fusion = true;
   /// Regular expressions of initializers not to train (--freeze); each must
   /// match one.
   std::vector<std::string> freeze;

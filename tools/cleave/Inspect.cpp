@@ -61,6 +61,9 @@ struct BundleSummary {
           activationBytes = 0;
   /// How --devices chose the mesh; null when the mesh was given.
   const pb::MeshChoice *choice = nullptr;
+  /// Instructions per kernel of the step (attention and attention_backward
+  /// show whether the fusion happened).
+  std::map<std::string, int64_t> kernels;
 };
 
 BundleSummary summarize(const pb::Plan &plan) {
@@ -126,6 +129,7 @@ BundleSummary summarize(const pb::Plan &plan) {
     out.gradientBytes = out.paramBytes;
 
   for (const pb::Instruction &inst : program.instructions()) {
+    ++out.kernels[inst.kernel()];
     if (inst.kernel() != "all_reduce" && inst.kernel() != "all_gather" &&
         inst.kernel() != "reduce_scatter")
       continue;
@@ -244,6 +248,10 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                          {"gradients", sum.gradientBytes},
                          {"optimizer_state", sum.stateBytes},
                          {"activations_peak", sum.activationBytes}};
+  llvm::json::Object kernels;
+  for (const auto &[name, count] : sum.kernels)
+    kernels[name] = count;
+  root["kernels"] = std::move(kernels);
   if (sum.choice)
     root["mesh_choice"] = choiceJson(*sum.choice);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";

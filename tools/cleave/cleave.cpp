@@ -157,6 +157,12 @@ static cl::opt<std::string>
                       "replicate|vocab' for parameter names"),
              cl::value_desc("FILE"), cl::sub(compileCmd));
 static cl::opt<bool>
+    noFusion("no-fusion",
+             cl::desc("Keep attention as the exporter wrote it (matmul, "
+                      "softmax, matmul) instead of one fused attention op: "
+                      "to compare the two"),
+             cl::sub(compileCmd));
+static cl::opt<bool>
     planOnly("plan-only",
              cl::desc("Write the plan without the weights (to inspect the "
                       "sharding of a model whose weights are not at hand); "
@@ -640,6 +646,7 @@ static int runCompile(MLIRContext &ctx) {
   o.planFile = planPath;
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;
+  o.fusion = !noFusion;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
   rt::Status s = ::cleave::tool::compileBundle(ctx, o);
   if (s)

@@ -10,6 +10,45 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FuseAttentionPass : Pass<"cleave-fuse-attention", "func::FuncOp"> {
+  let summary = "Forms cleave.attention from the exporter's attention ops";
+  let description = [{
+    Finds `softmax(scale * Q K^T + biases, masks) V` however the exporter
+    spelled it and replaces it with one `cleave.attention`, whose kernels
+    never store the scores and whose gradient is one
+    `cleave.attention_backward`. From the softmax back: adds of biases
+    (padding masks, ALiBi, relative positions: summed into the op's one
+    bias), multiplications or divisions by a positive scalar constant
+    (PyTorch's `/ sqrt(d)`, folded into `scale`, and into the biases they
+    scale), selects or adds of a constant lower-triangular mask whose
+    masked value is -inf or at most -1e4 (the causal mask however the
+    family fills it: `causal`), then the matmul of Q and K^T (transposes
+    of K composed away); K and V may have one head for all query heads
+    (multi-query attention through the matmul's broadcast). Every value in
+    between must have the one use, so nothing the model reads elsewhere
+    (returned probabilities, a dropout) is lost; anything else is left as
+    it is. A mask value of -1e4 rather than -inf differs by less than
+    f32's resolution unless scores reach 1e4.
+
+    Before:
+    ```mlir
+    %s = cleave.matmul %q, %k {transpose_rhs} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x8xf32>
+    %c = cleave.constant dense<2.5e-01> : tensor<1x1x1x1xf32>
+    %t = cleave.mul %s, %c : (tensor<2x4x8x8xf32>, tensor<1x1x1x1xf32>) -> tensor<2x4x8x8xf32>
+    %u = cleave.add %t, %mask : (tensor<2x4x8x8xf32>, tensor<2x1x1x8xf32>) -> tensor<2x4x8x8xf32>
+    %p = cleave.softmax %u axis = 3 : tensor<2x4x8x8xf32>
+    %o = cleave.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+    ```
+    After:
+    ```mlir
+    %o, %lse = cleave.attention %q, %k, %v bias %mask scale = 2.500000e-01 : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x1x1x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-attention", "Attention blocks fused">,
+  ];
+}
+
 def AppendLossPass : Pass<"cleave-append-loss", "func::FuncOp"> {
   let summary = "Makes the model's first output a scalar training loss";
   let description = [{

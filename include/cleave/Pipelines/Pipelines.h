@@ -29,6 +29,9 @@ struct TrainStepOptions {
   int64_t dp = 1;
   /// ZeRO stage over dp (0: none; 1: optimizer state split).
   int64_t zero = 0;
+  /// Form cleave.attention from the exporter's attention ops
+  /// (--cleave-fuse-attention); off to compare with the unfused form.
+  bool fuse = true;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

@@ -504,6 +504,38 @@ void softmaxCases(Cases &cs) {
   }
 }
 
+void attentionCases(Cases &cs) {
+  struct Shapes {
+    int64_t b, h, hk, sq, sk, d, dv;
+    Shape bias;
+    bool causal;
+  };
+  // Across the CPU kernel's tiles (64 x 128) and the GPU's 128-key chunks;
+  // grouped and single key heads; learned and padding biases.
+  const std::vector<Shapes> cases = {
+      {2, 4, 2, 70, 150, 24, 20, {1, 4, 70, 150}, true},
+      {3, 2, 1, 130, 130, 16, 16, {3, 1, 1, 130}, false},
+      {1, 3, 3, 200, 200, 8, 12, {}, true},
+      {2, 2, 2, 5, 9, 64, 64, {}, false}};
+  for (const Shapes &c : cases) {
+    Attrs attrs{{"scale", fa(0.3)}, {"causal", ia({c.causal ? 1 : 0})}};
+    HostTensor q = cs.f({c.b, c.h, c.sq, c.d}, -1, 1);
+    HostTensor k = cs.f({c.b, c.hk, c.sk, c.d}, -1, 1);
+    HostTensor v = cs.f({c.b, c.hk, c.sk, c.dv}, -1, 1);
+    std::optional<HostTensor> bias;
+    if (!c.bias.empty())
+      bias = cs.f(c.bias, -2, 2);
+    Shape out{c.b, c.h, c.sq, c.dv}, lse{c.b, c.h, c.sq};
+    cs.add("attention", {q, k, v, bias}, {R(kF32, out), R(kF32, lse)}, attrs);
+    // Any out and lse give a well-defined backward; lse above the scores'
+    // range keeps the recomputed probabilities small.
+    cs.add("attention_backward",
+           {q, k, v, cs.f(out, -1, 1), cs.f(lse, 4, 6), cs.f(out, -1, 1),
+            bias},
+           {R(kF32, q.shape), R(kF32, k.shape), R(kF32, v.shape)}, attrs);
+  }
+}
+
 void normCases(Cases &cs) {
   auto attrs = [](int64_t axis, double eps) -> Attrs {
     return {{"axis", ia({axis})}, {"epsilon", fa(eps)}};
@@ -816,6 +848,7 @@ const std::vector<Case> &allCases() {
     reduceCases(cs);
     softmaxCases(cs);
     normCases(cs);
+    attentionCases(cs);
     shapeCases(cs);
     convCases(cs);
     randomAndCollectiveCases(cs);
