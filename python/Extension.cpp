@@ -245,6 +245,23 @@ public:
     return written[0];
   }
 
+  void startProfile(bool keepTrace) {
+    py::gil_scoped_release release;
+    check(onRanks(
+        [&](int r) { return trainers_[r]->startProfile(keepTrace); }));
+  }
+
+  /// Rank 0's report of the steps since startProfile (this process's first
+  /// trainer's under MPI: rank 0 holds the text there).
+  std::string profileReport(const std::string &trace) {
+    std::vector<std::string> texts(trainers_.size());
+    py::gil_scoped_release release;
+    check(onRanks([&](int r) {
+      return trainers_[r]->profileReport(trace, &texts[r]);
+    }));
+    return texts[0];
+  }
+
   std::vector<std::pair<std::string, bool>> tensors() const {
     return trainers_[0]->tensorNames();
   }
@@ -368,6 +385,8 @@ PYBIND11_MODULE(_cleave, m) {
       .def("read", &Session::read)
       .def("write", &Session::write)
       .def("save_checkpoint", &Session::saveCheckpoint)
+      .def("start_profile", &Session::startProfile)
+      .def("profile_report", &Session::profileReport)
       .def("tensors", &Session::tensors)
       .def("inputs", &Session::inputs)
       .def_property_readonly("steps_done", &Session::stepsDone)

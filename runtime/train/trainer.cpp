@@ -300,6 +300,9 @@ void fillRandom(const std::string &name, HostTensor *value) {
 /// or a checkpoint, in any layout: resume and reshard), bind it to the
 /// runner, open the data, run steps, and save or dump what it holds.
 class TrainSession {
+  // The facade reaches the profiler's state to start and stop it mid-run.
+  friend class Trainer;
+
 public:
   explicit TrainSession(const TrainerOptions &options) : options(options) {}
 
@@ -366,6 +369,12 @@ private:
   std::unique_ptr<StepProfiler> profiler;
   int32_t feedSite = -1;
   Status finishProfile();
+  /// With \p report, the profile's report (rank 0's text into \p log);
+  /// the trace to \p traceFile if set. Collective.
+  Status reportProfile(bool report, std::ostream *log,
+                       const std::string &traceFile);
+  /// Steps after this one count in the profile (the first is traced only).
+  int64_t profileFrom = 0;
   size_t numInputs = 0;
   std::map<std::string, Split> layoutOf;
   /// Gradients the step returns split otherwise than their parameter (ZeRO
@@ -818,7 +827,7 @@ Status TrainSession::runStep(float *lossOut,
   // The first step of a run pays for first touches of the arena and the
   // thread pools' start: traced, never counted.
   if (profiler)
-    profiler->beginStep(step, step > first);
+    profiler->beginStep(step, step > std::max(first, profileFrom));
   int64_t feedStart = profiler ? StepProfiler::nowNs() : 0;
   if (Status s = setStepInputs(step, batch); !s)
     return s;
@@ -864,15 +873,20 @@ Status TrainSession::finish() {
 Status TrainSession::finishProfile() {
   if (!profiler)
     return Status::ok();
-  if (options.profile) {
+  return reportProfile(options.profile, options.log, options.traceFile);
+}
+
+Status TrainSession::reportProfile(bool report, std::ostream *log,
+                                   const std::string &traceFile) {
+  if (report) {
     MachineRates rates = measureMachineRates();
     std::ostringstream text;
     if (Status s = profiler->report(*comm, rates, text); !s)
       return Status::error("--profile: " + s.message());
-    if (leader && options.log)
-      *options.log << text.str() << std::flush;
+    if (leader && log)
+      *log << text.str() << std::flush;
   }
-  if (options.traceFile.empty())
+  if (traceFile.empty())
     return Status::ok();
   std::string json;
   std::string title =
@@ -881,10 +895,10 @@ Status TrainSession::finishProfile() {
     return Status::error("--trace: " + s.message());
   if (!leader)
     return Status::ok();
-  if (Status s = writeFileAtomic(options.traceFile, json); !s)
+  if (Status s = writeFileAtomic(traceFile, json); !s)
     return Status::error("--trace: " + s.message());
   if (options.log)
-    *options.log << "trace: " << options.traceFile << " ("
+    *options.log << "trace: " << traceFile << " ("
                  << (json.size() + 1023) / 1024
                  << " KiB; open in ui.perfetto.dev or chrome://tracing)\n";
   return Status::ok();
@@ -1133,6 +1147,36 @@ const std::vector<InputSlot> &Trainer::inputs() const {
   return session_->dataInputs;
 }
 Status Trainer::finish() { return session_->finish(); }
+
+Status Trainer::startProfile(bool keepTrace) {
+  TrainSession &s = *session_;
+  if (s.profiler)
+    return Status::error("the steps are already being profiled");
+  auto profiler = std::make_unique<StepProfiler>(s.comm->rank(), keepTrace);
+  if (Status st = s.executor->setProfiler(profiler.get()); !st)
+    return st;
+  s.feedSite = profiler->addSite("(feed the batch)", "", SiteKind::Host, {});
+  s.profiler = std::move(profiler);
+  s.profileFrom = s.next;
+  return Status::ok();
+}
+
+Status Trainer::profileReport(const std::string &traceFile,
+                              std::string *text) {
+  TrainSession &s = *session_;
+  if (!s.profiler)
+    return Status::error("no profile was started");
+  std::ostringstream out;
+  Status st = s.next <= s.profileFrom + 1
+                  ? Status::error("profile at least 2 steps: the first one "
+                                  "is not counted")
+                  : s.reportProfile(true, &out, traceFile);
+  // Timing stops whatever happened.
+  (void)s.executor->setProfiler(nullptr);
+  s.profiler.reset();
+  *text = out.str();
+  return st;
+}
 
 Status train(const TrainerOptions &options) {
   std::unique_ptr<Trainer> trainer;

@@ -9,6 +9,7 @@ float64 reference only to be within the step size.
 """
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -208,6 +209,33 @@ def test_inspect_shows_the_mesh_and_the_split_weights():
     assert q["local_shape"] != q["shape"]
     assert "layers.0.self_attn.q_proj.weight" in repr(model)
     assert "<table>" in model._repr_html_()
+
+
+def test_profile_reports_the_steps_and_traces_every_rank(tmp_path):
+    module, batch_fn, loss = models.build("decoder")
+    gen = torch.Generator().manual_seed(3)
+    batch = batch_fn(gen)
+    model = cleave.tensor_parallel(module, example_of(batch, loss), tp=2,
+                                   loss=loss, optimizer=cleave.AdamW(lr=1e-3))
+    model.step(batch)
+    trace = tmp_path / "trace.json"
+    text = model.profile(batch, steps=3, trace=str(trace))
+    # Real steps: they count, and their losses keep going down the run.
+    assert model.steps_done == 4
+    for heading in ("by phase", "by kernel kind", "by block"):
+        assert heading in text, text
+    # The fused attention is timed as its own kernel, forward and backward.
+    assert "attention_backward" in text, text
+    events = json.load(open(trace))["traceEvents"]
+    lanes = {e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert lanes == {"rank 0", "rank 1"}
+    # Profiling stops: a second profile starts afresh, and too few steps
+    # is an error that leaves the model usable.
+    assert "by kernel kind" in model.profile(batch, steps=2)
+    with pytest.raises(cleave.Error, match="at least 2 steps"):
+        model.profile(batch, steps=1)
+    model.step(batch)
 
 
 def test_export_writes_the_trained_weights(tmp_path):

@@ -145,6 +145,14 @@ public:
   /// Ends the run: the re-sharded checkpoint of a 0-step run, then what
   /// options.dumpDir asks for.
   Status finish();
+  /// Times every kernel of the steps from here on (as options.profile
+  /// does), keeping each interval for a trace with \p keepTrace.
+  Status startProfile(bool keepTrace);
+  /// Where the steps since startProfile() spent their time (the first of
+  /// them traced, not counted): rank 0's report in \p text, every rank's
+  /// kernels as a Chrome trace to \p traceFile if set; stops timing. Every
+  /// rank calls it.
+  Status profileReport(const std::string &traceFile, std::string *text);
 
 private:
   explicit Trainer(std::unique_ptr<TrainSession> session);
