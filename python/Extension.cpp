@@ -247,8 +247,8 @@ public:
 
   void startProfile(bool keepTrace) {
     py::gil_scoped_release release;
-    check(onRanks(
-        [&](int r) { return trainers_[r]->startProfile(keepTrace); }));
+    check(
+        onRanks([&](int r) { return trainers_[r]->startProfile(keepTrace); }));
   }
 
   /// Rank 0's report of the steps since startProfile (this process's first
@@ -256,9 +256,8 @@ public:
   std::string profileReport(const std::string &trace) {
     std::vector<std::string> texts(trainers_.size());
     py::gil_scoped_release release;
-    check(onRanks([&](int r) {
-      return trainers_[r]->profileReport(trace, &texts[r]);
-    }));
+    check(onRanks(
+        [&](int r) { return trainers_[r]->profileReport(trace, &texts[r]); }));
     return texts[0];
   }
 

@@ -209,11 +209,14 @@ def fused_against_unfused(args, name, case, man, opt, work):
         kernels = json.loads(run([args.cleave, "inspect", bundle, "--json"]))["kernels"]
         worst, failures = compare_all(ref, got, args.rtol)
         fwd, bwd = kernels.get("attention", 0), kernels.get("attention_backward", 0)
+        ce = kernels.get("cross_entropy", 0)
         if name in args.fused_models.split(",") and (fwd == 0 or bwd == 0):
             failures.append(f"{fwd} attention and {bwd} attention_backward kernels")
+        if ce != kernels.get("cross_entropy_backward", 0):
+            failures.append(f"{ce} cross_entropy, not one backward each")
         print(f"{'FAIL' if failures else 'PASS'} {name} fused tp={tp} {opt}: "
-              f"{fwd} attention, {bwd} backward; worst {worst[0]:.2e} "
-              f"({worst[1]}) against unfused tp=1")
+              f"{fwd} attention, {bwd} backward, {ce} cross_entropy; worst "
+              f"{worst[0]:.2e} ({worst[1]}) against unfused tp=1")
         for f in failures:
             print("    " + f)
         failed += bool(failures)

@@ -7,9 +7,10 @@ Usage:
       [--rtol 1e-5] [--megatron gpt2,llama,bert] [--against-unfused]
 
 With --against-unfused the reference is instead the tp=1 step compiled
-with --no-fusion (attention as the exporter wrote it), and the default,
-fused compile at tp 1 and at each tp is compared with it; each fused plan
-must hold attention and attention_backward kernels.
+with --no-fusion (attention and cross-entropy as the exporter and the loss
+builder wrote them), and the default, fused compile at tp 1 and at each tp
+is compared with it; each fused plan must hold fused kernels (attention,
+cross_entropy), each with its backward, and prints how many.
 
 For each model (opset 17) and optimizer it compiles the train step at tp=1
 and at each tp, runs --steps steps on the model's reference inputs and
@@ -134,10 +135,15 @@ def megatron(cleave, bundle, man, tp, per_layer=2):
     return f"{n} layers, {fwd} fwd / {bwd} bwd activation all-reduces, {len(small)} small", problems
 
 
+FUSED_KERNELS = ["attention", "attention_backward", "cross_entropy",
+                 "cross_entropy_backward"]
+
+
 def fused_against_unfused(args, model, case, opt, tps, work):
-    """The fused attention (the default) at tp 1 and each of tps against the
-    unfused form (--no-fusion) at tp 1; the fused plans must hold the fused
-    kernels. Returns the number of failures."""
+    """The fused attention and cross-entropy (the default) at tp 1 and each
+    of tps against the unfused form (--no-fusion) at tp 1; the fused plans
+    must hold fused kernels, each with its backward. Returns the number of
+    failures."""
     _, _, ref = train(args.cleave, case, opt, 1, args.steps, work,
                       extra=("--no-fusion",))
     failed = 0
@@ -145,12 +151,16 @@ def fused_against_unfused(args, model, case, opt, tps, work):
         _, bundle, got = train(args.cleave, case, opt, tp, args.steps, work)
         kernels = json.loads(run([args.cleave, "inspect", bundle, "--json"]))["kernels"]
         worst, failures = compare(ref, got, args.rtol)
-        fwd, bwd = kernels.get("attention", 0), kernels.get("attention_backward", 0)
-        if fwd == 0 or bwd == 0:
-            failures.append(f"{fwd} attention and {bwd} attention_backward kernels")
+        counts = {k: kernels.get(k, 0) for k in FUSED_KERNELS}
+        if not any(counts.values()):
+            failures.append("no fused kernel in the plan")
+        for k in FUSED_KERNELS[::2]:
+            if counts[k] != counts[k + "_backward"]:
+                failures.append(f"{counts[k]} {k} but {counts[k + '_backward']} backward")
         status = "FAIL" if failures else "PASS"
-        print(f"{status} {model} fused tp={tp} {opt}: {fwd} attention, {bwd} "
-              f"backward; worst {worst[0]:.2e} ({worst[1]}) against unfused tp=1")
+        print(f"{status} {model} fused tp={tp} {opt}: {counts['attention']} "
+              f"attention, {counts['cross_entropy']} cross_entropy; worst "
+              f"{worst[0]:.2e} ({worst[1]}) against unfused tp=1")
         for f in failures:
             print("    " + f)
         failed += bool(failures)

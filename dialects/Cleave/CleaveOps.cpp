@@ -328,6 +328,65 @@ LogicalResult AttentionBackwardOp::inferReturnTypes(
   return success();
 }
 
+/// Checks cross_entropy's operands; gives the kept (class axis 1) shape.
+static LogicalResult crossEntropyShapes(std::optional<Location> loc,
+                                        Value logits, Value labels,
+                                        Value classIds, Value shift,
+                                        int64_t axis,
+                                        SmallVectorImpl<int64_t> &kept) {
+  ArrayRef<int64_t> x = shapeOf(logits);
+  int64_t rank = static_cast<int64_t>(x.size());
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, "axis ", axis, " is out of range for rank ",
+                             rank);
+  kept.assign(x.begin(), x.end());
+  kept[axis] = 1;
+  SmallVector<int64_t> ids(rank, 1);
+  ids[axis] = x[axis];
+  if (shapeOf(labels) != ArrayRef<int64_t>(kept) ||
+      shapeOf(shift) != ArrayRef<int64_t>(kept))
+    return emitOptionalError(loc, "labels and shift must have the logits' "
+                                  "shape with the class axis 1");
+  if (shapeOf(classIds) != ArrayRef<int64_t>(ids))
+    return emitOptionalError(loc, "class ids must be 1 but along the class "
+                                  "axis, of its size");
+  if (elementTypeOf(labels) != elementTypeOf(classIds) ||
+      elementTypeOf(shift) != elementTypeOf(logits))
+    return emitOptionalError(loc, "labels and class ids, and shift and "
+                                  "logits, must share element types");
+  return success();
+}
+
+LogicalResult
+CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                 Adaptor adaptor,
+                                 SmallVectorImpl<Type> &inferred) {
+  SmallVector<int64_t> kept;
+  if (failed(crossEntropyShapes(loc, adaptor.getLogits(), adaptor.getLabels(),
+                                adaptor.getClassIds(), adaptor.getShift(),
+                                adaptor.getAxis(), kept)))
+    return failure();
+  Type t = RankedTensorType::get(kept, elementTypeOf(adaptor.getLogits()));
+  inferred.append({t, t});
+  return success();
+}
+
+LogicalResult CrossEntropyBackwardOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  SmallVector<int64_t> kept;
+  if (failed(crossEntropyShapes(loc, adaptor.getLogits(), adaptor.getLabels(),
+                                adaptor.getClassIds(), adaptor.getShift(),
+                                adaptor.getAxis(), kept)))
+    return failure();
+  if (adaptor.getSumExpGrad().getType() != adaptor.getShift().getType() ||
+      adaptor.getTargetGrad().getType() != adaptor.getShift().getType())
+    return emitOptionalError(loc, "the results' gradients must have the "
+                                  "shift's type");
+  inferred.push_back(adaptor.getLogits().getType());
+  return success();
+}
+
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,

@@ -315,6 +315,59 @@ def Cleave_AttentionBackwardOp : Cleave_Op<"attention_backward",
   }];
 }
 
+def Cleave_CrossEntropyOp : Cleave_Op<"cross_entropy", [InferTypeOpAdaptor]> {
+  let summary = "Fused softmax statistics of cross-entropy";
+  let description = [{
+    The two reductions over the class axis `axis` of `logits` that
+    cross-entropy is made of, in one pass that keeps nothing of the logits'
+    size: `sum_exp = sum_c exp(logits - shift)` and
+    `target = sum_c [labels == class_ids[c]] (logits - shift)`, where
+    `shift` (the logits' maximum, which only stabilises) and `labels` have
+    the logits' shape with the class axis 1, and `class_ids` is 1 but along
+    the class axis. The loss is `log(sum_exp) - target`. Both results are
+    sums over the classes, so a class axis split across ranks (the
+    vocab-parallel loss) needs only their all-reduce. Formed by
+    `--cleave-fuse-cross-entropy` from the losses' reductions.
+
+    ```mlir
+    %s, %t = cleave.cross_entropy %x, %labels, %ids, %m axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$logits, Cleave_IndexTensor:$labels,
+                   Cleave_IndexTensor:$class_ids, Cleave_FloatTensor:$shift,
+                   I64Attr:$axis);
+  let results = (outs Cleave_FloatTensor:$sum_exp, Cleave_FloatTensor:$target);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $class_ids `,` $shift `axis` `=` $axis attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def Cleave_CrossEntropyBackwardOp : Cleave_Op<"cross_entropy_backward",
+    [InferTypeOpAdaptor]> {
+  let summary = "Gradient of the logits through cross_entropy";
+  let description = [{
+    `sum_exp_grad * exp(logits - shift) + [labels == class_ids]
+    target_grad`: the logits' gradient from those of `cross_entropy`'s two
+    results (the operands as the forward's). One pass, one tensor of the
+    logits' size written.
+
+    ```mlir
+    %g = cleave.cross_entropy_backward %x, %labels, %ids, %m, %gs, %gt axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>, tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x512xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$logits, Cleave_IndexTensor:$labels,
+                   Cleave_IndexTensor:$class_ids, Cleave_FloatTensor:$shift,
+                   Cleave_FloatTensor:$sum_exp_grad,
+                   Cleave_FloatTensor:$target_grad, I64Attr:$axis);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $class_ids `,` $shift `,` $sum_exp_grad `,`
+    $target_grad `axis` `=` $axis attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
 def Cleave_LayerNormOp : Cleave_Op<"layer_norm",
     [InferTypeOpAdaptor, AttrSizedOperandSegments]> {
   let summary = "Layer normalisation over trailing dimensions";

@@ -15,6 +15,8 @@
 #include "Cleave/CleaveDialect.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <optional>
+
 namespace mlir::cleave {
 
 struct ShardingFactor {
@@ -25,6 +27,11 @@ struct ShardingFactor {
   ReduceKind combine = ReduceKind::sum;
   llvm::SmallVector<int64_t, 4> operandDims;
   llvm::SmallVector<int64_t, 2> resultDims;
+  /// For split Reduction factors over padded dims: per operand (empty: all
+  /// default), the reduction whose identity that operand needs in the
+  /// padding when it is not `combine`'s (cross_entropy sums, but its logits
+  /// must be -inf there and its class ids no class).
+  llvm::SmallVector<std::optional<ReduceKind>, 4> operandPads;
 };
 
 struct ShardingRule {

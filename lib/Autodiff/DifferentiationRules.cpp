@@ -486,6 +486,25 @@ Value attentionBiasGrad(AttentionOp op, Emitter &e, Value grad) {
 }
 
 template <>
+LogicalResult vjp(CrossEntropyOp op, Emitter &e, ArrayRef<Value> g,
+                  ArrayRef<bool> needed, MutableArrayRef<Value> out) {
+  // The shift only stabilises (the builders mark it no_grad), so only the
+  // logits get a gradient; a missing result gradient is zero.
+  if (!needed[0] || (!g[0] && !g[1]))
+    return success();
+  Value shift = op.getShift();
+  auto zero = [&] {
+    return e.broadcastTo(e.scalar(shift, 0.0), typeOf(shift));
+  };
+  Value gs = g[0] ? g[0] : zero();
+  Value gt = g[1] ? g[1] : zero();
+  out[0] = CrossEntropyBackwardOp::create(e.b, e.loc, op.getLogits(),
+                                          op.getLabels(), op.getClassIds(),
+                                          shift, gs, gt, op.getAxis());
+  return success();
+}
+
+template <>
 LogicalResult vjp(AttentionOp op, Emitter &e, ArrayRef<Value> g,
                   ArrayRef<bool> needed, MutableArrayRef<Value> out) {
   if (g[1])
@@ -493,12 +512,30 @@ LogicalResult vjp(AttentionOp op, Emitter &e, ArrayRef<Value> g,
   if (!g[0])
     return success();
   if (needed[0] || needed[1] || needed[2]) {
+    // One K/V head for several query heads (multi-query): the backward
+    // reads it repeated per query head and sums the gradients back, so
+    // that split query heads leave a partial sum like any reduction.
+    Value key = op.getKey(), value = op.getValue();
+    int64_t heads = typeOf(op.getQuery()).getDimSize(1);
+    bool repeat = typeOf(key).getDimSize(1) == 1 && heads > 1;
+    auto widen = [&](Value x) {
+      auto t = typeOf(x);
+      SmallVector<int64_t> shape(t.getShape());
+      shape[1] = heads;
+      return e.broadcastTo(x, RankedTensorType::get(shape, t.getElementType()));
+    };
+    if (repeat) {
+      key = widen(key);
+      value = widen(value);
+    }
     auto back = AttentionBackwardOp::create(
-        e.b, e.loc, op.getQuery(), op.getKey(), op.getValue(), op.getResult(),
-        op.getLse(), g[0], op.getBias(), op.getScaleAttr(), op.getCausalAttr());
+        e.b, e.loc, op.getQuery(), key, value, op.getResult(), op.getLse(),
+        g[0], op.getBias(), op.getScaleAttr(), op.getCausalAttr());
     for (int i = 0; i < 3; ++i)
       if (needed[i])
-        out[i] = back->getResult(i);
+        out[i] = repeat && i > 0 ? e.reduceTo(back->getResult(i),
+                                              op->getOperand(i).getType())
+                                 : back->getResult(i);
   }
   if (op.getBias() && needed[3])
     out[3] = attentionBiasGrad(op, e, g[0]);
@@ -755,8 +792,9 @@ void mlir::cleave::registerDifferentiationRules(DialectRegistry &registry) {
            AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ReciprocalOp, TanhOp,
            SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, GeluOp, LeakyReluOp,
            MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, AttentionOp,
-           LayerNormOp, BatchNormOp, ReshapeOp, TransposeOp, BroadcastOp,
-           ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp, Conv2DOp,
-           Conv2DBackwardInputOp, MaxPool2DOp, AvgPool2DOp>(ctx);
+           CrossEntropyOp, LayerNormOp, BatchNormOp, ReshapeOp, TransposeOp,
+           BroadcastOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
+           ScatterAddOp, Conv2DOp, Conv2DBackwardInputOp, MaxPool2DOp,
+           AvgPool2DOp>(ctx);
   });
 }

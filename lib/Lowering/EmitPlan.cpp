@@ -230,6 +230,16 @@ LogicalResult lowerNormalising(Operation *op, pb::Instruction &inst) {
         p.causal = a.getCausal();
         return emit(inst, p);
       })
+      .Case<CrossEntropyOp>([&](CrossEntropyOp c) {
+        Params<K::k_cross_entropy> p;
+        p.axis = c.getAxis();
+        return emit(inst, p);
+      })
+      .Case<CrossEntropyBackwardOp>([&](CrossEntropyBackwardOp c) {
+        Params<K::k_cross_entropy_backward> p;
+        p.axis = c.getAxis();
+        return emit(inst, p);
+      })
       .Case<AttentionBackwardOp>([&](AttentionBackwardOp a) {
         Params<K::k_attention_backward> p;
         p.scale = a.getScale().convertToDouble();
@@ -310,7 +320,7 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
       })
       .Case<ReduceOp>([&](ReduceOp r) { return emitReduce(r, inst); })
       .Case<SoftmaxOp, LogSoftmaxOp, AttentionOp, AttentionBackwardOp,
-            LayerNormOp, BatchNormOp>(
+            CrossEntropyOp, CrossEntropyBackwardOp, LayerNormOp, BatchNormOp>(
           [&](Operation *o) { return lowerNormalising(o, inst); })
       .Case<TransposeOp>([&](TransposeOp t) {
         Params<K::k_transpose> p;

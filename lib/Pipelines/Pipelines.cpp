@@ -36,6 +36,8 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   // whatever the mesh they are resumed on.
   fpm.addPass(createSegmentParametersPass());
   fpm.addPass(createAppendLossPass({options.loss}));
+  if (options.fuse)
+    fpm.addPass(createFuseCrossEntropyPass());
   fpm.addPass(createAutodiffPass());
   OptimizerPassOptions opt;
   opt.optimizer = options.optimizer;

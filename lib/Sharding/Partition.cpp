@@ -766,8 +766,10 @@ void Partitioner::padOperandsAndResults(const OpEntry &e,
   // gather never reads the rows past the table's size.
   bool reduces = f.kind == ShardingFactor::Kind::Reduction;
   if (reduces && !isa<GatherOp>(e.op)) {
-    Pad want = identityOf(f.combine);
     for (unsigned i = 0; i < e.numOperands; ++i) {
+      Pad want = i < f.operandPads.size() && f.operandPads[i]
+                     ? identityOf(*f.operandPads[i])
+                     : identityOf(f.combine);
       int32_t id = operandId(e, i);
       if (f.operandDims[i] >= 0 && padAfter(id, to[i]) != want)
         operands[i] = mask(operands[i], id, to[i], want);

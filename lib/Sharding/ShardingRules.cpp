@@ -171,9 +171,10 @@ template <> LogicalResult rule(LogSoftmaxOp op, ShardingRule &r) {
 /// Attention and its backward: batch and heads split freely (every head is
 /// independent); the sequence and head dims are whole, the softmax and its
 /// causal mask needing every key and the query's absolute position. Query
-/// heads split with their key heads only when there are as many (grouped
-/// key heads stay whole). \p results: per result, the operand whose dims
-/// it has (the forward's out and lse follow q's batch, heads and rows).
+/// heads split with their key heads when there are as many, or alone when
+/// there is one key head (multi-query); other groupings stay whole. \p results:
+/// per result, the operand whose dims it has (the forward's out and lse follow
+/// q's batch, heads and rows).
 template <typename OpTy>
 LogicalResult
 attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
@@ -186,8 +187,14 @@ attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
     biasAt = static_cast<int>(op->getNumOperands()) - 1;
   ArrayRef<int64_t> b = bias ? shapeOf(bias) : ArrayRef<int64_t>();
   bool sameHeads = q[1] == k[1];
+  // One key/value head for all (multi-query): the query heads split and
+  // every rank reads the one K/V head, as a matmul broadcasts it.
+  // (The backward's gradient of that head would be a sum over the split
+  // heads: its rule keeps them whole, and the differentiation rule hands
+  // it the K/V head repeated instead.)
+  bool oneHead = k[1] == 1 && resultLikeKey.empty();
   for (int64_t d = 0; d < 2; ++d) {
-    Kind kind = d == 0 || sameHeads ? Kind::Parallel : Kind::Whole;
+    Kind kind = d == 0 || sameHeads || oneHead ? Kind::Parallel : Kind::Whole;
     ShardingFactor &f = addFactor(r, op, q[d], kind);
     for (int i : likeQuery)
       f.operandDims[i] = d;
@@ -202,6 +209,8 @@ attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
         f.operandDims[i] = d;
       for (int i : resultLikeKey)
         f.resultDims[i] = d;
+    } else if (oneHead) {
+      // The K/V head is read whole by every rank.
     } else {
       ShardingFactor &g = addFactor(r, op, k[d], Kind::Whole);
       for (int i : likeKey)
@@ -228,6 +237,46 @@ attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
   if (biasAt >= 0 && b[3] != 1)
     keys.operandDims[biasAt] = 3;
   return success();
+}
+
+/// cross_entropy and its backward: every dim but the class axis parallel
+/// throughout; the class axis carried by the logits and class ids (and the
+/// backward's result). Its split forward leaves both sums partial, to be
+/// all-reduced: Megatron's vocab-parallel loss. Padding classes must add
+/// nothing: -inf logits, class ids no label equals.
+template <typename OpTy>
+LogicalResult crossEntropyRule(OpTy op, ShardingRule &r, bool backward) {
+  ArrayRef<int64_t> x = shapeOf(op.getLogits());
+  int64_t axis = op.getAxis();
+  for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
+    if (d == axis) {
+      ShardingFactor &f =
+          addFactor(r, op, x[d], backward ? Kind::Parallel : Kind::Reduction);
+      f.operandDims[0] = f.operandDims[2] = d;
+      if (backward) {
+        f.resultDims[0] = d;
+      } else {
+        f.operandPads.assign(op->getNumOperands(), std::nullopt);
+        f.operandPads[0] = ReduceKind::max;
+        f.operandPads[2] = ReduceKind::min;
+      }
+      continue;
+    }
+    ShardingFactor &f = addFactor(r, op, x[d]);
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      if (i != 2)
+        f.operandDims[i] = d;
+    for (unsigned i = 0; i < op->getNumResults(); ++i)
+      f.resultDims[i] = d;
+  }
+  return success();
+}
+
+template <> LogicalResult rule(CrossEntropyOp op, ShardingRule &r) {
+  return crossEntropyRule(op, r, false);
+}
+template <> LogicalResult rule(CrossEntropyBackwardOp op, ShardingRule &r) {
+  return crossEntropyRule(op, r, true);
 }
 
 template <> LogicalResult rule(AttentionOp op, ShardingRule &r) {
@@ -572,9 +621,10 @@ void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
                     SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp, ReluOp,
                     ErfOp, SinOp, CosOp, NotOp, GeluOp, LeakyReluOp, CastOp,
                     MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, AttentionOp,
-                    AttentionBackwardOp, LayerNormOp, BatchNormOp, TransposeOp,
-                    BroadcastOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
-                    ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
+                    AttentionBackwardOp, CrossEntropyOp, CrossEntropyBackwardOp,
+                    LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
+                    ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp,
+                    MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
                     AvgPool2DBackwardOp, Conv2DOp, Conv2DBackwardInputOp,
                     Conv2DBackwardFilterOp, RandomUniformOp, CheckIndexOp,
                     AllReduceOp, AllGatherOp, ReduceScatterOp, ShardSliceOp>(

@@ -233,8 +233,8 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
   for (const TensorType *t : {&q, &k, &v})
     if (t->dtype != DType::F32 || t->rank() != 4)
       return Status::error(names + " must be 4-D f32");
-  for (const auto &[t, what] :
-       {std::pair{&q, "query"}, std::pair{&k, "key"}, std::pair{&v, "value tensor"}})
+  for (const auto &[t, what] : {std::pair{&q, "query"}, std::pair{&k, "key"},
+                                std::pair{&v, "value tensor"}})
     if (Status s = checkExtents(*t, what); !s)
       return s;
   p->b = q.shape[0];
@@ -301,6 +301,60 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
   }
   if (!std::isfinite(p->scale))
     return Status::error("attribute 'scale' must be finite");
+  return Status::ok();
+}
+
+Status readCrossEntropyGeometry(const KernelInfo &info, bool backward,
+                                CrossEntropyGeometry *p) {
+  if (Status s =
+          backward ? info.checkArity(6, 6, 1, 1) : info.checkArity(4, 4, 2, 2);
+      !s)
+    return s;
+  const TensorType &x = info.operand(0);
+  int64_t axis =
+      backward ? info.params<schema::Kernel::k_cross_entropy_backward>().axis
+               : info.params<schema::Kernel::k_cross_entropy>().axis;
+  if (x.dtype != DType::F32 || axis < 0 || axis >= x.rank())
+    return Status::error("logits " + x.str() + " must be f32 with axis " +
+                         std::to_string(axis));
+  std::vector<int64_t> kept = x.shape, ids(x.shape.size(), 1);
+  kept[axis] = 1;
+  ids[axis] = x.shape[axis];
+  auto expect = [&](const TensorType &t, const std::vector<int64_t> &shape,
+                    bool integer, const char *what) -> Status {
+    bool dtypeOk = integer ? (t.dtype == DType::I64 || t.dtype == DType::I32)
+                           : t.dtype == DType::F32;
+    if (!dtypeOk || t.shape != shape)
+      return Status::error(std::string(what) + " " + t.str() +
+                           " does not fit logits " + x.str() + " over axis " +
+                           std::to_string(axis));
+    return Status::ok();
+  };
+  if (Status s = expect(info.operand(1), kept, true, "labels"); !s)
+    return s;
+  if (Status s = expect(info.operand(2), ids, true, "class ids"); !s)
+    return s;
+  if (Status s = expect(info.operand(3), kept, false, "shift"); !s)
+    return s;
+  if (backward) {
+    for (size_t i : {4, 5})
+      if (Status s = expect(info.operand(i), kept, false, "gradient"); !s)
+        return s;
+    if (Status s = expect(info.result(0), x.shape, false, "result"); !s)
+      return s;
+  } else {
+    for (size_t i : {0, 1})
+      if (Status s = expect(info.result(i), kept, false, "result"); !s)
+        return s;
+  }
+  p->classes = x.shape[axis];
+  p->outer = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    p->outer *= x.shape[d];
+  p->inner = 1;
+  for (int64_t d = axis + 1; d < x.rank(); ++d)
+    p->inner *= x.shape[d];
+  p->wide = info.operand(1).dtype == DType::I64;
   return Status::ok();
 }
 

@@ -124,6 +124,23 @@ struct AttentionGeometry {
 Status readAttentionGeometry(const KernelInfo &info, bool backward,
                              AttentionGeometry *p);
 
+//===----------------------------------------------------------------------===//
+// cross_entropy
+//===----------------------------------------------------------------------===//
+
+/// The logits viewed as [outer, classes, inner] (the class axis in the
+/// middle); labels, shift and the results as [outer, inner].
+struct CrossEntropyGeometry {
+  int64_t outer = 1, classes = 0, inner = 1;
+  /// Labels and class ids are i64 (else i32).
+  bool wide = true;
+};
+
+/// Validates cross_entropy's (or, with \p backward,
+/// cross_entropy_backward's) operands, result and axis.
+Status readCrossEntropyGeometry(const KernelInfo &info, bool backward,
+                                CrossEntropyGeometry *p);
+
 } // namespace cleave::rt::nn
 
 #endif // CLEAVE_RUNTIME_CORE_NN_GEOMETRY_H

@@ -1161,8 +1161,7 @@ Status Trainer::startProfile(bool keepTrace) {
   return Status::ok();
 }
 
-Status Trainer::profileReport(const std::string &traceFile,
-                              std::string *text) {
+Status Trainer::profileReport(const std::string &traceFile, std::string *text) {
   TrainSession &s = *session_;
   if (!s.profiler)
     return Status::error("no profile was started");

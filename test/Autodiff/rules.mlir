@@ -207,3 +207,23 @@ func.func @attention_causal_bias_gqa(%q: tensor<2x4x5x4xf32>, %k: tensor<2x2x7x4
   %o, %lse = cleave.attention %q, %k, %v bias %b scale = 7.000000e-01 causal : (tensor<2x4x5x4xf32>, tensor<2x2x7x4xf32>, tensor<2x2x7x3xf32>, tensor<1x4x5x7xf32>) -> (tensor<2x4x5x3xf32>, tensor<2x4x5xf32>)
   return %o : tensor<2x4x5x3xf32>
 }
+// Fused cross-entropy statistics: the logits' gradient through both sums
+// (the shift is a constant here, as the builders' no_grad max is), the
+// class axis first and last, labels that hit and miss the classes.
+// CHECK-DAG: PASS @cross_entropy
+func.func @cross_entropy(%x: tensor<3x5xf32>) -> (tensor<3x1xf32>, tensor<3x1xf32>) {
+  %labels = cleave.constant dense<[[1], [4], [7]]> : tensor<3x1xi64>
+  %ids = cleave.iota dim = 1 : tensor<1x5xi64>
+  %shift = cleave.constant dense<[[0.5], [-0.25], [1.0]]> : tensor<3x1xf32>
+  %s, %t = cleave.cross_entropy %x, %labels, %ids, %shift axis = 1 : (tensor<3x5xf32>, tensor<3x1xi64>, tensor<1x5xi64>, tensor<3x1xf32>) -> (tensor<3x1xf32>, tensor<3x1xf32>)
+  return %s, %t : tensor<3x1xf32>, tensor<3x1xf32>
+}
+// CHECK-DAG: PASS @cross_entropy_axis0
+func.func @cross_entropy_axis0(%x: tensor<4x2x3xf32>) -> tensor<1x2x3xf32> {
+  %labels = cleave.constant dense<[[[0, 3, 2], [1, 1, 0]]]> : tensor<1x2x3xi32>
+  %ids = cleave.iota dim = 0 : tensor<4x1x1xi32>
+  %shift = cleave.constant dense<0.5> : tensor<1x2x3xf32>
+  %s, %t = cleave.cross_entropy %x, %labels, %ids, %shift axis = 0 : (tensor<4x2x3xf32>, tensor<1x2x3xi32>, tensor<4x1x1xi32>, tensor<1x2x3xf32>) -> (tensor<1x2x3xf32>, tensor<1x2x3xf32>)
+  %u = cleave.add %s, %t : (tensor<1x2x3xf32>, tensor<1x2x3xf32>) -> tensor<1x2x3xf32>
+  return %u : tensor<1x2x3xf32>
+}

@@ -292,3 +292,21 @@ func.func @attention_backward_lse(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf3
   %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %o scale = 1.0 : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)
   return %dq : tensor<1x2x4x8xf32>
 }
+
+// -----
+
+func.func @cross_entropy_ids(%x: tensor<8x16xf32>, %l: tensor<8x1xi64>, %ids: tensor<8x16xi64>, %m: tensor<8x1xf32>) -> tensor<8x1xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{class ids must be 1 but along the class axis, of its size}}
+  %s, %t = cleave.cross_entropy %x, %l, %ids, %m axis = 1 : (tensor<8x16xf32>, tensor<8x1xi64>, tensor<8x16xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
+  return %s : tensor<8x1xf32>
+}
+
+// -----
+
+func.func @cross_entropy_axis(%x: tensor<8x16xf32>, %l: tensor<8x1xi64>, %ids: tensor<1x16xi64>, %m: tensor<8x1xf32>) -> tensor<8x1xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{axis 2 is out of range for rank 2}}
+  %s, %t = cleave.cross_entropy %x, %l, %ids, %m axis = 2 : (tensor<8x16xf32>, tensor<8x1xi64>, tensor<1x16xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
+  return %s : tensor<8x1xf32>
+}

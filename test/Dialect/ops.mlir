@@ -183,3 +183,14 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x6x16xf32>, %v: ten
   %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g scale = 2.500000e-01 : (tensor<2x4x8x16xf32>, tensor<2x2x6x16xf32>, tensor<2x2x6x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x6x16xf32>, tensor<2x2x6x8xf32>)
   return %dq : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @cross_entropy
+func.func @cross_entropy(%x: tensor<8x512xf32>, %l: tensor<8x1xi64>, %ids: tensor<1x512xi64>, %m: tensor<8x1xf32>) -> tensor<8x512xf32> {
+  // CHECK: %[[S:.*]], %[[T:.*]] = cleave.cross_entropy %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
+  %s, %t = cleave.cross_entropy %x, %l, %ids, %m axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
+  // CHECK: cleave.cross_entropy_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[S]], %[[T]] axis = 1
+  %g = cleave.cross_entropy_backward %x, %l, %ids, %m, %s, %t axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>, tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x512xf32>
+  return %g : tensor<8x512xf32>
+}

@@ -181,7 +181,7 @@ func.func @training_ops(%x: tensor<2x3x8x8xf32>, %w: tensor<16x3x3x3xf32>, %g: t
 
 // Attention: batch and heads split (each head independent); rows, keys and
 // head dims whole; a bias carries the dims it does not broadcast along.
-// With grouped key heads the heads stay whole.
+// With grouped key heads (2 for 4) the heads stay whole.
 // CHECK-LABEL: func.func @attention
 // CHECK: cleave.attention{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, m], {{\[}}i, j, l, m], {{\[}}i, j, l, n], {{\[}}i, _, _, l]) -> ({{\[}}i, j, k, n], {{\[}}i, j, k]) whole={k, l, m, n}"
 // CHECK: cleave.attention_backward{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, m], {{\[}}i, j, l, m], {{\[}}i, j, l, n], {{\[}}i, j, k, n], {{\[}}i, j, k], {{\[}}i, j, k, n], {{\[}}i, _, _, l]) -> ({{\[}}i, j, k, m], {{\[}}i, j, l, m], {{\[}}i, j, l, n]) whole={k, l, m, n}"
@@ -194,5 +194,30 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x6x16xf32>, %v: ten
 }
 func.func @grouped(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2x2x8x16xf32>) -> tensor<2x4x8x16xf32> {
   %o, %lse = cleave.attention %q, %k, %v scale = 2.500000e-01 causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return %o : tensor<2x4x8x16xf32>
+}
+
+// -----
+
+// Cross-entropy: the class axis a sum over the logits and class ids (split,
+// both results partial: the vocab-parallel loss), the rows parallel; its
+// backward splits the classes.
+// CHECK-LABEL: func.func @cross_entropy
+// CHECK: cleave.cross_entropy{{.*}}cleave.sharding_rule = "({{\[}}i, j], {{\[}}i, _], {{\[}}_, j], {{\[}}i, _]) -> ({{\[}}i, _], {{\[}}i, _]) sum={j}"
+// CHECK: cleave.cross_entropy_backward{{.*}}cleave.sharding_rule = "({{\[}}i, j], {{\[}}i, _], {{\[}}_, j], {{\[}}i, _], {{\[}}i, _], {{\[}}i, _]) -> ({{\[}}i, j])"
+func.func @cross_entropy(%x: tensor<8x512xf32>, %l: tensor<8x1xi64>, %ids: tensor<1x512xi64>, %m: tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x512xf32>) {
+  %s, %t = cleave.cross_entropy %x, %l, %ids, %m axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
+  %g = cleave.cross_entropy_backward %x, %l, %ids, %m, %s, %t axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>, tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x512xf32>
+  return %s, %g : tensor<8x1xf32>, tensor<8x512xf32>
+}
+
+// -----
+
+// One K/V head (multi-query): the query heads split alone; every rank reads
+// the K/V head whole.
+// CHECK-LABEL: func.func @multi_query
+// CHECK: cleave.attention{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, m], {{\[}}i, _, l, m], {{\[}}i, _, l, n]) -> ({{\[}}i, j, k, n], {{\[}}i, j, k]) whole={k, l, m, n}"
+func.func @multi_query(%q: tensor<2x4x8x16xf32>, %k: tensor<2x1x8x16xf32>, %v: tensor<2x1x8x16xf32>) -> tensor<2x4x8x16xf32> {
+  %o, %lse = cleave.attention %q, %k, %v scale = 2.500000e-01 causal : (tensor<2x4x8x16xf32>, tensor<2x1x8x16xf32>, tensor<2x1x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
   return %o : tensor<2x4x8x16xf32>
 }

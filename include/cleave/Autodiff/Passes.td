@@ -49,6 +49,40 @@ def FuseAttentionPass : Pass<"cleave-fuse-attention", "func::FuncOp"> {
   ];
 }
 
+def FuseCrossEntropyPass : Pass<"cleave-fuse-cross-entropy", "func::FuncOp"> {
+  let summary = "Forms cleave.cross_entropy from the loss's reductions";
+  let description = [{
+    Cross-entropy as the importer and `--cleave-append-loss` write it (the
+    max of the logits over the classes, marked no_grad; the shifted logits;
+    the sum of their exponentials; the sum of the shifted logits where the
+    label is the class) becomes one `cleave.cross_entropy`, whose kernel
+    reads each row of logits once and keeps nothing of their size, and
+    whose gradient is one `cleave.cross_entropy_backward`. Both of its
+    results are sums over the classes, so the vocab-parallel plan is kept.
+    Runs after the loss is appended and before differentiation; other
+    spellings are left as they are.
+
+    Before:
+    ```mlir
+    %m = cleave.reduce max %x dims = [1] {cleave.no_grad, keep_dims} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %s = cleave.sub %x, %m : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+    %e = cleave.exp %s : tensor<4x8xf32>
+    %se = cleave.reduce sum %e dims = [1] {keep_dims} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %hit = cleave.cmp eq, %labels, %ids : (tensor<4x1xi64>, tensor<1x8xi64>) -> tensor<4x8xi1>
+    %p = cleave.select %hit, %s, %zero : (tensor<4x8xi1>, tensor<4x8xf32>, tensor<1x1xf32>) -> tensor<4x8xf32>
+    %t = cleave.reduce sum %p dims = [1] {keep_dims} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    ```
+    After:
+    ```mlir
+    %m = cleave.reduce max %x dims = [1] {cleave.no_grad, keep_dims} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %se, %t = cleave.cross_entropy %x, %labels, %ids, %m axis = 1 : (tensor<4x8xf32>, tensor<4x1xi64>, tensor<1x8xi64>, tensor<4x1xf32>) -> (tensor<4x1xf32>, tensor<4x1xf32>)
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-cross-entropy", "Cross-entropy losses fused">,
+  ];
+}
+
 def AppendLossPass : Pass<"cleave-append-loss", "func::FuncOp"> {
   let summary = "Makes the model's first output a scalar training loss";
   let description = [{

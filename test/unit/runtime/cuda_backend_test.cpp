@@ -530,9 +530,43 @@ void attentionCases(Cases &cs) {
     // Any out and lse give a well-defined backward; lse above the scores'
     // range keeps the recomputed probabilities small.
     cs.add("attention_backward",
-           {q, k, v, cs.f(out, -1, 1), cs.f(lse, 4, 6), cs.f(out, -1, 1),
-            bias},
+           {q, k, v, cs.f(out, -1, 1), cs.f(lse, 4, 6), cs.f(out, -1, 1), bias},
            {R(kF32, q.shape), R(kF32, k.shape), R(kF32, v.shape)}, attrs);
+  }
+}
+
+void crossEntropyCases(Cases &cs) {
+  // A GPT-2-sized vocabulary (odd, above the block's threads), the class
+  // axis last and in the middle, i64 and i32 labels with ignored ones.
+  struct Shapes {
+    Shape x;
+    int64_t axis;
+  };
+  for (const Shapes &c :
+       {Shapes{{6, 50257}, 1}, Shapes{{2, 7, 3}, 1}, Shapes{{5, 10}, 1}}) {
+    Shape kept = c.x, ids(c.x.size(), 1);
+    kept[c.axis] = 1;
+    ids[c.axis] = c.x[c.axis];
+    int64_t rows = numel(kept), classes = c.x[c.axis];
+    std::vector<int64_t> labels(rows), classIds(classes);
+    for (int64_t r = 0; r < rows; ++r)
+      labels[r] = r % 4 == 3 ? -100 : (r * 7919) % classes;
+    for (int64_t k = 0; k < classes; ++k)
+      classIds[k] = k;
+    bool wide = classes > 100;
+    HostTensor l =
+        wide ? i64(kept, labels)
+             : i32(kept, std::vector<int32_t>(labels.begin(), labels.end()));
+    HostTensor id =
+        wide ? i64(ids, classIds)
+             : i32(ids, std::vector<int32_t>(classIds.begin(), classIds.end()));
+    HostTensor x = cs.f(c.x, -8, 8), shift = cs.f(kept, 6, 8);
+    Attrs attrs{{"axis", ia({c.axis})}};
+    cs.add("cross_entropy", {x, l, id, shift}, {R(kF32, kept), R(kF32, kept)},
+           attrs);
+    cs.add("cross_entropy_backward",
+           {x, l, id, shift, cs.f(kept, -1, 1), cs.f(kept, -1, 1)},
+           {R(kF32, c.x)}, attrs);
   }
 }
 
@@ -849,6 +883,7 @@ const std::vector<Case> &allCases() {
     softmaxCases(cs);
     normCases(cs);
     attentionCases(cs);
+    crossEntropyCases(cs);
     shapeCases(cs);
     convCases(cs);
     randomAndCollectiveCases(cs);

@@ -1,11 +1,11 @@
-//===- attention_test.cpp - Fused attention against a float64 reference ---===//
+//===- fused_kernels_test.cpp - Fused attention and cross-entropy --------===//
 //
-// Shapes that cross the kernels' tiles (64 query rows, 128 keys) unevenly,
-// grouped key heads, more keys than queries under the causal mask, biases
-// broadcast along different dims and holding -inf: the forward's output and
-// log-sum-exp and the backward's three gradients against the plain
-// softmax(scale q k^T + bias) v in double precision, and bit-identical at
-// one and two threads.
+// Both against float64 references. Attention: shapes that cross the kernels'
+// tiles (64 query rows, 128 keys) unevenly, grouped key heads, more keys than
+// queries under the causal mask, biases broadcast along different dims and
+// holding -inf: the forward's output and log-sum-exp and the backward's three
+// gradients against the plain softmax(scale q k^T + bias) v in double
+// precision, and bit-identical at one and two threads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -197,6 +197,61 @@ TEST(Attention, BadShapesAreLoadErrors) {
       {{DType::F32, {1, 2, 4, 8}}, {DType::F32, {1, 2, 4}}},
       {{"scale", {{}, {1.0}}}});
   EXPECT_NE(createError(p).find("does not broadcast"), std::string::npos)
+      << createError(p);
+}
+
+/// cross_entropy and its backward over the middle axis of [2, 7, 3] logits
+/// with i32 labels (one outside the classes, one at the last class),
+/// against the sums and the gradient written out in double.
+TEST(CrossEntropy, MiddleAxisAgainstReference) {
+  Shape xs{2, 7, 3}, kept{2, 1, 3};
+  HostTensor x = randomF32(xs, 41, -6, 6);
+  HostTensor shift = randomF32(kept, 42, -1, 1);
+  HostTensor labels = i32(kept, {0, 6, 9, 3, -100, 2});
+  std::vector<int32_t> idValues{0, 1, 2, 3, 4, 5, 6};
+  HostTensor ids = i32({1, 7, 1}, idValues);
+  HostTensor gs = randomF32(kept, 43), gt = randomF32(kept, 44);
+  Attrs axis{{"axis", {{1}, {}}}};
+  std::vector<HostTensor> fwd =
+      runKernel("cross_entropy", {x, labels, ids, shift},
+                {{DType::F32, kept}, {DType::F32, kept}}, axis);
+  ASSERT_EQ(fwd.size(), 2u);
+  HostTensor dx = run1("cross_entropy_backward",
+                       {x, labels, ids, shift, gs, gt}, DType::F32, xs, axis);
+  std::vector<float> xv = values<float>(x), sv = values<float>(shift),
+                     gsv = values<float>(gs), gtv = values<float>(gt);
+  std::vector<int32_t> lv = values<int32_t>(labels);
+  std::vector<double> sums, targets, grads(xv.size());
+  for (int64_t o = 0; o < 2; ++o)
+    for (int64_t i = 0; i < 3; ++i) {
+      int64_t r = o * 3 + i;
+      double sum = 0, target = 0;
+      for (int64_t c = 0; c < 7; ++c) {
+        int64_t at = (o * 7 + c) * 3 + i;
+        double v = static_cast<double>(xv[at]) - sv[r];
+        sum += std::exp(v);
+        grads[at] = gsv[r] * std::exp(v) + (lv[r] == c ? gtv[r] : 0.0);
+        if (lv[r] == c)
+          target += v;
+      }
+      sums.push_back(sum);
+      targets.push_back(target);
+    }
+  expectNear(values<float>(fwd[0]), sums, 1e-6, "sum_exp");
+  expectNear(values<float>(fwd[1]), targets, 1e-6, "target");
+  expectNear(values<float>(dx), grads, 1e-6, "logits gradient");
+  // Labels 9 and -100 match no class: their targets are 0.
+  EXPECT_EQ(values<float>(fwd[1])[2], 0.0f);
+  EXPECT_EQ(values<float>(fwd[1])[4], 0.0f);
+}
+
+TEST(CrossEntropy, MismatchedShapesAreLoadErrors) {
+  plan::Program p = singleKernelProgram(
+      "cross_entropy",
+      {randomF32({4, 8}, 1), i64({4, 1}, {0, 1, 2, 3}),
+       i64({1, 7}, {0, 1, 2, 3, 4, 5, 6}), randomF32({4, 1}, 2)},
+      {{DType::F32, {4, 1}}, {DType::F32, {4, 1}}}, {{"axis", {{1}, {}}}});
+  EXPECT_NE(createError(p).find("class ids"), std::string::npos)
       << createError(p);
 }
 
