@@ -16,6 +16,16 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
   int64_t plane = p.oh * p.ow;
   if (rowStride < 0)
     rowStride = plane;
+  // The output rows and columns whose tap lands inside the input, per
+  // kernel row and column: no bounds test per element, and unit strides
+  // copy whole runs.
+  std::vector<int64_t> oyLo(win.kh), oyHi(win.kh), oxLo(win.kw), oxHi(win.kw);
+  for (int64_t ki = 0; ki < win.kh; ++ki)
+    validOutputRange(ki * win.dilationH - win.padTop, win.strideH, p.h, p.oh,
+                     &oyLo[ki], &oyHi[ki]);
+  for (int64_t kj = 0; kj < win.kw; ++kj)
+    validOutputRange(kj * win.dilationW - win.padLeft, win.strideW, p.w, p.ow,
+                     &oxLo[kj], &oxHi[kj]);
 #pragma omp parallel for schedule(                                             \
     static) if (rows > 1 && rows * plane > kParallelThreshold)
   for (int64_t r = 0; r < rows; ++r) {
@@ -24,18 +34,22 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
     int64_t kj = r % win.kw;
     const float *src = x + ci * p.h * p.w;
     float *dst = col + r * rowStride;
-    for (int64_t oy = 0; oy < p.oh; ++oy) {
+    int64_t yLo = oyLo[ki], yHi = std::max(oyHi[ki], yLo);
+    int64_t lo = oxLo[kj], hi = std::max(oxHi[kj], lo);
+    std::fill(dst, dst + yLo * p.ow, 0.0f);
+    std::fill(dst + yHi * p.ow, dst + plane, 0.0f);
+    int64_t ix0 = kj * win.dilationW - win.padLeft;
+    for (int64_t oy = yLo; oy < yHi; ++oy) {
       int64_t iy = oy * win.strideH - win.padTop + ki * win.dilationH;
+      const float *srcRow = src + iy * p.w + ix0;
       float *row = dst + oy * p.ow;
-      if (iy < 0 || iy >= p.h) {
-        std::fill(row, row + p.ow, 0.0f);
-        continue;
-      }
-      const float *srcRow = src + iy * p.w;
-      int64_t ix0 = kj * win.dilationW - win.padLeft;
-      for (int64_t ox = 0; ox < p.ow; ++ox) {
-        int64_t ix = ix0 + ox * win.strideW;
-        row[ox] = (ix >= 0 && ix < p.w) ? srcRow[ix] : 0.0f;
+      std::fill(row, row + lo, 0.0f);
+      std::fill(row + hi, row + p.ow, 0.0f);
+      if (win.strideW == 1) {
+        std::copy(srcRow + lo, srcRow + hi, row + lo);
+      } else {
+        for (int64_t ox = lo; ox < hi; ++ox)
+          row[ox] = srcRow[ox * win.strideW];
       }
     }
   }
@@ -101,6 +115,13 @@ Status runConv(const ConvGeometry &p, const float *x, const float *weight,
   std::unique_ptr<float[]> out = scratchFloats(fg * chunk * plane);
   if (!col || !out)
     return columnsTooBig(std::max(kdim, fg), chunk * plane);
+  // Planes as wide as a tile's columns (the stem's, ResNet's first stage)
+  // go to the output straight from sgemm, one image per matrix: no copy
+  // out. Narrower ones keep the images side by side for sgemm's sake.
+  bool direct = plane >= kDirectPlane && kdim > 0;
+  std::vector<int64_t> zeros(chunk, 0), columns(chunk);
+  for (int64_t i = 0; i < chunk; ++i)
+    columns[i] = i * plane;
   for (int64_t first = 0; first < p.n; first += chunk) {
     int64_t nb = std::min(chunk, p.n - first);
     int64_t width = nb * plane;
@@ -108,6 +129,20 @@ Status runConv(const ConvGeometry &p, const float *x, const float *weight,
       for (int64_t i = 0; i < nb; ++i)
         im2col(p, x + ((first + i) * p.c + g * cg) * p.h * p.w, cg,
                col.get() + i * plane, width);
+      if (direct) {
+        float *y0 = y + (first * p.f + g * fg) * plane;
+        if (bias) {
+          int64_t rows = nb * fg;
+#pragma omp parallel for schedule(static) if (rows * plane > kParallelThreshold)
+          for (int64_t r = 0; r < rows; ++r)
+            std::fill_n(y0 + (r / fg) * p.f * plane + (r % fg) * plane, plane,
+                        bias[g * fg + r % fg]);
+        }
+        sgemmTiled(false, false, fg, plane, kdim, nb, weight + g * fg * kdim,
+                   zeros.data(), kdim, col.get(), columns.data(), width, y0,
+                   p.f * plane, plane, bias != nullptr);
+        continue;
+      }
       if (kdim == 0)
         std::fill(out.get(), out.get() + fg * width, 0.0f);
       else

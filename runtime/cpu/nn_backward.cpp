@@ -118,13 +118,25 @@ Status runConvBackwardInput(const ConvGeometry &p, const float *dy,
   std::unique_ptr<float[]> grad = scratchFloats(fg * cols);
   if (!col || !grad)
     return columnsTooBig(p.groups * kdim, cols);
+  // Wide planes: sgemm reads each image's gradient where it lies.
+  bool direct = plane >= kDirectPlane;
+  std::vector<int64_t> zeros(chunk, 0), images(chunk);
   for (int64_t first = 0; first < p.n; first += chunk) {
     int64_t nb = std::min(chunk, p.n - first);
     int64_t width = nb * plane;
     for (int64_t g = 0; g < p.groups; ++g) {
+      float *colG = col.get() + g * kdim * width;
+      if (direct) {
+        for (int64_t i = 0; i < nb; ++i)
+          images[i] = ((first + i) * p.f + g * fg) * plane;
+        sgemmTiled(true, false, kdim, plane, fg, nb, weight + g * fg * kdim,
+                   zeros.data(), kdim, dy, images.data(), plane, colG, plane,
+                   width);
+        continue;
+      }
       gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
       sgemmMatrix(true, false, kdim, width, fg, weight + g * fg * kdim, kdim,
-                  grad.get(), width, col.get() + g * kdim * width, width);
+                  grad.get(), width, colG, width);
     }
     for (int64_t i = 0; i < nb; ++i)
       col2im(p, col.get() + i * plane, p.c, dx + (first + i) * p.c * hw, width);
@@ -169,10 +181,15 @@ Status runConvBackwardFilter(const ConvGeometry &p, const float *x,
       for (int64_t i = 0; i < nb; ++i)
         im2col(p, x + ((first + i) * p.c + g * cg) * hw, cg,
                col.get() + i * plane, width);
-      gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
+      // One image's gradient planes are already [fg, plane] in place.
+      const float *gradG = dy + (first * p.f + g * fg) * plane;
+      if (nb > 1) {
+        gatherPlanes(dy, first, nb, p.f, g * fg, fg, plane, grad.get());
+        gradG = grad.get();
+      }
       // dW_g [fg, kdim] (+)= dY_g [fg, width] * col^T [width, kdim].
-      sgemmMatrix(false, true, fg, kdim, width, grad.get(), width, col.get(),
-                  width, dw + g * fg * kdim, kdim, first != 0);
+      sgemmMatrix(false, true, fg, kdim, width, gradG, width, col.get(), width,
+                  dw + g * fg * kdim, kdim, first != 0);
     }
   }
   return Status::ok();

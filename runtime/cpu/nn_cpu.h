@@ -17,6 +17,10 @@ namespace cleave::rt::nn {
 void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
             int64_t rowStride = -1);
 
+/// Output planes at least this wide (sgemm's tile columns) are written by
+/// sgemm one image at a time, with no copy through a column matrix.
+constexpr int64_t kDirectPlane = 256;
+
 /// Images a convolution's batched column matrix covers at once: all of
 /// them where the columns ([rows, images * plane]) fit the budget, at
 /// least one.
