@@ -31,7 +31,7 @@ arch="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_
 # The sources of runtime/cuda/CMakeLists.txt's cleave_cuda and
 # runtime/core/CMakeLists.txt's cleave_runtime_core (which it links).
 srcs=$(ls "$root"/runtime/cuda/{collectives,executor,matmul_cache,schedule}.cpp \
-  "$root"/runtime/cuda/{conv,elementwise,fused,matmul,random,reduce,shape,support}.cu \
+  "$root"/runtime/cuda/{attention,conv,cross_entropy,elementwise,fused,matmul,random,reduce,shape,support}.cu \
   "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,types}.cpp)
 echo "$srcs" | xargs -P "$(nproc)" -I{} sh -c '
   f={}; o='"$work"'/$(basename "$f").o

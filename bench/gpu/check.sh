@@ -15,8 +15,11 @@
 #     MLIR: builds the CUDA backend from source (build_plugin.sh), runs the
 #     GPU unit tests (every kernel against the CPU backend), runs every zoo
 #     bundle's step on the GPU against the CPU's (f32 within 1e-4, bf16
-#     within 2e-2), then times GPT-2-small's train step in bf16 on Cleave,
-#     PyTorch eager and torch.compile, and prints the table last. Writes
+#     within 2e-2), then times GPT-2-small's train step in bf16 on Cleave
+#     (its fused attention and cross-entropy, and --no-fusion's unfused
+#     form), PyTorch eager and torch.compile, with each one's peak memory
+#     (Cleave: the plan's bytes; PyTorch: max_memory_allocated), and prints
+#     the table last. Writes
 #     check.log, results.jsonl and table.md to $OUT (the device tool's
 #     folder) or bench/gpu/results. --cpu: the same on the CPU backend at
 #     tiny shapes, to dry-run this script where there is no GPU.
@@ -64,8 +67,13 @@ prepare() {
   for shape in gpt2 tiny; do
     local -n dims=$shape
     "$py" "$root"/bench/gpt_onnx.py "$pack"/$shape.onnx "${dims[@]}" >/dev/null
-    "$b"/cleave compile "$pack"/$shape.onnx -o "$pack"/$shape.bundle --plan-only \
-      --optimizer adamw --lr 1e-4
+    # The fused step (attention, cross-entropy) and the exporter's form.
+    for variant in "" .unfused; do
+      "$b"/cleave compile "$pack"/$shape.onnx -o "$pack"/$shape$variant.bundle \
+        --plan-only --optimizer adamw --lr 1e-4 ${variant:+--no-fusion}
+      "$b"/cleave inspect "$pack"/$shape$variant.bundle --json \
+        > "$pack"/$shape$variant.inspect.json
+    done
     rm -f "$pack"/$shape.onnx "$pack"/$shape.weights "$pack"/$shape.bundle/model.onnx
   done
   tar -C "$root"/bench/gpu -cJf "$root"/bench/gpu/pack.tar.xz pack
@@ -132,26 +140,34 @@ run() {
   echo "== GPT train step: Cleave vs PyTorch ($((SECONDS - start)) s)"
   local shape=gpt2 dims=("${gpt2[@]}") device=cuda precision=bf16 steps=30
   if [ $cpu = 1 ]; then shape=tiny; dims=("${tiny[@]}"); device=cpu; precision=f32; steps=4; fi
-  rm -f /tmp/cleave-check/metrics.jsonl
   local text=/tmp/cleave-check/text
   cat "$root"/docs/*.md "$root"/README.md > "$text"
   while [ "$(stat -c %s "$text")" -lt 200000 ]; do cat "$text" "$text" > "$text.2"; mv "$text.2" "$text"; done
-  timeout 150 "$pack"/bin/cleave-run "$pack"/$shape.bundle --random-weights --text "$text" \
+  # Fused attention and cross-entropy (the default), then the unfused form.
+  for variant in "" .unfused; do
+  rm -f /tmp/cleave-check/metrics.jsonl
+  timeout 150 "$pack"/bin/cleave-run "$pack"/$shape$variant.bundle --random-weights --text "$text" \
     --steps $steps --backend $backend --precision $precision --progress lines \
     --log-every 10 --metrics /tmp/cleave-check/metrics.jsonl
-  "$py" - "$shape" "${dims[@]}" >> "$log" <<'PY'
+  "$py" - "$shape" "$pack/$shape$variant.inspect.json" "cleave${variant/./-}" "${dims[@]}" >> "$log" <<'PY'
 import json, sys
 sys.path.insert(0, "bench/gpu")
 from flops import flops_per_step, peak_flops
-shape, rest = sys.argv[1], sys.argv[2:]
+shape, inspect, impl, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 a = {rest[i][2:]: int(rest[i + 1]) for i in range(0, len(rest), 2)}
 try:
     steps = [json.loads(l) for l in open("/tmp/cleave-check/metrics.jsonl")]
 except OSError:
     steps = []
 if not steps:
-    print(json.dumps({"impl": "cleave", "error": True}))
+    print(json.dumps({"impl": impl, "error": True}))
     sys.exit(0)
+try:
+    # The plan's bytes per rank: weights, gradients, optimizer state and the
+    # step's arena (every activation the backward keeps).
+    memory = json.load(open(inspect))["memory_per_rank"]
+except (OSError, KeyError, ValueError):
+    memory = {}
 timed = steps[len(steps) // 4:] or steps  # the first steps warm up and record the graph
 s = sum(x["seconds"] for x in timed) / len(timed)
 d, L, V, T = a["d"], a["layers"], a["vocab"], a["seq"]
@@ -164,10 +180,12 @@ except Exception:
     name = "cpu"
 peak = peak_flops(name, "bf16")
 flops = flops_per_step(L, d, a["heads"], T, a["batch"], params)
-print(json.dumps({"impl": "cleave", "ms_per_step": s * 1e3, "tokens_per_s": a["batch"] * T / s,
+print(json.dumps({"impl": impl, "ms_per_step": s * 1e3, "tokens_per_s": a["batch"] * T / s,
                   "mfu": flops / s / peak if peak else None, "loss": timed[-1]["loss"],
-                  "params": params}))
+                  "params": params, "peak_bytes": sum(memory.values()) or None,
+                  "activation_bytes": memory.get("activations_peak")}))
 PY
+  done
   for m in eager compile; do
     timeout 200 "$py" "$root"/bench/gpu/torch_gpt.py --mode $m --device $device --precision $precision \
       "${dims[@]}" --steps $((steps > 10 ? 20 : steps)) --warmup $((steps > 10 ? 5 : 1)) >> "$log" ||
@@ -179,15 +197,16 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"impl"' in l]
 ref = next((r for r in rows if r.get("impl") == "pytorch-compile" and "ms_per_step" in r), None)
 print(f"GPT train step ({sys.argv[2]}, {sys.argv[3]})")
-print("| implementation | ms/step | tokens/s | MFU | speed vs torch.compile |")
-print("| --- | ---: | ---: | ---: | ---: |")
+print("| implementation | ms/step | tokens/s | MFU | speed vs torch.compile | peak memory MiB |")
+print("| --- | ---: | ---: | ---: | ---: | ---: |")
 for r in rows:
     if "ms_per_step" not in r:
-        print(f"| {r['impl']} | failed | | | |")
+        print(f"| {r['impl']} | failed | | | | |")
         continue
     mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
     rel = f"{ref['ms_per_step'] / r['ms_per_step']:.3f}x" if ref else "-"
-    print(f"| {r['impl']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | {mfu} | {rel} |")
+    mem = f"{r['peak_bytes'] / 2**20:.0f}" if r.get("peak_bytes") else "-"
+    print(f"| {r['impl']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | {mfu} | {rel} | {mem} |")
 PY
   cat "$results/table.md"
 }

@@ -115,6 +115,8 @@ def main():
         loss = step()
     sync()
     warmup_s = time.perf_counter() - compile_start
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
@@ -129,6 +131,10 @@ def main():
             "mfu": flops / seconds / peak if peak else None,
             "loss": float(loss), "params": params, "warmup_s": warmup_s,
             "torch": torch.__version__, "device": str(dev), "precision": a.precision}
+    if cuda:
+        # Everything the step holds at its peak: weights, gradients, AdamW's
+        # state and the activations autograd keeps.
+        line["peak_bytes"] = torch.cuda.max_memory_allocated()
     print(json.dumps(line))
     if a.json:
         with open(a.json, "a") as f:
