@@ -8,9 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveLosses.h"
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
-#include "Cleave/CleaveLosses.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 
@@ -44,6 +44,14 @@ Value mlir::cleave::buildCrossEntropy(OpBuilder &b, Location loc, Value logits,
                                       std::optional<int64_t> ignoreIndex,
                                       Value weights, LossReduction reduction,
                                       bool logProbs) {
+  // -log_softmax(x)[t] is x's cross-entropy (F.nll_loss(F.log_softmax(x))
+  // as exported at every opset): built from x's reductions it fuses and
+  // splits over the classes as SoftmaxCrossEntropyLoss does.
+  if (auto ls = logits.getDefiningOp<LogSoftmaxOp>();
+      logProbs && ls && static_cast<int64_t>(ls.getAxis()) == classAxis) {
+    logits = ls.getInput();
+    logProbs = false;
+  }
   auto xType = typeOf(logits);
   auto lType = typeOf(labels);
   Type f = xType.getElementType(), idx = lType.getElementType();

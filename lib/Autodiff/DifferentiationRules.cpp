@@ -431,34 +431,35 @@ LogicalResult vjp(LogSoftmaxOp op, Emitter &e, ArrayRef<Value> g,
   return success();
 }
 
+/// \p x ([B, Hk, S, D], attention's keys or values) with each head repeated
+/// for the query heads that read it: [B, heads, S, D]. One head is a plain
+/// broadcast (what multi-query exporters write, and what the partitioner
+/// splits by query heads); groups go through [B, Hk, group, S, D].
+Value repeatHeads(Emitter &e, Value x, int64_t heads) {
+  auto t = typeOf(x);
+  int64_t kvHeads = t.getDimSize(1);
+  Type f = t.getElementType();
+  auto out = RankedTensorType::get(
+      {t.getDimSize(0), heads, t.getDimSize(2), t.getDimSize(3)}, f);
+  if (kvHeads == heads || kvHeads == 1)
+    return e.broadcastTo(x, out);
+  SmallVector<int64_t> five{t.getDimSize(0), kvHeads, 1, t.getDimSize(2),
+                            t.getDimSize(3)};
+  Value grouped = e.reshape(x, RankedTensorType::get(five, f));
+  five[2] = heads / kvHeads;
+  return e.reshape(e.broadcastTo(grouped, RankedTensorType::get(five, f)), out);
+}
+
 /// The gradient of attention's bias: the scores' gradient
 /// `p (dout v^T - rowsum(dout out))`, with the probabilities re-formed from
 /// the log-sum-exp, summed over the dims the bias broadcasts along. Only
 /// learned biases (T5's relative positions) need it, and it is the one
 /// place the scores are formed.
 Value attentionBiasGrad(AttentionOp op, Emitter &e, Value grad) {
-  Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
-  auto qType = typeOf(q), kType = typeOf(k);
-  int64_t heads = qType.getDimSize(1), kvHeads = kType.getDimSize(1);
-  auto expandHeads = [&](Value x) {
-    // Grouped key heads, each repeated for its query heads.
-    if (heads == kvHeads)
-      return x;
-    auto t = typeOf(x);
-    int64_t group = heads / kvHeads;
-    auto five = RankedTensorType::get(
-        {t.getDimSize(0), kvHeads, 1, t.getDimSize(2), t.getDimSize(3)},
-        t.getElementType());
-    auto wide = RankedTensorType::get(
-        {t.getDimSize(0), kvHeads, group, t.getDimSize(2), t.getDimSize(3)},
-        t.getElementType());
-    auto out = RankedTensorType::get(
-        {t.getDimSize(0), heads, t.getDimSize(2), t.getDimSize(3)},
-        t.getElementType());
-    return e.reshape(e.broadcastTo(e.reshape(x, five), wide), out);
-  };
-  k = expandHeads(k);
-  v = expandHeads(v);
+  Value q = op.getQuery();
+  int64_t heads = typeOf(q).getDimSize(1);
+  Value k = repeatHeads(e, op.getKey(), heads);
+  Value v = repeatHeads(e, op.getValue(), heads);
   Value s = MatmulOp::create(e.b, e.loc, q, k, false, true);
   s = e.add(e.mul(s, op.getScale().convertToDouble()), op.getBias());
   auto sType = typeOf(s);
@@ -518,15 +519,9 @@ LogicalResult vjp(AttentionOp op, Emitter &e, ArrayRef<Value> g,
     Value key = op.getKey(), value = op.getValue();
     int64_t heads = typeOf(op.getQuery()).getDimSize(1);
     bool repeat = typeOf(key).getDimSize(1) == 1 && heads > 1;
-    auto widen = [&](Value x) {
-      auto t = typeOf(x);
-      SmallVector<int64_t> shape(t.getShape());
-      shape[1] = heads;
-      return e.broadcastTo(x, RankedTensorType::get(shape, t.getElementType()));
-    };
     if (repeat) {
-      key = widen(key);
-      value = widen(value);
+      key = repeatHeads(e, key, heads);
+      value = repeatHeads(e, value, heads);
     }
     auto back = AttentionBackwardOp::create(
         e.b, e.loc, op.getQuery(), key, value, op.getResult(), op.getLse(),

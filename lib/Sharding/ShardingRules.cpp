@@ -172,14 +172,16 @@ template <> LogicalResult rule(LogSoftmaxOp op, ShardingRule &r) {
 /// independent); the sequence and head dims are whole, the softmax and its
 /// causal mask needing every key and the query's absolute position. Query
 /// heads split with their key heads when there are as many, or alone when
-/// there is one key head (multi-query); other groupings stay whole. \p results:
-/// per result, the operand whose dims it has (the forward's out and lse follow
-/// q's batch, heads and rows).
+/// there is one key head (multi-query); other groupings stay whole. The
+/// operands and results that have q's batch, heads and rows (with a last
+/// dim: likeQuery, resultLikeQuery; without: the log-sum-exp, rowOperands,
+/// resultRows) and those with k's (likeKey, resultLikeKey).
 template <typename OpTy>
 LogicalResult
 attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
-              ArrayRef<int> likeKey, ArrayRef<int> resultLikeQuery,
-              ArrayRef<int> resultLikeKey, ArrayRef<int> resultRows) {
+              ArrayRef<int> rowOperands, ArrayRef<int> likeKey,
+              ArrayRef<int> resultLikeQuery, ArrayRef<int> resultLikeKey,
+              ArrayRef<int> resultRows) {
   ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
                     v = shapeOf(op.getValue());
   int biasAt = -1;
@@ -196,7 +198,7 @@ attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
   for (int64_t d = 0; d < 2; ++d) {
     Kind kind = d == 0 || sameHeads || oneHead ? Kind::Parallel : Kind::Whole;
     ShardingFactor &f = addFactor(r, op, q[d], kind);
-    for (int i : likeQuery)
+    for (int i : llvm::concat<const int>(likeQuery, rowOperands))
       f.operandDims[i] = d;
     for (int i : resultLikeQuery)
       f.resultDims[i] = d;
@@ -221,7 +223,7 @@ attentionRule(OpTy op, ShardingRule &r, Value bias, ArrayRef<int> likeQuery,
   }
   // Query rows, key rows, and the head dims of q/k and of v.
   ShardingFactor &rows = addFactor(r, op, q[2], Kind::Whole);
-  for (int i : likeQuery)
+  for (int i : llvm::concat<const int>(likeQuery, rowOperands))
     rows.operandDims[i] = 2;
   for (int i : resultLikeQuery)
     rows.resultDims[i] = 2;
@@ -280,7 +282,7 @@ template <> LogicalResult rule(CrossEntropyBackwardOp op, ShardingRule &r) {
 }
 
 template <> LogicalResult rule(AttentionOp op, ShardingRule &r) {
-  if (failed(attentionRule(op, r, op.getBias(), {0}, {1, 2}, {0}, {}, {1})))
+  if (failed(attentionRule(op, r, op.getBias(), {0}, {}, {1, 2}, {0}, {}, {1})))
     return failure();
   // Head dims: D (q, k) and Dv (v, out).
   ShardingFactor &d = addFactor(r, op, shapeOf(op.getQuery())[3], Kind::Whole);
@@ -293,14 +295,9 @@ template <> LogicalResult rule(AttentionOp op, ShardingRule &r) {
 
 template <> LogicalResult rule(AttentionBackwardOp op, ShardingRule &r) {
   // Operands q, k, v, out, lse, dout (bias); results dq, dk, dv.
-  if (failed(attentionRule(op, r, op.getBias(), {0, 3, 5}, {1, 2}, {0}, {1, 2},
-                           {})))
+  if (failed(attentionRule(op, r, op.getBias(), {0, 3, 5}, {4}, {1, 2}, {0},
+                           {1, 2}, {})))
     return failure();
-  // lse has q's batch, heads and rows.
-  for (int64_t d = 0; d < 3; ++d)
-    for (ShardingFactor &f : r.factors)
-      if (f.operandDims[0] == d && f.operandDims[4] == -1)
-        f.operandDims[4] = d;
   ShardingFactor &d = addFactor(r, op, shapeOf(op.getQuery())[3], Kind::Whole);
   d.operandDims[0] = d.operandDims[1] = 3;
   d.resultDims[0] = d.resultDims[1] = 3;

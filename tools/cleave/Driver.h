@@ -55,7 +55,8 @@ struct CompileOptions {
   Topology topology;
   std::string planFile, weightsFile;
   bool planOnly = false;
-  /// --no-fusion: keep attention as the exporter wrote it.
+  /// --no-fusion: keep attention and cross-entropy as the exporter and the
+  /// loss's builder wrote them.
   bool fusion = true;
   /// Regular expressions of initializers not to train (--freeze); each must
   /// match one.

@@ -158,9 +158,10 @@ static cl::opt<std::string>
              cl::value_desc("FILE"), cl::sub(compileCmd));
 static cl::opt<bool>
     noFusion("no-fusion",
-             cl::desc("Keep attention as the exporter wrote it (matmul, "
-                      "softmax, matmul) instead of one fused attention op: "
-                      "to compare the two"),
+             cl::desc("Keep attention (matmul, softmax, matmul) and "
+                      "cross-entropy (its reductions) unfused instead of the "
+                      "fused attention and cross_entropy ops: to compare "
+                      "the two"),
              cl::sub(compileCmd));
 static cl::opt<bool>
     planOnly("plan-only",

@@ -134,6 +134,16 @@ def nll_loss():
                  [vi("x", F, [2, 3]), vi("t", I64, [2])], [vi("loss", F, [])])
 
 
+def nll_of_log_softmax():
+    # F.nll_loss(F.log_softmax(x @ w, 1), t) as torch.onnx exports it.
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "w")
+    return model([helper.make_node("MatMul", ["x", "w"], ["z"], name="head"),
+                  helper.make_node("LogSoftmax", ["z"], ["lp"], axis=1, name="ls"),
+                  helper.make_node("NegativeLogLikelihoodLoss", ["lp", "t"],
+                                   ["loss"], name="nll")],
+                 [vi("x", F, [2, 4]), vi("t", I64, [2])], [vi("loss", F, [])], [w])
+
+
 def dropout_training():
     ratio = numpy_helper.from_array(np.array(0.25, np.float32), "ratio")
     mode = numpy_helper.from_array(np.array(True), "mode")
