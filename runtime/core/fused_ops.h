@@ -25,6 +25,14 @@ enum class FusedCode : uint8_t {
   Max,
   Min,
   Pow,
+  /// Comparisons: 1 or 0, the register of a bool (select's condition or a
+  /// bool output); false whenever an operand is NaN, except Ne.
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
   Neg,
   Abs,
   Exp,
@@ -44,7 +52,7 @@ enum class FusedCode : uint8_t {
 
 /// Operands of op \p c.
 CLEAVE_HOST_DEVICE inline int fusedArity(FusedCode c) {
-  return c == FusedCode::Select ? 3 : c <= FusedCode::Pow ? 2 : 1;
+  return c == FusedCode::Select ? 3 : c <= FusedCode::Ge ? 2 : 1;
 }
 
 /// The f32 result of op \p c on \p a (and \p b), as the CPU kernels compute
@@ -66,6 +74,18 @@ CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
     return a != a ? a : b != b ? b : (b < a ? b : a);
   case FusedCode::Pow:
     return ::powf(a, b);
+  case FusedCode::Eq:
+    return a == b ? 1.0f : 0.0f;
+  case FusedCode::Ne:
+    return a != b ? 1.0f : 0.0f;
+  case FusedCode::Lt:
+    return a < b ? 1.0f : 0.0f;
+  case FusedCode::Le:
+    return a <= b ? 1.0f : 0.0f;
+  case FusedCode::Gt:
+    return a > b ? 1.0f : 0.0f;
+  case FusedCode::Ge:
+    return a >= b ? 1.0f : 0.0f;
   case FusedCode::Neg:
     return -a;
   case FusedCode::Abs:

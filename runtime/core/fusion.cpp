@@ -25,7 +25,10 @@ std::optional<FusedCode> fusedCode(const std::string &kernel) {
       {"tanh", FusedCode::Tanh},       {"erf", FusedCode::Erf},
       {"sigmoid", FusedCode::Sigmoid}, {"relu", FusedCode::Relu},
       {"select", FusedCode::Select},   {"broadcast", FusedCode::Identity},
-      {"copy", FusedCode::Identity},
+      {"copy", FusedCode::Identity},   {"cmp_eq", FusedCode::Eq},
+      {"cmp_ne", FusedCode::Ne},       {"cmp_lt", FusedCode::Lt},
+      {"cmp_le", FusedCode::Le},       {"cmp_gt", FusedCode::Gt},
+      {"cmp_ge", FusedCode::Ge},
   };
   auto it = codes.find(kernel);
   if (it == codes.end())
@@ -43,15 +46,19 @@ bool broadcasts(const TensorType &operand, const TensorType &result) {
   return true;
 }
 
-/// An f32 elementwise instruction whose operands are of its result's shape,
-/// single elements, or broadcast to it.
+bool isCompare(FusedCode c) { return c >= FusedCode::Eq && c <= FusedCode::Ge; }
+
+/// An f32 elementwise instruction (a comparison of f32 operands, bool)
+/// whose operands are of its result's shape, single elements, or broadcast
+/// to it.
 bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
   std::optional<FusedCode> code = fusedCode(inst.info.kernel);
   if (!code || inst.results.size() != 1 || inst.results[0] < 0 ||
       inst.operands.size() != static_cast<size_t>(fusedArity(*code)))
     return false;
   const TensorType &r = p.values[inst.results[0]].type;
-  if (r.dtype != DType::F32 || r.numElements() == 0)
+  DType result = isCompare(*code) ? DType::Bool : DType::F32;
+  if (r.dtype != result || r.numElements() == 0)
     return false;
   for (size_t k = 0; k < inst.operands.size(); ++k) {
     int32_t id = inst.operands[k];
@@ -75,28 +82,31 @@ bool overlap(const ProgramValue &a, const ProgramValue &b) {
 struct Built;
 void coalesce(const LoadedProgram &p, Built &b, const TensorType &shape);
 
-/// The fused form of instructions [begin, end), or nullopt when it cannot be
-/// (too many inputs, outputs or registers, or buffers that overlap unsafely).
+/// The fused form of instructions \p members (in program order), or nullopt
+/// when it cannot be (too many inputs, outputs or registers, or buffers that
+/// overlap unsafely).
 struct Built {
   FusedProgram program;
   std::vector<int32_t> inputs, outputs;
 };
 
-std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
+std::optional<Built> build(const LoadedProgram &p,
+                           const std::vector<size_t> &members,
                            const std::vector<int> &uses,
                            const std::vector<bool> &viewed) {
   Built b;
   std::map<int32_t, int> reg;
   std::map<int32_t, int> usesInside;
-  const TensorType &shape = p.values[p.instructions[begin].results[0]].type;
+  const TensorType &shape =
+      p.values[p.instructions[members.front()].results[0]].type;
   b.program.numElements = shape.numElements();
   // Inputs first: registers 0..inputs-1.
-  for (size_t i = begin; i < end; ++i)
-    for (int32_t id : p.instructions[i].operands) {
+  for (size_t m = 0; m < members.size(); ++m)
+    for (int32_t id : p.instructions[members[m]].operands) {
       ++usesInside[id];
       bool produced = false;
-      for (size_t j = begin; j < i && !produced; ++j)
-        produced = p.instructions[j].results[0] == id;
+      for (size_t j = 0; j < m && !produced; ++j)
+        produced = p.instructions[members[j]].results[0] == id;
       if (produced || reg.count(id))
         continue;
       reg[id] = static_cast<int>(b.inputs.size());
@@ -110,7 +120,7 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     }
   coalesce(p, b, shape);
   int next = static_cast<int>(b.inputs.size());
-  for (size_t i = begin; i < end; ++i) {
+  for (size_t i : members) {
     const ProgramInstruction &inst = p.instructions[i];
     FusedOp op{*fusedCode(inst.info.kernel), 0, 0, 0, 0};
     op.a = static_cast<uint8_t>(reg.at(inst.operands[0]));
@@ -125,11 +135,12 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     b.program.ops.push_back(op);
   }
   b.program.numRegisters = next;
-  for (size_t i = begin; i < end; ++i) {
+  for (size_t i : members) {
     int32_t id = p.instructions[i].results[0];
     if (uses[id] > usesInside[id] || viewed[id]) {
       b.outputs.push_back(id);
       b.program.outputRegisters.push_back(static_cast<uint8_t>(reg.at(id)));
+      b.program.outputIsBool.push_back(p.values[id].type.dtype == DType::Bool);
     }
   }
   if (b.inputs.size() > FusedProgram::kMaxInputs ||
@@ -145,8 +156,9 @@ std::optional<Built> build(const LoadedProgram &p, size_t begin, size_t end,
     for (size_t k = 0; k < b.inputs.size(); ++k) {
       const ProgramValue &in = p.values[b.inputs[k]];
       bool same = b.program.inputs[k] == FusedInput::Full &&
-                  !b.program.inputIsBool[k] && in.storage == o.storage &&
-                  in.offset == o.offset && in.numBytes == o.numBytes;
+                  !b.program.inputIsBool[k] && o.type.dtype == DType::F32 &&
+                  in.storage == o.storage && in.offset == o.offset &&
+                  in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
     }
@@ -192,6 +204,80 @@ void coalesce(const LoadedProgram &p, Built &b, const TensorType &shape) {
       if (f.inputs[k] == FusedInput::Broadcast)
         f.strides[k].push_back(full[k][d]);
   }
+}
+
+/// Whether running \p a and \p b in the other order could change a result:
+/// one reads or writes bytes the other writes (views included, as bytes).
+bool conflicts(const LoadedProgram &p, const ProgramInstruction &a,
+               const ProgramInstruction &b) {
+  auto touches = [&](const std::vector<int32_t> &writes,
+                     const std::vector<int32_t> &reads) {
+    for (int32_t w : writes)
+      for (int32_t r : reads)
+        if (w >= 0 && r >= 0 && (w == r || overlap(p.values[w], p.values[r])))
+          return true;
+    return false;
+  };
+  return touches(a.results, b.operands) || touches(b.results, a.operands) ||
+         touches(a.results, b.results);
+}
+
+bool conflictsWithAny(const LoadedProgram &p, const std::vector<size_t> &group,
+                      const ProgramInstruction &inst) {
+  for (size_t j : group)
+    if (conflicts(p, p.instructions[j], inst))
+      return true;
+  return false;
+}
+
+/// A fused group: its members, and the instructions between them that run
+/// before (hoisted) or after (sunk) the fused instruction instead.
+struct Group {
+  std::vector<size_t> members, hoisted, sunk;
+  std::optional<Built> built;
+};
+
+/// Gathers the group starting at fusable instruction \p i. Instructions of
+/// another shape interleave with a chain (a backward pass computes a
+/// per-channel scale between two full-size products): one that does not
+/// conflict with the members so far moves before them, any other after the
+/// group, as long as no later member conflicts with it. Collectives stay
+/// where they are (and end the group).
+std::optional<Group> gather(const LoadedProgram &p, size_t i,
+                            const std::vector<int> &uses,
+                            const std::vector<bool> &viewed) {
+  constexpr size_t kLookahead = 64;
+  const auto &shape = p.values[p.instructions[i].results[0]].type.shape;
+  Group g, trial;
+  trial.members = {i};
+  size_t n = std::min(p.instructions.size(), i + kLookahead);
+  for (size_t k = i + 1; k < n; ++k) {
+    const ProgramInstruction &inst = p.instructions[k];
+    bool member = fusable(p, inst) &&
+                  p.values[inst.results[0]].type.shape == shape &&
+                  !conflictsWithAny(p, trial.sunk, inst);
+    if (member) {
+      trial.members.push_back(k);
+      if (trial.members.size() > FusedProgram::kMaxRegisters)
+        break;
+      std::optional<Built> grown = build(p, trial.members, uses, viewed);
+      if (!grown)
+        break;
+      trial.built = std::move(grown);
+      g = trial;
+      continue;
+    }
+    if (!collectiveAxes(inst.info).empty())
+      break;
+    if (!conflictsWithAny(p, trial.members, inst) &&
+        !conflictsWithAny(p, trial.sunk, inst))
+      trial.hoisted.push_back(k);
+    else
+      trial.sunk.push_back(k);
+  }
+  if (!g.built)
+    return std::nullopt;
+  return g;
 }
 
 } // namespace
@@ -240,44 +326,32 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
   return viewed;
 }
 
-void fuseElementwise(LoadedProgram &p) {
-  if (const char *off = std::getenv("CLEAVE_NO_FUSION");
-      off && *off && std::strcmp(off, "0") != 0)
-    return;
+namespace {
+
+/// One pass of grouping over \p p's instructions.
+void fusePass(LoadedProgram &p) {
   std::vector<int> uses = useCounts(p);
   std::vector<bool> viewed = viewedValues(p);
 
   std::vector<ProgramInstruction> rewritten;
   size_t n = p.instructions.size();
   for (size_t i = 0; i < n;) {
-    size_t end = i;
-    if (fusable(p, p.instructions[i])) {
-      const auto &shape = p.values[p.instructions[i].results[0]].type.shape;
-      while (end < n && fusable(p, p.instructions[end]) &&
-             p.values[p.instructions[end].results[0]].type.shape == shape)
-        ++end;
-    }
-    // Grow the group one instruction at a time while it still fuses; every
-    // op takes a register, so groups stay short and this stays cheap.
-    std::optional<Built> built;
-    size_t stop = i;
-    end = std::min(end, i + FusedProgram::kMaxRegisters);
-    for (size_t next = i + 2; next <= end; ++next) {
-      std::optional<Built> grown = build(p, i, next, uses, viewed);
-      if (!grown)
-        break;
-      built = std::move(grown);
-      stop = next;
-    }
-    if (!built) {
+    std::optional<Group> group;
+    if (fusable(p, p.instructions[i]))
+      group = gather(p, i, uses, viewed);
+    if (!group) {
       rewritten.push_back(std::move(p.instructions[i]));
       ++i;
       continue;
     }
+    size_t first = group->members.front();
+    for (size_t j : group->hoisted)
+      rewritten.push_back(std::move(p.instructions[j]));
+    std::optional<Built> &built = group->built;
     ProgramInstruction fused;
     fused.info.kernel = "fused_elementwise";
-    fused.info.comm = p.instructions[i].info.comm;
-    fused.location = p.instructions[i].location;
+    fused.info.comm = p.instructions[first].info.comm;
+    fused.location = p.instructions[first].location;
     fused.operands = built->inputs;
     fused.results = built->outputs;
     for (int32_t id : fused.operands)
@@ -287,9 +361,28 @@ void fuseElementwise(LoadedProgram &p) {
     auto program = std::make_shared<const FusedProgram>(built->program);
     fused.fused = std::move(program);
     rewritten.push_back(std::move(fused));
-    i = stop;
+    for (size_t j : group->sunk)
+      rewritten.push_back(std::move(p.instructions[j]));
+    i = group->members.back() + 1;
   }
   p.instructions = std::move(rewritten);
+}
+
+} // namespace
+
+void fuseElementwise(LoadedProgram &p) {
+  if (const char *off = std::getenv("CLEAVE_NO_FUSION");
+      off && *off && std::strcmp(off, "0") != 0)
+    return;
+  // Instructions a group moved aside are left unfused by its pass; they now
+  // sit next to each other, so another pass fuses them (a per-channel chain
+  // hoisted out of a full-size one).
+  for (int pass = 0; pass < 3; ++pass) {
+    size_t before = p.instructions.size();
+    fusePass(p);
+    if (p.instructions.size() == before)
+      break;
+  }
 }
 
 } // namespace cleave::rt

@@ -64,6 +64,9 @@ struct FusedProgram {
   std::vector<std::vector<int64_t>> strides;
   std::vector<FusedOp> ops;
   std::vector<uint8_t> outputRegisters;
+  /// Per output: bool (a comparison's 0 or 1, written as one byte) rather
+  /// than f32.
+  std::vector<uint8_t> outputIsBool;
 };
 
 /// Per value: how many instruction operands and program outputs name it.

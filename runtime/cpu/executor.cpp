@@ -16,7 +16,9 @@
 #include "plan/plan.pb.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
+#include <unordered_set>
 
 namespace cleave::rt {
 
@@ -54,6 +56,54 @@ struct BoundInstruction {
   std::vector<void *> resultPtrs;
 };
 
+/// The outputs an instruction can write into the caller's tensor instead of
+/// the arena, saving the copy out (a training step's outputs are every
+/// parameter, gradient and optimizer state): values an instruction produces
+/// (not inputs, constants or reshape views), listed once, that no view reads
+/// from the arena after they are produced. A view overlapping such a value's
+/// bytes and read later can only be a view of it (nothing else is live
+/// there), which would still read the arena; views of the same bytes read
+/// before it is produced were of earlier values. The plan never places an
+/// instruction's result over its operands (live ranges are inclusive), so a
+/// result being elsewhere changes nothing else.
+std::vector<bool> directOutputs(const LoadedProgram &program) {
+  constexpr int64_t kEnd = INT64_MAX;
+  size_t numValues = program.values.size();
+  std::vector<int64_t> producer(numValues, -1), lastUse(numValues, -1);
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const ProgramInstruction &inst = program.instructions[i];
+    for (int32_t id : inst.operands)
+      if (id >= 0)
+        lastUse[id] = static_cast<int64_t>(i);
+    for (int32_t id : inst.results)
+      if (id >= 0)
+        producer[id] = static_cast<int64_t>(i);
+  }
+  for (int32_t id : program.outputs)
+    lastUse[id] = kEnd;
+  std::vector<size_t> views;
+  for (size_t v = 0; v < numValues; ++v)
+    if (producer[v] < 0 && program.values[v].storage == Storage::Arena &&
+        program.values[v].numBytes > 0 && lastUse[v] >= 0)
+      views.push_back(v);
+  std::vector<bool> direct(program.outputs.size(), false), seen(numValues);
+  for (size_t o = 0; o < program.outputs.size(); ++o) {
+    int32_t id = program.outputs[o];
+    const ProgramValue &r = program.values[id];
+    bool ok = producer[id] >= 0 && !seen[id] && r.storage == Storage::Arena &&
+              r.numBytes > 0;
+    seen[id] = true;
+    for (size_t k = 0; k < views.size() && ok; ++k) {
+      const ProgramValue &v = program.values[views[k]];
+      bool overlaps =
+          v.offset < r.offset + r.numBytes && r.offset < v.offset + v.numBytes;
+      ok = !overlaps || lastUse[views[k]] <= producer[id];
+    }
+    direct[o] = ok;
+  }
+  return direct;
+}
+
 } // namespace
 
 struct Executor::Impl {
@@ -71,8 +121,13 @@ struct Executor::Impl {
   /// Per instruction, its profiler site; then the output copy's.
   std::vector<int32_t> sites;
   int32_t outputSite = -1;
+  /// Per output, whether its producing instruction may write it straight
+  /// into the caller's tensor (see directOutputs).
+  std::vector<bool> direct;
 
   Status runInstructions();
+  void bindValues(const std::vector<HostTensor> &inputs,
+                  std::vector<HostTensor> &outputs, std::vector<bool> &copy);
 };
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -140,6 +195,7 @@ Status Executor::create(const plan::Program &program,
     impl->instructions.push_back(std::move(bound));
   }
   impl->valuePtrs.resize(loaded.values.size());
+  impl->direct = directOutputs(loaded);
   result->reset(new Executor(std::move(impl)));
   return Status::ok();
 }
@@ -166,39 +222,9 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
           " bytes, its type needs " + std::to_string(v.numBytes));
   }
 
-  for (size_t i = 0; i < program.values.size(); ++i) {
-    const ProgramValue &v = program.values[i];
-    const uint8_t *base = nullptr;
-    switch (v.storage) {
-    case Storage::Input:
-      base = inputs[v.index].bytes.data();
-      break;
-    case Storage::Constant:
-      base = impl.constants[v.index].get();
-      break;
-    default:
-      base = impl.arena.get();
-      break;
-    }
-    impl.valuePtrs[i] = base ? base + v.offset : nullptr;
-  }
-
-  if (Status s = impl.runInstructions(); !s)
-    return s;
-
-  int64_t copyStart = impl.profiler ? StepProfiler::nowNs() : 0;
   // Tensors \p outputs already holds are written over where their size
   // fits: a training loop hands the last step's back, and fresh buffers
   // each step cost page faults and zeroing (and fragment the heap).
-  // The copies go in pieces the threads share: a step's outputs are every
-  // parameter and optimizer state, tens of megabytes.
-  constexpr int64_t kPiece = int64_t(1) << 20;
-  struct Piece {
-    uint8_t *to;
-    const uint8_t *from;
-    int64_t bytes;
-  };
-  std::vector<Piece> pieces;
   outputs->resize(program.outputs.size());
   for (size_t o = 0; o < program.outputs.size(); ++o) {
     const ProgramValue &v = program.values[program.outputs[o]];
@@ -207,6 +233,27 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
     t.shape = v.type.shape;
     if (t.bytes.size() != static_cast<size_t>(v.numBytes))
       t.bytes = std::vector<uint8_t>(static_cast<size_t>(v.numBytes));
+  }
+  std::vector<bool> copy;
+  impl.bindValues(inputs, *outputs, copy);
+
+  if (Status s = impl.runInstructions(); !s)
+    return s;
+
+  int64_t copyStart = impl.profiler ? StepProfiler::nowNs() : 0;
+  // The remaining copies go in pieces the threads share.
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  struct Piece {
+    uint8_t *to;
+    const uint8_t *from;
+    int64_t bytes;
+  };
+  std::vector<Piece> pieces;
+  for (size_t o = 0; o < program.outputs.size(); ++o) {
+    if (!copy[o])
+      continue;
+    const ProgramValue &v = program.values[program.outputs[o]];
+    HostTensor &t = (*outputs)[o];
     for (int64_t at = 0; at < v.numBytes; at += kPiece)
       pieces.push_back({t.bytes.data() + at,
                         impl.valuePtrs[program.outputs[o]] + at,
@@ -221,6 +268,42 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
   return Status::ok();
 }
 
+/// Points every value at its storage for one run: \p outputs' tensors for
+/// the direct outputs (unless the caller handed one of \p inputs' buffers
+/// back as an output), the arena for the rest; \p copy marks the outputs
+/// still to be copied out after the run.
+void Executor::Impl::bindValues(const std::vector<HostTensor> &inputs,
+                                std::vector<HostTensor> &outputs,
+                                std::vector<bool> &copy) {
+  for (size_t i = 0; i < program.values.size(); ++i) {
+    const ProgramValue &v = program.values[i];
+    const uint8_t *base = nullptr;
+    switch (v.storage) {
+    case Storage::Input:
+      base = inputs[v.index].bytes.data();
+      break;
+    case Storage::Constant:
+      base = constants[v.index].get();
+      break;
+    default:
+      base = arena.get();
+      break;
+    }
+    valuePtrs[i] = base ? base + v.offset : nullptr;
+  }
+  std::unordered_set<const uint8_t *> inputBuffers;
+  for (const HostTensor &t : inputs)
+    inputBuffers.insert(t.bytes.data());
+  copy.assign(program.outputs.size(), true);
+  for (size_t o = 0; o < program.outputs.size(); ++o) {
+    const uint8_t *to = outputs[o].bytes.data();
+    if (!direct[o] || inputBuffers.count(to))
+      continue;
+    valuePtrs[program.outputs[o]] = to;
+    copy[o] = false;
+  }
+}
+
 Status Executor::Impl::runInstructions() {
   for (size_t i = 0; i < instructions.size(); ++i) {
     BoundInstruction &bound = instructions[i];
@@ -228,12 +311,13 @@ Status Executor::Impl::runInstructions() {
     for (size_t k = 0; k < inst.operands.size(); ++k)
       bound.operandPtrs[k] =
           inst.operands[k] < 0 ? nullptr : valuePtrs[inst.operands[k]];
-    // Results are arena values (checked at load), so writable.
+    // Results are arena values (checked at load) or the caller's output
+    // tensors, so writable.
     for (size_t k = 0; k < inst.results.size(); ++k)
       bound.resultPtrs[k] =
           inst.results[k] < 0
               ? nullptr
-              : arena.get() + program.values[inst.results[k]].offset;
+              : const_cast<uint8_t *>(valuePtrs[inst.results[k]]);
     KernelArgs args{bound.operandPtrs.data(), bound.resultPtrs.data()};
     int64_t start = profiler ? StepProfiler::nowNs() : 0;
     if (Status s = kernels[i](args); !s)

@@ -55,6 +55,19 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
   }
 }
 
+PoolTaps poolTaps(const PoolGeometry &p) {
+  const Window &win = p.win;
+  PoolTaps t{std::vector<int64_t>(p.oh), std::vector<int64_t>(p.oh),
+             std::vector<int64_t>(p.ow), std::vector<int64_t>(p.ow)};
+  for (int64_t oy = 0; oy < p.oh; ++oy)
+    validOutputRange(oy * win.strideH - win.padTop, win.dilationH, p.h, win.kh,
+                     &t.iLo[oy], &t.iHi[oy]);
+  for (int64_t ox = 0; ox < p.ow; ++ox)
+    validOutputRange(ox * win.strideW - win.padLeft, win.dilationW, p.w, win.kw,
+                     &t.jLo[ox], &t.jHi[ox]);
+  return t;
+}
+
 void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
                  std::vector<int64_t> *colTaps) {
   const Window &win = p.win;
@@ -173,31 +186,34 @@ Status runConv(const ConvGeometry &p, const float *x, const float *weight,
 
 void runMaxPool(const PoolGeometry &p, const float *x, float *y) {
   const Window &win = p.win;
+  PoolTaps taps = poolTaps(p);
+  const std::vector<int64_t> &iLo = taps.iLo, &iHi = taps.iHi, &jLo = taps.jLo,
+                             &jHi = taps.jHi;
 #pragma omp parallel for schedule(                                             \
     static) if (p.planes > 1 &&                                                \
                 p.planes * p.oh * p.ow * win.kh * win.kw > kParallelThreshold)
   for (int64_t pl = 0; pl < p.planes; ++pl) {
     const float *src = x + pl * p.h * p.w;
     float *dst = y + pl * p.oh * p.ow;
-    for (int64_t oy = 0; oy < p.oh; ++oy)
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      int64_t iy0 = oy * win.strideH - win.padTop;
       for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t ix0 = ox * win.strideW - win.padLeft;
+        // Branch-free (random data defeats the predictor): NaN, which
+        // propagates as in the reference frameworks, is tracked apart.
         float m = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < win.kh; ++i) {
-          int64_t iy = oy * win.strideH - win.padTop + i * win.dilationH;
-          if (iy < 0 || iy >= p.h)
-            continue;
-          for (int64_t j = 0; j < win.kw; ++j) {
-            int64_t ix = ox * win.strideW - win.padLeft + j * win.dilationW;
-            if (ix < 0 || ix >= p.w)
-              continue;
-            float v = src[iy * p.w + ix];
-            // NaN propagates, as in the reference frameworks.
-            if (v > m || std::isnan(v))
-              m = v;
+        bool nan = false;
+        for (int64_t i = iLo[oy]; i < iHi[oy]; ++i) {
+          const float *row = src + (iy0 + i * win.dilationH) * p.w + ix0;
+          for (int64_t j = jLo[ox]; j < jHi[ox]; ++j) {
+            float v = row[j * win.dilationW];
+            nan |= v != v;
+            m = v > m ? v : m;
           }
         }
-        dst[oy * p.ow + ox] = m;
+        dst[oy * p.ow + ox] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
       }
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace cleave::rt {
 namespace {
@@ -199,17 +200,28 @@ Status runConvBackwardFilter(const ConvGeometry &p, const float *x,
 // Pools
 //===----------------------------------------------------------------------===//
 
+/// The first tap of a window (row-major) holding a NaN: forward max_pool2d
+/// propagates it, so it is the tap the gradient flows to.
+int64_t firstNaN(const float *src, int64_t w, int64_t iy0, int64_t ix0,
+                 int64_t iLo, int64_t iHi, int64_t jLo, int64_t jHi,
+                 const Window &win) {
+  for (int64_t i = iLo; i < iHi; ++i)
+    for (int64_t j = jLo; j < jHi; ++j) {
+      int64_t at = (iy0 + i * win.dilationH) * w + ix0 + j * win.dilationW;
+      if (std::isnan(src[at]))
+        return at;
+    }
+  return -1;
+}
+
 void runMaxPoolBackward(const PoolGeometry &p, const float *x, const float *dy,
                         float *dx) {
   const Window &win = p.win;
   int64_t hw = p.h * p.w, plane = p.oh * p.ow;
   if (p.planes == 0 || hw == 0)
     return;
-  // Per window column, the taps j that land inside the input.
-  std::vector<int64_t> jLo(p.ow), jHi(p.ow);
-  for (int64_t ox = 0; ox < p.ow; ++ox)
-    validOutputRange(ox * win.strideW - win.padLeft, win.dilationW, p.w, win.kw,
-                     &jLo[ox], &jHi[ox]);
+  PoolTaps taps = poolTaps(p);
+  const std::vector<int64_t> &jLo = taps.jLo, &jHi = taps.jHi;
 #pragma omp parallel for schedule(                                             \
     static) if (p.planes > 1 &&                                                \
                 p.planes * std::max(plane * win.kh * win.kw, hw) >             \
@@ -221,26 +233,35 @@ void runMaxPoolBackward(const PoolGeometry &p, const float *x, const float *dy,
     std::fill(dst, dst + hw, 0.0f);
     for (int64_t oy = 0; oy < p.oh; ++oy) {
       int64_t iy0 = oy * win.strideH - win.padTop;
-      int64_t iLo, iHi;
-      validOutputRange(iy0, win.dilationH, p.h, win.kh, &iLo, &iHi);
+      int64_t iLo = taps.iLo[oy], iHi = taps.iHi[oy];
       for (int64_t ox = 0; ox < p.ow; ++ox) {
         int64_t ix0 = ox * win.strideW - win.padLeft;
         // The first tap inside the input (row-major in the window) holding
         // the window's maximum, where NaN counts as the maximum (as forward
         // max_pool2d propagates it).
-        int64_t best = -1;
-        float m = 0.0f;
+        // Branch-free (random data defeats the predictor). The first tap
+        // inside the input starts as the answer (a window of -inf keeps
+        // it); strict > keeps the first of equal maxima; a NaN compares
+        // false everywhere, so windows holding one take the careful loop.
+        int64_t best = iLo < iHi && jLo[ox] < jHi[ox]
+                           ? (iy0 + iLo * win.dilationH) * p.w + ix0 +
+                                 jLo[ox] * win.dilationW
+                           : -1;
+        float m = -std::numeric_limits<float>::infinity();
+        bool nan = false;
         for (int64_t i = iLo; i < iHi; ++i) {
-          const float *row = src + (iy0 + i * win.dilationH) * p.w;
+          int64_t rowAt = (iy0 + i * win.dilationH) * p.w + ix0;
           for (int64_t j = jLo[ox]; j < jHi[ox]; ++j) {
-            int64_t ix = ix0 + j * win.dilationW;
-            float v = row[ix];
-            if (best < 0 || v > m || (std::isnan(v) && !std::isnan(m))) {
-              best = (iy0 + i * win.dilationH) * p.w + ix;
-              m = v;
-            }
+            int64_t at = rowAt + j * win.dilationW;
+            float v = src[at];
+            nan |= v != v;
+            bool better = v > m;
+            m = better ? v : m;
+            best = better ? at : best;
           }
         }
+        if (nan)
+          best = firstNaN(src, p.w, iy0, ix0, iLo, iHi, jLo[ox], jHi[ox], win);
         // A window with no tap inside the input does not depend on x.
         if (best >= 0)
           dst[best] += grad[oy * p.ow + ox];
@@ -256,13 +277,8 @@ void runAvgPoolBackward(const PoolGeometry &p, const float *dy, float *dx) {
     return;
   std::vector<int64_t> rowTaps, colTaps;
   avgPoolTaps(p, &rowTaps, &colTaps);
-  // Per window row/column, the taps that land inside the input.
-  std::vector<int64_t> jLo(p.ow), jHi(p.ow);
-  for (int64_t ox = 0; ox < p.ow; ++ox) {
-    // Tap j of column ox is at ox * strideW - padLeft + j * dilationW.
-    validOutputRange(ox * win.strideW - win.padLeft, win.dilationW, p.w, win.kw,
-                     &jLo[ox], &jHi[ox]);
-  }
+  PoolTaps taps = poolTaps(p);
+  const std::vector<int64_t> &jLo = taps.jLo, &jHi = taps.jHi;
 #pragma omp parallel for schedule(                                             \
     static) if (p.planes > 1 &&                                                \
                 p.planes * std::max(plane * win.kh * win.kw, hw) >             \
@@ -272,9 +288,7 @@ void runAvgPoolBackward(const PoolGeometry &p, const float *dy, float *dx) {
     float *dst = dx + pl * hw;
     std::fill(dst, dst + hw, 0.0f);
     for (int64_t oy = 0; oy < p.oh; ++oy) {
-      int64_t iLo, iHi;
-      validOutputRange(oy * win.strideH - win.padTop, win.dilationH, p.h,
-                       win.kh, &iLo, &iHi);
+      int64_t iLo = taps.iLo[oy], iHi = taps.iHi[oy];
       for (int64_t ox = 0; ox < p.ow; ++ox) {
         int64_t divisor = rowTaps[oy] * colTaps[ox];
         // avg_pool2d yields 0 for a window with no counted taps.

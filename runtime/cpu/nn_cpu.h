@@ -45,6 +45,13 @@ inline Status columnsTooBig(int64_t rows, int64_t cols) {
 }
 
 /// avg_pool2d's divisor of output (oy, ox) is rowTaps[oy] * colTaps[ox].
+/// Per output row (i) and column (j) of a pool, the window taps [lo, hi)
+/// that land inside the input: loops over them test nothing else.
+struct PoolTaps {
+  std::vector<int64_t> iLo, iHi, jLo, jHi;
+};
+PoolTaps poolTaps(const PoolGeometry &p);
+
 void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
                  std::vector<int64_t> *colTaps);
 

@@ -156,9 +156,34 @@ void runReduce(const ReduceGeometry &p, const T *in, T *out) {
     return;
   }
   int64_t run = p.innerRun;
+  // Float sums of long runs keep kSplit partial sums (element i into
+  // i % kSplit), added pairwise at the end: one accumulator would chain
+  // every add on the last (an add's latency per element, unvectorised).
+  constexpr bool kSplitSums =
+      R::kIsFloat && !R::kIsExtremum && K != ReduceKind::Prod;
+  constexpr int64_t kSplit = 8;
 #pragma omp parallel for schedule(static) if (parallel && p.numOutputs > 1)
   for (int64_t o = 0; o < p.numOutputs; ++o) {
     Acc acc = R::init();
+    if constexpr (kSplitSums) {
+      if (run >= kSplit) {
+        Acc part[kSplit] = {};
+        walkReduced(p, keptBase(p, o), [&](int64_t offset) {
+          const T *src = in + offset;
+          int64_t i = 0;
+          for (; i + kSplit <= run; i += kSplit)
+            for (int64_t k = 0; k < kSplit; ++k)
+              part[k] += static_cast<Acc>(src[i + k]);
+          for (int64_t k = 0; i < run; ++i, ++k)
+            part[k] += static_cast<Acc>(src[i]);
+        });
+        for (int64_t width = kSplit / 2; width > 0; width /= 2)
+          for (int64_t k = 0; k < width; ++k)
+            part[k] += part[k + width];
+        out[o] = R::finish(part[0], p.reduceCount);
+        continue;
+      }
+    }
     walkReduced(p, keptBase(p, o), [&](int64_t offset) {
       const T *src = in + offset;
       for (int64_t i = 0; i < run; ++i)

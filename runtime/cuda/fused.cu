@@ -23,7 +23,8 @@ struct DeviceProgram {
   int numInputs, numOutputs, numOps, rank;
   const void *inputs[FusedProgram::kMaxInputs];
   uint8_t isBool[FusedProgram::kMaxInputs];
-  float *outputs[FusedProgram::kMaxOutputs];
+  void *outputs[FusedProgram::kMaxOutputs];
+  uint8_t outputIsBool[FusedProgram::kMaxOutputs];
   FusedInput kinds[FusedProgram::kMaxInputs];
   int64_t dims[FusedProgram::kMaxDims];
   int64_t strides[FusedProgram::kMaxInputs][FusedProgram::kMaxDims];
@@ -56,8 +57,13 @@ __global__ void fusedKernel(DeviceProgram p, int64_t n) {
                       ? applySelect(r[op.a], r[op.b], r[op.c])
                       : applyFused(op.code, r[op.a], r[op.b]);
     }
-    for (int o = 0; o < p.numOutputs; ++o)
-      p.outputs[o][i] = r[p.outputRegisters[o]];
+    for (int o = 0; o < p.numOutputs; ++o) {
+      float v = r[p.outputRegisters[o]];
+      if (p.outputIsBool[o])
+        static_cast<uint8_t *>(p.outputs[o])[i] = v != 0.0f;
+      else
+        static_cast<float *>(p.outputs[o])[i] = v;
+    }
   }
 }
 
@@ -82,8 +88,10 @@ Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
     for (size_t d = 0; d < program.strides[k].size(); ++d)
       p.strides[k][d] = program.strides[k][d];
   }
-  for (int o = 0; o < p.numOutputs; ++o)
+  for (int o = 0; o < p.numOutputs; ++o) {
     p.outputRegisters[o] = program.outputRegisters[o];
+    p.outputIsBool[o] = program.outputIsBool[o];
+  }
   for (int o = 0; o < p.numOps; ++o)
     p.ops[o] = program.ops[o];
   int64_t n = program.numElements;
@@ -91,7 +99,7 @@ Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
     for (int k = 0; k < p.numInputs; ++k)
       p.inputs[k] = args.operands[k];
     for (int o = 0; o < p.numOutputs; ++o)
-      p.outputs[o] = static_cast<float *>(args.results[o]);
+      p.outputs[o] = args.results[o];
     fusedKernel<<<gridFor(n), kBlock, 0, ctx.stream>>>(p, n);
     return launchStatus("fused_elementwise");
   };

@@ -65,6 +65,71 @@ TEST(Executor, RunsAndCopiesOutputsFromEveryStorage) {
   }
 }
 
+/// A step over carried state: m' = 0.9 m + g, w' = w - 0.5 m' - 0.25 m
+/// (old m read after m' is written); outputs w', m' and m' again. Kernels
+/// write w' and the first m' straight into the caller's tensors; the second
+/// m' is copied. Unfused (CLEAVE_NO_FUSION), so that an m' written over
+/// m's buffer would be seen by the last instructions.
+TEST(Executor, WritesOutputsInPlaceAcrossCarriedRuns) {
+  ProgramBuilder b;
+  int w = b.input("w", DType::F32, {4});
+  int m = b.input("m", DType::F32, {4});
+  int g = b.input("g", DType::F32, {4});
+  int beta = b.constant(f32({4}, {0.9f, 0.9f, 0.9f, 0.9f}));
+  int lr = b.constant(f32({4}, {0.5f, 0.5f, 0.5f, 0.5f}));
+  int mb = b.arena(DType::F32, {4}), m2 = b.arena(DType::F32, {4});
+  int quarter = b.constant(f32({4}, {0.25f, 0.25f, 0.25f, 0.25f}));
+  int step = b.arena(DType::F32, {4}), w1 = b.arena(DType::F32, {4});
+  int old = b.arena(DType::F32, {4}), w2 = b.arena(DType::F32, {4});
+  b.instruction("mul", {m, beta}, {mb}, {}, "");
+  b.instruction("add", {mb, g}, {m2}, {}, "");
+  b.instruction("mul", {m2, lr}, {step}, {}, "");
+  b.instruction("sub", {w, step}, {w1}, {}, "");
+  b.instruction("mul", {m, quarter}, {old}, {}, "");
+  b.instruction("sub", {w1, old}, {w2}, {}, "");
+  b.output(w2, "w");
+  b.output(m2, "m");
+  b.output(m2, "m_again");
+  std::unique_ptr<Executor> exec;
+  setenv("CLEAVE_NO_FUSION", "1", 1);
+  Status st = Executor::create(b.program, &exec);
+  unsetenv("CLEAVE_NO_FUSION");
+  ASSERT_TRUE(st.isOk()) << st.message();
+
+  std::vector<float> wRef = {1, 2, 3, 4}, mRef = {0, 0, 0, 0};
+  std::vector<float> grad = {0.5f, -1, 2, 0.25f};
+  std::vector<HostTensor> in = {f32({4}, wRef), f32({4}, mRef), f32({4}, grad)};
+  std::vector<HostTensor> out;
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_TRUE(exec->run(in, &out).isOk());
+    for (int i = 0; i < 4; ++i) {
+      float m0 = mRef[i];
+      mRef[i] = 0.9f * m0 + grad[i];
+      wRef[i] = wRef[i] - 0.5f * mRef[i] - 0.25f * m0;
+    }
+    EXPECT_EQ(values<float>(out[0]), wRef) << "run " << run;
+    EXPECT_EQ(values<float>(out[1]), mRef) << "run " << run;
+    EXPECT_EQ(values<float>(out[2]), mRef) << "run " << run;
+    // As a training loop carries state: last run's inputs become the
+    // buffers of the next run's outputs.
+    std::swap(in[0], out[0]);
+    std::swap(in[1], out[1]);
+  }
+  // Outputs handed in as the inputs themselves are computed in the arena
+  // and copied at the end, never written while still being read.
+  std::vector<HostTensor> same = {f32({4}, wRef), f32({4}, mRef),
+                                  f32({4}, grad)};
+  ASSERT_TRUE(exec->run(same, &same).isOk());
+  for (int i = 0; i < 4; ++i) {
+    float m0 = mRef[i];
+    mRef[i] = 0.9f * m0 + grad[i];
+    wRef[i] = wRef[i] - 0.5f * mRef[i] - 0.25f * m0;
+  }
+  EXPECT_EQ(values<float>(same[0]), wRef);
+  EXPECT_EQ(values<float>(same[1]), mRef);
+  EXPECT_EQ(values<float>(same[2]), mRef);
+}
+
 TEST(Executor, InputMismatchesNameTheInput) {
   SampleProgram s;
   std::unique_ptr<Executor> exec;

@@ -132,6 +132,59 @@ TEST(Fusion, ValuesReadThroughViewsAreStillWritten) {
   EXPECT_NE(values<float>(fused[1])[0], 0.0f);
 }
 
+// Instructions of another shape between a chain's links move aside: a
+// per-channel op that needs nothing from the chain runs before it, a
+// reduction of a link after it; the chain fuses whole.
+TEST(Fusion, InterleavedInstructionsMoveAside) {
+  ProgramBuilder b;
+  Shape s = {40, 8}, c = {1, 8};
+  int x = b.input("x", DType::F32, s), y = b.input("y", DType::F32, s);
+  int cs = b.input("cs", DType::F32, c);
+  int t0 = b.arena(DType::F32, s), c1 = b.arena(DType::F32, c);
+  int r = b.arena(DType::F32, c), t1 = b.arena(DType::F32, s);
+  int t2 = b.arena(DType::F32, s);
+  b.instruction("mul", {x, y}, {t0});
+  b.instruction("add", {cs, cs}, {c1});
+  b.instruction("reduce_sum", {t0}, {r}, {{"axes", {{0}}}});
+  b.instruction("sub", {t0, c1}, {t1});
+  b.instruction("mul", {t1, t1}, {t2});
+  b.output(t2, "t2");
+  b.output(r, "r");
+  EXPECT_EQ(
+      loadedKernels(b.program),
+      (std::vector<std::string>{"add", "fused_elementwise", "reduce_sum"}));
+  std::vector<HostTensor> in = {randomF32(s, 41), randomF32(s, 42),
+                                randomF32(c, 43)};
+  expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
+}
+
+// An instruction reading a link's bytes through a view cannot run before the
+// chain, even though it names no value of it: it runs after, and the link
+// is written for it.
+TEST(Fusion, InstructionsReadingALinkThroughAViewStayAfterIt) {
+  ProgramBuilder b;
+  Shape s = {4, 8};
+  int x = b.input("x", DType::F32, s);
+  int t0 = b.arena(DType::F32, s), t1 = b.arena(DType::F32, s);
+  int view = b.addValue(DType::F32, {32}, plan::Value::ARENA,
+                        b.program.values(t1).offset(), 0);
+  int w = b.arena(DType::F32, {32}), t2 = b.arena(DType::F32, s);
+  b.instruction("exp", {x}, {t0});
+  b.instruction("neg", {t0}, {t1});
+  b.instruction("neg", {view}, {w});
+  b.instruction("tanh", {t1}, {t2});
+  b.output(t2, "t2");
+  b.output(w, "w");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise", "neg"}));
+  std::vector<HostTensor> in = {randomF32(s, 44)};
+  std::vector<HostTensor> fused = runWith(true, b.program, in);
+  expectSameBits(fused, runWith(false, b.program, in));
+  ASSERT_EQ(fused.size(), 2u);
+  // exp(x) itself; read before the chain ran it would be the arena's -0.
+  EXPECT_EQ(values<float>(fused[1])[0], std::exp(values<float>(in[0])[0]));
+}
+
 // Operands broadcast along any dims (rows, columns, a middle dim) are read
 // through their strides, across the CPU's 256-element chunk boundaries.
 TEST(Fusion, BroadcastOperandsFuseWithTheSameBits) {
@@ -184,6 +237,73 @@ TEST(Fusion, SelectWithABroadcastMaskFusesWithTheSameBits) {
   expectSameBits(fused, runWith(false, b.program, in));
   ASSERT_EQ(fused.size(), 1u);
   EXPECT_EQ(values<float>(fused[0])[1], 0.0f); // masked: exp(-inf)
+}
+
+// Comparisons join chains as 0/1 registers (ReLU's backward: cmp_gt, then
+// select); one whose bool escapes the chain is written as bytes. NaN
+// compares false (true for cmp_ne), as the separate kernels have it.
+TEST(Fusion, ComparisonsFuseAndWriteBoolsWithTheSameBits) {
+  ProgramBuilder b;
+  Shape s = {5, 3, 9, 13};
+  int x = b.input("x", DType::F32, s), g = b.input("g", DType::F32, s);
+  int y = b.input("y", DType::F32, {1, 3, 1, 1});
+  int zero = b.constant(f32({1, 1, 1, 1}, {0.0f}));
+  std::vector<std::string> kinds = {"cmp_eq", "cmp_ne", "cmp_lt",
+                                    "cmp_le", "cmp_gt", "cmp_ge"};
+  int cond = b.arena(DType::Bool, s), relu = b.arena(DType::F32, s);
+  b.instruction("cmp_gt", {x, zero}, {cond});
+  b.instruction("select", {cond, g, zero}, {relu});
+  b.output(relu, "relu_grad");
+  int prev = relu;
+  for (const std::string &kind : kinds) {
+    int c = b.arena(DType::Bool, s), t = b.arena(DType::F32, s);
+    b.instruction(kind, {x, y}, {c});
+    b.instruction("select", {c, prev, x}, {t});
+    b.output(c, kind);
+    prev = t;
+  }
+  b.output(prev, "chain");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise"}));
+  HostTensor xs = randomF32(s, 21), ys = randomF32({1, 3, 1, 1}, 22);
+  // Ties with y and NaN on both sides of the comparisons.
+  for (int i = 0; i < 40; ++i)
+    xs.data<float>()[i * 37] = ys.data<float>()[i % 3];
+  xs.data<float>()[5] = NAN;
+  ys.data<float>()[1] = NAN;
+  std::vector<HostTensor> in = {xs, randomF32(s, 23), ys};
+  std::vector<HostTensor> fused = runWith(true, b.program, in);
+  expectSameBits(fused, runWith(false, b.program, in));
+  ASSERT_EQ(fused.size(), 8u);
+  EXPECT_EQ(fused[2].dtype, DType::Bool); // cmp_ne
+  EXPECT_EQ(fused[2].data<uint8_t>()[5], 1);
+}
+
+// A per-channel operand over image planes longer than the CPU's chunks
+// (BatchNorm's scale): runs of one value that chunks cut anywhere.
+TEST(Fusion, PerChannelBroadcastOverLongPlanesHasTheSameBits) {
+  ProgramBuilder b;
+  Shape s = {3, 5, 17, 19};
+  int x = b.input("x", DType::F32, s);
+  int gamma = b.input("gamma", DType::F32, {1, 5, 1, 1});
+  int beta = b.input("beta", DType::F32, {1, 5, 1, 19});
+  int t0 = b.arena(DType::F32, s), t1 = b.arena(DType::F32, s);
+  b.instruction("mul", {x, gamma}, {t0});
+  b.instruction("add", {t0, beta}, {t1});
+  b.output(t1, "out");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"fused_elementwise"}));
+  std::vector<HostTensor> in = {randomF32(s, 31), randomF32({1, 5, 1, 1}, 32),
+                                randomF32({1, 5, 1, 19}, 33)};
+  std::vector<HostTensor> fused = runWith(true, b.program, in);
+  expectSameBits(fused, runWith(false, b.program, in));
+  // And against the formula, so that both paths cannot share a mistake.
+  const float *xv = in[0].data<float>(), *gv = in[1].data<float>(),
+              *bv = in[2].data<float>(), *out = fused[0].data<float>();
+  for (int64_t e = 0; e < 3 * 5 * 17 * 19; ++e) {
+    int64_t c = e / (17 * 19) % 5, w = e % 19;
+    ASSERT_EQ(out[e], xv[e] * gv[c] + bv[c * 19 + w]) << e;
+  }
 }
 
 // broadcast and copy only move values: inside a chain they become strided

@@ -219,6 +219,21 @@ TEST(Pool, MaxWithPadding) {
   }
 }
 
+TEST(Pool, MaxPropagatesNaN) {
+  // NaN anywhere in a window is its maximum, before or after larger values;
+  // -inf windows stay -inf.
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  float inf = std::numeric_limits<float>::infinity();
+  Attrs attrs = {{"kernel", {{2, 2}, {}}}, {"strides", {{2, 2}, {}}}};
+  HostTensor x = f32({1, 1, 2, 6}, {nan, 9, 1, 2, -inf, -inf,   //
+                                    3, 4, 5, nan, -inf, -inf}); //
+  std::vector<float> r =
+      values<float>(run1("max_pool2d", {x}, DType::F32, {1, 1, 1, 3}, attrs));
+  EXPECT_TRUE(std::isnan(r[0]));
+  EXPECT_TRUE(std::isnan(r[1]));
+  EXPECT_EQ(r[2], -inf);
+}
+
 TEST(Pool, AvgCountIncludePad) {
   for (const PoolCase &c : kPoolCases)
     for (bool include : {false, true}) {

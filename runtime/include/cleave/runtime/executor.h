@@ -90,7 +90,8 @@ public:
   /// Runs the program. \p inputs must match the program's inputs in order,
   /// dtype and shape (a mismatch is an error naming the input). Fills
   /// \p outputs in the program's output order, reusing the storage of the
-  /// tensors it already holds.
+  /// tensors it already holds (kernels write most outputs there directly,
+  /// so after a failed run their contents are unspecified).
   Status run(const std::vector<HostTensor> &inputs,
              std::vector<HostTensor> *outputs);
 
