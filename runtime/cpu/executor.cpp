@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <unordered_set>
 
+#include <sys/mman.h>
+
 namespace cleave::rt {
 
 namespace {
@@ -36,6 +38,32 @@ struct FreeDeleter {
   void operator()(uint8_t *p) const { std::free(p); }
 };
 using AlignedBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
+
+/// The arena: zero pages mapped on first touch, so the bytes of values no
+/// kernel writes there (outputs written straight into the caller's tensors)
+/// never become resident.
+class Arena {
+public:
+  Arena() = default;
+  Arena(const Arena &) = delete;
+  Arena &operator=(const Arena &) = delete;
+  ~Arena() {
+    if (base_)
+      munmap(base_, size_);
+  }
+  bool allocate(size_t size) {
+    size_ = std::max<size_t>(size, 1);
+    void *p = mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t *>(p);
+    return base_ != nullptr;
+  }
+  uint8_t *get() const { return base_; }
+
+private:
+  uint8_t *base_ = nullptr;
+  size_t size_ = 0;
+};
 
 /// 64-byte aligned, zeroed storage (at least one cache line, so that empty
 /// buffers still have a valid address).
@@ -113,7 +141,7 @@ struct Executor::Impl {
   /// Per instruction of program, its CPU kernel.
   std::vector<KernelFn> kernels;
   std::vector<AlignedBytes> constants;
-  AlignedBytes arena;
+  Arena arena;
   std::vector<BoundInstruction> instructions;
   // Per-run base pointer of every value.
   std::vector<const uint8_t *> valuePtrs;
@@ -179,8 +207,7 @@ Status Executor::create(const plan::Program &program,
     impl->constants.push_back(std::move(bytes));
   }
   loaded.constants.clear();
-  impl->arena = allocateAligned(static_cast<size_t>(loaded.arenaBytes));
-  if (!impl->arena)
+  if (!impl->arena.allocate(static_cast<size_t>(loaded.arenaBytes)))
     return Status::error(prefix + "cannot allocate an arena of " +
                          std::to_string(loaded.arenaBytes) + " bytes");
   for (const ProgramInstruction &inst : loaded.instructions) {
