@@ -257,9 +257,12 @@ CLEAVE_UNARY_RULE(TanhOp,
 CLEAVE_UNARY_RULE(SigmoidOp,
                   { return e.mul(gy, e.mul(y, e.sub(e.scalar(y, 1.0), y))); })
 CLEAVE_UNARY_RULE(ReluOp, {
-  (void)y;
-  Value zero = e.scalar(x, 0.0);
-  return e.select(e.cmp(CmpPredicate::gt, x, zero), gy, zero);
+  // From the result, as PyTorch's threshold_backward: y > 0 exactly when
+  // x > 0 (NaN and -0 included), and y is usually kept anyway (the next
+  // layer's input), so x need not survive to the backward pass.
+  (void)x;
+  Value zero = e.scalar(y, 0.0);
+  return e.select(e.cmp(CmpPredicate::gt, y, zero), gy, zero);
 })
 CLEAVE_UNARY_RULE(ErfOp, {
   (void)y;

@@ -242,7 +242,7 @@ func.func @sigmoid(%x: tensor<4xf32> {cleave.parameter = "x"}) -> (tensor<f32> {
 // CHECK: %[[V1:.*]] = cleave.constant dense<0.000000e+00> : tensor<1xf32>
 // CHECK: %[[V2:.*]] = cleave.relu %arg0 : tensor<4xf32>
 // CHECK: %[[V3:.*]] = cleave.reduce sum %[[V2]] dims = [0] : (tensor<4xf32>) -> tensor<f32>
-// CHECK: %[[V4:.*]] = cleave.cmp gt, %arg0, %[[V1]] : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xi1>
+// CHECK: %[[V4:.*]] = cleave.cmp gt, %[[V2]], %[[V1]] : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xi1>
 // CHECK: %[[V5:.*]] = cleave.select %[[V4]], %[[V0]], %[[V1]] : (tensor<4xi1>, tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>
 // CHECK: return %[[V3]], %[[V5]] : tensor<f32>, tensor<4xf32>
 func.func @relu(%x: tensor<4xf32> {cleave.parameter = "x"}) -> (tensor<f32> {cleave.loss}) {
