@@ -90,13 +90,32 @@ struct Built {
   std::vector<int32_t> inputs, outputs;
 };
 
+/// A reduce_sum or reduce_mean of f32, and its axes.
+std::optional<std::vector<int64_t>> reduction(const ProgramInstruction &inst,
+                                              bool *mean) {
+  if (inst.info.kernel == "reduce_sum") {
+    *mean = false;
+    return inst.info.params<schema::Kernel::k_reduce_sum>().axes;
+  }
+  if (inst.info.kernel == "reduce_mean") {
+    *mean = true;
+    return inst.info.params<schema::Kernel::k_reduce_mean>().axes;
+  }
+  return std::nullopt;
+}
+
+/// \p reductions: reduce instructions of member results, all over the same
+/// axes, that the group computes too.
 std::optional<Built> build(const LoadedProgram &p,
                            const std::vector<size_t> &members,
                            const std::vector<int> &uses,
-                           const std::vector<bool> &viewed) {
+                           const std::vector<bool> &viewed,
+                           const std::vector<size_t> &reductions = {}) {
   Built b;
   std::map<int32_t, int> reg;
   std::map<int32_t, int> usesInside;
+  for (size_t r : reductions)
+    ++usesInside[p.instructions[r].operands[0]];
   const TensorType &shape =
       p.values[p.instructions[members.front()].results[0]].type;
   b.program.numElements = shape.numElements();
@@ -143,10 +162,29 @@ std::optional<Built> build(const LoadedProgram &p,
       b.program.outputIsBool.push_back(p.values[id].type.dtype == DType::Bool);
     }
   }
+  for (size_t r : reductions) {
+    const ProgramInstruction &inst = p.instructions[r];
+    bool mean = false;
+    std::vector<int64_t> axes = *reduction(inst, &mean);
+    b.program.reductions.push_back(
+        {static_cast<uint8_t>(reg.at(inst.operands[0])), mean});
+    b.program.shape = shape.shape;
+    b.program.reduceAxes = axes;
+    // Written when a thread finishes its outputs, while others still read:
+    // no byte in common with what the group reads or writes.
+    const ProgramValue &res = p.values[inst.results[0]];
+    for (int32_t id : b.inputs)
+      if (overlap(res, p.values[id]))
+        return std::nullopt;
+    for (size_t i : members)
+      if (overlap(res, p.values[p.instructions[i].results[0]]))
+        return std::nullopt;
+  }
   if (b.inputs.size() > FusedProgram::kMaxInputs ||
       b.program.dims.size() > FusedProgram::kMaxDims ||
       b.outputs.size() > FusedProgram::kMaxOutputs ||
-      next > FusedProgram::kMaxRegisters || b.outputs.empty())
+      next > FusedProgram::kMaxRegisters ||
+      (b.outputs.empty() && reductions.empty()))
     return std::nullopt;
   // Element i of an output may be written before element j of an input is
   // read (other threads, other blocks): an output may only cover the same
@@ -233,9 +271,73 @@ bool conflictsWithAny(const LoadedProgram &p, const std::vector<size_t> &group,
 /// A fused group: its members, and the instructions between them that run
 /// before (hoisted) or after (sunk) the fused instruction instead.
 struct Group {
-  std::vector<size_t> members, hoisted, sunk;
+  std::vector<size_t> members, hoisted, sunk, reductions;
   std::optional<Built> built;
 };
+
+/// The innermost run a reduction of \p shape over \p axes walks: the
+/// trailing dims of one status (reduced or kept), unit dims skipped.
+int64_t innermostRun(const std::vector<int64_t> &shape,
+                     const std::vector<int64_t> &axes) {
+  int64_t run = 1;
+  std::optional<bool> status;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1)
+      continue;
+    bool reduced = std::find(axes.begin(), axes.end(),
+                             static_cast<int64_t>(d)) != axes.end();
+    if (status && *status != reduced)
+      break;
+    status = reduced;
+    run *= shape[d];
+  }
+  return run;
+}
+
+/// Moves into \p g the sums and means of its members' values that it sank
+/// (in order, all over the first one's axes), where each can run at the
+/// group's place: no instruction sunk before it touches its bytes.
+void absorbReductions(const LoadedProgram &p, Group &g,
+                      const std::vector<int> &uses,
+                      const std::vector<bool> &viewed) {
+  const TensorType &shape =
+      p.values[p.instructions[g.members.front()].results[0]].type;
+  std::vector<size_t> kept;
+  std::optional<std::vector<int64_t>> axes;
+  for (size_t k = 0; k < g.sunk.size(); ++k) {
+    const ProgramInstruction &inst = p.instructions[g.sunk[k]];
+    bool mean = false;
+    std::optional<std::vector<int64_t>> own = reduction(inst, &mean);
+    // A chain evaluated run by run pays its setup per run: short runs
+    // (a 4x4 plane) are faster as a separate reduction.
+    constexpr int64_t kMinRun = 256;
+    bool ok = own && (!axes || *own == *axes) &&
+              innermostRun(shape.shape, *own) >= kMinRun &&
+              g.reductions.size() < FusedProgram::kMaxReductions &&
+              inst.operands.size() == 1 && inst.results.size() == 1 &&
+              p.values[inst.operands[0]].type.dtype == DType::F32 &&
+              p.values[inst.operands[0]].type.shape == shape.shape;
+    bool ofMember = false;
+    for (size_t m : g.members)
+      ofMember |= ok && p.instructions[m].results[0] == inst.operands[0];
+    ok = ofMember;
+    for (size_t j : kept)
+      ok = ok && !conflicts(p, p.instructions[j], inst);
+    if (ok) {
+      std::vector<size_t> trial = g.reductions;
+      trial.push_back(g.sunk[k]);
+      if (std::optional<Built> grown =
+              build(p, g.members, uses, viewed, trial)) {
+        g.reductions = std::move(trial);
+        g.built = std::move(grown);
+        axes = own;
+        continue;
+      }
+    }
+    kept.push_back(g.sunk[k]);
+  }
+  g.sunk = std::move(kept);
+}
 
 /// Gathers the group starting at fusable instruction \p i. Instructions of
 /// another shape interleave with a chain (a backward pass computes a
@@ -245,7 +347,7 @@ struct Group {
 /// where they are (and end the group).
 std::optional<Group> gather(const LoadedProgram &p, size_t i,
                             const std::vector<int> &uses,
-                            const std::vector<bool> &viewed) {
+                            const std::vector<bool> &viewed, bool reductions) {
   constexpr size_t kLookahead = 64;
   const auto &shape = p.values[p.instructions[i].results[0]].type.shape;
   Group g, trial;
@@ -274,6 +376,17 @@ std::optional<Group> gather(const LoadedProgram &p, size_t i,
       trial.hoisted.push_back(k);
     else
       trial.sunk.push_back(k);
+  }
+  if (reductions && g.built) {
+    // Reductions right after the chain were never sunk: they may join too
+    // (those that do not stay after the fused instruction).
+    for (size_t k = g.members.back() + 1; k < n; ++k) {
+      bool mean = false;
+      if (!reduction(p.instructions[k], &mean))
+        break;
+      g.sunk.push_back(k);
+    }
+    absorbReductions(p, g, uses, viewed);
   }
   if (!g.built)
     return std::nullopt;
@@ -329,7 +442,7 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
 namespace {
 
 /// One pass of grouping over \p p's instructions.
-void fusePass(LoadedProgram &p) {
+void fusePass(LoadedProgram &p, bool reductions) {
   std::vector<int> uses = useCounts(p);
   std::vector<bool> viewed = viewedValues(p);
 
@@ -338,7 +451,7 @@ void fusePass(LoadedProgram &p) {
   for (size_t i = 0; i < n;) {
     std::optional<Group> group;
     if (fusable(p, p.instructions[i]))
-      group = gather(p, i, uses, viewed);
+      group = gather(p, i, uses, viewed, reductions);
     if (!group) {
       rewritten.push_back(std::move(p.instructions[i]));
       ++i;
@@ -354,6 +467,8 @@ void fusePass(LoadedProgram &p) {
     fused.location = p.instructions[first].location;
     fused.operands = built->inputs;
     fused.results = built->outputs;
+    for (size_t r : group->reductions)
+      fused.results.push_back(p.instructions[r].results[0]);
     for (int32_t id : fused.operands)
       fused.info.operands.push_back(p.values[id].type);
     for (int32_t id : fused.results)
@@ -364,13 +479,16 @@ void fusePass(LoadedProgram &p) {
     for (size_t j : group->sunk)
       rewritten.push_back(std::move(p.instructions[j]));
     i = group->members.back() + 1;
+    for (const std::vector<size_t> *moved : {&group->sunk, &group->reductions})
+      for (size_t j : *moved)
+        i = std::max(i, j + 1);
   }
   p.instructions = std::move(rewritten);
 }
 
 } // namespace
 
-void fuseElementwise(LoadedProgram &p) {
+void fuseElementwise(LoadedProgram &p, bool reductions) {
   if (const char *off = std::getenv("CLEAVE_NO_FUSION");
       off && *off && std::strcmp(off, "0") != 0)
     return;
@@ -379,7 +497,7 @@ void fuseElementwise(LoadedProgram &p) {
   // hoisted out of a full-size one).
   for (int pass = 0; pass < 3; ++pass) {
     size_t before = p.instructions.size();
-    fusePass(p);
+    fusePass(p, reductions);
     if (p.instructions.size() == before)
       break;
   }

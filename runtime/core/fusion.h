@@ -46,7 +46,14 @@ enum class FusedInput : uint8_t {
 /// One fused instruction: registers 0..inputs-1 are loaded from the
 /// operands, each op writes a new register, and the outputs are stored from
 /// their registers.
+/// A sum or mean of one register over FusedProgram::reduceAxes.
+struct FusedReduction {
+  uint8_t reg;
+  bool mean;
+};
+
 struct FusedProgram {
+  static constexpr int kMaxReductions = 8;
   static constexpr int kMaxInputs = 16;
   static constexpr int kMaxOutputs = 8;
   static constexpr int kMaxRegisters = 48;
@@ -67,6 +74,11 @@ struct FusedProgram {
   /// Per output: bool (a comparison's 0 or 1, written as one byte) rather
   /// than f32.
   std::vector<uint8_t> outputIsBool;
+  /// Reductions the chain ends in (a BatchNorm's statistics, its backward's
+  /// sums), all over the same sorted dims of the chain's \p shape; their
+  /// results follow the outputs. Only the CPU backend asks for them.
+  std::vector<FusedReduction> reductions;
+  std::vector<int64_t> shape, reduceAxes;
 };
 
 /// Per value: how many instruction operands and program outputs name it.
@@ -82,7 +94,10 @@ std::vector<bool> viewedValues(const LoadedProgram &program);
 /// "fused_elementwise" instructions (ProgramInstruction::fused, origin -1);
 /// each backend brings its kernel for them. Does nothing when
 /// $CLEAVE_NO_FUSION is set (to compare).
-void fuseElementwise(LoadedProgram &program);
+/// Groups \p program's elementwise chains into fused_elementwise
+/// instructions; with \p reductions, sums and means of a chain's values
+/// join it (the backend's fused kernel must compute them).
+void fuseElementwise(LoadedProgram &program, bool reductions = false);
 
 } // namespace cleave::rt
 

@@ -174,7 +174,7 @@ Status bindCpuKernels(const cleave_program &program, Communicator *comm,
   };
   if (Status s = loadProgram(program, comm, check, loaded); !s)
     return s;
-  fuseElementwise(*loaded);
+  fuseElementwise(*loaded, /*reductions=*/true);
   kernels->clear();
   for (const ProgramInstruction &inst : loaded->instructions)
     kernels->push_back(inst.fused ? fusedCpuKernel(inst.fused)

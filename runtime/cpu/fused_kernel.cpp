@@ -2,6 +2,7 @@
 
 #include "core/fusion.h"
 #include "cpu/cpu_kernel.h"
+#include "cpu/reduce_plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -116,107 +117,203 @@ CpuPlan planCpu(const FusedProgram &f) {
   return plan;
 }
 
+constexpr int64_t kChunk = 256;
+
+/// One thread's registers over a segment of at most kChunk elements.
+struct Registers {
+  float regs[FusedProgram::kMaxRegisters][kChunk];
+  const float *reg[FusedProgram::kMaxRegisters];
+};
+
+/// Runs the chain over elements [base, base + len) (len <= kChunk): loads
+/// the inputs (full f32 ones read where they are), runs the ops, writes the
+/// outputs. Afterwards r.reg[k] holds register k's values.
+void evalSegment(const FusedProgram &f, const CpuPlan &cp,
+                 const KernelArgs &args, const float *scalars, int64_t base,
+                 int64_t len, Registers &r) {
+  size_t numInputs = f.inputs.size();
+  for (int k = 0; k < f.numRegisters; ++k)
+    r.reg[k] = r.regs[k];
+  for (size_t k = 0; k < numInputs; ++k) {
+    float *dst = r.regs[k];
+    if (f.inputIsBool[k]) {
+      const auto *in = static_cast<const uint8_t *>(args.operands[k]);
+      if (f.inputs[k] == FusedInput::Broadcast)
+        loadBroadcast(in, f.dims, f.strides[k], base, len, dst);
+      else
+        for (int64_t t = 0; t < len; ++t)
+          dst[t] = in[f.inputs[k] == FusedInput::Scalar ? 0 : base + t];
+      continue;
+    }
+    const float *in = static_cast<const float *>(args.operands[k]);
+    if (cp.inPlace[k])
+      r.reg[k] = in + base;
+    else if (f.inputs[k] == FusedInput::Broadcast)
+      loadBroadcast(in, f.dims, f.strides[k], base, len, dst);
+    else if (cp.fill[k])
+      std::fill(dst, dst + len, in[0]);
+  }
+  for (size_t o = 0; o < f.ops.size(); ++o) {
+    const FusedOp &op = f.ops[o];
+    float *d = r.regs[op.dst];
+    const float *a = r.reg[op.a], *b = r.reg[op.b];
+    float as = scalars[op.a < numInputs ? op.a : 0];
+    float bs = scalars[op.b < numInputs ? op.b : 0];
+    OpMode mode = cp.modes[o];
+    switch (op.code) {
+#define CLEAVE_FUSED_CASE(CODE)                                                \
+  case FusedCode::CODE:                                                        \
+    runOp(mode, len, d, a, b, as, bs,                                          \
+          [](float x, float y) { return applyFused(FusedCode::CODE, x, y); }); \
+    break;
+      CLEAVE_FUSED_CASE(Add)
+      CLEAVE_FUSED_CASE(Sub)
+      CLEAVE_FUSED_CASE(Mul)
+      CLEAVE_FUSED_CASE(Div)
+      CLEAVE_FUSED_CASE(Max)
+      CLEAVE_FUSED_CASE(Min)
+      CLEAVE_FUSED_CASE(Pow)
+      CLEAVE_FUSED_CASE(Eq)
+      CLEAVE_FUSED_CASE(Ne)
+      CLEAVE_FUSED_CASE(Lt)
+      CLEAVE_FUSED_CASE(Le)
+      CLEAVE_FUSED_CASE(Gt)
+      CLEAVE_FUSED_CASE(Ge)
+      CLEAVE_FUSED_CASE(Neg)
+      CLEAVE_FUSED_CASE(Abs)
+      CLEAVE_FUSED_CASE(Exp)
+      CLEAVE_FUSED_CASE(Log)
+      CLEAVE_FUSED_CASE(Sqrt)
+      CLEAVE_FUSED_CASE(Rsqrt)
+      CLEAVE_FUSED_CASE(Reciprocal)
+      CLEAVE_FUSED_CASE(Tanh)
+      CLEAVE_FUSED_CASE(Erf)
+      CLEAVE_FUSED_CASE(Sigmoid)
+      CLEAVE_FUSED_CASE(Relu)
+      CLEAVE_FUSED_CASE(Identity)
+#undef CLEAVE_FUSED_CASE
+    case FusedCode::Select: {
+      const float *cnd = r.reg[op.c];
+      for (int64_t t = 0; t < len; ++t)
+        d[t] = applySelect(a[t], b[t], cnd[t]);
+      break;
+    }
+    }
+  }
+  for (size_t o = 0; o < f.outputRegisters.size(); ++o) {
+    const float *v = r.reg[f.outputRegisters[o]];
+    if (f.outputIsBool[o]) {
+      auto *out = static_cast<uint8_t *>(args.results[o]) + base;
+      for (int64_t t = 0; t < len; ++t)
+        out[t] = v[t] != 0.0f;
+    } else {
+      std::memcpy(static_cast<float *>(args.results[o]) + base, v,
+                  sizeof(float) * len);
+    }
+  }
+}
+
+/// A chain ending in reductions, walked as the reduce kernels walk their
+/// operand (reduce_plan.h) and adding in their order, so that the results
+/// are the separate kernels' bit for bit: each output's elements are
+/// evaluated in segments along its runs, every element exactly once.
+void runReductions(const FusedProgram &f, const CpuPlan &cp,
+                   const ReduceGeometry &g, const KernelArgs &args,
+                   const float *scalars) {
+  size_t numReductions = f.reductions.size();
+  size_t first = f.outputRegisters.size();
+  auto finish = [&](size_t k, double acc) {
+    return static_cast<float>(
+        f.reductions[k].mean ? acc / static_cast<double>(g.reduceCount) : acc);
+  };
+  bool parallel = f.numElements > kParallelThreshold;
+  if (g.lanes > 0) {
+    int64_t chunks = (g.lanes + kChunk - 1) / kChunk;
+    int64_t blocks = g.numOutputs / g.lanes;
+#pragma omp parallel for schedule(static) if (parallel && blocks * chunks > 1)
+    for (int64_t t = 0; t < blocks * chunks; ++t) {
+      Registers r;
+      int64_t block = t / chunks, lane0 = (t % chunks) * kChunk;
+      int64_t width = std::min(kChunk, g.lanes - lane0);
+      std::vector<double> acc(numReductions * width, 0.0);
+      walkReduced(g, keptBase(g, block) + lane0, [&](int64_t offset) {
+        evalSegment(f, cp, args, scalars, offset, width, r);
+        for (size_t k = 0; k < numReductions; ++k) {
+          const float *v = r.reg[f.reductions[k].reg];
+          for (int64_t l = 0; l < width; ++l)
+            acc[k * width + l] += static_cast<double>(v[l]);
+        }
+      });
+      for (size_t k = 0; k < numReductions; ++k) {
+        float *dst = static_cast<float *>(args.results[first + k]) +
+                     block * g.lanes + lane0;
+        for (int64_t l = 0; l < width; ++l)
+          dst[l] = finish(k, acc[k * width + l]);
+      }
+    }
+    return;
+  }
+  int64_t run = g.innerRun;
+  bool split = run >= kSplitSums;
+#pragma omp parallel for schedule(static) if (parallel && g.numOutputs > 1)
+  for (int64_t o = 0; o < g.numOutputs; ++o) {
+    Registers r;
+    double part[FusedProgram::kMaxReductions][kSplitSums] = {};
+    walkReduced(g, keptBase(g, o), [&](int64_t offset) {
+      for (int64_t at = 0; at < run; at += kChunk) {
+        int64_t len = std::min(kChunk, run - at);
+        evalSegment(f, cp, args, scalars, offset + at, len, r);
+        for (size_t k = 0; k < numReductions; ++k) {
+          const float *v = r.reg[f.reductions[k].reg];
+          // Element i of the run into part[i % kSplitSums] (kChunk is a
+          // multiple), else one sum in order, as runReduce.
+          if (split)
+            addSplit(part[k], v, len);
+          else
+            for (int64_t t = 0; t < len; ++t)
+              part[k][0] += static_cast<double>(v[t]);
+        }
+      }
+    });
+    for (size_t k = 0; k < numReductions; ++k)
+      static_cast<float *>(args.results[first + k])[o] =
+          finish(k, split ? combineSplit(part[k]) : part[k][0]);
+  }
+}
+
 } // namespace
 
 /// The CPU kernel: blocks of elements through registers, each op a loop the
-/// compiler vectorises. Full f32 inputs are read where they are.
+/// compiler vectorises; chains that end in reductions walk their reduction.
 KernelFn fusedCpuKernel(std::shared_ptr<const FusedProgram> fp) {
   auto plan = std::make_shared<CpuPlan>(planCpu(*fp));
-  return [fp, plan](const KernelArgs &args) {
-    constexpr int64_t kChunk = 256;
+  std::shared_ptr<ReduceGeometry> geometry;
+  if (!fp->reductions.empty()) {
+    std::vector<bool> reduced(fp->shape.size(), false);
+    for (int64_t axis : fp->reduceAxes)
+      reduced[axis] = true;
+    geometry =
+        std::make_shared<ReduceGeometry>(planReduction(fp->shape, reduced));
+  }
+  return [fp, plan, geometry](const KernelArgs &args) {
     const FusedProgram &f = *fp;
-    const CpuPlan &cp = *plan;
     int64_t n = f.numElements;
-    int64_t chunks = (n + kChunk - 1) / kChunk;
     size_t numInputs = f.inputs.size();
     // Scalar inputs' values, for the ops that read them as such.
     float scalars[FusedProgram::kMaxInputs] = {};
     for (size_t k = 0; k < numInputs; ++k)
       if (f.inputs[k] == FusedInput::Scalar && !f.inputIsBool[k])
         scalars[k] = static_cast<const float *>(args.operands[k])[0];
+    if (geometry) {
+      runReductions(f, *plan, *geometry, args, scalars);
+      return Status::ok();
+    }
+    int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
     for (int64_t c = 0; c < chunks; ++c) {
-      float regs[FusedProgram::kMaxRegisters][kChunk];
-      const float *reg[FusedProgram::kMaxRegisters];
-      int64_t base = c * kChunk, len = std::min(kChunk, n - base);
-      for (int r = 0; r < f.numRegisters; ++r)
-        reg[r] = regs[r];
-      for (size_t k = 0; k < numInputs; ++k) {
-        if (f.inputIsBool[k]) {
-          const auto *in = static_cast<const uint8_t *>(args.operands[k]);
-          if (f.inputs[k] == FusedInput::Broadcast)
-            loadBroadcast(in, f.dims, f.strides[k], base, len, regs[k]);
-          else
-            for (int64_t t = 0; t < len; ++t)
-              regs[k][t] = in[f.inputs[k] == FusedInput::Scalar ? 0 : base + t];
-          continue;
-        }
-        const float *in = static_cast<const float *>(args.operands[k]);
-        if (cp.inPlace[k])
-          reg[k] = in + base;
-        else if (f.inputs[k] == FusedInput::Broadcast)
-          loadBroadcast(in, f.dims, f.strides[k], base, len, regs[k]);
-        else if (cp.fill[k])
-          std::fill(regs[k], regs[k] + len, in[0]);
-      }
-      for (size_t o = 0; o < f.ops.size(); ++o) {
-        const FusedOp &op = f.ops[o];
-        float *d = regs[op.dst];
-        const float *a = reg[op.a], *b = reg[op.b];
-        float as = scalars[op.a < numInputs ? op.a : 0];
-        float bs = scalars[op.b < numInputs ? op.b : 0];
-        OpMode mode = cp.modes[o];
-        switch (op.code) {
-#define CLEAVE_FUSED_CASE(CODE)                                                \
-  case FusedCode::CODE:                                                        \
-    runOp(mode, len, d, a, b, as, bs,                                          \
-          [](float x, float y) { return applyFused(FusedCode::CODE, x, y); }); \
-    break;
-          CLEAVE_FUSED_CASE(Add)
-          CLEAVE_FUSED_CASE(Sub)
-          CLEAVE_FUSED_CASE(Mul)
-          CLEAVE_FUSED_CASE(Div)
-          CLEAVE_FUSED_CASE(Max)
-          CLEAVE_FUSED_CASE(Min)
-          CLEAVE_FUSED_CASE(Pow)
-          CLEAVE_FUSED_CASE(Eq)
-          CLEAVE_FUSED_CASE(Ne)
-          CLEAVE_FUSED_CASE(Lt)
-          CLEAVE_FUSED_CASE(Le)
-          CLEAVE_FUSED_CASE(Gt)
-          CLEAVE_FUSED_CASE(Ge)
-          CLEAVE_FUSED_CASE(Neg)
-          CLEAVE_FUSED_CASE(Abs)
-          CLEAVE_FUSED_CASE(Exp)
-          CLEAVE_FUSED_CASE(Log)
-          CLEAVE_FUSED_CASE(Sqrt)
-          CLEAVE_FUSED_CASE(Rsqrt)
-          CLEAVE_FUSED_CASE(Reciprocal)
-          CLEAVE_FUSED_CASE(Tanh)
-          CLEAVE_FUSED_CASE(Erf)
-          CLEAVE_FUSED_CASE(Sigmoid)
-          CLEAVE_FUSED_CASE(Relu)
-          CLEAVE_FUSED_CASE(Identity)
-#undef CLEAVE_FUSED_CASE
-        case FusedCode::Select: {
-          const float *cnd = reg[op.c];
-          for (int64_t t = 0; t < len; ++t)
-            d[t] = applySelect(a[t], b[t], cnd[t]);
-          break;
-        }
-        }
-      }
-      for (size_t o = 0; o < f.outputRegisters.size(); ++o) {
-        const float *r = reg[f.outputRegisters[o]];
-        if (f.outputIsBool[o]) {
-          auto *out = static_cast<uint8_t *>(args.results[o]) + base;
-          for (int64_t t = 0; t < len; ++t)
-            out[t] = r[t] != 0.0f;
-        } else {
-          std::memcpy(static_cast<float *>(args.results[o]) + base, r,
-                      sizeof(float) * len);
-        }
-      }
+      Registers r;
+      int64_t base = c * kChunk;
+      evalSegment(f, *plan, args, scalars, base, std::min(kChunk, n - base), r);
     }
     return Status::ok();
   };

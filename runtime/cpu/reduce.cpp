@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cpu/cpu_kernel.h"
+#include "cpu/reduce_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,19 +20,6 @@ namespace cleave::rt {
 namespace {
 
 enum class ReduceKind { Sum, Mean, Max, Min, Prod };
-
-struct ReduceGeometry {
-  /// Kept dims outside the lanes (outermost first) and their input strides.
-  std::vector<int64_t> keptDims, keptStrides;
-  /// Reduced dims walked by the odometer and their input strides.
-  std::vector<int64_t> redDims, redStrides;
-  /// Innermost group: kept lanes (lanes > 0) or a contiguous reduced run.
-  int64_t lanes = 0;
-  int64_t innerRun = 1;
-  int64_t numOutputs = 0;
-  /// Number of elements reduced into each output.
-  int64_t reduceCount = 1;
-};
 
 /// Accumulation rules per kind and element type. Floats accumulate sums and
 /// products in double; integers in uint64_t so that overflow wraps.
@@ -82,51 +70,6 @@ template <typename T, ReduceKind K> struct Reducer {
   }
 };
 
-/// Visits the offsets of the reduced odometer dims in row-major order.
-template <typename Fn>
-void walkReduced(const ReduceGeometry &p, int64_t base, Fn fn) {
-  size_t rank = p.redDims.size();
-  if (rank == 0) {
-    fn(base);
-    return;
-  }
-  for (int64_t d : p.redDims)
-    if (d == 0)
-      return;
-  int64_t idx[16] = {0};
-  std::vector<int64_t> bigIdx;
-  int64_t *index = idx;
-  if (rank > 16) {
-    bigIdx.assign(rank, 0);
-    index = bigIdx.data();
-  }
-  int64_t offset = base;
-  while (true) {
-    fn(offset);
-    size_t d = rank;
-    while (d > 0) {
-      --d;
-      ++index[d];
-      offset += p.redStrides[d];
-      if (index[d] < p.redDims[d])
-        break;
-      offset -= index[d] * p.redStrides[d];
-      index[d] = 0;
-      if (d == 0)
-        return;
-    }
-  }
-}
-
-int64_t keptBase(const ReduceGeometry &p, int64_t block) {
-  int64_t base = 0;
-  for (int64_t d = static_cast<int64_t>(p.keptDims.size()) - 1; d >= 0; --d) {
-    base += (block % p.keptDims[d]) * p.keptStrides[d];
-    block /= p.keptDims[d];
-  }
-  return base;
-}
-
 template <typename T, ReduceKind K>
 void runReduce(const ReduceGeometry &p, const T *in, T *out) {
   using R = Reducer<T, K>;
@@ -159,28 +102,18 @@ void runReduce(const ReduceGeometry &p, const T *in, T *out) {
   // Float sums of long runs keep kSplit partial sums (element i into
   // i % kSplit), added pairwise at the end: one accumulator would chain
   // every add on the last (an add's latency per element, unvectorised).
-  constexpr bool kSplitSums =
+  constexpr bool kSplitFloat =
       R::kIsFloat && !R::kIsExtremum && K != ReduceKind::Prod;
-  constexpr int64_t kSplit = 8;
+  constexpr int64_t kSplit = kSplitSums;
 #pragma omp parallel for schedule(static) if (parallel && p.numOutputs > 1)
   for (int64_t o = 0; o < p.numOutputs; ++o) {
     Acc acc = R::init();
-    if constexpr (kSplitSums) {
+    if constexpr (kSplitFloat) {
       if (run >= kSplit) {
-        Acc part[kSplit] = {};
-        walkReduced(p, keptBase(p, o), [&](int64_t offset) {
-          const T *src = in + offset;
-          int64_t i = 0;
-          for (; i + kSplit <= run; i += kSplit)
-            for (int64_t k = 0; k < kSplit; ++k)
-              part[k] += static_cast<Acc>(src[i + k]);
-          for (int64_t k = 0; i < run; ++i, ++k)
-            part[k] += static_cast<Acc>(src[i]);
-        });
-        for (int64_t width = kSplit / 2; width > 0; width /= 2)
-          for (int64_t k = 0; k < width; ++k)
-            part[k] += part[k + width];
-        out[o] = R::finish(part[0], p.reduceCount);
+        double part[kSplit] = {};
+        walkReduced(p, keptBase(p, o),
+                    [&](int64_t offset) { addSplit(part, in + offset, run); });
+        out[o] = R::finish(combineSplit(part), p.reduceCount);
         continue;
       }
     }
@@ -241,47 +174,15 @@ Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind,
     reduced[axes[i]] = true;
   }
 
-  auto plan = std::make_shared<ReduceGeometry>();
   int64_t kept = 1;
   for (size_t d = 0; d < a.shape.size(); ++d)
-    if (reduced[d])
-      plan->reduceCount *= a.shape[d];
-    else
+    if (!reduced[d])
       kept *= a.shape[d];
   if (r.numElements() != kept)
     return Status::error("result " + r.str() + " does not have the " +
                          std::to_string(kept) + " elements of " + a.str() +
                          " reduced over 'axes'");
-  plan->numOutputs = kept;
-
-  // Merge adjacent dims of the same status; unit dims are dropped.
-  struct Group {
-    bool reduced;
-    int64_t size, stride;
-  };
-  std::vector<Group> groups;
-  std::vector<int64_t> strides = contiguousStrides(a.shape);
-  for (size_t d = 0; d < a.shape.size(); ++d) {
-    if (a.shape[d] == 1)
-      continue;
-    if (!groups.empty() && groups.back().reduced == reduced[d]) {
-      groups.back().size *= a.shape[d];
-      groups.back().stride = strides[d];
-    } else {
-      groups.push_back({reduced[d], a.shape[d], strides[d]});
-    }
-  }
-  if (!groups.empty() && !groups.back().reduced) {
-    plan->lanes = groups.back().size;
-    groups.pop_back();
-  } else if (!groups.empty()) {
-    plan->innerRun = groups.back().size;
-    groups.pop_back();
-  }
-  for (const Group &g : groups) {
-    (g.reduced ? plan->redDims : plan->keptDims).push_back(g.size);
-    (g.reduced ? plan->redStrides : plan->keptStrides).push_back(g.stride);
-  }
+  auto plan = std::make_shared<ReduceGeometry>(planReduction(a.shape, reduced));
 
   switch (a.dtype) {
   case DType::F32:
@@ -397,6 +298,47 @@ Status prepareSoftmax(const KernelInfo &info, KernelFn *fn, bool logSoftmax,
 }
 
 } // namespace
+
+ReduceGeometry planReduction(const std::vector<int64_t> &shape,
+                             const std::vector<bool> &reduced) {
+  ReduceGeometry plan;
+  int64_t kept = 1;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (reduced[d])
+      plan.reduceCount *= shape[d];
+    else
+      kept *= shape[d];
+  plan.numOutputs = kept;
+  // Merge adjacent dims of the same status; unit dims are dropped.
+  struct Group {
+    bool reduced;
+    int64_t size, stride;
+  };
+  std::vector<Group> groups;
+  std::vector<int64_t> strides = contiguousStrides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1)
+      continue;
+    if (!groups.empty() && groups.back().reduced == reduced[d]) {
+      groups.back().size *= shape[d];
+      groups.back().stride = strides[d];
+    } else {
+      groups.push_back({reduced[d], shape[d], strides[d]});
+    }
+  }
+  if (!groups.empty() && !groups.back().reduced) {
+    plan.lanes = groups.back().size;
+    groups.pop_back();
+  } else if (!groups.empty()) {
+    plan.innerRun = groups.back().size;
+    groups.pop_back();
+  }
+  for (const Group &g : groups) {
+    (g.reduced ? plan.redDims : plan.keptDims).push_back(g.size);
+    (g.reduced ? plan.redStrides : plan.keptStrides).push_back(g.stride);
+  }
+  return plan;
+}
 
 Status prepare_reduce_sum(const KernelInfo &info, KernelFn *fn) {
   return prepareReduce(info, fn, ReduceKind::Sum,

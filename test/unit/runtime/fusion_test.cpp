@@ -51,7 +51,8 @@ void expectSameBits(const std::vector<HostTensor> &a,
 }
 
 // An AdamW-like chain with a scalar, a live-out intermediate and a
-// reduction after it: one fused instruction, bit-identical results.
+// reduction after it: one fused instruction (the reduction included, on the
+// CPU), bit-identical results.
 TEST(Fusion, ChainIsOneInstructionWithTheSameBits) {
   ProgramBuilder b;
   Shape s = {37, 129}; // not a multiple of the CPU's 256-element chunks
@@ -69,9 +70,58 @@ TEST(Fusion, ChainIsOneInstructionWithTheSameBits) {
   b.output(t4, "out");
   b.output(sum, "sum");
   EXPECT_EQ(loadedKernels(b.program),
-            (std::vector<std::string>{"fused_elementwise", "reduce_sum"}));
+            (std::vector<std::string>{"fused_elementwise"}));
   std::vector<HostTensor> in = {randomF32(s, 1), randomF32(s, 2)};
   expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
+}
+
+// Sums and means of a chain's values join it (BatchNorm's statistics and
+// its backward's sums) and add in the reduce kernels' order: over image
+// planes longer than a chunk (and not a multiple of it or of the partial
+// sums' split), and kept innermost lanes across two lane chunks. Over
+// short runs (a 2x2 plane) they stay separate kernels, which are faster
+// there.
+TEST(Fusion, ReductionsJoinChainsWithTheSameBits) {
+  struct Case {
+    Shape shape, per;
+    std::vector<int64_t> axes;
+    bool joins;
+  };
+  for (const Case &c : {Case{{2, 3, 17, 19}, {1, 3, 1, 1}, {0, 2, 3}, true},
+                        Case{{37, 300}, {1, 300}, {0}, true},
+                        Case{{4, 6, 2, 2}, {1, 6, 1, 1}, {0, 2, 3}, false}}) {
+    Shape reducedShape = c.shape;
+    for (int64_t a : c.axes)
+      reducedShape[a] = 1;
+    ProgramBuilder b;
+    int x = b.input("x", DType::F32, c.shape);
+    int g = b.input("g", DType::F32, c.shape);
+    int m = b.input("m", DType::F32, c.per);
+    int xc = b.arena(DType::F32, c.shape), sq = b.arena(DType::F32, c.shape);
+    int prod = b.arena(DType::F32, c.shape);
+    int var = b.arena(DType::F32, reducedShape);
+    int dot = b.arena(DType::F32, reducedShape);
+    int sum = b.arena(DType::F32, reducedShape);
+    Attrs axes = {{"axes", {c.axes, {}}}};
+    b.instruction("sub", {x, m}, {xc});
+    b.instruction("mul", {xc, xc}, {sq});
+    b.instruction("mul", {xc, g}, {prod});
+    b.instruction("reduce_mean", {sq}, {var}, axes);
+    b.instruction("reduce_sum", {prod}, {dot}, axes);
+    b.instruction("reduce_sum", {xc}, {sum}, axes);
+    b.output(xc, "xc");
+    b.output(var, "var");
+    b.output(dot, "dot");
+    b.output(sum, "sum");
+    std::vector<std::string> want = {"fused_elementwise"};
+    if (!c.joins)
+      want = {"fused_elementwise", "reduce_mean", "reduce_sum", "reduce_sum"};
+    EXPECT_EQ(loadedKernels(b.program), want);
+    std::vector<HostTensor> in = {randomF32(c.shape, 51),
+                                  randomF32(c.shape, 52), randomF32(c.per, 53)};
+    std::vector<HostTensor> fused = runWith(true, b.program, in);
+    expectSameBits(fused, runWith(false, b.program, in));
+  }
 }
 
 // A chain output may reuse the bytes of a chain input that is dead by then
