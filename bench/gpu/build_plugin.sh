@@ -32,7 +32,7 @@ arch="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_
 # runtime/core/CMakeLists.txt's cleave_runtime_core (which it links).
 srcs=$(ls "$root"/runtime/cuda/{collectives,executor,matmul_cache,schedule}.cpp \
   "$root"/runtime/cuda/{attention,conv,cross_entropy,elementwise,fused,matmul,random,reduce,shape,support}.cu \
-  "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,types}.cpp)
+  "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,reduce_plan,types}.cpp)
 echo "$srcs" | xargs -P "$(nproc)" -I{} sh -c '
   f={}; o='"$work"'/$(basename "$f").o
   case "$f" in

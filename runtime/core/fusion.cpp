@@ -1,6 +1,7 @@
 //===- fusion.cpp - Merges chains of elementwise instructions -------------===//
 
 #include "core/program.h"
+#include "core/reduce_plan.h"
 
 #include <algorithm>
 #include <climits>
@@ -275,25 +276,6 @@ struct Group {
   std::optional<Built> built;
 };
 
-/// The innermost run a reduction of \p shape over \p axes walks: the
-/// trailing dims of one status (reduced or kept), unit dims skipped.
-int64_t innermostRun(const std::vector<int64_t> &shape,
-                     const std::vector<int64_t> &axes) {
-  int64_t run = 1;
-  std::optional<bool> status;
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] == 1)
-      continue;
-    bool reduced = std::find(axes.begin(), axes.end(),
-                             static_cast<int64_t>(d)) != axes.end();
-    if (status && *status != reduced)
-      break;
-    status = reduced;
-    run *= shape[d];
-  }
-  return run;
-}
-
 /// Moves into \p g the sums and means of its members' values that it sank
 /// (in order, all over the first one's axes), where each can run at the
 /// group's place: no instruction sunk before it touches its bytes.
@@ -302,25 +284,34 @@ void absorbReductions(const LoadedProgram &p, Group &g,
                       const std::vector<bool> &viewed) {
   const TensorType &shape =
       p.values[p.instructions[g.members.front()].results[0]].type;
+  // A chain evaluated run by run pays its setup per run: short runs (a 4x4
+  // plane) are faster as a separate reduction.
+  constexpr int64_t kMinRun = 256;
+  auto longRuns = [&](const std::vector<int64_t> &axes) {
+    std::vector<bool> reduced(shape.shape.size(), false);
+    for (int64_t a : axes)
+      if (a >= 0 && a < static_cast<int64_t>(reduced.size()))
+        reduced[a] = true;
+    ReduceGeometry walk = planReduction(shape.shape, reduced);
+    return (walk.lanes > 0 ? walk.lanes : walk.innerRun) >= kMinRun;
+  };
+  auto ofMember = [&](int32_t id) {
+    for (size_t m : g.members)
+      if (p.instructions[m].results[0] == id)
+        return true;
+    return false;
+  };
   std::vector<size_t> kept;
   std::optional<std::vector<int64_t>> axes;
   for (size_t k = 0; k < g.sunk.size(); ++k) {
     const ProgramInstruction &inst = p.instructions[g.sunk[k]];
     bool mean = false;
     std::optional<std::vector<int64_t>> own = reduction(inst, &mean);
-    // A chain evaluated run by run pays its setup per run: short runs
-    // (a 4x4 plane) are faster as a separate reduction.
-    constexpr int64_t kMinRun = 256;
     bool ok = own && (!axes || *own == *axes) &&
-              innermostRun(shape.shape, *own) >= kMinRun &&
               g.reductions.size() < FusedProgram::kMaxReductions &&
               inst.operands.size() == 1 && inst.results.size() == 1 &&
               p.values[inst.operands[0]].type.dtype == DType::F32 &&
-              p.values[inst.operands[0]].type.shape == shape.shape;
-    bool ofMember = false;
-    for (size_t m : g.members)
-      ofMember |= ok && p.instructions[m].results[0] == inst.operands[0];
-    ok = ofMember;
+              ofMember(inst.operands[0]) && longRuns(*own);
     for (size_t j : kept)
       ok = ok && !conflicts(p, p.instructions[j], inst);
     if (ok) {
@@ -350,33 +341,41 @@ std::optional<Group> gather(const LoadedProgram &p, size_t i,
                             const std::vector<bool> &viewed, bool reductions) {
   constexpr size_t kLookahead = 64;
   const auto &shape = p.values[p.instructions[i].results[0]].type.shape;
-  Group g, trial;
-  trial.members = {i};
+  Group g;
+  g.members = {i};
+  // The group as of its last member that fused: what follows it is not
+  // moved, and is scanned again from there.
+  size_t members = 0, hoisted = 0, sunk = 0;
   size_t n = std::min(p.instructions.size(), i + kLookahead);
   for (size_t k = i + 1; k < n; ++k) {
     const ProgramInstruction &inst = p.instructions[k];
     bool member = fusable(p, inst) &&
                   p.values[inst.results[0]].type.shape == shape &&
-                  !conflictsWithAny(p, trial.sunk, inst);
+                  !conflictsWithAny(p, g.sunk, inst);
     if (member) {
-      trial.members.push_back(k);
-      if (trial.members.size() > FusedProgram::kMaxRegisters)
+      g.members.push_back(k);
+      if (g.members.size() > FusedProgram::kMaxRegisters)
         break;
-      std::optional<Built> grown = build(p, trial.members, uses, viewed);
+      std::optional<Built> grown = build(p, g.members, uses, viewed);
       if (!grown)
         break;
-      trial.built = std::move(grown);
-      g = trial;
+      g.built = std::move(grown);
+      members = g.members.size();
+      hoisted = g.hoisted.size();
+      sunk = g.sunk.size();
       continue;
     }
     if (!collectiveAxes(inst.info).empty())
       break;
-    if (!conflictsWithAny(p, trial.members, inst) &&
-        !conflictsWithAny(p, trial.sunk, inst))
-      trial.hoisted.push_back(k);
+    if (!conflictsWithAny(p, g.members, inst) &&
+        !conflictsWithAny(p, g.sunk, inst))
+      g.hoisted.push_back(k);
     else
-      trial.sunk.push_back(k);
+      g.sunk.push_back(k);
   }
+  g.members.resize(members);
+  g.hoisted.resize(hoisted);
+  g.sunk.resize(sunk);
   if (reductions && g.built) {
     // Reductions right after the chain were never sunk: they may join too
     // (those that do not stay after the fused instruction).

@@ -43,15 +43,15 @@ enum class FusedInput : uint8_t {
   Broadcast, ///< dims of 1 broadcast: offset from e's index (dims, strides)
 };
 
-/// One fused instruction: registers 0..inputs-1 are loaded from the
-/// operands, each op writes a new register, and the outputs are stored from
-/// their registers.
 /// A sum or mean of one register over FusedProgram::reduceAxes.
 struct FusedReduction {
   uint8_t reg;
   bool mean;
 };
 
+/// One fused instruction: registers 0..inputs-1 are loaded from the
+/// operands, each op writes a new register, and the outputs are stored from
+/// their registers.
 struct FusedProgram {
   static constexpr int kMaxReductions = 8;
   static constexpr int kMaxInputs = 16;
@@ -90,13 +90,11 @@ std::vector<int> useCounts(const LoadedProgram &program);
 /// read under another name.
 std::vector<bool> viewedValues(const LoadedProgram &program);
 
-/// Rewrites runs of fusable instructions of \p program into
+/// Rewrites chains of fusable instructions of \p program into
 /// "fused_elementwise" instructions (ProgramInstruction::fused, origin -1);
-/// each backend brings its kernel for them. Does nothing when
-/// $CLEAVE_NO_FUSION is set (to compare).
-/// Groups \p program's elementwise chains into fused_elementwise
-/// instructions; with \p reductions, sums and means of a chain's values
-/// join it (the backend's fused kernel must compute them).
+/// each backend brings its kernel for them. With \p reductions, sums and
+/// means of a chain's values join it (the backend's fused kernel must
+/// compute them). Does nothing when $CLEAVE_NO_FUSION is set (to compare).
 void fuseElementwise(LoadedProgram &program, bool reductions = false);
 
 } // namespace cleave::rt

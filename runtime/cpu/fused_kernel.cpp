@@ -1,8 +1,8 @@
 //===- fused_kernel.cpp - The CPU kernel of fused_elementwise -------------===//
 
 #include "core/fusion.h"
+#include "core/reduce_plan.h"
 #include "cpu/cpu_kernel.h"
-#include "cpu/reduce_plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -90,29 +90,20 @@ CpuPlan planCpu(const FusedProgram &f) {
   for (size_t k = 0; k < numInputs; ++k)
     plan.inPlace[k] = f.inputs[k] == FusedInput::Full && !f.inputIsBool[k];
   for (const FusedOp &op : f.ops) {
+    int arity = fusedArity(op.code);
     OpMode mode = OpMode::Vectors;
-    if (fusedArity(op.code) == 2 && scalar(op.b) && !scalar(op.a))
+    if (arity == 2 && scalar(op.b) && !scalar(op.a))
       mode = OpMode::ScalarB;
-    else if (fusedArity(op.code) == 2 && scalar(op.a) && !scalar(op.b))
+    else if (arity == 2 && scalar(op.a) && !scalar(op.b))
       mode = OpMode::ScalarA;
     plan.modes.push_back(mode);
-  }
-  // Scalars that ops read as vectors (unary ops, select, two scalars) are
-  // filled per chunk.
-  for (size_t o = 0; o < f.ops.size(); ++o) {
-    const FusedOp &op = f.ops[o];
-    int arity = fusedArity(op.code);
-    auto read = [&](uint8_t r) {
+    // Scalars that ops read as vectors (unary ops, select, two scalars)
+    // are filled per chunk.
+    if (mode != OpMode::Vectors)
+      continue;
+    for (uint8_t r : {op.a, op.b, op.c})
       if (r < numInputs && f.inputs[r] == FusedInput::Scalar)
         plan.fill[r] = true;
-    };
-    if (plan.modes[o] == OpMode::Vectors) {
-      read(op.a);
-      if (arity > 1)
-        read(op.b);
-      if (arity > 2)
-        read(op.c);
-    }
   }
   return plan;
 }
@@ -235,20 +226,20 @@ void runReductions(const FusedProgram &f, const CpuPlan &cp,
       Registers r;
       int64_t block = t / chunks, lane0 = (t % chunks) * kChunk;
       int64_t width = std::min(kChunk, g.lanes - lane0);
-      std::vector<double> acc(numReductions * width, 0.0);
+      double acc[FusedProgram::kMaxReductions][kChunk] = {};
       walkReduced(g, keptBase(g, block) + lane0, [&](int64_t offset) {
         evalSegment(f, cp, args, scalars, offset, width, r);
         for (size_t k = 0; k < numReductions; ++k) {
           const float *v = r.reg[f.reductions[k].reg];
           for (int64_t l = 0; l < width; ++l)
-            acc[k * width + l] += static_cast<double>(v[l]);
+            acc[k][l] += static_cast<double>(v[l]);
         }
       });
       for (size_t k = 0; k < numReductions; ++k) {
         float *dst = static_cast<float *>(args.results[first + k]) +
                      block * g.lanes + lane0;
         for (int64_t l = 0; l < width; ++l)
-          dst[l] = finish(k, acc[k * width + l]);
+          dst[l] = finish(k, acc[k][l]);
       }
     }
     return;

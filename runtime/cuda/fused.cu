@@ -75,6 +75,9 @@ Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
       program.dims.size() > FusedProgram::kMaxDims ||
       program.outputRegisters.size() > FusedProgram::kMaxOutputs)
     return Status::error("fused chain too long");
+  // The device's loader fuses without reductions (fuseElementwise).
+  if (!program.reductions.empty())
+    return Status::error("fused chain with reductions");
   DeviceProgram p{};
   p.numInputs = static_cast<int>(program.inputs.size());
   p.rank = static_cast<int>(program.dims.size());

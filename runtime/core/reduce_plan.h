@@ -1,14 +1,16 @@
-//===- reduce_plan.h - How the CPU walks a reduction ------------*- C++ -*-===//
+//===- reduce_plan.h - How a reduction is walked ----------------*- C++ -*-===//
 //
 // The loop shape of a reduction over some dims of a tensor, shared by the
-// reduce kernels and fused chains that end in reductions (fused_kernel.cpp),
-// so that both add the same elements in the same order.
+// CPU's reduce kernels and fused chains that end in reductions
+// (cpu/fused_kernel.cpp), so that both add the same elements in the same
+// order, and by fusion, which only takes reductions with long runs.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_RUNTIME_CPU_REDUCE_PLAN_H
-#define CLEAVE_RUNTIME_CPU_REDUCE_PLAN_H
+#ifndef CLEAVE_RUNTIME_CORE_REDUCE_PLAN_H
+#define CLEAVE_RUNTIME_CORE_REDUCE_PLAN_H
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -103,4 +105,4 @@ inline double combineSplit(double *part) {
 
 } // namespace cleave::rt
 
-#endif // CLEAVE_RUNTIME_CPU_REDUCE_PLAN_H
+#endif // CLEAVE_RUNTIME_CORE_REDUCE_PLAN_H
