@@ -39,7 +39,8 @@ spread a correct float32 computation shows; ref64/spread.json), or, for a tensor
 that is zero in exact arithmetic (max|ref64| <= 1e-9 x the largest gradient),
 within 1e-5 of that largest gradient; and each parameter after the step
 within rtol of the optimizer's first step applied in float64 to Cleave's
-own (so judged) gradient. One line per model and optimizer gives
+own (so judged) gradient. --strict64 drops the allowance for PyTorch's spread:
+within --rtol of float64 alone. One line per model and optimizer gives
 the worst relative error and its tensor; every failing tensor is listed. The
 exit status is 1 if anything failed or was missing, 2 on a usage error.
 
@@ -184,6 +185,7 @@ def compare_tensor(res, tensor, got_path, ref_path, rtol, tiny, loss=False):
 ZERO = 1e-9     # |exact| below ZERO x the largest gradient: exactly zero
 NOISE = 1e-5    # what float32 may leave of such a zero, same scale
 SLACK = 10.0    # Cleave may be this many times as far from float64 as PyTorch
+STRICT64 = False  # --strict64: within --rtol of float64, whatever PyTorch's spread
 
 
 def compare_tensor64(res, tensor, got_path, ref32_path, ref64_path, rtol, scale, spread):
@@ -207,7 +209,8 @@ def compare_tensor64(res, tensor, got_path, ref32_path, ref64_path, rtol, scale,
         what = "an exact zero"
     else:
         err = diff / exact
-        allowed = max(rtol, SLACK * max(float(np.abs(r32 - r64).max()) / exact, spread))
+        allowed = rtol if STRICT64 else max(
+            rtol, SLACK * max(float(np.abs(r32 - r64).max()) / exact, spread))
         what = "float64"
     if not err <= allowed:
         res.fail(tensor, f"rel err {err:.3e} from {what} > {allowed:.3g} "
@@ -453,9 +456,14 @@ def main():
     ap.add_argument("--cpu-dump", help="with --dump-dir: compare with this dump of the "
                     "CPU backend instead of PyTorch's reference")
     ap.add_argument("--optimizer", choices=OPTIMIZERS, help="with --dump-dir")
+    ap.add_argument("--strict64", action="store_true",
+                    help="with a float64 reference: every tensor that is not zero in "
+                         "exact arithmetic within --rtol of it, with no allowance for "
+                         "PyTorch's own float32 spread")
     args = ap.parse_args()
-    global TP, BACKEND, PRECISION, AGAINST_CPU
+    global TP, BACKEND, PRECISION, AGAINST_CPU, STRICT64
     TP = args.tp
+    STRICT64 = args.strict64
     BACKEND, PRECISION, AGAINST_CPU = args.backend, args.precision, args.against_cpu
 
     if args.dump_dir:
