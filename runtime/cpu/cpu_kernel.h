@@ -31,12 +31,13 @@ constexpr int64_t kParallelThreshold = 32 * 1024;
 /// Row-major C_i [m, n] = op(A_i) [m, k] * op(B_i) [k, n] for each of
 /// \p batches matrices (A_i at a + aOffsets[i], B_i at b + bOffsets[i], C_i
 /// at c + i * cStride; beta 0, or 1 with \p accumulate), as single-threaded
-/// sgemm calls over fixed tiles of every C_i that OpenMP's threads share.
+/// sgemm calls over tiles of every C_i that OpenMP's threads share.
 /// OpenBLAS's own threads stay off (set to one on first use): its pool spun
 /// against OpenMP's after every call, its split of a call follows the
 /// thread count (and its edge tiles round otherwise than full ones), and
-/// its OpenMP build is not safe to call from several ranks' threads. Fixed
-/// tiles make every element's arithmetic independent of the thread count.
+/// its OpenMP build is not safe to call from several ranks' threads. Tiles
+/// chosen from the shape alone make every element's arithmetic independent
+/// of the thread count.
 void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                 int64_t batches, const float *a, const int64_t *aOffsets,
                 int64_t lda, const float *b, const int64_t *bOffsets,

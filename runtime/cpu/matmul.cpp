@@ -41,6 +41,36 @@ void blasOneThread() {
   std::call_once(blasThreads, [] { openblas_set_num_threads(1); });
 }
 
+struct Tiles {
+  int64_t rows, cols;
+};
+
+/// Tiles of at most 256 x 256, big enough for sgemm's micro-kernels to run
+/// at speed, and halved (the wider side first, down to 64, in multiples of
+/// 16) until a product has at least kMinTiles of them: ResNet-18's third
+/// stage at batch 16 is one 256 x 256 product per convolution, which whole
+/// tiles left to one core. The tiling follows the shape alone, never the
+/// thread count, so every element's arithmetic stays the same on any
+/// number of threads.
+Tiles tilesFor(int64_t m, int64_t n, int64_t batches) {
+  constexpr int64_t kMax = 256, kMin = 64, kMinTiles = 4;
+  int64_t rows = std::clamp<int64_t>(m, 1, kMax);
+  int64_t cols = std::clamp<int64_t>(n, 1, kMax);
+  auto count = [&] {
+    return batches * ((m + rows - 1) / rows) * ((n + cols - 1) / cols);
+  };
+  auto half = [&](int64_t v) { return std::max(kMin, (v / 2 + 15) / 16 * 16); };
+  while (count() < kMinTiles) {
+    if (cols >= rows && cols > kMin)
+      cols = half(cols);
+    else if (rows > kMin)
+      rows = half(rows);
+    else
+      break;
+  }
+  return {rows, cols};
+}
+
 } // namespace
 
 void sgemmSerial(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
@@ -62,10 +92,8 @@ void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                 int64_t ldb, float *c, int64_t cStride, int64_t ldc,
                 bool accumulate) {
   blasOneThread();
-  // Tiles big enough for sgemm's micro-kernels to run at speed, small
-  // enough to give every core work on small products (ResNet's late
-  // layers: 512 rows, 64 columns; attention's per-head matrices).
-  constexpr int64_t kRows = 256, kCols = 256;
+  Tiles tiling = tilesFor(m, n, batches);
+  int64_t kRows = tiling.rows, kCols = tiling.cols;
   int64_t rowTiles = (m + kRows - 1) / kRows;
   int64_t perBatch = rowTiles * ((n + kCols - 1) / kCols);
   int64_t tiles = batches * perBatch;

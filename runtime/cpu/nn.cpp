@@ -9,13 +9,33 @@
 namespace cleave::rt {
 namespace nn {
 
-void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
-            int64_t rowStride) {
+std::vector<int64_t> shortRowTaps(const ConvGeometry &p) {
   const Window &win = p.win;
-  int64_t rows = cg * win.kh * win.kw;
+  int64_t plane = p.oh * p.ow, taps = win.kh * win.kw;
+  constexpr int64_t kShortRow = 16, kMaxTable = int64_t(1) << 16;
+  if (p.ow >= kShortRow || taps * plane > kMaxTable)
+    return {};
+  std::vector<int64_t> offsets(taps * plane, -1);
+  for (int64_t ki = 0; ki < win.kh; ++ki)
+    for (int64_t kj = 0; kj < win.kw; ++kj)
+      for (int64_t oy = 0; oy < p.oh; ++oy)
+        for (int64_t ox = 0; ox < p.ow; ++ox) {
+          int64_t iy = oy * win.strideH - win.padTop + ki * win.dilationH;
+          int64_t ix = ox * win.strideW - win.padLeft + kj * win.dilationW;
+          if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
+            offsets[((ki * win.kw + kj) * p.oh + oy) * p.ow + ox] =
+                iy * p.w + ix;
+        }
+  return offsets;
+}
+
+void im2col(const ConvGeometry &p, const float *x, int64_t images,
+            int64_t imageStride, int64_t cg, float *col, int64_t rowStride) {
+  const Window &win = p.win;
+  int64_t taps = win.kh * win.kw;
+  int64_t rows = cg * taps;
   int64_t plane = p.oh * p.ow;
-  if (rowStride < 0)
-    rowStride = plane;
+  std::vector<int64_t> table = shortRowTaps(p);
   // The output rows and columns whose tap lands inside the input, per
   // kernel row and column: no bounds test per element, and unit strides
   // copy whole runs.
@@ -26,14 +46,23 @@ void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
   for (int64_t kj = 0; kj < win.kw; ++kj)
     validOutputRange(kj * win.dilationW - win.padLeft, win.strideW, p.w, p.ow,
                      &oxLo[kj], &oxHi[kj]);
+  // One job per row and image, images innermost: a thread's jobs write
+  // consecutive stretches of the columns.
+  int64_t jobs = rows * images;
 #pragma omp parallel for schedule(                                             \
-    static) if (rows > 1 && rows * plane > kParallelThreshold)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t ci = r / (win.kh * win.kw);
-    int64_t ki = (r / win.kw) % win.kh;
-    int64_t kj = r % win.kw;
-    const float *src = x + ci * p.h * p.w;
-    float *dst = col + r * rowStride;
+    static) if (jobs > 1 && jobs * plane > kParallelThreshold)
+  for (int64_t job = 0; job < jobs; ++job) {
+    int64_t r = job / images, i = job % images;
+    int64_t ci = r / taps, tap = r % taps;
+    int64_t ki = tap / win.kw, kj = tap % win.kw;
+    const float *src = x + i * imageStride + ci * p.h * p.w;
+    float *dst = col + r * rowStride + i * plane;
+    if (!table.empty()) {
+      const int64_t *at = table.data() + tap * plane;
+      for (int64_t q = 0; q < plane; ++q)
+        dst[q] = at[q] < 0 ? 0.0f : src[at[q]];
+      continue;
+    }
     int64_t yLo = oyLo[ki], yHi = std::max(oyHi[ki], yLo);
     int64_t lo = oxLo[kj], hi = std::max(oxHi[kj], lo);
     std::fill(dst, dst + yLo * p.ow, 0.0f);
@@ -139,9 +168,8 @@ Status runConv(const ConvGeometry &p, const float *x, const float *weight,
     int64_t nb = std::min(chunk, p.n - first);
     int64_t width = nb * plane;
     for (int64_t g = 0; g < p.groups; ++g) {
-      for (int64_t i = 0; i < nb; ++i)
-        im2col(p, x + ((first + i) * p.c + g * cg) * p.h * p.w, cg,
-               col.get() + i * plane, width);
+      im2col(p, x + (first * p.c + g * cg) * p.h * p.w, nb, p.c * p.h * p.w, cg,
+             col.get(), width);
       if (direct) {
         float *y0 = y + (first * p.f + g * fg) * plane;
         if (bias) {

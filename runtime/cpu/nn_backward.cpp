@@ -28,31 +28,47 @@ using namespace nn;
 // conv2d_backward_input
 //===----------------------------------------------------------------------===//
 
-/// Accumulates \p channels planes' columns \p col ([channels * kh * kw,
-/// oh * ow], as im2col lays them out) onto the zeroed-here planes \p dx.
-void col2im(const ConvGeometry &p, const float *col, int64_t channels,
-            float *dx, int64_t rowStride) {
+/// Accumulates the columns of \p images images' \p channels planes (as
+/// im2col lays them out: image i's at col + i * oh * ow, rows \p rowStride
+/// apart) onto their zeroed-here planes (image i's at dx + i * channels *
+/// h * w). Each plane receives its taps in the same order on either path.
+void col2im(const ConvGeometry &p, const float *col, int64_t images,
+            int64_t channels, float *dx, int64_t rowStride) {
   const Window &win = p.win;
   int64_t taps = win.kh * win.kw;
   int64_t plane = p.oh * p.ow;
   int64_t hw = p.h * p.w;
+  std::vector<int64_t> table = shortRowTaps(p);
   // Per kernel column kj, the output columns whose tap lands inside the input.
   std::vector<int64_t> oxLo(win.kw), oxHi(win.kw);
   for (int64_t kj = 0; kj < win.kw; ++kj)
     validOutputRange(kj * win.dilationW - win.padLeft, win.strideW, p.w, p.ow,
                      &oxLo[kj], &oxHi[kj]);
+  int64_t jobs = images * channels;
 #pragma omp parallel for schedule(                                             \
-    static) if (channels > 1 &&                                                \
-                channels * std::max(taps * plane, hw) > kParallelThreshold)
-  for (int64_t ci = 0; ci < channels; ++ci) {
-    float *dst = dx + ci * hw;
+    static) if (jobs > 1 &&                                                    \
+                jobs * std::max(taps * plane, hw) > kParallelThreshold)
+  for (int64_t job = 0; job < jobs; ++job) {
+    int64_t i = job / channels, ci = job % channels;
+    float *dst = dx + job * hw;
+    const float *cols = col + ci * taps * rowStride + i * plane;
     std::fill(dst, dst + hw, 0.0f);
+    if (!table.empty()) {
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        const float *src = cols + tap * rowStride;
+        const int64_t *at = table.data() + tap * plane;
+        for (int64_t q = 0; q < plane; ++q)
+          if (at[q] >= 0)
+            dst[at[q]] += src[q];
+      }
+      continue;
+    }
     for (int64_t ki = 0; ki < win.kh; ++ki) {
       int64_t oyLo, oyHi;
       validOutputRange(ki * win.dilationH - win.padTop, win.strideH, p.h, p.oh,
                        &oyLo, &oyHi);
       for (int64_t kj = 0; kj < win.kw; ++kj) {
-        const float *src = col + ((ci * win.kh + ki) * win.kw + kj) * rowStride;
+        const float *src = cols + (ki * win.kw + kj) * rowStride;
         int64_t lo = oxLo[kj], hi = oxHi[kj];
         int64_t ix0 = kj * win.dilationW - win.padLeft;
         for (int64_t oy = oyLo; oy < oyHi; ++oy) {
@@ -139,8 +155,7 @@ Status runConvBackwardInput(const ConvGeometry &p, const float *dy,
       sgemmMatrix(true, false, kdim, width, fg, weight + g * fg * kdim, kdim,
                   grad.get(), width, colG, width);
     }
-    for (int64_t i = 0; i < nb; ++i)
-      col2im(p, col.get() + i * plane, p.c, dx + (first + i) * p.c * hw, width);
+    col2im(p, col.get(), nb, p.c, dx + first * p.c * hw, width);
   }
   return Status::ok();
 }
@@ -179,9 +194,8 @@ Status runConvBackwardFilter(const ConvGeometry &p, const float *x,
     int64_t nb = std::min(chunk, p.n - first);
     int64_t width = nb * plane;
     for (int64_t g = 0; g < p.groups; ++g) {
-      for (int64_t i = 0; i < nb; ++i)
-        im2col(p, x + ((first + i) * p.c + g * cg) * hw, cg,
-               col.get() + i * plane, width);
+      im2col(p, x + (first * p.c + g * cg) * hw, nb, p.c * hw, cg, col.get(),
+             width);
       // One image's gradient planes are already [fg, plane] in place.
       const float *gradG = dy + (first * p.f + g * fg) * plane;
       if (nb > 1) {

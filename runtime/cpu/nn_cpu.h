@@ -12,10 +12,17 @@
 
 namespace cleave::rt::nn {
 
-/// Lays out the receptive fields of one group of one image as a
-/// [cg * kh * kw, oh * ow] matrix.
-void im2col(const ConvGeometry &p, const float *x, int64_t cg, float *col,
-            int64_t rowStride = -1);
+/// Lays out the receptive fields of one group of \p images images (image
+/// i's first channel at x + i * imageStride) side by side: row r of image i
+/// at col + r * rowStride + i * oh * ow, [cg * kh * kw] rows.
+void im2col(const ConvGeometry &p, const float *x, int64_t images,
+            int64_t imageStride, int64_t cg, float *col, int64_t rowStride);
+
+/// Where output rows are short (a late stage's 4x4 or 2x2 planes), per tap
+/// (ki, kj) and output pixel, the input offset it reads within a plane, or
+/// -1 for padding: one table lookup per element instead of a copy call per
+/// run of a few elements. Empty where rows are long or the table large.
+std::vector<int64_t> shortRowTaps(const ConvGeometry &p);
 
 /// Output planes at least this wide (sgemm's tile columns) are written by
 /// sgemm one image at a time, with no copy through a column matrix.

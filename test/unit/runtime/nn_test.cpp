@@ -146,6 +146,12 @@ TEST(Conv2d, PointwiseNoBias) {
 TEST(Conv2d, Depthwise) {
   checkConv({2, 4, 6, 6, 8, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, 4, true});
 }
+// Output rows of 16 and more take im2col's copies of runs (unit and
+// strided); the shorter rows above take its per-tap offset table.
+TEST(Conv2d, LongRowsCopyRuns) {
+  checkConv({2, 3, 9, 20, 4, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true});
+  checkConv({1, 2, 7, 41, 3, 3, 5, {2, 2}, {1, 2, 0, 1}, {1, 1}, 1, false});
+}
 TEST(Conv2d, WrongResultShapeIsALoadError) {
   HostTensor x = randomF32({1, 1, 4, 4}, 1), w = randomF32({1, 1, 3, 3}, 2);
   plan::Program p =
