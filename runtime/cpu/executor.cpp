@@ -11,6 +11,7 @@
 
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/profile.h"
+#include "core/fusion.h"
 #include "core/plan_reader.h"
 #include "core/program.h"
 #include "plan/plan.pb.h"
@@ -156,6 +157,11 @@ struct Executor::Impl {
   Status runInstructions();
   void bindValues(const std::vector<HostTensor> &inputs,
                   std::vector<HostTensor> &outputs, std::vector<bool> &copy);
+  /// Whether value \p id is input \p input or a view of its bytes.
+  bool isInputBytes(int32_t id, size_t input) const {
+    return id >= 0 && program.values[id].storage == Storage::Input &&
+           program.values[id].index == static_cast<int32_t>(input);
+  }
 };
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -227,8 +233,60 @@ Status Executor::create(const plan::Program &program,
   return Status::ok();
 }
 
+bool Executor::canDonate(size_t input, size_t output) const {
+  const Impl &impl = *impl_;
+  const LoadedProgram &program = impl.program;
+  if (input >= program.inputs.size() || output >= program.outputs.size() ||
+      !impl.direct[output])
+    return false;
+  int32_t out = program.outputs[output];
+  const ProgramValue &r = program.values[out];
+  const ProgramValue &in = program.values[program.inputs[input]];
+  if (r.type.dtype != DType::F32 || in.type.dtype != DType::F32 ||
+      r.numBytes != in.numBytes)
+    return false;
+  size_t producer = program.instructions.size();
+  for (size_t i = 0; i < program.instructions.size(); ++i)
+    for (int32_t id : program.instructions[i].results)
+      if (id == out)
+        producer = i;
+  if (producer == program.instructions.size())
+    return false;
+  // Nothing reads the old value after its producer: no later instruction,
+  // and no output passes it through.
+  for (size_t i = producer + 1; i < program.instructions.size(); ++i)
+    for (int32_t id : program.instructions[i].operands)
+      if (impl.isInputBytes(id, input))
+        return false;
+  for (int32_t id : program.outputs)
+    if (impl.isInputBytes(id, input))
+      return false;
+  // The chain reads element e of the input only for element e of its
+  // results, loads every segment's operands before it writes the segment's
+  // results, and no result is a copy of an operand register.
+  const ProgramInstruction &inst = program.instructions[producer];
+  const FusedProgram *f = inst.fused.get();
+  if (!f || !f->reductions.empty() ||
+      f->numElements * static_cast<int64_t>(sizeof(float)) != r.numBytes)
+    return false;
+  size_t numInputs = f->inputs.size();
+  for (uint8_t reg : f->outputRegisters)
+    if (reg < numInputs)
+      return false;
+  for (size_t k = 0; k < inst.operands.size(); ++k) {
+    if (!impl.isInputBytes(inst.operands[k], input))
+      continue;
+    const ProgramValue &v = program.values[inst.operands[k]];
+    if (k >= numInputs || f->inputs[k] != FusedInput::Full ||
+        f->inputIsBool[k] || v.offset != 0 || v.numBytes != r.numBytes)
+      return false;
+  }
+  return true;
+}
+
 Status Executor::run(const std::vector<HostTensor> &inputs,
-                     std::vector<HostTensor> *outputs) {
+                     std::vector<HostTensor> *outputs,
+                     const std::vector<std::pair<size_t, size_t>> &donated) {
   Impl &impl = *impl_;
   const LoadedProgram &program = impl.program;
   if (inputs.size() != program.inputs.size())
@@ -253,9 +311,14 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
   // fits: a training loop hands the last step's back, and fresh buffers
   // each step cost page faults and zeroing (and fragment the heap).
   outputs->resize(program.outputs.size());
+  std::vector<bool> inPlace(program.outputs.size(), false);
+  for (auto [input, output] : donated)
+    inPlace.at(output) = true;
   for (size_t o = 0; o < program.outputs.size(); ++o) {
     const ProgramValue &v = program.values[program.outputs[o]];
     HostTensor &t = (*outputs)[o];
+    if (inPlace[o])
+      continue;
     t.dtype = v.type.dtype;
     t.shape = v.type.shape;
     if (t.bytes.size() != static_cast<size_t>(v.numBytes))
@@ -263,6 +326,12 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
   }
   std::vector<bool> copy;
   impl.bindValues(inputs, *outputs, copy);
+  for (auto [input, output] : donated) {
+    // The caller owns the input tensor and gave it up for this output
+    // (canDonate), so the kernel may write it.
+    impl.valuePtrs[program.outputs[output]] = inputs.at(input).bytes.data();
+    copy[output] = false;
+  }
 
   if (Status s = impl.runInstructions(); !s)
     return s;

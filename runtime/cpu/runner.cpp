@@ -19,7 +19,13 @@ public:
   }
   Backend backend() const override { return Backend::Cpu; }
   Status carry(size_t input, size_t output) override {
-    carried_.emplace_back(input, output);
+    // Where the kernel can write the new value over the old one, it does
+    // (no second buffer to stream through); otherwise the two buffers
+    // trade places after each run.
+    if (executor_->canDonate(input, output))
+      donated_.emplace_back(input, output);
+    else
+      carried_.emplace_back(input, output);
     return Status::ok();
   }
   Status setInput(size_t i, HostTensor value) override {
@@ -29,7 +35,7 @@ public:
     return Status::ok();
   }
   Status run() override {
-    if (Status s = executor_->run(inputs_, &outputs_); !s)
+    if (Status s = executor_->run(inputs_, &outputs_, donated_); !s)
       return s;
     // The input's old buffer becomes the output's: the next run writes its
     // new value there, with no allocation.
@@ -45,12 +51,14 @@ public:
     if (o >= outputs_.size())
       return Status::error("output " + std::to_string(o) +
                            " is not available before a run");
-    // A carried output was moved into its input.
-    for (auto [input, output] : carried_)
-      if (output == o) {
-        *value = inputs_[input];
-        return Status::ok();
-      }
+    // A carried output was moved into its input, a donated one written
+    // there.
+    for (const auto &pairs : {carried_, donated_})
+      for (auto [input, output] : pairs)
+        if (output == o) {
+          *value = inputs_[input];
+          return Status::ok();
+        }
     *value = outputs_[o];
     return Status::ok();
   }
@@ -67,7 +75,7 @@ public:
 private:
   std::unique_ptr<Executor> executor_;
   std::vector<HostTensor> inputs_, outputs_;
-  std::vector<std::pair<size_t, size_t>> carried_;
+  std::vector<std::pair<size_t, size_t>> carried_, donated_;
 };
 
 } // namespace

@@ -2,6 +2,8 @@
 
 #include "test_util.h"
 
+#include "cpu/runner.h"
+
 using namespace cleave::rt;
 using namespace cleave::rt::test;
 
@@ -128,6 +130,87 @@ TEST(Executor, WritesOutputsInPlaceAcrossCarriedRuns) {
   EXPECT_EQ(values<float>(same[0]), wRef);
   EXPECT_EQ(values<float>(same[1]), mRef);
   EXPECT_EQ(values<float>(same[2]), mRef);
+}
+
+/// SGD with momentum over 5000 elements (several segments and threads),
+/// fused into one chain: w' = w - lr (beta m + g), m' = beta m + g. Through
+/// the CPU runner, w' and m' are written over w and m (canDonate), and
+/// every run's state is bit for bit the swapping executor's.
+ProgramBuilder momentumStep(bool readWAfter, int *wOut) {
+  ProgramBuilder b;
+  Shape s = {5000};
+  int w = b.input("w", DType::F32, s);
+  int m = b.input("m", DType::F32, s);
+  int g = b.input("g", DType::F32, s);
+  int beta = b.constant(f32({1}, {0.9f}));
+  int lr = b.constant(f32({1}, {0.125f}));
+  int mb = b.arena(DType::F32, s), m2 = b.arena(DType::F32, s);
+  int step = b.arena(DType::F32, s), w1 = b.arena(DType::F32, s);
+  b.instruction("mul", {m, beta}, {mb});
+  b.instruction("add", {mb, g}, {m2});
+  b.instruction("mul", {m2, lr}, {step});
+  b.instruction("sub", {w, step}, {w1});
+  b.output(w1, "w");
+  b.output(m2, "m");
+  if (readWAfter) {
+    // The old w is still read after the update: not donatable.
+    int top = b.arena(DType::F32, {});
+    b.instruction("reduce_max", {w}, {top}, {{"axes", {{0}}}});
+    b.output(top, "top");
+  }
+  *wOut = w;
+  return b;
+}
+
+TEST(Executor, DonatesStateToFusedUpdates) {
+  int w = 0;
+  ProgramBuilder b = momentumStep(false, &w);
+  std::unique_ptr<Executor> donor, plain;
+  ASSERT_TRUE(Executor::create(b.program, &donor).isOk());
+  ASSERT_TRUE(Executor::create(b.program, &plain).isOk());
+  EXPECT_TRUE(donor->canDonate(0, 0));
+  EXPECT_TRUE(donor->canDonate(1, 1));
+  EXPECT_FALSE(donor->canDonate(0, 5)) << "no such output";
+
+  std::unique_ptr<StepRunner> runner = makeCpuRunner(std::move(donor));
+  HostTensor w0 = randomF32({5000}, 7), m0 = randomF32({5000}, 8),
+             g0 = randomF32({5000}, 9);
+  ASSERT_TRUE(runner->setInput(0, w0).isOk());
+  ASSERT_TRUE(runner->setInput(1, m0).isOk());
+  ASSERT_TRUE(runner->setInput(2, g0).isOk());
+  ASSERT_TRUE(runner->carry(0, 0).isOk());
+  ASSERT_TRUE(runner->carry(1, 1).isOk());
+  std::vector<HostTensor> in = {w0, m0, g0}, out;
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_TRUE(runner->run().isOk());
+    ASSERT_TRUE(plain->run(in, &out).isOk());
+    std::swap(in[0], out[0]);
+    std::swap(in[1], out[1]);
+    HostTensor got;
+    ASSERT_TRUE(runner->getOutput(0, &got).isOk());
+    EXPECT_EQ(got.bytes, in[0].bytes) << "w after run " << run;
+    ASSERT_TRUE(runner->getInput(1, &got).isOk());
+    EXPECT_EQ(got.bytes, in[1].bytes) << "m after run " << run;
+  }
+  EXPECT_NE(in[0].bytes, w0.bytes);
+}
+
+TEST(Executor, DonatesOnlyWhereNothingReadsTheOldValue) {
+  int w = 0;
+  ProgramBuilder later = momentumStep(true, &w);
+  std::unique_ptr<Executor> exec;
+  ASSERT_TRUE(Executor::create(later.program, &exec).isOk());
+  EXPECT_FALSE(exec->canDonate(0, 0)) << "w is read after its update";
+  EXPECT_TRUE(exec->canDonate(1, 1));
+  // Unfused, the update is four kernels whose own loops make no promise
+  // about reading before writing.
+  ProgramBuilder plain = momentumStep(false, &w);
+  setenv("CLEAVE_NO_FUSION", "1", 1);
+  Status st = Executor::create(plain.program, &exec);
+  unsetenv("CLEAVE_NO_FUSION");
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_FALSE(exec->canDonate(0, 0));
+  EXPECT_FALSE(exec->canDonate(1, 1));
 }
 
 TEST(Executor, InputMismatchesNameTheInput) {

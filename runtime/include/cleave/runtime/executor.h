@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cleave::plan {
@@ -92,8 +93,24 @@ public:
   /// \p outputs in the program's output order, reusing the storage of the
   /// tensors it already holds (kernels write most outputs there directly,
   /// so after a failed run their contents are unspecified).
+  ///
+  /// Each (input, output) pair of \p donated (pairs canDonate accepted)
+  /// writes the output over that input's buffer instead, leaving
+  /// (*outputs)[output] untouched: the caller then holds the new value in
+  /// its input tensor, as it would after moving the output there.
   Status run(const std::vector<HostTensor> &inputs,
-             std::vector<HostTensor> *outputs);
+             std::vector<HostTensor> *outputs,
+             const std::vector<std::pair<size_t, size_t>> &donated = {});
+
+  /// Whether output \p output may be written over input \p input's buffer
+  /// during a run (an optimizer's new state over its old one): the
+  /// instruction producing it is a fused elementwise chain without
+  /// reductions that reads the input element for element, is the input's
+  /// last reader, and writes no output straight from an input register; the
+  /// output is written directly (no view of it read later) with the input's
+  /// type. Writing in place saves the read-for-ownership of a second buffer
+  /// per element.
+  bool canDonate(size_t input, size_t output) const;
 
   /// Times every instruction of each later run into \p profiler (null:
   /// stop); it must outlive the runs.
