@@ -232,6 +232,9 @@ public:
 
   void write(const std::string &name, const py::array &value) {
     rt::HostTensor t = fromNumpy("'" + name + "'", value);
+    // Refused here, before any rank writes: a refusal must not break the
+    // mesh (ThreadRanks::run aborts it on any rank's failure).
+    check(trainers_[0]->checkTensorWrite(name, t));
     py::gil_scoped_release release;
     check(onRanks([&](int r) { return trainers_[r]->writeTensor(name, t); }));
   }
@@ -239,10 +242,19 @@ public:
   std::string saveCheckpoint(const std::string &root) {
     std::vector<std::string> written(trainers_.size());
     py::gil_scoped_release release;
-    check(onRanks([&](int r) {
+    auto work = [&](int r) {
       return trainers_[r]->saveCheckpoint(root, &written[r]);
-    }));
+    };
+    // The ranks agree on every failure of a checkpoint (a full disk, a
+    // folder that cannot be written), so one leaves the model usable.
+    check(ranks_ ? ranks_->runAgreed(work) : onRanks(work));
     return written[0];
+  }
+
+  /// Refuses \p name with \p value as write would, writing nothing.
+  void checkWrite(const std::string &name, const py::array &value) {
+    check(trainers_[0]->checkTensorWrite(name,
+                                         fromNumpy("'" + name + "'", value)));
   }
 
   void startProfile(bool keepTrace) {
@@ -383,6 +395,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def("step", &Session::step, py::arg("batch") = py::none())
       .def("read", &Session::read)
       .def("write", &Session::write)
+      .def("check_write", &Session::checkWrite)
       .def("save_checkpoint", &Session::saveCheckpoint)
       .def("start_profile", &Session::startProfile)
       .def("profile_report", &Session::profileReport)

@@ -1035,27 +1035,37 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
 void Partitioner::recordSplits(ArrayRef<Layout> argLayouts,
                                ArrayRef<Layout> resultLayouts) {
   Builder b(func.getContext());
+  // Each dictionary is built whole and all are set at once (setArgAttr
+  // rebuilds the array of every argument's dictionary per call).
+  auto mark = [&](DictionaryAttr old, const Layout &l, bool dpSplit) {
+    NamedAttrList attrs;
+    if (old)
+      attrs.append(old.getValue());
+    if (dpSplit) {
+      attrs.set(kDpSplitDimAttr, b.getI64IntegerAttr(l.dim));
+    } else if (l.isSplit()) {
+      attrs.set(kSplitDimAttr, b.getI64IntegerAttr(l.dim));
+      if (l.blocks > 1)
+        attrs.set(kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
+      if (l.granule > 1)
+        attrs.set(kSplitGranuleAttr, b.getI64IntegerAttr(l.granule));
+    }
+    return attrs.getDictionary(func.getContext());
+  };
+  SmallVector<DictionaryAttr> args, results;
   for (auto [i, l] : llvm::enumerate(argLayouts))
-    if (l.isSplit() && tensorLayouts && !func.getArgAttr(i, kInputAttr)) {
-      func.setArgAttr(i, kDpSplitDimAttr, b.getI64IntegerAttr(l.dim));
-    } else if (l.isSplit()) {
-      func.setArgAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
-      if (l.blocks > 1)
-        func.setArgAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
-      if (l.granule > 1)
-        func.setArgAttr(i, kSplitGranuleAttr, b.getI64IntegerAttr(l.granule));
-    }
+    args.push_back(mark(func.getArgAttrDict(i), l,
+                        l.isSplit() && tensorLayouts &&
+                            !func.getArgAttr(i, kInputAttr)));
   for (auto [i, l] : llvm::enumerate(resultLayouts))
-    if (l.isSplit() && tensorLayouts) {
-      func.setResultAttr(i, kDpSplitDimAttr, b.getI64IntegerAttr(l.dim));
-    } else if (l.isSplit()) {
-      func.setResultAttr(i, kSplitDimAttr, b.getI64IntegerAttr(l.dim));
-      if (l.blocks > 1)
-        func.setResultAttr(i, kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
-      if (l.granule > 1)
-        func.setResultAttr(i, kSplitGranuleAttr,
-                           b.getI64IntegerAttr(l.granule));
-    }
+    results.push_back(
+        mark(func.getResultAttrDict(i), l, l.isSplit() && tensorLayouts));
+  for (unsigned i = args.size(); i < func.getNumArguments(); ++i)
+    args.push_back(func.getArgAttrDict(i));
+  for (unsigned i = results.size(); i < func.getNumResults(); ++i)
+    results.push_back(func.getResultAttrDict(i));
+  func.setAllArgAttrs(args);
+  func.setAllResultAttrs(results);
 }
 
 void Partitioner::classifyPhases() {

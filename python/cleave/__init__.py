@@ -21,10 +21,10 @@ The offline path: :func:`cleave.compile` writes a bundle directory,
 raises :class:`cleave.Error` with the message the ``cleave`` CLI prints.
 """
 
-from ._native import Error
+from ._native import ArgumentError, ArgumentTypeError, Error, FileError
 from ._optim import SGD, AdamW
 from ._model import Model, tensor_parallel
 from ._bundle import Bundle, compile, load
 
-__all__ = ["Error", "SGD", "AdamW", "Model", "tensor_parallel", "Bundle",
+__all__ = ["Error", "ArgumentError", "ArgumentTypeError", "FileError", "SGD", "AdamW", "Model", "tensor_parallel", "Bundle",
            "compile", "load"]

@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 from ._export import export_module
 from ._model import (_check_loss_output, _compile_options, _forward_inputs,
                      _input_specs, _mesh_choice, _open_session, _plan_file)
-from ._native import Error, _cleave
+from ._native import ArgumentError, ArgumentTypeError, Error, _cleave
 from ._optim import SGD, AdamW
 from ._progress import progress_bar
 
@@ -73,6 +73,9 @@ class Bundle:
                         "(compile it again for that mesh)")
         if not isinstance(steps, int) or steps < 1:
             raise Error(f"steps must be a positive integer, not {steps!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ArgumentError(f"seed must be a non-negative integer, not "
+                                f"{seed!r}")
         batches = None
         data = {"text": os.fspath(text) if text else "", "shuffle": shuffle,
                 "seed": int(seed)}
@@ -120,9 +123,13 @@ def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
     --devices``), within ``memory_per_device`` bytes per rank when given;
     ``Bundle.inspect()["mesh_choice"]`` lists what it tried.
     """
+    if example_inputs is not None and not isinstance(example_inputs, dict):
+        raise ArgumentTypeError(
+            "example_inputs must be a dict from the forward's argument names "
+            f"to tensors, not {type(example_inputs).__name__}")
     o = _compile_options(optimizer, loss, tp, seed)
     if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
-        raise Error(f"dp must be a positive integer, not {dp!r}")
+        raise ArgumentError(f"dp must be a positive integer, not {dp!r}")
     o.dp = dp
     _mesh_choice(o, devices, memory_per_device)
     o.output = os.fspath(output)

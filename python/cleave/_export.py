@@ -13,6 +13,7 @@ import inspect
 import io
 import json
 import os
+import stat
 import struct
 import warnings
 from dataclasses import dataclass, field
@@ -70,6 +71,60 @@ def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
         f.write(text)
         for blob in blobs:
             f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_safetensors(path: str) -> Dict[str, np.ndarray]:
+    """The tensors of a safetensors file, each checked against the file
+    (a header that fits, known dtypes, byte ranges inside the data that
+    match their shapes): the file may come from someone else, and nothing
+    in it is code."""
+    kinds = {v: k for k, v in _NUMPY_DTYPES.items()}
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block
+            raise Error(f"cannot read '{path}': it is not a regular file")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise Error(f"cannot read '{path}': {e.strerror or e}") from None
+    def bad(why):
+        return Error(f"'{path}' is not a valid safetensors file: {why}")
+    if len(data) < 8:
+        raise bad("it is shorter than its header's length")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > len(data) - 8:
+        raise bad(f"its header claims {length} bytes")
+    try:
+        header = json.loads(data[8:8 + length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise bad("its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a table")
+    body = memoryview(data)[8 + length:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = np.dtype(kinds[info["dtype"]])
+            shape = [int(d) for d in info["shape"]]
+            begin, end = (int(o) for o in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise bad(f"tensor '{name}' has no dtype, shape and offsets "
+                      "Cleave reads") from None
+        count = 1
+        for d in shape:
+            if d < 0:
+                raise bad(f"tensor '{name}' has a negative dimension")
+            count *= d
+        if not 0 <= begin <= end <= len(body) or \
+                end - begin != count * dtype.itemsize:
+            raise bad(f"tensor '{name}' has bytes {begin}..{end}, not the "
+                      f"{count * dtype.itemsize} its shape needs in the file")
+        out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(
+            shape).copy()
+    return out
 
 
 @dataclass

@@ -10,8 +10,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
-from ._export import Exported, export_module, to_numpy
-from ._native import Error, _cleave
+from ._export import (Exported, export_module, read_safetensors, to_numpy,
+                      write_safetensors)
+from ._native import (ArgumentError, ArgumentTypeError, Error, FileError,
+                      _cleave, file_error)
 from ._optim import SGD, AdamW
 from ._progress import progress_bar
 
@@ -34,7 +36,7 @@ def _plan_file(plan, directory: str) -> str:
             for regex, style in plan.items():
                 f.write(f"{regex} {style}\n")
         return path
-    raise Error(f"plan must be a file path or a dict, not {type(plan).__name__}")
+    raise ArgumentTypeError(f"plan must be a file path or a dict, not {type(plan).__name__}")
 
 
 def _compile_options(optimizer, loss: str, tp: int, seed: int):
@@ -42,17 +44,21 @@ def _compile_options(optimizer, loss: str, tp: int, seed: int):
     if optimizer is None:
         optimizer = SGD(lr=0.01)
     if not isinstance(optimizer, (SGD, AdamW)):
-        raise Error("optimizer must be cleave.SGD(...) or cleave.AdamW(...), "
+        raise ArgumentTypeError("optimizer must be cleave.SGD(...) or cleave.AdamW(...), "
                     f"not {type(optimizer).__name__}")
     optimizer._options(o)
     if loss not in ("auto", "cross_entropy", "mse"):
-        raise Error(f"loss must be 'auto', 'cross_entropy' or 'mse', not "
+        raise ArgumentError(f"loss must be 'auto', 'cross_entropy' or 'mse', not "
                     f"{loss!r}")
     o.loss = loss
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-        raise Error(f"tp must be a positive integer, not {tp!r}")
+        raise ArgumentError(f"tp must be a positive integer, not {tp!r}")
     o.tp = tp
-    o.seed = int(seed)
+    if not isinstance(seed, int) or isinstance(seed, bool) or \
+            not 0 <= seed < 2**63:
+        raise ArgumentError(f"seed must be a non-negative integer, not "
+                            f"{seed!r}")
+    o.seed = seed
     return o
 
 
@@ -68,7 +74,7 @@ def _mesh_choice(o, devices, memory_per_device) -> None:
                         ("memory_per_device", memory_per_device)):
         if value is not None and (not isinstance(value, int) or
                                   isinstance(value, bool) or value < 1):
-            raise Error(f"{name} must be a positive integer, not {value!r}")
+            raise ArgumentError(f"{name} must be a positive integer, not {value!r}")
     o.devices = devices
     o.memory_per_device = memory_per_device or 0
 
@@ -183,7 +189,7 @@ class Model:
 
     def _batch(self, batch) -> Dict[str, np.ndarray]:
         if not isinstance(batch, dict):
-            raise Error("a batch must be a dict from input names to tensors, "
+            raise ArgumentTypeError("a batch must be a dict from input names to tensors, "
                         f"not {type(batch).__name__}")
         out = {}
         for name, value in batch.items():
@@ -245,7 +251,7 @@ class Model:
         kernels and collectives also go there as Chrome-trace JSON (open it
         in ui.perfetto.dev)."""
         if not isinstance(steps, int) or steps < 2:
-            raise Error("profile needs at least 2 steps: the first one is "
+            raise ArgumentError("profile needs at least 2 steps: the first one is "
                         "traced, not counted")
         arrays = self._batch(batch)
         self._session.start_profile(trace is not None)
@@ -289,7 +295,9 @@ class Model:
                 raise Error("state_dict does not match the model: " +
                             (f"missing '{missing[0]}'" if missing else
                              f"unexpected '{unknown[0]}'"))
-        done = set()
+        # Every tensor is checked before any is written: a refusal leaves
+        # the model as it was.
+        writes, done = [], set()
         for key, value in state_dict.items():
             kind, target = self._sources.get(key, ("", None))
             if kind != "bundle" or target in done:
@@ -297,8 +305,14 @@ class Model:
             a = to_numpy(value, f"'{key}'")
             if a.dtype != np.float32:
                 a = a.astype(np.float32)
-            self._session.write(target, a)
+            try:
+                self._session.check_write(target, a)
+            except Error as e:
+                raise ArgumentError(f"state_dict['{key}']: {e}") from None
+            writes.append((target, a))
             done.add(target)
+        for target, a in writes:
+            self._session.write(target, a)
 
     def export(self, path: str) -> None:
         """Writes the trained weights as the original ONNX model (path ending
@@ -311,39 +325,69 @@ class Model:
     def save_checkpoint(self, directory: str) -> str:
         """Writes a checkpoint that :meth:`Model.resume` continues from:
         ``directory`` gets the bundle, the step directory and the module's
-        name map. Returns the step directory."""
+        name map (module.json, and module.safetensors for the tensors that
+        are not in the bundle: no pickle). ``directory`` may be missing, an
+        empty folder or an earlier checkpoint, which is replaced whole once
+        the new one is complete; a folder of other files is refused. A
+        failure (a full disk) leaves what was there and no temporary behind,
+        and the model usable. Returns the step directory."""
         directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        bundle = os.path.join(directory, "bundle")
-        if os.path.abspath(bundle) != os.path.abspath(self._bundle):
-            tmp = bundle + ".tmp"
+        _check_checkpoint_target(directory)
+        parent = os.path.dirname(os.path.abspath(directory))
+        try:
+            os.makedirs(parent, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="." + os.path.basename(
+                os.path.abspath(directory)) + ".tmp-", dir=parent)
+        except OSError as e:
+            raise file_error(f"cannot save a checkpoint in '{directory}'",
+                             e) from None
+        try:
+            shutil.copytree(self._bundle, os.path.join(tmp, "bundle"))
+            written = self._session.save_checkpoint(
+                os.path.join(tmp, "checkpoints"))
+            self._write_module_files(tmp)
+            _replace_folder(tmp, directory)
+        except (OSError, shutil.Error) as e:
+            raise file_error(f"cannot save a checkpoint in '{directory}'",
+                             e) from None
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(self._bundle, tmp)
-            shutil.rmtree(bundle, ignore_errors=True)
-            os.replace(tmp, bundle)
-        written = self._session.save_checkpoint(
-            os.path.join(directory, "checkpoints"))
-        import torch
-        meta = os.path.join(directory, "module.pt")
-        torch.save({"sources": self._sources}, meta + ".tmp")
-        os.replace(meta + ".tmp", meta)
-        return written
+        return os.path.join(directory, "checkpoints",
+                            os.path.basename(written))
+
+    def _write_module_files(self, directory: str) -> None:
+        sources, tensors = {}, {}
+        for key, (kind, value) in self._sources.items():
+            if kind == "bundle":
+                sources[key] = {"kind": "bundle", "name": value}
+            else:
+                sources[key] = {"kind": kind, "tensor": key}
+                tensors[key] = to_numpy(value, f"'{key}'")
+        write_safetensors(os.path.join(directory, _MODULE_TENSORS), tensors)
+        with open(os.path.join(directory, _MODULE_JSON), "w") as f:
+            json.dump({"format": _MODULE_FORMAT, "sources": sources}, f,
+                      indent=1)
+            f.flush()
+            os.fsync(f.fileno())
 
     @classmethod
     def resume(cls, directory: str, *, distributed: bool = False,
                timeout: float = 60.0, backend: str = "cpu") -> "Model":
         """The model a :meth:`save_checkpoint` directory holds, at its newest
-        step, ready to train on."""
-        import torch
+        step, ready to train on. Nothing in the folder is run as code: the
+        name map is JSON, its tensors safetensors (a checkpoint of an older
+        Cleave, module.pt, is read with torch.load(weights_only=True))."""
         directory = os.fspath(directory)
-        meta = os.path.join(directory, "module.pt")
-        if not os.path.exists(meta):
-            raise Error(f"'{directory}' is not a checkpoint written by "
-                        "Model.save_checkpoint (it has no module.pt)")
-        sources = torch.load(meta)["sources"]
+        sources = _read_module_files(directory)
         session = _open_session(os.path.join(directory, "bundle"),
                                 distributed, timeout, backend,
                                 resume=os.path.join(directory, "checkpoints"))
+        names = {name for name, _ in session.tensors()}
+        for key, (kind, value) in sources.items():
+            if kind == "bundle" and value not in names:
+                raise Error(f"checkpoint '{directory}': {_MODULE_JSON} maps "
+                            f"'{key}' to '{value}', which the bundle does "
+                            "not hold")
         return cls(session, os.path.join(directory, "bundle"), sources)
 
     # -- what it is ---------------------------------------------------------
@@ -376,6 +420,115 @@ class Model:
                 "<th>shape</th><th>sharding</th><th>per rank</th></tr>{}"
                 "</table></div>").format(self.tp, self.steps_done,
                                          html.escape(summary), rows)
+
+
+_MODULE_JSON = "module.json"
+_MODULE_TENSORS = "module.safetensors"
+_MODULE_FORMAT = "cleave.module/1"
+# What a save_checkpoint folder holds; anything else is the user's.
+_CHECKPOINT_ENTRIES = {"bundle", "checkpoints", _MODULE_JSON, _MODULE_TENSORS,
+                       "module.pt"}
+
+
+def _is_checkpoint(directory: str) -> bool:
+    """Whether \p directory is one that save_checkpoint wrote."""
+    try:
+        entries = set(os.listdir(directory))
+    except OSError:
+        return False
+    return entries <= _CHECKPOINT_ENTRIES and \
+        (_MODULE_JSON in entries or "module.pt" in entries) and \
+        os.path.isfile(os.path.join(directory, "bundle", "plan.pb"))
+
+
+def _check_checkpoint_target(directory: str) -> None:
+    """save_checkpoint replaces only a missing or empty folder or an
+    earlier checkpoint, as ``cleave compile -o`` does."""
+    if not os.path.lexists(directory):
+        return
+    if not os.path.isdir(directory) or os.path.islink(directory):
+        raise FileError(f"cannot save a checkpoint in '{directory}': it is "
+                        "not a folder")
+    try:
+        entries = os.listdir(directory)
+    except OSError as e:
+        raise file_error(f"cannot save a checkpoint in '{directory}'",
+                         e) from None
+    if entries and not _is_checkpoint(directory):
+        raise FileError(f"cannot save a checkpoint in '{directory}': it "
+                        "holds files that are not a Cleave checkpoint "
+                        f"('{sorted(entries)[0]}'); save_checkpoint replaces "
+                        "only its own earlier checkpoint or an empty folder")
+
+
+def _replace_folder(new: str, target: str) -> None:
+    """Renames \p new into \p target's place; an earlier \p target moves
+    aside first and goes once the new one is in."""
+    try:
+        os.rename(new, target)  # missing or empty: one rename
+        return
+    except OSError:
+        if not os.path.isdir(target):
+            raise
+    old = tempfile.mkdtemp(prefix="." + os.path.basename(
+        os.path.abspath(target)) + ".old-", dir=os.path.dirname(
+            os.path.abspath(target)))
+    os.rmdir(old)
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except OSError:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_module_files(directory: str) -> Dict[str, tuple]:
+    """The name map save_checkpoint wrote: module.json and
+    module.safetensors, or an older Cleave's module.pt read without
+    running any of its pickle's code."""
+    import torch
+    meta = os.path.join(directory, _MODULE_JSON)
+    legacy = os.path.join(directory, "module.pt")
+    where = f"checkpoint '{directory}'"
+    if os.path.exists(meta):
+        try:
+            with open(meta) as f:
+                doc = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise Error(f"{where}: cannot read {_MODULE_JSON}: {e}") from None
+        if not isinstance(doc, dict) or doc.get("format") != _MODULE_FORMAT \
+                or not isinstance(doc.get("sources"), dict):
+            raise Error(f"{where}: {_MODULE_JSON} is not a Cleave name map "
+                        f"(format {_MODULE_FORMAT})")
+        tensors = read_safetensors(os.path.join(directory, _MODULE_TENSORS))
+        sources = {}
+        for key, entry in doc["sources"].items():
+            kind = entry.get("kind") if isinstance(entry, dict) else None
+            if kind == "bundle" and isinstance(entry.get("name"), str):
+                sources[key] = ("bundle", entry["name"])
+            elif kind in ("counter", "module") and \
+                    entry.get("tensor") in tensors:
+                sources[key] = (kind, torch.from_numpy(
+                    tensors[entry["tensor"]]))
+            else:
+                raise Error(f"{where}: {_MODULE_JSON} has an entry for "
+                            f"'{key}' that Cleave cannot read")
+        return sources
+    if not os.path.exists(legacy):
+        raise Error(f"'{directory}' is not a checkpoint written by "
+                    f"Model.save_checkpoint (it has no {_MODULE_JSON})")
+    try:
+        doc = torch.load(legacy, weights_only=True)
+    except Exception as e:  # the restricted unpickler raises many types
+        raise Error(f"{where}: module.pt holds more than tensors and names "
+                    f"(refused unread: {type(e).__name__})") from None
+    sources = doc.get("sources") if isinstance(doc, dict) else None
+    if not isinstance(sources, dict) or not all(
+            isinstance(v, tuple) and len(v) == 2 and v[0] in
+            ("bundle", "counter", "module") for v in sources.values()):
+        raise Error(f"{where}: module.pt is not a Cleave name map")
+    return dict(sources)
 
 
 def _open_session(bundle: str, distributed: bool, timeout: float,
@@ -466,14 +619,34 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
     """
     unknown = set(compile_options) - _COMPILE_OPTIONS
     if unknown:
-        raise Error(f"unknown option '{sorted(unknown)[0]}' (options: "
+        raise ArgumentTypeError(f"unknown option '{sorted(unknown)[0]}' (options: "
                     f"{', '.join(sorted(_COMPILE_OPTIONS))})")
+    if example_inputs is not None and not isinstance(example_inputs, dict):
+        raise ArgumentTypeError(
+            "example_inputs must be a dict from the forward's argument names "
+            f"to tensors, not {type(example_inputs).__name__}")
     o = _compile_options(optimizer, loss, tp, seed)
     dp = compile_options.get("dp", 1)
     if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
-        raise Error(f"dp must be a positive integer, not {dp!r}")
+        raise ArgumentError(f"dp must be a positive integer, not {dp!r}")
     o.dp = dp
-    o.zero = int(compile_options.get("zero", 0))
+    zero = compile_options.get("zero", 0)
+    if not isinstance(zero, int) or isinstance(zero, bool) or \
+            zero not in (0, 1, 2, 3):
+        raise ArgumentError(f"zero must be 0, 1, 2 or 3, not {zero!r}")
+    o.zero = zero
+    timeout = compile_options.get("timeout", 60.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not timeout > 0:
+        raise ArgumentError("timeout must be a positive number of seconds, "
+                            f"not {timeout!r}")
+    opset = compile_options.get("opset", 17)
+    if not isinstance(opset, int) or isinstance(opset, bool):
+        raise ArgumentError(f"opset must be an integer, not {opset!r}")
+    freeze = compile_options.get("freeze", [])
+    if isinstance(freeze, str) or not all(isinstance(f, str) for f in freeze):
+        raise ArgumentError("freeze must be a list of regular expressions, "
+                            f"not {freeze!r}")
     _mesh_choice(o, compile_options.get("devices"),
                  compile_options.get("memory_per_device"))
     work = tempfile.mkdtemp(prefix="cleave-")
@@ -490,7 +663,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         else:
             import torch
             if not isinstance(module, torch.nn.Module):
-                raise Error("module must be a torch.nn.Module or a model "
+                raise ArgumentTypeError("module must be a torch.nn.Module or a model "
                             f"file's path, not {type(module).__name__}")
             example_inputs = _forward_inputs(module, example_inputs, loss)
             _check_loss_output(module, example_inputs, loss)

@@ -31,3 +31,32 @@ not divide, a bad file, a batch of the wrong shape, a rank that died.
 
 ``str(error)`` is the message ``cleave`` prints after ``cleave: error:``."""
 Error.__module__ = "cleave"
+
+
+class ArgumentError(Error, ValueError):
+    """A value Cleave cannot use (``zero="one"``, ``seed="abc"``, a tensor
+    of the wrong shape): a :class:`cleave.Error` that is also a
+    ``ValueError``."""
+
+
+class ArgumentTypeError(Error, TypeError):
+    """An argument of the wrong type (example_inputs as a list): a
+    :class:`cleave.Error` that is also a ``TypeError``."""
+
+
+class FileError(Error, OSError):
+    """A file or folder Cleave cannot read or write (a full disk, a folder
+    of the user's own files): a :class:`cleave.Error` that is also an
+    ``OSError``."""
+
+
+for _cls in (ArgumentError, ArgumentTypeError, FileError):
+    _cls.__module__ = "cleave"
+
+
+def file_error(what: str, e: BaseException) -> "FileError":
+    """\p e (an OSError or shutil.Error) as one FileError naming \p what."""
+    detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    if isinstance(e, OSError) and e.filename:
+        detail = f"{detail}: '{e.filename}'"
+    return FileError(f"{what}: {detail}")

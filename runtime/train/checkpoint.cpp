@@ -98,6 +98,12 @@ Status saveCheckpoint(const std::string &root, int64_t step,
   Status s = saveCheckpointImpl(root, step, plan, bundleDir, state, data, comm,
                                 written);
   comm.setTimeoutSeconds(timeout);
+  // A failed save (a full disk, a folder that went read-only) leaves no
+  // temporary behind; every rank has agreed on the failure by now.
+  if (!s && comm.rank() == 0) {
+    std::error_code ec;
+    fs::remove_all(fs::path(root) / (".tmp-" + stepName(step)), ec);
+  }
   return s;
 }
 
@@ -203,7 +209,12 @@ Status saveCheckpointImpl(const std::string &root, int64_t step,
         d->set_crc32(static_cast<uint32_t>(digests[2 * r + 1]));
       }
       if (!plan.model_file().empty()) {
-        fs::path model = fs::path(bundleDir) / plan.model_file();
+        std::string model;
+        if (Status s = resolveStoredName(bundleDir, plan.model_file(),
+                                         "bundle '" + bundleDir + "'",
+                                         "the model copy", &model);
+            !s)
+          return s;
         if (Status s = copyFile(model, tmp / plan.model_file()); !s)
           return s;
         index.set_model_file(plan.model_file());
@@ -303,6 +314,7 @@ Status findCheckpoint(const std::string &path, std::string *dir,
                            "directory with a " +
                            kCheckpointIndexFile + ")");
   }
+  quietProtobufLogs();
   fs::path indexPath = chosen / kCheckpointIndexFile;
   std::string bytes;
   if (Status s = readWholeFile(indexPath.string(), "checkpoint index", &bytes);
@@ -321,6 +333,16 @@ Status findCheckpoint(const std::string &path, std::string *dir,
   if (checkpoint->mesh_size() != 1 || checkpoint->mesh(0) < 1)
     return Status::error("checkpoint index '" + indexPath.string() +
                          "' has no mesh");
+  if (checkpoint->step() < 0)
+    return Status::error("checkpoint index '" + indexPath.string() +
+                         "' has step " + std::to_string(checkpoint->step()) +
+                         ", which is negative");
+  if (Status s = checkStoredNames(checkpoint->tensors(), checkpoint->files(),
+                                  checkpoint->model_file(),
+                                  "checkpoint index '" + indexPath.string() +
+                                      "'");
+      !s)
+    return s;
   *dir = chosen.string();
   return Status::ok();
 }

@@ -10,6 +10,7 @@
 
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/thread_ranks.h"
+#include "cleave/runtime/files.h"
 #include "cleave/runtime/trainer.h"
 
 #include "plan/plan.pb.h"
@@ -79,6 +80,9 @@ int runBundle(const RunBundleArgs &args) {
   if (!args.dumpDir.empty() && std::filesystem::exists(args.dumpDir, dumpEc) &&
       !std::filesystem::is_directory(args.dumpDir, dumpEc))
     return fail("--dump '" + args.dumpDir + "' exists and is not a directory");
+  if (!args.dumpDir.empty())
+    if (Status s = checkWritableDir(args.dumpDir, "--dump"); !s)
+      return fail(s.message());
   if (!args.traceFile.empty()) {
     std::filesystem::path trace(args.traceFile);
     std::filesystem::path parent =
@@ -100,6 +104,8 @@ int runBundle(const RunBundleArgs &args) {
     if (ec)
       return fail("cannot create --checkpoint directory '" +
                   args.checkpointDir + "': " + ec.message());
+    if (Status s = checkWritableDir(args.checkpointDir, "--checkpoint"); !s)
+      return fail(s.message());
   }
   plan::Plan plan;
   if (Status s = loadBundlePlan(args.bundle, &plan); !s)

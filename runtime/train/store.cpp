@@ -1,6 +1,7 @@
 //===- store.cpp - Sharded tensor stores: bundles and checkpoints ---------===//
 
 #include "cleave/runtime/store.h"
+#include "cleave/runtime/files.h"
 
 #include "plan/plan.pb.h"
 
@@ -401,6 +402,33 @@ StoreWriter::finish(google::protobuf::RepeatedPtrField<pb::FileDigest> *out) {
 
 // --- Reading -----------------------------------------------------------------
 
+void quietProtobufLogs() {
+  static const bool once = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)once;
+}
+
+Status checkStoredNames(
+    const google::protobuf::RepeatedPtrField<pb::TensorEntry> &tensors,
+    const google::protobuf::RepeatedPtrField<pb::FileDigest> &files,
+    const std::string &modelFile, const std::string &container) {
+  if (!modelFile.empty())
+    if (Status s = checkStoredName(modelFile, container, "the model copy"); !s)
+      return s;
+  for (const pb::FileDigest &d : files)
+    if (d.path() != modelFile)
+      if (Status s = checkStoredName(d.path(), container, "the file"); !s)
+        return s;
+  for (const pb::TensorEntry &e : tensors)
+    for (const pb::RankSlice &slice : e.slices())
+      if (Status s = checkStoredName(slice.file(), container, "the file");
+          !s)
+        return s;
+  return Status::ok();
+}
+
 StoreReader::StoreReader(
     std::string root, const std::string &what,
     const google::protobuf::RepeatedPtrField<pb::FileDigest> &digests)
@@ -417,10 +445,10 @@ Status StoreReader::file(const std::string &path, const SafetensorsFile **out) {
     auto digest = digests_.find(path);
     if (digest == digests_.end())
       return Status::error(what_ + " lists no digest for '" + path + "'");
-    std::string full = (fs::path(root_) / path).string();
-    std::error_code ec;
-    if (!fs::exists(full, ec))
-      return Status::error(what_ + " is missing its file '" + full + "'");
+    std::string full;
+    if (Status s = resolveStoredName(root_, path, what_, "the file", &full);
+        !s)
+      return s;
     std::unique_ptr<SafetensorsFile> f;
     if (Status s = SafetensorsFile::open(full, &f, digest->second.first,
                                          digest->second.second);

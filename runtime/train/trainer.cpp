@@ -144,6 +144,7 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
     return Status::error("'" + bundleDir + "' is not a bundle: it has no " +
                          std::string(kBundlePlanFile) +
                          " (compile one with cleave compile)");
+  quietProtobufLogs();
   std::string bytes;
   if (Status s = readWholeFile(path.string(), "bundle plan", &bytes); !s)
     return s;
@@ -160,6 +161,11 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                          std::to_string(kPlanFormatVersion) + " (recompile)");
   if (Status s = checkMesh(*plan); !s)
     return Status::error("bundle plan '" + path.string() + "' " + s.message());
+  if (Status s = checkStoredNames(plan->tensors(), plan->files(),
+                                  plan->model_file(),
+                                  "bundle plan '" + path.string() + "'");
+      !s)
+    return s;
   if (plan->programs_size() != 1)
     return Status::error("bundle plan '" + path.string() +
                          "' must hold exactly one program");
@@ -322,7 +328,9 @@ public:
   Status save(int64_t steps, std::string *written = nullptr);
   Status readTensor(const std::string &name, HostTensor *value);
   Status writeTensor(const std::string &name, const HostTensor &value);
-  Status findTensor(const std::string &name, ModelTensor *out);
+  Status checkTensorWrite(const std::string &name, const HostTensor &value,
+                          ModelTensor *t) const;
+  Status findTensor(const std::string &name, ModelTensor *out) const;
 
   TrainerOptions options;
   pb::Plan plan;
@@ -410,6 +418,15 @@ private:
 Status TrainSession::open() {
   if (Status s = loadBundlePlan(options.bundleDir, &plan); !s)
     return s;
+  // Checkpoints carry the bundle's model copy: one that leads out of the
+  // bundle is refused now, not after the run's steps.
+  if (!options.checkpointDir.empty() && !plan.model_file().empty()) {
+    std::string model;
+    if (Status s = resolveStoredName(options.bundleDir, plan.model_file(),
+                                     bundle(), "the model copy", &model);
+        !s)
+      return s;
+  }
   program = &plan.programs(0);
   mesh = meshOf(plan);
   comm = options.comm;
@@ -996,7 +1013,8 @@ Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
   return writeNpy((fs::path(options.dumpDir) / file).string(), full);
 }
 
-Status TrainSession::findTensor(const std::string &name, ModelTensor *out) {
+Status TrainSession::findTensor(const std::string &name,
+                                ModelTensor *out) const {
   std::vector<ModelTensor> tensors;
   if (Status s = modelTensors(plan.tensors(), &tensors); !s)
     return s;
@@ -1020,17 +1038,29 @@ Status TrainSession::readTensor(const std::string &name, HostTensor *value) {
 
 /// Each entry (a segment of the tensor, or all of it) gets this rank's
 /// chunk of its part of \p value, padded as the program keeps it.
-Status TrainSession::writeTensor(const std::string &name,
-                                 const HostTensor &value) {
-  ModelTensor t;
-  if (Status s = findTensor(name, &t); !s)
+Status TrainSession::checkTensorWrite(const std::string &name,
+                                      const HostTensor &value,
+                                      ModelTensor *t) const {
+  if (Status s = findTensor(name, t); !s)
     return s;
-  if (value.shape != t.shape ||
-      value.dtype != fromPlan(t.entries.front()->type().dtype()))
+  if (value.shape != t->shape ||
+      value.dtype != fromPlan(t->entries.front()->type().dtype()))
     return Status::error(
         "'" + name + "' is " + describeTensor(value.dtype, value.shape) +
         "; the model has " +
-        describeTensor(fromPlan(t.entries.front()->type().dtype()), t.shape));
+        describeTensor(fromPlan(t->entries.front()->type().dtype()),
+                       t->shape));
+  for (const pb::TensorEntry *entry : t->entries)
+    if (!stateInput.count(stateKeyOf(*entry)))
+      return Status::error(bundle() + ": '" + name + "' is not in the step");
+  return Status::ok();
+}
+
+Status TrainSession::writeTensor(const std::string &name,
+                                 const HostTensor &value) {
+  ModelTensor t;
+  if (Status s = checkTensorWrite(name, value, &t); !s)
+    return s;
   int64_t offset = 0;
   for (const pb::TensorEntry *entry : t.entries) {
     HostTensor part = value;
@@ -1132,6 +1162,11 @@ Status Trainer::readTensor(const std::string &name, HostTensor *value) {
 }
 Status Trainer::writeTensor(const std::string &name, const HostTensor &value) {
   return session_->writeTensor(name, value);
+}
+Status Trainer::checkTensorWrite(const std::string &name,
+                                 const HostTensor &value) const {
+  ModelTensor t;
+  return session_->checkTensorWrite(name, value, &t);
 }
 std::vector<std::pair<std::string, bool>> Trainer::tensorNames() const {
   std::vector<std::pair<std::string, bool>> names;

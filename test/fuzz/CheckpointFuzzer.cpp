@@ -54,6 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pb::Checkpoint ckpt;
   if (!rt::findCheckpoint(cleave::fuzz::scratchDir() + "/ckpt", &dir, &ckpt))
     return 0;
+  cleave::fuzz::checkStoredNamesStayInside(ckpt);
   std::vector<rt::ModelTensor> tensors;
   (void)rt::modelTensors(ckpt.tensors(), &tensors);
   if (assets.empty())

@@ -63,6 +63,41 @@ inline void removeScratchAtExit() {
 /// spending its memory limit on legitimate work.
 constexpr uint64_t kMaxBytes = 64ull << 20;
 
+/// Whether \p name, a file name an accepted plan or checkpoint index
+/// stores, stays in its folder: relative, not empty, no ".." part. Written
+/// here apart from the loader's own check (checkStoredName), which the
+/// harnesses hold to it: a loader that accepts another name would let a
+/// file from someone else read any file.
+inline bool staysInside(const std::string &name) {
+  if (name.empty() || name[0] == '/' || name[0] == '~')
+    return false;
+  size_t at = 0;
+  while (at <= name.size()) {
+    size_t end = name.find('/', at);
+    if (end == std::string::npos)
+      end = name.size();
+    if (name.compare(at, end - at, "..") == 0)
+      return false;
+    at = end + 1;
+  }
+  return true;
+}
+
+/// Aborts (a finding) when an accepted store \p msg (a plan::Plan or
+/// plan::Checkpoint) names a file outside its folder.
+template <typename Store> void checkStoredNamesStayInside(const Store &msg) {
+  bool inside = msg.model_file().empty() || staysInside(msg.model_file());
+  for (const auto &d : msg.files())
+    inside = inside && staysInside(d.path());
+  for (const auto &t : msg.tensors())
+    for (const auto &s : t.slices())
+      inside = inside && staysInside(s.file());
+  if (!inside) {
+    std::fprintf(stderr, "accepted a store naming a file outside its folder\n");
+    std::abort();
+  }
+}
+
 } // namespace cleave::fuzz
 
 #endif // CLEAVE_TEST_FUZZ_FUZZSUPPORT_H

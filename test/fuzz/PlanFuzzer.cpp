@@ -85,6 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)rt::loadBundlePlan(bundle, &plan);
     return 0;
   }
+  pb::Plan loaded;
+  if (rt::loadBundlePlan(bundle, &loaded))
+    cleave::fuzz::checkStoredNamesStayInside(loaded);
   rt::TrainerOptions options;
   options.bundleDir = bundle;
   options.steps = 1;

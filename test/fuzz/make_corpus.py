@@ -55,6 +55,37 @@ def run(cmd, **kw):
     return r.stdout
 
 
+STORED_NAMES = ("../rank-0.safetensors", "/etc/passwd", "~/x", "",
+                "a/../../b", "./rank-0.safetensors", "..", "weights/..")
+
+
+def stored_path_seeds(seeds, work, plan, indexes):
+    """Plans and checkpoint indexes whose stored file names are each of
+    STORED_NAMES (schema-edited, so only that field differs)."""
+    pb = os.path.join(work, "pb")
+    os.makedirs(pb, exist_ok=True)
+    run(["protoc", "--python_out=" + pb, "--proto_path=" +
+         os.path.join(ROOT, "runtime", "plan"),
+         os.path.join(ROOT, "runtime", "plan", "plan.proto")])
+    sys.path.insert(0, pb)
+    import plan_pb2
+    for kind, harness, paths in (("Plan", "plan", [plan]),
+                                 ("Checkpoint", "checkpoint", indexes)):
+        for path in paths:
+            for name in STORED_NAMES:
+                msg = getattr(plan_pb2, kind)()
+                with open(path, "rb") as f:
+                    msg.ParseFromString(f.read())
+                if msg.files:
+                    msg.files[0].path = name
+                for t in msg.tensors[:1]:
+                    for sl in t.slices[:1]:
+                        sl.file = name
+                put(seeds, harness, msg.SerializeToString())
+                msg.model_file = name
+                put(seeds, harness, msg.SerializeToString())
+
+
 def npy_bytes(arr, version):
     buf = io.BytesIO()
     header = np.lib.format.header_data_from_array_1_0(arr)
@@ -132,6 +163,10 @@ def main():
         put_file(seeds, "safetensors", f)
     for f in glob.glob(os.path.join(ckpt, "step-*", "checkpoint.pb")):
         put_file(seeds, "checkpoint", f)
+    # Stored paths at the folder's edge: the plan and checkpoint harnesses
+    # hold every accepted one inside its folder, and mutations start here.
+    stored_path_seeds(seeds, work, os.path.join(bundle, "plan.pb"), glob.glob(
+        os.path.join(ckpt, "step-*", "checkpoint.pb")))
     exported = os.path.join(work, "exported.safetensors")
     run([a.cleave, "export", ckpt, "-o", exported])
     put_file(seeds, "safetensors", exported)

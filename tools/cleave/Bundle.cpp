@@ -7,6 +7,7 @@
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Sharding/Sharding.h"
 #include "cleave/runtime/checkpoint.h"
+#include "cleave/runtime/files.h"
 #include "cleave/runtime/safetensors.h"
 #include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
@@ -415,8 +416,11 @@ rt::Status readExportGraph(const ExportSource &src, onnx::ModelProto *model) {
   if (src.modelFile.empty())
     return rt::Status::error(src.what +
                              " carries no model graph to export into");
-  llvm::SmallString<256> modelPath(src.dir);
-  llvm::sys::path::append(modelPath, src.modelFile);
+  std::string modelPath;
+  if (rt::Status s = rt::resolveStoredName(src.dir, src.modelFile, src.what,
+                                           "the model copy", &modelPath);
+      !s)
+    return s;
   const pb::FileDigest *digest = nullptr;
   for (const pb::FileDigest &d : src.files)
     if (d.path() == src.modelFile)

@@ -71,7 +71,9 @@ rt::Status loadModel(MLIRContext &ctx, const std::string &path,
     *result = mlir::cleave::OnnxModel::load(path, error);
     return *result ? rt::Status::ok() : rt::Status::error(error);
   }
-  *result = mlir::cleave::loadTorchScript(&ctx, path, options.inputs, error);
+  *result = mlir::cleave::loadTorchScript(
+      &ctx, path, options.inputs, error,
+      mlir::cleave::TorchIsolation::Subprocess, options.maxArchiveBytes);
   if (!*result)
     return rt::Status::error(error);
   // Parameters with requires_grad=False are not trained.
@@ -151,6 +153,27 @@ static void recordConfig(const CompileOptions &o,
 /// each), keeps the chosen one's module in \p module and program in \p plan,
 /// records the candidates in the plan, and sets \p mesh's and \p train's
 /// dp, tp and zero to the choice.
+/// The largest dimension of any float argument of main that is not a data
+/// input (the weights and buffers): tp past it splits no weight over all
+/// its ranks, and each rank would still be written its own weights file.
+/// 0 when the model has none.
+static int64_t widestWeightDim(OwningOpRef<ModuleOp> &module) {
+  auto main = module->lookupSymbol<func::FuncOp>("main");
+  int64_t widest = 0;
+  if (!main)
+    return 0;
+  for (BlockArgument arg : main.getArguments()) {
+    if (main.getArgAttr(arg.getArgNumber(), mlir::cleave::kInputAttr))
+      continue;
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type || !isa<FloatType>(type.getElementType()))
+      continue;
+    for (int64_t d : type.getShape())
+      widest = std::max(widest, d);
+  }
+  return widest;
+}
+
 static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
                                 const CompileOptions &o,
                                 mlir::cleave::TrainStepOptions &train,
@@ -161,8 +184,14 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
         "give either --devices (the compiler chooses the mesh) or --tp, "
         "--mesh and --zero, not both");
   std::map<std::tuple<int64_t, int64_t, int64_t>, OwningOpRef<ModuleOp>> copies;
+  int64_t widest = widestWeightDim(module);
   auto compile = [&](const MeshTrial &trial, ::cleave::plan::Program &program,
                      std::string &error) {
+    if (widest > 0 && trial.tp > widest) {
+      error = "more tp ranks than the widest weight dimension (" +
+              std::to_string(widest) + ") can be split over";
+      return false;
+    }
     mlir::cleave::TrainStepOptions t = train;
     t.dp = trial.dp;
     t.tp = trial.tp;
@@ -210,6 +239,7 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   options.seed = o.seed;
   options.frozen.assign(o.freeze.begin(), o.freeze.end());
   options.scalarParameters = o.scalarParameters;
+  options.maxArchiveBytes = o.maxArchiveBytes;
   std::unique_ptr<mlir::cleave::OnnxModel> model;
   if (rt::Status s = loadModel(ctx, o.model, o.inputs, options, &model); !s)
     return s;
@@ -229,6 +259,12 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   if (o.devices > 0) {
     if (rt::Status s = chooseMeshFor(ctx, module, o, train, plan, mesh); !s)
       return s;
+  } else if (int64_t widest = widestWeightDim(module);
+             widest > 0 && o.tp > widest) {
+    return rt::Status::error(
+        "--tp " + std::to_string(o.tp) + " is more ranks than the widest "
+        "weight dimension of '" + o.model + "' (" + std::to_string(widest) +
+        ") can be split over: use at most --tp " + std::to_string(widest));
   } else if (failed(mlir::cleave::compileTrainStep(*module, train,
                                                    *plan.add_programs()))) {
     return rt::Status::error("");

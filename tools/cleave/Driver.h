@@ -54,6 +54,9 @@ struct CompileOptions {
   /// --link, --node-size, --device-tflops: what --devices costs against.
   Topology topology;
   std::string planFile, weightsFile;
+  /// --max-archive-bytes: a TorchScript archive's inflated-size budget (0:
+  /// OnnxImportOptions' default).
+  uint64_t maxArchiveBytes = 0;
   bool planOnly = false;
   /// --no-fusion: keep attention and cross-entropy as the exporter and the
   /// loss's builder wrote them.

@@ -88,6 +88,12 @@ static cl::opt<std::string> outputPath("o",
                                                 "directory for compile)"),
                                        cl::init("-"), cl::sub(importCmd),
                                        cl::sub(compileCmd));
+static cl::opt<std::string> maxArchiveBytes(
+    "max-archive-bytes",
+    cl::desc("Refuse a TorchScript archive whose records inflate to more "
+             "bytes in all (default: 64 times its size, at least 1 GiB)"),
+    cl::value_desc("BYTES"), cl::sub(importCmd), cl::sub(compileCmd),
+    cl::sub(runCmd));
 static cl::opt<std::string> lossKind("loss",
                                      cl::desc("auto | cross_entropy | mse"),
                                      cl::init("auto"), cl::sub(compileCmd));
@@ -338,10 +344,22 @@ static bool inputFlags(std::map<std::string, std::string> &specs) {
 
 /// Loads MODEL with the --input flags into \p options; false after printing
 /// an error.
+/// --max-archive-bytes as a count; false after printing an error.
+static bool archiveBudget(uint64_t &bytes) {
+  bytes = 0;
+  if (maxArchiveBytes.getNumOccurrences() == 0)
+    return true;
+  if (llvm::StringRef(maxArchiveBytes).getAsInteger(10, bytes) || bytes == 0)
+    return fail("--max-archive-bytes '" + maxArchiveBytes +
+                "' must be a positive number of bytes"),
+           false;
+  return true;
+}
+
 static bool loadModelFlags(MLIRContext &ctx, OnnxImportOptions &options,
                            std::unique_ptr<OnnxModel> &model) {
   std::map<std::string, std::string> specs;
-  if (!inputFlags(specs))
+  if (!inputFlags(specs) || !archiveBudget(options.maxArchiveBytes))
     return false;
   if (rt::Status s =
           ::cleave::tool::loadModel(ctx, modelPath, specs, options, &model);
@@ -360,20 +378,65 @@ static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
   return mlir::cleave::importOnnx(&ctx, *model, options);
 }
 
+/// Writes \p what to \p path ("-": stdout) through \p print: into a
+/// temporary sibling, renamed into place only once complete and flushed,
+/// so that a full disk or a signal leaves the previous file whole and no
+/// temporary behind; a write error is one `cleave: error:` line (LLVM's
+/// streams would report it with report_fatal_error at close).
+static int writeOutput(const std::string &path, const std::string &what,
+                       llvm::function_ref<void(raw_ostream &)> print) {
+  namespace fs = llvm::sys::fs;
+  if (path == "-") {
+    print(llvm::outs());
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      std::string why = llvm::outs().error().message();
+      llvm::outs().clear_error();
+      return fail("cannot write " + what + " to standard output: " + why);
+    }
+    return 0;
+  }
+  if (fs::is_directory(path))
+    return fail("cannot write " + what + " to '" + path +
+                "': it is a directory");
+  llvm::SmallString<256> tmp;
+  int fd;
+  std::string model = path + ".tmp-%%%%%%";
+  if (std::error_code ec = fs::createUniqueFile(model, fd, tmp))
+    return fail("cannot write " + what + " to '" + path + "': " +
+                ec.message());
+  auto cleanup = llvm::make_scope_exit([&] { fs::remove(tmp); });
+  std::error_code failed;
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    print(os);
+    os.flush();
+    if (!os.has_error() && ::fsync(fd) != 0)
+      failed = std::error_code(errno, std::generic_category());
+    os.close();
+    if (os.has_error())
+      failed = os.error();
+    os.clear_error();
+  }
+  if (!failed)
+    failed = fs::rename(tmp, path);
+  if (failed)
+    return fail("cannot write " + what + " to '" + path +
+                "': " + failed.message());
+  cleanup.release();
+  return 0;
+}
+
 static int runImport(MLIRContext &ctx) {
   OnnxImportOptions options;
   std::unique_ptr<OnnxModel> model;
   OwningOpRef<ModuleOp> module = importModel(ctx, options, model);
   if (!module)
     return 1;
-  std::string errorMessage;
-  auto output = openOutputFile(outputPath, &errorMessage);
-  if (!output)
-    return fail(errorMessage);
-  module->print(output->os());
-  output->os() << "\n";
-  output->keep();
-  return 0;
+  return writeOutput(outputPath, "the imported IR", [&](raw_ostream &os) {
+    module->print(os);
+    os << "\n";
+  });
 }
 
 static int runForward(MLIRContext &ctx) {
@@ -623,6 +686,7 @@ static int runCompile(MLIRContext &ctx) {
   if (!meshSpec.empty()) {
     if (tpSize.getNumOccurrences())
       return fail("give either --tp or --mesh, not both");
+    bool seen[2] = {false, false};
     for (llvm::StringRef rest = meshSpec; !rest.empty();) {
       auto [item, tail] = rest.split(',');
       rest = tail;
@@ -632,6 +696,11 @@ static int runCompile(MLIRContext &ctx) {
         return fail("--mesh '" + meshSpec +
                     "' must look like dp=2,tp=4 (axes dp and tp, sizes at "
                     "least 1)");
+      bool &again = seen[axis == "dp" ? 0 : 1];
+      if (again)
+        return fail("--mesh '" + meshSpec + "' gives the axis " + axis +
+                    " twice");
+      again = true;
       (axis == "dp" ? o.dp : o.tp) = n;
     }
   }
@@ -644,6 +713,8 @@ static int runCompile(MLIRContext &ctx) {
     return fail("--zero " + std::to_string(zeroStage) +
                 " shards over the dp axis: give --mesh dp=N (dp=1 shards "
                 "nothing)");
+  if (!archiveBudget(o.maxArchiveBytes))
+    return 1;
   o.planFile = planPath;
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;

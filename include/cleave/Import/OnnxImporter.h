@@ -66,6 +66,10 @@ struct OnnxImportOptions {
   /// temperature or gate). Others are literals of the graph, as exporters
   /// store them; the Python package names the module's 0-d parameters.
   std::vector<std::string> scalarParameters;
+  /// A TorchScript archive's records may inflate to at most this many bytes
+  /// in all (--max-archive-bytes); 0: 64 times the archive's size, at least
+  /// 1 GiB. Checked on the zip directory before libtorch inflates anything.
+  uint64_t maxArchiveBytes = 0;
 };
 
 /// Raw element data of one tensor of the model (an initializer).

@@ -29,12 +29,15 @@ enum class TorchIsolation { Subprocess, InProcess };
 /// Loads the TorchScript module at \p path and translates its forward.
 /// \p inputs fixes input shapes and types (needed where the module does not
 /// record them: scripted modules). On failure returns null and sets \p error
-/// to a message naming the op, its schema and its source line.
+/// to a message naming the op, its schema and its source line. An archive
+/// whose records would inflate past \p maxArchiveBytes (0: 64 times its
+/// size, at least 1 GiB) is refused before libtorch reads it.
 std::unique_ptr<OnnxModel>
 loadTorchScript(MLIRContext *context, const std::string &path,
                 const std::map<std::string, InputSpec> &inputs,
                 std::string &error,
-                TorchIsolation isolation = TorchIsolation::Subprocess);
+                TorchIsolation isolation = TorchIsolation::Subprocess,
+                uint64_t maxArchiveBytes = 0);
 
 /// Whether torch::jit::load on \p path returns (a module or an exception)
 /// rather than crashing; tried in a child process. The fuzzer skips inputs

@@ -442,9 +442,17 @@ LogicalResult oneHot(NodeContext &ctx) {
   FailureOr<SmallVector<double>> depthValue = ctx.constantDoubles(1, "depth");
   if (failed(indices) || failed(values) || failed(depthValue))
     return failure();
-  if (depthValue->size() != 1 || (*depthValue)[0] < 1)
+  if (depthValue->size() != 1)
     return ctx.error() << "depth must be one positive number";
-  int64_t depth = static_cast<int64_t>((*depthValue)[0]);
+  double d = (*depthValue)[0];
+  if (std::isnan(d))
+    return ctx.error() << "depth is NaN";
+  // Converting past int64 is undefined: such a depth is no class count.
+  if (!(d >= 1) || !(d < 9223372036854775808.0))
+    return ctx.error() << "depth must be one positive number that fits in "
+                          "int64, not "
+                       << d;
+  int64_t depth = static_cast<int64_t>(d);
   auto vs = NodeContext::typeOf(*values);
   if (vs.getNumElements() != 2)
     return ctx.error() << "values must hold [off, on]";

@@ -765,6 +765,18 @@ FailureOr<Window> windowNd(NodeContext &ctx, ArrayRef<int64_t> spatial,
                        << " spatial dimensions";
   if (failed(checkWindow(ctx, kernel, strides, dilations, pads)))
     return failure();
+  // Attribute products checked against int64 and the input, before any
+  // size is computed from them (a dilation of 2^62 wrapped to a 0-wide
+  // output).
+  SmallVector<int64_t> extent(n);
+  for (size_t i = 0; i < n; ++i)
+    if (__builtin_mul_overflow(dilations[i], kernel[i] - 1, &extent[i]) ||
+        __builtin_add_overflow(extent[i], 1, &extent[i]) ||
+        extent[i] > int64_t(1) << 40)
+      return ctx.error() << "the window of spatial dimension " << i
+                         << " (kernel " << kernel[i] << ", dilation "
+                         << dilations[i]
+                         << ") spans more than any input can hold";
   std::string autoPad = ctx.attrString("auto_pad", "NOTSET");
   w.ceil = ctx.attrInt("ceil_mode", 0) != 0;
   if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
@@ -782,6 +794,22 @@ FailureOr<Window> windowNd(NodeContext &ctx, ArrayRef<int64_t> spatial,
     std::fill(pads.begin(), pads.end(), 0);
   } else if (autoPad != "NOTSET") {
     return ctx.error() << "unknown auto_pad '" << autoPad << "'";
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int64_t padded;
+    if (__builtin_add_overflow(spatial[i], pads[i], &padded) ||
+        __builtin_add_overflow(padded, pads[n + i], &padded))
+      return ctx.error() << "pads " << pads[i] << " and " << pads[n + i]
+                         << " of spatial dimension " << i
+                         << " do not fit in int64";
+    // No output at all (ceil_mode's last window may start in the input and
+    // overhang it).
+    if (spatial[i] >= 0 &&
+        extent[i] - (w.ceil ? strides[i] - 1 : 0) > padded)
+      return ctx.error() << "the window of spatial dimension " << i
+                         << " spans " << extent[i] << " (kernel " << kernel[i]
+                         << ", dilation " << dilations[i]
+                         << "), more than the padded input's " << padded;
   }
   w.kernel.assign(kernel.begin(), kernel.end());
   w.strides = strides;

@@ -38,6 +38,8 @@ public:
   /// The model's default-domain opset.
   const int64_t opset;
   ImplicitLocOpBuilder &b;
+  /// Whether error() has reported this node already.
+  bool reported = false;
 
   // --- Inputs --------------------------------------------------------------
   unsigned numInputs() const { return node.input_size(); }
@@ -110,6 +112,7 @@ public:
 
   // --- Errors --------------------------------------------------------------
   /// An error diagnostic prefixed with the node's name, op and opset.
+  /// An error about this node (the first one only is reported).
   InFlightDiagnostic error();
 
   // --- Building helpers ----------------------------------------------------
@@ -214,10 +217,12 @@ Type computeTypeOf(Type storage);
 Type computeTypeFromOnnx(MLIRContext *context, int32_t dataType);
 /// Why a float64 tensor is refused (float64 computes in f32).
 inline constexpr const char *kBeyondF32 =
-    "holds float64 values beyond float32's range, in which Cleave computes "
-    "float64 models: this form is not supported";
+    "holds float64 values beyond float32's range (above 3.4e38, or not 0 "
+    "and below 1.2e-38 in magnitude), in which Cleave computes float64 "
+    "models: this form is not supported";
 /// \p attr in its compute type (exact, but float64 rounds to f32;
-/// \p overflow says whether a finite value became infinite).
+/// \p overflow says whether a finite value became infinite, or a
+/// float64 one other than 0 fell below float32's normal range).
 DenseElementsAttr toComputeType(DenseElementsAttr attr,
                                 bool *overflow = nullptr);
 /// Decodes an ONNX tensor (inline data only) into an attribute of its

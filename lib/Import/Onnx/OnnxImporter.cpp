@@ -575,6 +575,10 @@ public:
                      Location loc);
   /// The storage element type of values that have one (computeTypeOf).
   llvm::StringMap<Type> storageTypes;
+  /// Nodes imported from subgraphs so far (If branches, each unrolled
+  /// iteration of each Loop, nested ones included): bounded, so the IR
+  /// stays within a multiple of the file however loops nest.
+  int64_t subgraphNodes = 0;
 
   MLIRContext *context;
   const OnnxModel &model;
@@ -1115,8 +1119,14 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
       func::FuncOp::create(loc, "main", builder.getFunctionType(argTypes, {}));
   module->push_back(func);
   Block *entry = func.addEntryBlock();
+  // All at once: setArgAttr makes a new array of every argument's
+  // dictionary each call, so a model of N initializers took N^2 memory.
+  SmallVector<DictionaryAttr> argAttrs;
+  for (auto &arg : argNames)
+    argAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        arg.first, builder.getStringAttr(arg.second))));
+  func.setAllArgAttrs(argAttrs);
   for (auto [i, arg] : llvm::enumerate(argNames)) {
-    func.setArgAttr(i, arg.first, builder.getStringAttr(arg.second));
     values[arg.second] = entry->getArgument(i);
     auto k = options.knownInputs.find(arg.second);
     if (k != options.knownInputs.end()) {
@@ -1174,11 +1184,14 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   }
   func::ReturnOp::create(builder, loc, results);
   func.setType(builder.getFunctionType(entry->getArgumentTypes(), resultTypes));
-  for (auto [i, out] : llvm::enumerate(graph.output()))
-    func.setResultAttr(i, kOutputAttr, builder.getStringAttr(out.name()));
-  for (auto [i, update] : llvm::enumerate(bufferUpdates))
-    func.setResultAttr(graph.output_size() + i, kBufferAttr,
-                       builder.getStringAttr(update.first));
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (const auto &out : graph.output())
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        kOutputAttr, builder.getStringAttr(out.name()))));
+  for (const auto &update : bufferUpdates)
+    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
+        kBufferAttr, builder.getStringAttr(update.first))));
+  func.setAllResultAttrs(resultAttrs);
   if (failed(verify(*module)))
     return nullptr;
   return module;
@@ -1200,8 +1213,15 @@ InFlightDiagnostic NodeContext::error() {
   std::string label = node.name().empty()
                           ? (node.output_size() ? node.output(0) : "")
                           : node.name();
-  return emitError(b.getLoc()) << "node '" << label << "' (" << node.op_type()
-                               << ", opset " << opset << "): ";
+  InFlightDiagnostic diag = emitError(b.getLoc())
+                            << "node '" << label << "' (" << node.op_type()
+                            << ", opset " << opset << "): ";
+  // A node is refused with its first error: handlers that read several
+  // inputs before checking any would otherwise print one line for each.
+  if (reported)
+    diag.abandon();
+  reported = true;
+  return diag;
 }
 
 FailureOr<Value> NodeContext::input(unsigned i) {
@@ -1399,6 +1419,14 @@ const onnx::GraphProto *NodeContext::graphAttr(StringRef name) const {
 FailureOr<SmallVector<OnnxValue>>
 NodeContext::importSubgraph(const onnx::GraphProto &body,
                             ArrayRef<OnnxValue> inputs) {
+  // Three nested Loops of 1,000 iterations each stay under the per-Loop
+  // cap and would import 10^9 nodes.
+  constexpr int64_t kMaxSubgraphNodes = int64_t(1) << 19;
+  graph.subgraphNodes += body.node_size();
+  if (graph.subgraphNodes > kMaxSubgraphNodes)
+    return error() << "unrolls its subgraphs past " << kMaxSubgraphNodes
+                   << " nodes in all (nested Loops multiply their "
+                      "iterations), which are not unrolled";
   if (static_cast<size_t>(body.input_size()) != inputs.size())
     return error() << "its subgraph '" << body.name() << "' takes "
                    << body.input_size() << " inputs, " << inputs.size()

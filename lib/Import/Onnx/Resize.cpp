@@ -321,10 +321,15 @@ LogicalResult resize11(NodeContext &ctx) {
   FailureOr<ResizeSpec> spec = specOf(ctx, /*legacy=*/false);
   if (failed(spec))
     return failure();
+  // One at a time: each failure is an error line, and a node gets one.
   FailureOr<SmallVector<double>> roi = optionalDoubles(ctx, 1, "roi");
+  if (failed(roi))
+    return failure();
   FailureOr<SmallVector<double>> scales = optionalDoubles(ctx, 2, "scales");
+  if (failed(scales))
+    return failure();
   FailureOr<SmallVector<double>> sizes = optionalDoubles(ctx, 3, "sizes");
-  if (failed(roi) || failed(scales) || failed(sizes))
+  if (failed(sizes))
     return failure();
   if (scales->empty() == sizes->empty())
     return ctx.error() << "exactly one of scales and sizes must be given";

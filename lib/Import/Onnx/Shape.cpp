@@ -8,7 +8,11 @@
 
 #include "Cleave/TensorSize.h"
 #include "NodeContext.h"
+#include <array>
 #include <cmath>
+#include <limits>
+#include <type_traits>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -577,34 +581,133 @@ LogicalResult constantOfShape(NodeContext &ctx) {
   return success();
 }
 
-LogicalResult range(NodeContext &ctx) {
-  FailureOr<SmallVector<double>> start = ctx.constantDoubles(0, "start");
-  FailureOr<SmallVector<double>> limit = ctx.constantDoubles(1, "limit");
-  FailureOr<SmallVector<double>> delta = ctx.constantDoubles(2, "delta");
-  if (failed(start) || failed(limit) || failed(delta))
-    return failure();
-  if (start->size() != 1 || limit->size() != 1 || delta->size() != 1)
-    return ctx.error() << "start, limit and delta must be scalars";
-  double s = (*start)[0], l = (*limit)[0], d = (*delta)[0];
-  if (d == 0)
+/// Ranges up to this many elements are written as constants (exactly the
+/// values ONNX's reference computes); longer ones are computed from an iota,
+/// so the IR does not grow with the range.
+constexpr int64_t kRangeConstantLimit = 1 << 16;
+
+/// max(ceil((limit - start) / delta), 0) for integer ranges, exact (128-bit:
+/// INT64_MIN..INT64_MAX does not fit in int64); nullopt past int64.
+static std::optional<int64_t> integerRangeCount(int64_t start, int64_t limit,
+                                                int64_t delta) {
+  __int128 span = static_cast<__int128>(limit) - start, d = delta;
+  if ((span > 0) != (d > 0) || span == 0)
+    return 0;
+  __int128 count = span / d + (span % d != 0 ? 1 : 0);
+  if (count > std::numeric_limits<int64_t>::max())
+    return std::nullopt;
+  return static_cast<int64_t>(count);
+}
+
+/// Range's start, limit and delta: one compile-time value each.
+template <typename T>
+static FailureOr<std::array<T, 3>> rangeBounds(NodeContext &ctx) {
+  std::array<T, 3> out;
+  const char *names[] = {"start", "limit", "delta"};
+  for (unsigned i = 0; i < 3; ++i) {
+    FailureOr<SmallVector<T>> v;
+    if constexpr (std::is_same_v<T, double>)
+      v = ctx.constantDoubles(i, names[i]);
+    else
+      v = ctx.constantInts(i, names[i]);
+    if (failed(v))
+      return failure();
+    if (v->size() != 1)
+      return ctx.error() << "start, limit and delta must be scalars";
+    out[i] = (*v)[0];
+  }
+  if (out[2] == 0)
     return ctx.error() << "delta is 0";
-  int64_t count =
-      std::max<int64_t>(static_cast<int64_t>(std::ceil((l - s) / d)), 0);
-  Type element = ctx.constantInput(0)->getElementType();
-  auto type = RankedTensorType::get({count}, element);
+  return out;
+}
+
+LogicalResult range(NodeContext &ctx) {
+  std::optional<DenseElementsAttr> first = ctx.constantInput(0);
+  if (!first)
+    return ctx.error() << "input 'start' must be a compile-time constant";
+  Type element = first->getElementType();
+  bool isFloat = isa<FloatType>(element);
+  std::optional<int64_t> count;
+  double s = 0, d = 0;
+  int64_t si = 0, di = 0;
+  if (isFloat) {
+    FailureOr<std::array<double, 3>> b = rangeBounds<double>(ctx);
+    if (failed(b))
+      return failure();
+    auto [start, limit, delta] = *b;
+    s = start, d = delta;
+    if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+      return ctx.error() << "start, limit and delta must be finite (" << start
+                         << ", " << limit << ", " << delta << ")";
+    double n = std::ceil((limit - start) / delta);
+    // 2^63 is the first double past int64.
+    if (!(n < 9223372036854775808.0))
+      return ctx.error() << "has " << n << " elements (start " << start
+                         << ", limit " << limit << ", delta " << delta
+                         << "), more than fit in memory";
+    count = std::max<int64_t>(static_cast<int64_t>(n), 0);
+  } else {
+    FailureOr<std::array<int64_t, 3>> b = rangeBounds<int64_t>(ctx);
+    if (failed(b))
+      return failure();
+    auto [start, limit, delta] = *b;
+    si = start, di = delta;
+    count = integerRangeCount(start, limit, delta);
+    if (!count)
+      return ctx.error() << "has more elements than fit in memory (start "
+                         << start << ", limit " << limit << ", delta " << delta
+                         << ")";
+  }
+  if (!checkedByteCount({*count}, elementByteSize(element)))
+    return ctx.error() << "has " << *count
+                       << " elements, more than fit in memory";
+  auto type = RankedTensorType::get({*count}, element);
+  if (*count > kRangeConstantLimit) {
+    // start + i * delta, in the element type (i in int64 first: exact).
+    Type i64 = ctx.b.getI64Type();
+    Value i = IotaOp::create(ctx.b, RankedTensorType::get({*count}, i64),
+                             ctx.b.getI64IntegerAttr(0));
+    Value iv = element == i64 ? i : CastOp::create(ctx.b, type, i).getResult();
+    auto scalar = [&](double f, int64_t n) -> Value {
+      if (isFloat)
+        return ctx.splat(element, {1}, f);
+      auto one = RankedTensorType::get({1}, element);
+      return ConstantOp::create(
+          ctx.b, DenseElementsAttr::get(
+                     one, ctx.b.getIntegerAttr(
+                              element, APInt(element.getIntOrFloatBitWidth(),
+                                             static_cast<uint64_t>(n),
+                                             /*isSigned=*/true,
+                                             /*implicitTrunc=*/true))));
+    };
+    Value y = AddOp::create(ctx.b, MulOp::create(ctx.b, iv, scalar(d, di)),
+                            scalar(s, si));
+    ctx.setOutput(0, y);
+    return success();
+  }
   DenseElementsAttr attr;
   if (element.isF32()) {
     SmallVector<float> v;
-    for (int64_t i = 0; i < count; ++i)
+    for (int64_t i = 0; i < *count; ++i)
       v.push_back(static_cast<float>(s + i * d));
     attr = DenseElementsAttr::get(type, ArrayRef(v));
+  } else if (element.isF64()) {
+    SmallVector<double> v;
+    for (int64_t i = 0; i < *count; ++i)
+      v.push_back(s + i * d);
+    attr = DenseElementsAttr::get(type, ArrayRef(v));
+  } else if (isFloat) {
+    return ctx.error() << "a Range of " << element << " is not supported";
   } else {
     SmallVector<APInt> v;
     unsigned width = element.getIntOrFloatBitWidth();
-    for (int64_t i = 0; i < count; ++i)
+    // Two's complement wraps as ONNX's reference does in its type.
+    for (int64_t i = 0; i < *count; ++i)
       v.push_back(APInt(width,
-                        static_cast<int64_t>(s) + i * static_cast<int64_t>(d),
-                        /*isSigned=*/true));
+                        static_cast<uint64_t>(si) +
+                            static_cast<uint64_t>(i) *
+                                static_cast<uint64_t>(di),
+                        /*isSigned=*/true, /*implicitTrunc=*/true));
     attr = DenseElementsAttr::get(type, v);
   }
   ctx.setOutput(0, ConstantOp::create(ctx.b, attr));

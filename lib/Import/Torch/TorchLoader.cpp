@@ -164,7 +164,7 @@ uint64_t le(const unsigned char *p, int bytes) {
 /// finding). Every record of the central directory must fit in the file as
 /// stored (torch.jit.save's way) or as deflate could expand it (at most
 /// 1032:1). Returns the first problem, or "" when the directory is sound.
-std::string zipDirectoryProblem(std::FILE *f) {
+std::string zipDirectoryProblem(std::FILE *f, uint64_t maxInflated) {
   if (::fseeko(f, 0, SEEK_END) != 0)
     return "cannot be read";
   uint64_t fileSize = static_cast<uint64_t>(::ftello(f));
@@ -204,6 +204,12 @@ std::string zipDirectoryProblem(std::FILE *f) {
   std::vector<unsigned char> cd(cdSize);
   if (cdSize && !readAt(f, cdOffset, cd.data(), cdSize))
     return "cannot be read";
+  if (maxInflated == 0)
+    maxInflated = std::max<uint64_t>(uint64_t(1) << 30,
+                                     fileSize > (uint64_t(1) << 57)
+                                         ? UINT64_MAX
+                                         : fileSize * 64);
+  uint64_t inflated = 0;
   size_t at = 0;
   for (uint64_t n = 0; n < entries; ++n) {
     if (cdSize - at < 46 || le(&cd[at], 4) != 0x02014b50)
@@ -246,6 +252,13 @@ std::string zipDirectoryProblem(std::FILE *f) {
       return "has a record '" + name + "' that claims " +
              std::to_string(uncomp) + " bytes (" + std::to_string(comp) +
              " stored) in a file of " + std::to_string(fileSize);
+    // Each record may be plausible and all of them together a bomb (four
+    // records of 2 GB in 8 MB): libtorch inflates every one it reads.
+    if (__builtin_add_overflow(inflated, uncomp, &inflated) ||
+        inflated > maxInflated)
+      return "inflates to more than " + std::to_string(maxInflated) +
+             " bytes in all (" + std::to_string(fileSize) +
+             " stored; --max-archive-bytes raises the limit)";
     at += 46 + nameLen + extraLen + commentLen;
   }
   return "";
@@ -253,7 +266,8 @@ std::string zipDirectoryProblem(std::FILE *f) {
 
 /// Refuses what is not a TorchScript archive, or one whose zip directory
 /// libtorch must not be given (zipDirectoryProblem), with one error.
-bool checkArchive(const std::string &path, std::string &error) {
+bool checkArchive(const std::string &path, std::string &error,
+                  uint64_t maxInflated = 0) {
   std::FILE *f = std::fopen(path.c_str(), "rb");
   if (!f)
     return true; // libtorch words the missing file
@@ -269,7 +283,7 @@ bool checkArchive(const std::string &path, std::string &error) {
             "archive; an ONNX model must be named .onnx)";
     return false;
   }
-  std::string problem = zipDirectoryProblem(f);
+  std::string problem = zipDirectoryProblem(f, maxInflated);
   std::fclose(f);
   if (problem.empty())
     return true;
@@ -305,8 +319,9 @@ bool mlir::cleave::libtorchSurvivesLoading(const std::string &path) {
 std::unique_ptr<OnnxModel>
 mlir::cleave::loadTorchScript(MLIRContext *, const std::string &path,
                               const std::map<std::string, InputSpec> &inputs,
-                              std::string &error, TorchIsolation isolation) {
-  if (!checkArchive(path, error))
+                              std::string &error, TorchIsolation isolation,
+                              uint64_t maxArchiveBytes) {
+  if (!checkArchive(path, error, maxArchiveBytes))
     return nullptr;
   std::string specs;
   for (const auto &[name, spec] : inputs) {

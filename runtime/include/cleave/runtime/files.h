@@ -31,6 +31,29 @@ Status openRegularFile(const std::string &path, const std::string &what,
 /// Checks that \p path is a regular file that can be opened for reading.
 Status checkReadable(const std::string &path, const std::string &what);
 
+/// Checks that files can be made in folder \p dir (or, while it does not
+/// exist, in its nearest existing ancestor, where it would be made): a
+/// probe file is created and removed, so a read-only mount, an immutable
+/// folder or a full inode table is found before the first step, not
+/// after an hour of training. \p what names the flag ("--dump").
+Status checkWritableDir(const std::string &dir, const std::string &what);
+
+/// Checks \p name, a file name stored inside \p container (a bundle plan,
+/// a checkpoint index) for \p entry ("the weights of rank 0"), by
+/// onnxruntime's rule for external data: not empty, relative, no "..", no
+/// leading "~". The file that stores a name may come from someone else and
+/// must not make Cleave read, train from or hand back any other file.
+Status checkStoredName(const std::string &name, const std::string &container,
+                       const std::string &entry);
+
+/// \p name (as checkStoredName) resolved inside folder \p dir: its real
+/// path must lie in \p dir's real path (no symbolic link leading out). Sets
+/// \p full to the joined path; opening it (openRegularFile) then refuses a
+/// folder or a FIFO in the file's place.
+Status resolveStoredName(const std::string &dir, const std::string &name,
+                         const std::string &container,
+                         const std::string &entry, std::string *full);
+
 } // namespace cleave::rt
 
 #endif // CLEAVE_RUNTIME_FILES_H

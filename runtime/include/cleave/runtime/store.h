@@ -167,6 +167,20 @@ private:
   std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;
 };
 
+/// Checks every file name a store's table lists (each slice's file, each
+/// digest's path, the model copy \p modelFile) with checkStoredName, so a
+/// plan or checkpoint index from someone else is refused as it is loaded,
+/// naming \p container and the entry, before any work.
+Status checkStoredNames(
+    const google::protobuf::RepeatedPtrField<plan::TensorEntry> &tensors,
+    const google::protobuf::RepeatedPtrField<plan::FileDigest> &files,
+    const std::string &modelFile, const std::string &container);
+
+/// Stops libprotobuf from printing its own lines (a string field of a
+/// corrupt plan that is not UTF-8 logs an ERROR on stderr before the parse
+/// fails): the caller words the failure as one `cleave: error:` line.
+void quietProtobufLogs();
+
 /// Writes \p bytes to \p path atomically (temporary file, fsync, rename).
 Status writeFileAtomic(const std::string &path, const std::string &bytes);
 

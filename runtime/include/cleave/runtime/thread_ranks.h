@@ -39,11 +39,19 @@ public:
   /// failed first, prefixed "rank K: ". After a failure the mesh is
   /// unusable (its ranks may be mid-step).
   Status run(const std::function<Status(int rank)> &work);
+  /// As run, for work whose every failure the ranks agree on before they
+  /// return (a checkpoint: each phase ends in an all-reduce of the ranks'
+  /// outcomes). No rank is aborted early; when every rank failed, the mesh
+  /// is left usable (nothing is mid-step), and only ranks that disagree
+  /// leave it broken.
+  Status runAgreed(const std::function<Status(int rank)> &work);
   /// Whether a run failed (and the mesh is unusable).
   bool broken() const { return broken_; }
 
 private:
   ThreadRanks() = default;
+  /// body(rank) on every rank's thread (rank 0 the caller's); waits for all.
+  void onEveryRank(const std::function<void(int rank)> &body);
   std::vector<std::unique_ptr<Communicator>> comms_;
   bool broken_ = false;
 };

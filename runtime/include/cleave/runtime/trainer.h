@@ -137,6 +137,11 @@ public:
   /// Replaces model tensor \p name with \p value (whole; every rank gets
   /// its slice). The optimizer state is kept. Every rank calls it.
   Status writeTensor(const std::string &name, const HostTensor &value);
+  /// Whether writeTensor(\p name, \p value) would be refused (an unknown
+  /// name, another shape or dtype), checked on this rank alone and touching
+  /// nothing, so a caller can refuse a write before any rank starts it.
+  Status checkTensorWrite(const std::string &name,
+                          const HostTensor &value) const;
   /// The model's parameters and buffers (names as the model gives them),
   /// in the bundle's order, and whether each is trained.
   std::vector<std::pair<std::string, bool>> tensorNames() const;
