@@ -350,6 +350,10 @@ class Model:
         except (OSError, shutil.Error) as e:
             raise file_error(f"cannot save a checkpoint in '{directory}'",
                              e) from None
+        except FileError:
+            raise
+        except Error as e:  # the ranks' writes (a full disk, say)
+            raise FileError(str(e)) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return os.path.join(directory, "checkpoints",

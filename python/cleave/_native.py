@@ -56,6 +56,14 @@ for _cls in (ArgumentError, ArgumentTypeError, FileError):
 
 def file_error(what: str, e: BaseException) -> "FileError":
     """\p e (an OSError or shutil.Error) as one FileError naming \p what."""
+    import shutil
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) \
+            and e.args[0] and len(e.args[0][0]) == 3:
+        # copytree's list of (source, target, why): the first failure.
+        why = str(e.args[0][0][2])
+        if why.startswith("[Errno") and "] " in why:
+            why = why[why.index("] ") + 2:]
+        return FileError(f"{what}: {why}")
     detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     if isinstance(e, OSError) and e.filename:
         detail = f"{detail}: '{e.filename}'"

@@ -712,6 +712,10 @@ def main():
             continue
         why = check(case, r, before, snapshot(a.work), own)
         untrusted.unmount_all()
+        if not why and not stat.S_ISCHR(os.stat(os.devnull).st_mode):
+            # An output written by renaming a temporary onto its path would
+            # put a regular file where the device was (-o /dev/null).
+            why = "%s is no longer a character device" % os.devnull
         if why:
             failures.append("%s / %s: %s" % (case.area, case.name, why))
         elif a.v:

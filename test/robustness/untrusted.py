@@ -316,6 +316,8 @@ def cases(F, U, W, add, copy_of, write):
     # --- writes that keep the user's files -------------------------------------
     add("import", "-o a folder", c + ["import", F.mlp, *x, "-o", F.mine],
         r"cannot write the imported IR to '.*mine': it is a directory")
+    add("import", "-o /dev/null writes into the device", c + ["import", F.mlp, *x, "-o",
+        os.devnull], "", ok=True)
     add("import", "-o in a missing folder", c + ["import", F.mlp, *x, "-o",
         W("nowhere", "out.mlir")], r"cannot write the imported IR to '.*nowhere/out\.mlir'")
     if U.tmpfs:
@@ -418,6 +420,14 @@ def cases(F, U, W, add, copy_of, write):
                 ("timeout_negative", None, r"timeout must be a positive number"),
                 ("freeze_string", None, r"freeze must be a list")):
             add("python", name, py(name), expect, env=env, prepare=prepare)
+        if U.tmpfs:
+            def earlier_on_full_disk():
+                mount(W("disk"), "1m")
+                copy_of(os.path.join(U.py_fx, "ckpt"), W("disk", "ckpt"))
+                fill_up(W("disk"))
+            add("python", "save_on_full_disk", py("save_on_full_disk"),
+                r"cannot save a checkpoint in '.*disk/ckpt': No space left on device",
+                env=env, prepare=earlier_on_full_disk)
 
 
 class RunsCode:

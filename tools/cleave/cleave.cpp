@@ -399,9 +399,33 @@ static int writeOutput(const std::string &path, const std::string &what,
   if (fs::is_directory(path))
     return fail("cannot write " + what + " to '" + path +
                 "': it is a directory");
+  // The file a link names is the one replaced; a device or a FIFO
+  // (/dev/null, a pipe) is written in place: a rename would put a regular
+  // file where the device was.
+  llvm::SmallString<256> target(path);
+  if (fs::exists(path)) {
+    if (std::error_code ec = fs::real_path(path, target))
+      return fail("cannot write " + what + " to '" + path +
+                  "': " + ec.message());
+    if (!fs::is_regular_file(target)) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(path, ec, fs::OF_None);
+      if (!ec) {
+        print(os);
+        os.close();
+        if (os.has_error())
+          ec = os.error();
+        os.clear_error();
+      }
+      if (ec)
+        return fail("cannot write " + what + " to '" + path +
+                    "': " + ec.message());
+      return 0;
+    }
+  }
   llvm::SmallString<256> tmp;
   int fd;
-  std::string model = path + ".tmp-%%%%%%";
+  std::string model = std::string(target) + ".tmp-%%%%%%";
   if (std::error_code ec = fs::createUniqueFile(model, fd, tmp))
     return fail("cannot write " + what + " to '" + path + "': " +
                 ec.message());
@@ -419,7 +443,7 @@ static int writeOutput(const std::string &path, const std::string &what,
     os.clear_error();
   }
   if (!failed)
-    failed = fs::rename(tmp, path);
+    failed = fs::rename(tmp, target);
   if (failed)
     return fail("cannot write " + what + " to '" + path +
                 "': " + failed.message());

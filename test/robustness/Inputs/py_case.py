@@ -78,6 +78,12 @@ def scenarios(fx, w):
         refused_then_usable(m, lambda: m.save_checkpoint(
             os.path.join(w, "notes.txt")), OSError)
 
+    def save_on_full_disk():
+        # w/disk is a full disk holding an earlier checkpoint: it stays.
+        m = model()
+        refused_then_usable(m, lambda: m.save_checkpoint(
+            os.path.join(w, "disk", "ckpt")), cleave.FileError)
+
     def load_state_dict_wrong_shape():
         m = model()
         state = m.state_dict()
@@ -138,7 +144,7 @@ def scenarios(fx, w):
         model(freeze="0.weight")
 
     return {f.__name__: f for f in (
-        resume, save_over_user_folder, save_onto_file,
+        resume, save_over_user_folder, save_onto_file, save_on_full_disk,
         load_state_dict_wrong_shape, load_state_dict_second_bad,
         load_state_dict_unexpected, step_wrong_shape, example_inputs_list,
         zero_word, seed_word, timeout_negative, freeze_string)}

@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 #include "cleave/runtime/comm.h"
+#include "cleave/runtime/thread_ranks.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -380,3 +381,41 @@ TEST(Launch, MissingMpirunIsAClearError) {
 }
 
 } // namespace
+
+namespace cleave::rt {
+namespace {
+
+TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
+  std::unique_ptr<ThreadRanks> ranks;
+  ASSERT_TRUE(ThreadRanks::create(3, 10, &ranks));
+  // Every rank refuses alike (a checkpoint onto a full disk): the mesh stays.
+  Status s = ranks->runAgreed(
+      [](int) { return Status::error("no space left on device"); });
+  EXPECT_EQ(s.message(), "rank 0: no space left on device");
+  EXPECT_FALSE(ranks->broken());
+  std::vector<float> sums(3);
+  ASSERT_TRUE(ranks->run([&](int r) {
+    float v = static_cast<float>(r + 1);
+    Status st = ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+    sums[r] = v;
+    return st;
+  }));
+  EXPECT_EQ(sums, std::vector<float>(3, 6.0f));
+  // The message is the cause's, not an echo of another rank's failure.
+  s = ranks->runAgreed([](int r) {
+    return Status::error(r == 2 ? "the disk is full"
+                                : "another rank failed to write");
+  });
+  EXPECT_EQ(s.message(), "rank 2: the disk is full");
+  EXPECT_FALSE(ranks->broken());
+  // Ranks that disagree may be mid-collective: the mesh is broken.
+  s = ranks->runAgreed([](int r) {
+    return r == 1 ? Status::error("only me") : Status::ok();
+  });
+  EXPECT_EQ(s.message(), "rank 1: only me");
+  EXPECT_TRUE(ranks->broken());
+  EXPECT_FALSE(ranks->run([](int) { return Status::ok(); }));
+}
+
+} // namespace
+} // namespace cleave::rt

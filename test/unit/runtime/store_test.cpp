@@ -2,6 +2,7 @@
 //------===//
 
 #include "cleave/runtime/data.h"
+#include "cleave/runtime/files.h"
 #include "cleave/runtime/safetensors.h"
 #include "cleave/runtime/store.h"
 
@@ -304,6 +305,38 @@ TEST(Store, SegmentsJoinIntoTheModelTensor) {
 
 std::vector<int64_t> ids(const HostTensor &t) {
   return {t.data<int64_t>(), t.data<int64_t>() + t.numElements()};
+}
+
+TEST(StoredNames, OnlyRelativeNamesInsideTheFolderPass) {
+  for (const char *good : {"rank-0.safetensors", "weights/rank-1.safetensors",
+                           "./model.onnx", "a..b", "..x/y"})
+    EXPECT_TRUE(checkStoredName(good, "plan 'p'", "the file")) << good;
+  for (const char *bad : {"", "/etc/passwd", "~/x", "..", "../x",
+                          "weights/../../x", "a/..", "w/../../../etc/passwd"})
+    EXPECT_FALSE(checkStoredName(bad, "plan 'p'", "the file")) << bad;
+  Status s = checkStoredName("../x.safetensors", "plan 'p'", "the file");
+  EXPECT_EQ(s.message(), "plan 'p' names the file '../x.safetensors', which "
+                         "leads out of its folder");
+}
+
+TEST(StoredNames, LinksLeadingOutAreRefusedWhenResolved) {
+  fs::path dir = scratch("links");
+  fs::create_directories(dir / "bundle" / "weights");
+  std::ofstream(dir / "outside.bin") << "secret";
+  std::ofstream(dir / "bundle" / "weights" / "inside.bin") << "weights";
+  fs::create_symlink(dir / "outside.bin", dir / "bundle" / "out.bin");
+  fs::create_symlink("weights/inside.bin", dir / "bundle" / "in.bin");
+  fs::create_directory_symlink(dir, dir / "bundle" / "up");
+  std::string bundle = (dir / "bundle").string(), full;
+  EXPECT_TRUE(resolveStoredName(bundle, "weights/inside.bin", "b", "f", &full));
+  EXPECT_EQ(full, (dir / "bundle" / "weights" / "inside.bin").string());
+  EXPECT_TRUE(resolveStoredName(bundle, "in.bin", "b", "f", &full));
+  Status out = resolveStoredName(bundle, "out.bin", "b", "the file", &full);
+  EXPECT_EQ(out.message(), "b names the file 'out.bin', which a symbolic "
+                           "link leads out of its folder");
+  EXPECT_FALSE(resolveStoredName(bundle, "up/outside.bin", "b", "f", &full));
+  Status missing = resolveStoredName(bundle, "none.bin", "b", "f", &full);
+  EXPECT_NE(missing.message().find("is missing its file"), std::string::npos);
 }
 
 TEST(Data, TextFeedsIdsAndNextByteLabels) {
