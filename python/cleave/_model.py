@@ -338,6 +338,9 @@ class Model:
             os.makedirs(parent, exist_ok=True)
             tmp = tempfile.mkdtemp(prefix="." + os.path.basename(
                 os.path.abspath(directory)) + ".tmp-", dir=parent)
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 is for its own
         except OSError as e:
             raise file_error(f"cannot save a checkpoint in '{directory}'",
                              e) from None
@@ -435,7 +438,7 @@ _CHECKPOINT_ENTRIES = {"bundle", "checkpoints", _MODULE_JSON, _MODULE_TENSORS,
 
 
 def _is_checkpoint(directory: str) -> bool:
-    """Whether \p directory is one that save_checkpoint wrote."""
+    """Whether directory is one that save_checkpoint wrote."""
     try:
         entries = set(os.listdir(directory))
     except OSError:
@@ -466,7 +469,7 @@ def _check_checkpoint_target(directory: str) -> None:
 
 
 def _replace_folder(new: str, target: str) -> None:
-    """Renames \p new into \p target's place; an earlier \p target moves
+    """Renames new into target's place; an earlier target moves
     aside first and goes once the new one is in."""
     try:
         os.rename(new, target)  # missing or empty: one rename
@@ -538,6 +541,12 @@ def _read_module_files(directory: str) -> Dict[str, tuple]:
 def _open_session(bundle: str, distributed: bool, timeout: float,
                   backend: str, resume: str = "", steps: Optional[int] = None,
                   data: Optional[dict] = None):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not timeout > 0:
+        raise ArgumentError("timeout must be a positive number of seconds, "
+                            f"not {timeout!r}")
+    if not isinstance(backend, str):
+        raise ArgumentTypeError(f"backend must be a string, not {backend!r}")
     o = _cleave.SessionOptions()
     o.bundle = bundle
     o.resume = resume

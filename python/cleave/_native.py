@@ -55,7 +55,7 @@ for _cls in (ArgumentError, ArgumentTypeError, FileError):
 
 
 def file_error(what: str, e: BaseException) -> "FileError":
-    """\p e (an OSError or shutil.Error) as one FileError naming \p what."""
+    """e (an OSError or shutil.Error) as one FileError naming what."""
     import shutil
     if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) \
             and e.args[0] and len(e.args[0][0]) == 3:

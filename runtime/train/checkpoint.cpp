@@ -75,6 +75,36 @@ Status copyFile(const fs::path &from, const fs::path &to) {
   return Status::ok();
 }
 
+/// The index's tensor table (each tensor's slice in each rank's file) and
+/// the digests of the rank files.
+void addRankFiles(const std::vector<StateTensor> &state,
+                  const std::vector<uint64_t> &digests, int parts,
+                  pb::Checkpoint *index) {
+  for (const auto &[entry, value] : state) {
+    pb::TensorEntry *e = index->add_tensors();
+    *e = *entry;
+    e->clear_slices();
+    Split split = splitOf(*e);
+    for (int r = 0; r < parts; ++r) {
+      pb::RankSlice *slice = e->add_slices();
+      slice->set_rank(r);
+      slice->set_file(rankFileName("", r));
+      if (split.isSplit())
+        for (auto [lo, hi] :
+             rankRanges(e->type().shape(split.dim), split, r, parts)) {
+          slice->add_starts(lo);
+          slice->add_ends(hi);
+        }
+    }
+  }
+  for (int r = 0; r < parts; ++r) {
+    pb::FileDigest *d = index->add_files();
+    d->set_path(rankFileName("", r));
+    d->set_size(digests[2 * r]);
+    d->set_crc32(static_cast<uint32_t>(digests[2 * r + 1]));
+  }
+}
+
 } // namespace
 
 namespace {
@@ -185,29 +215,7 @@ Status saveCheckpointImpl(const std::string &root, int64_t step,
       index.add_mesh(parts);
       *index.mutable_train_config() = plan.train_config();
       index.set_data(data);
-      for (const auto &[entry, value] : state) {
-        pb::TensorEntry *e = index.add_tensors();
-        *e = *entry;
-        e->clear_slices();
-        Split split = splitOf(*e);
-        for (int r = 0; r < parts; ++r) {
-          pb::RankSlice *slice = e->add_slices();
-          slice->set_rank(r);
-          slice->set_file(rankFileName("", r));
-          if (split.isSplit())
-            for (auto [lo, hi] :
-                 rankRanges(e->type().shape(split.dim), split, r, parts)) {
-              slice->add_starts(lo);
-              slice->add_ends(hi);
-            }
-        }
-      }
-      for (int r = 0; r < parts; ++r) {
-        pb::FileDigest *d = index.add_files();
-        d->set_path(rankFileName("", r));
-        d->set_size(digests[2 * r]);
-        d->set_crc32(static_cast<uint32_t>(digests[2 * r + 1]));
-      }
+      addRankFiles(state, digests, parts, &index);
       if (!plan.model_file().empty()) {
         std::string model;
         if (Status s = resolveStoredName(bundleDir, plan.model_file(),

@@ -326,6 +326,41 @@ def test_save_checkpoint_and_resume_continue_the_run(tmp_path):
     assert got == want
 
 
+def test_checkpoints_keep_buffers_and_replace_only_their_own(tmp_path):
+    """BatchNorm's statistics and counter live in module.safetensors (no
+    pickle); a second save replaces the first whole; an older Cleave's
+    module.pt is still read, with torch.load(weights_only=True)."""
+    module, batch_fn, loss = models.build("convnet")
+    gen = torch.Generator().manual_seed(11)
+    batches = [batch_fn(gen) for _ in range(3)]
+    example = {k: v for k, v in batches[0].items() if k != "labels"}
+    model = cleave.tensor_parallel(module, example, tp=2, loss=loss)
+    model.step(batches[0])
+    ckpt = str(tmp_path / "ckpt")
+    model.save_checkpoint(ckpt)
+    model.step(batches[1])
+    model.save_checkpoint(ckpt)  # over its own earlier checkpoint
+    assert sorted(os.listdir(ckpt)) == ["bundle", "checkpoints", "module.json",
+                                        "module.safetensors"]
+    assert not [n for n in os.listdir(tmp_path) if n != "ckpt"]
+    want = model.state_dict()
+    resumed = cleave.Model.resume(ckpt)
+    got = resumed.state_dict()
+    assert set(got) == set(want)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+    counters = [k for k in want if k.endswith("num_batches_tracked")]
+    assert counters and all(int(got[k]) == int(want[k]) for k in counters)
+    # The format of earlier sessions: the name map pickled with torch.save.
+    legacy = {k: (kind, v) for k, (kind, v) in resumed._sources.items()}
+    os.remove(os.path.join(ckpt, "module.json"))
+    os.remove(os.path.join(ckpt, "module.safetensors"))
+    torch.save({"sources": legacy}, os.path.join(ckpt, "module.pt"))
+    again = cleave.Model.resume(ckpt)
+    for k, v in again.state_dict().items():
+        assert torch.equal(v, want[k]), k
+
+
 def test_the_offline_path(tmp_path):
     module, batch_fn, loss = models.build("frozen_mlp")
     gen = torch.Generator().manual_seed(10)

@@ -34,6 +34,7 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 #include <atomic>
@@ -429,7 +430,12 @@ static int writeOutput(const std::string &path, const std::string &what,
   if (std::error_code ec = fs::createUniqueFile(model, fd, tmp))
     return fail("cannot write " + what + " to '" + path + "': " +
                 ec.message());
-  auto cleanup = llvm::make_scope_exit([&] { fs::remove(tmp); });
+  // Removed on the way out, also when a signal (Ctrl-C) ends the write.
+  llvm::sys::RemoveFileOnSignal(tmp);
+  auto cleanup = llvm::make_scope_exit([&] {
+    fs::remove(tmp);
+    llvm::sys::DontRemoveFileOnSignal(tmp);
+  });
   std::error_code failed;
   {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
@@ -444,6 +450,7 @@ static int writeOutput(const std::string &path, const std::string &what,
   }
   if (!failed)
     failed = fs::rename(tmp, target);
+  llvm::sys::DontRemoveFileOnSignal(tmp);
   if (failed)
     return fail("cannot write " + what + " to '" + path +
                 "': " + failed.message());
