@@ -35,13 +35,23 @@ $(SAN_BUILD)/build.ninja:
 build-sanitized: deps $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD) -j$(JOBS) $(SAN_TARGETS)
 
-# Everything, then the sanitized runs (they use the regular build's compiler).
+# When this make started: `make test` reports its whole time (setup and
+# builds included) and its ten slowest entries (scripts/test_times.py).
+TEST_START := $(shell date +%s)
+
+# Everything, then the sanitized runs (they use the regular build's compiler);
+# both run even if the first fails, and the exit status is the worse.
 test: build build-sanitized
-	cd $(BUILD) && ctest --output-on-failure
-	$(MAKE) --no-print-directory test-sanitized
+	@status=0; \
+	(cd $(BUILD) && ctest --output-on-failure --output-junit ctest-results.xml) || status=1; \
+	$(MAKE) --no-print-directory test-sanitized || status=1; \
+	/usr/bin/python3 scripts/test_times.py --start $(TEST_START) \
+	  $(BUILD)/ctest-results.xml $(BUILD)/test/lit-results.xml \
+	  $(SAN_BUILD)/ctest-results.xml || true; \
+	exit $$status
 
 test-sanitized: build build-sanitized
-	cd $(SAN_BUILD) && ctest --output-on-failure -R '$(SAN_TESTS)'
+	cd $(SAN_BUILD) && ctest --output-on-failure --output-junit ctest-results.xml -R '$(SAN_TESTS)'
 
 fuzz: build build-sanitized
 	test -d $(SAN_BUILD)/fuzz/seeds || (cd $(SAN_BUILD) && ctest -R '^fuzz-seeds$$')

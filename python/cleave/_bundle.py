@@ -73,7 +73,8 @@ class Bundle:
                         "(compile it again for that mesh)")
         if not isinstance(steps, int) or steps < 1:
             raise Error(f"steps must be a positive integer, not {steps!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        if not isinstance(seed, int) or isinstance(seed, bool) or \
+                not 0 <= seed < 2**64:
             raise ArgumentError(f"seed must be a non-negative integer, not "
                                 f"{seed!r}")
         batches = None

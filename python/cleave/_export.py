@@ -97,7 +97,7 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
         raise bad(f"its header claims {length} bytes")
     try:
         header = json.loads(data[8:8 + length].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise bad("its header is not JSON") from None
     if not isinstance(header, dict):
         raise bad("its header is not a table")
@@ -110,7 +110,7 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
             dtype = np.dtype(kinds[info["dtype"]])
             shape = [int(d) for d in info["shape"]]
             begin, end = (int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise bad(f"tensor '{name}' has no dtype, shape and offsets "
                       "Cleave reads") from None
         count = 1
@@ -122,8 +122,11 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
                 end - begin != count * dtype.itemsize:
             raise bad(f"tensor '{name}' has bytes {begin}..{end}, not the "
                       f"{count * dtype.itemsize} its shape needs in the file")
-        out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(
-            shape).copy()
+        try:
+            out[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(
+                shape).copy()
+        except ValueError as e:  # numpy's limits (at most 64 dimensions)
+            raise bad(f"tensor '{name}': {e}") from None
     return out
 
 

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
@@ -330,52 +331,60 @@ class Model:
         empty folder or an earlier checkpoint, which is replaced whole once
         the new one is complete; a folder of other files is refused. A
         failure (a full disk) leaves what was there and no temporary behind,
-        and the model usable. Returns the step directory."""
+        and the model usable. Under ``distributed=True`` every rank calls
+        it (the ranks write their shards; rank 0 the rest). Returns the step
+        directory."""
         directory = os.fspath(directory)
-        _check_checkpoint_target(directory)
-        parent = os.path.dirname(os.path.abspath(directory))
+        # A link to a folder: the folder it names is the one replaced.
+        target = os.path.realpath(directory) if os.path.islink(directory) \
+            else directory
+        _check_checkpoint_target(target)
+        sources, tensors = self._module_files()  # before anything is written
+        work, swap = _checkpoint_workspace(target, self.steps_done)
+        leader = self._session.rank == 0
+        what = f"cannot save a checkpoint in '{directory}'"
         try:
-            os.makedirs(parent, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix="." + os.path.basename(
-                os.path.abspath(directory)) + ".tmp-", dir=parent)
-            umask = os.umask(0o022)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 is for its own
-        except OSError as e:
-            raise file_error(f"cannot save a checkpoint in '{directory}'",
-                             e) from None
-        try:
-            shutil.copytree(self._bundle, os.path.join(tmp, "bundle"))
+            if leader:
+                shutil.rmtree(work, ignore_errors=True)  # a crashed save's
+            # Collective: every rank writes its shard (rank 0 makes work/).
             written = self._session.save_checkpoint(
-                os.path.join(tmp, "checkpoints"))
-            self._write_module_files(tmp)
-            _replace_folder(tmp, directory)
+                os.path.join(work, "checkpoints"))
+            if leader:
+                _copy_bundle(self._bundle, os.path.join(work, "bundle"))
+                _write_module_files(work, sources, tensors)
+                swap()
         except (OSError, shutil.Error) as e:
-            raise file_error(f"cannot save a checkpoint in '{directory}'",
-                             e) from None
+            raise file_error(what, e) from None
         except FileError:
             raise
         except Error as e:  # the ranks' writes (a full disk, say)
             raise FileError(str(e)) from None
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if leader:
+                shutil.rmtree(work, ignore_errors=True)
         return os.path.join(directory, "checkpoints",
                             os.path.basename(written))
 
-    def _write_module_files(self, directory: str) -> None:
+    def _module_files(self):
+        """module.json's map and module.safetensors' tensors (bfloat16 kept
+        as its bits, which numpy cannot hold as floats)."""
+        import torch
         sources, tensors = {}, {}
         for key, (kind, value) in self._sources.items():
             if kind == "bundle":
                 sources[key] = {"kind": "bundle", "name": value}
-            else:
-                sources[key] = {"kind": kind, "tensor": key}
-                tensors[key] = to_numpy(value, f"'{key}'")
-        write_safetensors(os.path.join(directory, _MODULE_TENSORS), tensors)
-        with open(os.path.join(directory, _MODULE_JSON), "w") as f:
-            json.dump({"format": _MODULE_FORMAT, "sources": sources}, f,
-                      indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+                continue
+            sources[key] = {"kind": kind, "tensor": key}
+            if isinstance(value, torch.Tensor) and \
+                    value.dtype == torch.bfloat16:
+                sources[key]["dtype"] = "bfloat16"
+                value = value.detach().cpu().view(torch.int16)
+            a = to_numpy(value, f"'{key}'")
+            if str(a.dtype) not in _STORABLE:
+                raise Error(f"cannot checkpoint '{key}': its dtype {a.dtype} "
+                            "has no safetensors form Cleave writes")
+            tensors[key] = a
+        return sources, tensors
 
     @classmethod
     def resume(cls, directory: str, *, distributed: bool = False,
@@ -443,6 +452,8 @@ def _is_checkpoint(directory: str) -> bool:
         entries = set(os.listdir(directory))
     except OSError:
         return False
+    # A save cut short inside a mount point leaves its work folder.
+    entries = {e for e in entries if not e.startswith(".cleave-")}
     return entries <= _CHECKPOINT_ENTRIES and \
         (_MODULE_JSON in entries or "module.pt" in entries) and \
         os.path.isfile(os.path.join(directory, "bundle", "plan.pb"))
@@ -461,11 +472,76 @@ def _check_checkpoint_target(directory: str) -> None:
     except OSError as e:
         raise file_error(f"cannot save a checkpoint in '{directory}'",
                          e) from None
+    # A mount point's own lost+found is the file system's, not the user's.
+    entries = [e for e in entries if not (e == "lost+found" and
+                                          os.path.ismount(directory))]
     if entries and not _is_checkpoint(directory):
         raise FileError(f"cannot save a checkpoint in '{directory}': it "
                         "holds files that are not a Cleave checkpoint "
                         f"('{sorted(entries)[0]}'); save_checkpoint replaces "
                         "only its own earlier checkpoint or an empty folder")
+
+
+_STORABLE = {"float32", "float64", "float16", "int64", "int32", "int16",
+             "int8", "uint8", "bool"}
+
+
+def _checkpoint_workspace(target: str, step: int):
+    """Where save_checkpoint builds the new checkpoint, and how it swaps it
+    in: beside the target, renamed over it whole; or, for a mount point or
+    under a parent Cleave cannot write, inside it, entry by entry. The name
+    is the same on every rank (they write their shards into it)."""
+    target = os.path.abspath(target)
+    parent, base = os.path.split(target)
+    if os.path.ismount(target) or (os.path.isdir(parent) and
+                                   not os.access(parent, os.W_OK)):
+        work = os.path.join(target, f".cleave-new-{step}")
+        return work, lambda: _replace_entries(work, target, step)
+    work = os.path.join(parent, f".{base}.tmp-{step}")
+
+    def swap():
+        os.makedirs(parent, exist_ok=True)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(work, 0o777 & ~umask)
+        _replace_folder(work, target)
+    return work, swap
+
+
+def _replace_entries(work: str, target: str, step: int) -> None:
+    """Moves the checkpoint's entries of work into target, the earlier
+    ones aside first (a mount point cannot itself be renamed)."""
+    old = os.path.join(target, f".cleave-old-{step}")
+    shutil.rmtree(old, ignore_errors=True)
+    os.makedirs(old)
+    for name in sorted(_CHECKPOINT_ENTRIES):
+        if os.path.lexists(os.path.join(target, name)):
+            os.rename(os.path.join(target, name), os.path.join(old, name))
+    for name in os.listdir(work):
+        os.rename(os.path.join(work, name), os.path.join(target, name))
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _copy_bundle(source: str, target: str) -> None:
+    """The bundle's folders and regular files, links not followed: a bundle
+    from someone else may hold a link to any file of the user's, which a
+    checkpoint must not carry away."""
+    for root, dirs, files in os.walk(source, followlinks=False):
+        rel = os.path.relpath(root, source)
+        os.makedirs(os.path.join(target, rel), exist_ok=True)
+        for name in files:
+            path = os.path.join(root, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                shutil.copy2(path, os.path.join(target, rel, name),
+                             follow_symlinks=False)
+
+
+def _write_module_files(directory: str, sources: dict, tensors: dict) -> None:
+    write_safetensors(os.path.join(directory, _MODULE_TENSORS), tensors)
+    with open(os.path.join(directory, _MODULE_JSON), "w") as f:
+        json.dump({"format": _MODULE_FORMAT, "sources": sources}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _replace_folder(new: str, target: str) -> None:
@@ -498,11 +574,13 @@ def _read_module_files(directory: str) -> Dict[str, tuple]:
     meta = os.path.join(directory, _MODULE_JSON)
     legacy = os.path.join(directory, "module.pt")
     where = f"checkpoint '{directory}'"
-    if os.path.exists(meta):
+    if os.path.lexists(meta):
         try:
+            if not stat.S_ISREG(os.stat(meta).st_mode):  # a FIFO would block
+                raise Error(f"{where}: {_MODULE_JSON} is not a regular file")
             with open(meta) as f:
                 doc = json.load(f)
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             raise Error(f"{where}: cannot read {_MODULE_JSON}: {e}") from None
         if not isinstance(doc, dict) or doc.get("format") != _MODULE_FORMAT \
                 or not isinstance(doc.get("sources"), dict):
@@ -511,16 +589,7 @@ def _read_module_files(directory: str) -> Dict[str, tuple]:
         tensors = read_safetensors(os.path.join(directory, _MODULE_TENSORS))
         sources = {}
         for key, entry in doc["sources"].items():
-            kind = entry.get("kind") if isinstance(entry, dict) else None
-            if kind == "bundle" and isinstance(entry.get("name"), str):
-                sources[key] = ("bundle", entry["name"])
-            elif kind in ("counter", "module") and \
-                    entry.get("tensor") in tensors:
-                sources[key] = (kind, torch.from_numpy(
-                    tensors[entry["tensor"]]))
-            else:
-                raise Error(f"{where}: {_MODULE_JSON} has an entry for "
-                            f"'{key}' that Cleave cannot read")
+            sources[key] = _module_source(where, key, entry, tensors)
         return sources
     if not os.path.exists(legacy):
         raise Error(f"'{directory}' is not a checkpoint written by "
@@ -532,10 +601,33 @@ def _read_module_files(directory: str) -> Dict[str, tuple]:
                     f"(refused unread: {type(e).__name__})") from None
     sources = doc.get("sources") if isinstance(doc, dict) else None
     if not isinstance(sources, dict) or not all(
-            isinstance(v, tuple) and len(v) == 2 and v[0] in
-            ("bundle", "counter", "module") for v in sources.values()):
+            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2 and
+            ((v[0] == "bundle" and isinstance(v[1], str)) or
+             (v[0] in ("counter", "module") and
+              isinstance(v[1], torch.Tensor)))
+            for k, v in sources.items()):
         raise Error(f"{where}: module.pt is not a Cleave name map")
     return dict(sources)
+
+
+def _module_source(where: str, key: str, entry, tensors: dict) -> tuple:
+    """One entry of module.json as (kind, value)."""
+    import torch
+    kind = entry.get("kind") if isinstance(entry, dict) else None
+    if kind == "bundle" and isinstance(entry.get("name"), str):
+        return ("bundle", entry["name"])
+    name = entry.get("tensor") if isinstance(entry, dict) else None
+    if kind in ("counter", "module") and isinstance(name, str) and \
+            name in tensors:
+        value = torch.from_numpy(tensors[name])
+        if entry.get("dtype") == "bfloat16" and value.dtype == torch.int16:
+            value = value.view(torch.bfloat16)
+        elif entry.get("dtype") is not None:
+            raise Error(f"{where}: {_MODULE_JSON} gives '{key}' the dtype "
+                        f"{entry.get('dtype')!r}, which its tensor cannot have")
+        return (kind, value)
+    raise Error(f"{where}: {_MODULE_JSON} has an entry for '{key}' that "
+                "Cleave cannot read")
 
 
 def _open_session(bundle: str, distributed: bool, timeout: float,

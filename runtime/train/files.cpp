@@ -131,6 +131,9 @@ Status resolveStoredName(const std::string &dir, const std::string &name,
   if (ec)
     return Status::error(container + " is missing its file '" +
                          joined.string() + "'");
+  if (real == base)
+    return Status::error(container + " names " + entry + " '" + name +
+                         "', which is its folder, not a file");
   std::string prefix = base.string();
   if (prefix.back() != '/')
     prefix += '/';

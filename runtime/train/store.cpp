@@ -417,8 +417,10 @@ Status checkStoredNames(
   if (!modelFile.empty())
     if (Status s = checkStoredName(modelFile, container, "the model copy"); !s)
       return s;
+  // The model copy's digest was checked as the model copy (its message
+  // names it so); every other digest as a file.
   for (const pb::FileDigest &d : files)
-    if (d.path() != modelFile)
+    if (modelFile.empty() || d.path() != modelFile)
       if (Status s = checkStoredName(d.path(), container, "the file"); !s)
         return s;
   for (const pb::TensorEntry &e : tensors)

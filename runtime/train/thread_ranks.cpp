@@ -3,6 +3,8 @@
 #include "cleave/runtime/thread_ranks.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 namespace cleave::rt {
@@ -76,26 +78,59 @@ Status ThreadRanks::runAgreed(const std::function<Status(int rank)> &work) {
   if (broken_)
     return Status::error("an earlier failure left the ranks mid-step; "
                          "start again (or resume a checkpoint)");
+  // Ranks that agree on a failure return within one all-reduce of each
+  // other; ranks still busy this long after one failed may be waiting for
+  // it (it failed before the agreement: an allocation, a local read), and
+  // are aborted as run() aborts them.
+  auto grace = std::chrono::duration<double>(agreeGraceSeconds_);
   std::vector<Status> results(comms_.size(), Status::ok());
+  std::mutex mutex;
+  std::condition_variable finished;
+  int done = 0, failedRank = -1;
   auto body = [&](int rank) {
+    Status s = Status::ok();
     try {
-      results[rank] = work(rank);
+      s = work(rank);
     } catch (const std::exception &e) {
-      results[rank] = Status::error(std::string("internal error: ") + e.what());
+      s = Status::error(std::string("internal error: ") + e.what());
     }
+    std::lock_guard<std::mutex> lock(mutex);
+    results[rank] = s;
+    ++done;
+    if (!s && failedRank < 0)
+      failedRank = rank;
+    finished.notify_all();
   };
-  onEveryRank(body);
-  int failed = 0, first = -1;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size(); ++r)
+    threads.emplace_back(body, r);
+  bool aborted = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    finished.wait(lock, [&] { return done == size() || failedRank >= 0; });
+    if (!finished.wait_for(lock, grace, [&] { return done == size(); })) {
+      abortThreadMesh(*comms_[failedRank],
+                      "rank " + std::to_string(failedRank) + " failed");
+      aborted = true;
+    }
+  }
+  for (std::thread &t : threads)
+    t.join();
+  // The rank with the cause: the first to fail, unless it only heard of
+  // another's failure through the agreement.
+  int failed = 0, first = failedRank;
+  auto echo = [&](int r) {
+    return results[r].message().rfind("another rank", 0) == 0;
+  };
   for (int r = 0; r < size(); ++r)
     if (!results[r]) {
       ++failed;
-      // The rank with the cause, not one that heard of another's failure.
-      if (first < 0 || results[first].message().rfind("another rank", 0) == 0)
+      if (echo(first) && !echo(r))
         first = r;
     }
   if (failed == 0)
     return Status::ok();
-  if (failed != size())
+  if (aborted || failed != size())
     broken_ = true;
   const std::string &message = results[first].message();
   if (message.rfind("rank ", 0) == 0)

@@ -359,6 +359,20 @@ def test_checkpoints_keep_buffers_and_replace_only_their_own(tmp_path):
     again = cleave.Model.resume(ckpt)
     for k, v in again.state_dict().items():
         assert torch.equal(v, want[k]), k
+    # A link in a bundle from someone else is not carried into a new
+    # checkpoint: only the bundle's own files are copied.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the user's private key")
+    os.symlink(secret, os.path.join(ckpt, "bundle", "notes.txt"))
+    os.symlink(tmp_path, os.path.join(ckpt, "bundle", "home"))
+    again.save_checkpoint(str(tmp_path / "copy"))
+    for root, dirs, files in os.walk(tmp_path / "copy"):
+        for name in files + dirs:
+            path = os.path.join(root, name)
+            assert not os.path.islink(path), path
+            if os.path.isfile(path):
+                assert b"private key" not in open(path, "rb").read(), path
+    assert cleave.Model.resume(str(tmp_path / "copy")).steps_done == 2
 
 
 def test_the_offline_path(tmp_path):
@@ -443,6 +457,8 @@ model = cleave.tensor_parallel(module, {{"input_ids": batches[0]["input_ids"]}},
 losses = [model.step(b) for b in batches]
 w = model.state_dict()["layers.1.down_proj.weight"]
 import os
+# Every rank saves (its shard; rank 0 the bundle and the name map).
+model.save_checkpoint(os.path.join({out!r}, "ckpt"))
 # One file per rank: mpirun interleaves the ranks' stdout mid-line.
 rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
 with open(os.path.join({out!r}, "rank-" + rank + ".txt"), "w") as f:
@@ -483,3 +499,9 @@ def test_threads_and_mpi_ranks_give_identical_results(tmp_path):
     want = "RESULT {} {}".format([float(x).hex() for x in losses],
                                  float(w.double().sum()).hex())
     assert lines[0] == want
+    # The ranks' checkpoint resumes in one process, at its step and state.
+    assert sorted(os.listdir(tmp_path / "ckpt")) == [
+        "bundle", "checkpoints", "module.json", "module.safetensors"]
+    resumed = cleave.Model.resume(str(tmp_path / "ckpt"))
+    assert resumed.steps_done == 3
+    assert torch.equal(resumed.state_dict()["layers.1.down_proj.weight"], w)

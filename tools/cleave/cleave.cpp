@@ -387,7 +387,10 @@ static OwningOpRef<ModuleOp> importModel(MLIRContext &ctx,
 static int writeOutput(const std::string &path, const std::string &what,
                        llvm::function_ref<void(raw_ostream &)> print) {
   namespace fs = llvm::sys::fs;
-  if (path == "-") {
+  // Standard output by any name is written as "-" is: reopening the name
+  // would truncate the file the shell's >> appends to.
+  if (path == "-" || path == "/dev/stdout" || path == "/dev/fd/1" ||
+      path == "/proc/self/fd/1") {
     print(llvm::outs());
     llvm::outs().flush();
     if (llvm::outs().has_error()) {
@@ -404,13 +407,19 @@ static int writeOutput(const std::string &path, const std::string &what,
   // (/dev/null, a pipe) is written in place: a rename would put a regular
   // file where the device was.
   llvm::SmallString<256> target(path);
+  llvm::StringRef named(path);
+  // /dev/stdout resolves to whatever fd 1 is (a log opened for appending):
+  // such names are written through, never replaced.
+  bool special = named.starts_with("/dev/") || named.starts_with("/proc/");
+  std::optional<fs::perms> mode;
   if (fs::exists(path)) {
     if (std::error_code ec = fs::real_path(path, target))
       return fail("cannot write " + what + " to '" + path +
                   "': " + ec.message());
-    if (!fs::is_regular_file(target)) {
+    if (special || !fs::is_regular_file(target)) {
       std::error_code ec;
-      llvm::raw_fd_ostream os(path, ec, fs::OF_None);
+      llvm::raw_fd_ostream os(path, ec,
+                              special ? fs::OF_Append : fs::OF_None);
       if (!ec) {
         print(os);
         os.close();
@@ -423,6 +432,8 @@ static int writeOutput(const std::string &path, const std::string &what,
                     "': " + ec.message());
       return 0;
     }
+    if (llvm::ErrorOr<fs::perms> perms = fs::getPermissions(target))
+      mode = *perms; // the replacement keeps the file's mode
   }
   llvm::SmallString<256> tmp;
   int fd;
@@ -437,7 +448,11 @@ static int writeOutput(const std::string &path, const std::string &what,
     llvm::sys::DontRemoveFileOnSignal(tmp);
   });
   std::error_code failed;
-  {
+  if (mode)
+    failed = fs::setPermissions(fd, *mode);
+  if (failed)
+    ::close(fd);
+  else {
     llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
     print(os);
     os.flush();

@@ -645,7 +645,8 @@ LogicalResult range(NodeContext &ctx) {
       return ctx.error() << "has " << n << " elements (start " << start
                          << ", limit " << limit << ", delta " << delta
                          << "), more than fit in memory";
-    count = std::max<int64_t>(static_cast<int64_t>(n), 0);
+    // An empty range may be far below int64 too: compare before converting.
+    count = n <= 0 ? 0 : static_cast<int64_t>(n);
   } else {
     FailureOr<std::array<int64_t, 3>> b = rangeBounds<int64_t>(ctx);
     if (failed(b))

@@ -118,6 +118,9 @@ def main():
     save("range_int64_full", range_model(INT64_MIN, INT64_MAX, 1, np.int64))
     save("range_float_tiny_step", range_model(0.0, 1.0, 1e-30, np.float32))
     save("range_huge", range_model(0, 10**12, 1, np.int64))
+    # An empty range whose count is far below int64 (a float conversion
+    # out of range is undefined behaviour).
+    save("range_far_below", range_model(0.0, -1e30, 1e-10, np.float32))
     save("range_nan", range_model(0.0, float("nan"), 1.0, np.float32))
     save("conv_dilation_huge", window_model(
         "Conv", kernel_shape=[3, 3], dilations=[2**62, 1]))

@@ -417,5 +417,26 @@ TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
   EXPECT_FALSE(ranks->run([](int) { return Status::ok(); }));
 }
 
+TEST(ThreadRanks, AFailureBeforeTheAgreementAbortsTheWaitingRanks) {
+  std::unique_ptr<ThreadRanks> ranks;
+  ASSERT_TRUE(ThreadRanks::create(2, 30, &ranks));
+  ranks->setAgreeGraceSeconds(0.2);
+  auto start = std::chrono::steady_clock::now();
+  // Rank 1 fails on its own (an allocation, say); rank 0 waits in a
+  // collective for it and would wait the whole timeout.
+  Status s = ranks->runAgreed([&](int r) {
+    if (r == 1)
+      return Status::error("out of memory");
+    float v = 1;
+    return ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+  });
+  double seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  EXPECT_EQ(s.message(), "rank 1: out of memory");
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(ranks->broken());
+}
+
 } // namespace
 } // namespace cleave::rt

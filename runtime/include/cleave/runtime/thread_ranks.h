@@ -41,10 +41,12 @@ public:
   Status run(const std::function<Status(int rank)> &work);
   /// As run, for work whose every failure the ranks agree on before they
   /// return (a checkpoint: each phase ends in an all-reduce of the ranks'
-  /// outcomes). No rank is aborted early; when every rank failed, the mesh
-  /// is left usable (nothing is mid-step), and only ranks that disagree
-  /// leave it broken.
+  /// outcomes). When every rank failed, the mesh is left usable (nothing is
+  /// mid-step). Ranks that disagree leave it broken, and ranks still busy
+  /// 10 s after one failed are aborted first (they may be waiting for it).
   Status runAgreed(const std::function<Status(int rank)> &work);
+  /// runAgreed's wait for the other ranks after one failed (tests shorten it).
+  void setAgreeGraceSeconds(double seconds) { agreeGraceSeconds_ = seconds; }
   /// Whether a run failed (and the mesh is unusable).
   bool broken() const { return broken_; }
 
@@ -54,6 +56,7 @@ private:
   void onEveryRank(const std::function<void(int rank)> &body);
   std::vector<std::unique_ptr<Communicator>> comms_;
   bool broken_ = false;
+  double agreeGraceSeconds_ = 10;
 };
 
 } // namespace cleave::rt
