@@ -1054,9 +1054,9 @@ void Partitioner::recordSplits(ArrayRef<Layout> argLayouts,
   };
   SmallVector<DictionaryAttr> args, results;
   for (auto [i, l] : llvm::enumerate(argLayouts))
-    args.push_back(mark(func.getArgAttrDict(i), l,
-                        l.isSplit() && tensorLayouts &&
-                            !func.getArgAttr(i, kInputAttr)));
+    args.push_back(
+        mark(func.getArgAttrDict(i), l,
+             l.isSplit() && tensorLayouts && !func.getArgAttr(i, kInputAttr)));
   for (auto [i, l] : llvm::enumerate(resultLayouts))
     results.push_back(
         mark(func.getResultAttrDict(i), l, l.isSplit() && tensorLayouts));

@@ -345,10 +345,9 @@ Status findCheckpoint(const std::string &path, std::string *dir,
     return Status::error("checkpoint index '" + indexPath.string() +
                          "' has step " + std::to_string(checkpoint->step()) +
                          ", which is negative");
-  if (Status s = checkStoredNames(checkpoint->tensors(), checkpoint->files(),
-                                  checkpoint->model_file(),
-                                  "checkpoint index '" + indexPath.string() +
-                                      "'");
+  if (Status s = checkStoredNames(
+          checkpoint->tensors(), checkpoint->files(), checkpoint->model_file(),
+          "checkpoint index '" + indexPath.string() + "'");
       !s)
     return s;
   *dir = chosen.string();

@@ -5,8 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fcntl.h>
+#include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,8 +76,7 @@ Status checkWritableDir(const std::string &dir, const std::string &what) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path at = dir.empty() ? fs::path(".") : fs::path(dir);
-  while (!fs::exists(at, ec) && at.has_parent_path() &&
-         at.parent_path() != at)
+  while (!fs::exists(at, ec) && at.has_parent_path() && at.parent_path() != at)
     at = at.parent_path();
   if (!fs::exists(at, ec))
     at = ".";
@@ -87,8 +86,8 @@ Status checkWritableDir(const std::string &dir, const std::string &what) {
   std::string probe = (at / ".cleave-probe-XXXXXX").string();
   int fd = ::mkstemp(probe.data());
   if (fd < 0)
-    return Status::error(what + " '" + dir + "' cannot be written: " +
-                         std::strerror(errno));
+    return Status::error(what + " '" + dir +
+                         "' cannot be written: " + std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
   return Status::ok();
@@ -115,8 +114,8 @@ Status checkStoredName(const std::string &name, const std::string &container,
 }
 
 Status resolveStoredName(const std::string &dir, const std::string &name,
-                         const std::string &container,
-                         const std::string &entry, std::string *full) {
+                         const std::string &container, const std::string &entry,
+                         std::string *full) {
   namespace fs = std::filesystem;
   if (Status s = checkStoredName(name, container, entry); !s)
     return s;

@@ -9,8 +9,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
-#include "cleave/runtime/thread_ranks.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/thread_ranks.h"
 #include "cleave/runtime/trainer.h"
 
 #include "plan/plan.pb.h"

@@ -425,8 +425,7 @@ Status checkStoredNames(
         return s;
   for (const pb::TensorEntry &e : tensors)
     for (const pb::RankSlice &slice : e.slices())
-      if (Status s = checkStoredName(slice.file(), container, "the file");
-          !s)
+      if (Status s = checkStoredName(slice.file(), container, "the file"); !s)
         return s;
   return Status::ok();
 }
@@ -448,8 +447,7 @@ Status StoreReader::file(const std::string &path, const SafetensorsFile **out) {
     if (digest == digests_.end())
       return Status::error(what_ + " lists no digest for '" + path + "'");
     std::string full;
-    if (Status s = resolveStoredName(root_, path, what_, "the file", &full);
-        !s)
+    if (Status s = resolveStoredName(root_, path, what_, "the file", &full); !s)
       return s;
     std::unique_ptr<SafetensorsFile> f;
     if (Status s = SafetensorsFile::open(full, &f, digest->second.first,

@@ -161,9 +161,9 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                          std::to_string(kPlanFormatVersion) + " (recompile)");
   if (Status s = checkMesh(*plan); !s)
     return Status::error("bundle plan '" + path.string() + "' " + s.message());
-  if (Status s = checkStoredNames(plan->tensors(), plan->files(),
-                                  plan->model_file(),
-                                  "bundle plan '" + path.string() + "'");
+  if (Status s =
+          checkStoredNames(plan->tensors(), plan->files(), plan->model_file(),
+                           "bundle plan '" + path.string() + "'");
       !s)
     return s;
   if (plan->programs_size() != 1)
@@ -1048,8 +1048,7 @@ Status TrainSession::checkTensorWrite(const std::string &name,
     return Status::error(
         "'" + name + "' is " + describeTensor(value.dtype, value.shape) +
         "; the model has " +
-        describeTensor(fromPlan(t->entries.front()->type().dtype()),
-                       t->shape));
+        describeTensor(fromPlan(t->entries.front()->type().dtype()), t->shape));
   for (const pb::TensorEntry *entry : t->entries)
     if (!stateInput.count(stateKeyOf(*entry)))
       return Status::error(bundle() + ": '" + name + "' is not in the step");

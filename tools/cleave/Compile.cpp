@@ -261,10 +261,12 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
       return s;
   } else if (int64_t widest = widestWeightDim(module);
              widest > 0 && o.tp > widest) {
-    return rt::Status::error(
-        "--tp " + std::to_string(o.tp) + " is more ranks than the widest "
-        "weight dimension of '" + o.model + "' (" + std::to_string(widest) +
-        ") can be split over: use at most --tp " + std::to_string(widest));
+    return rt::Status::error("--tp " + std::to_string(o.tp) +
+                             " is more ranks than the widest "
+                             "weight dimension of '" +
+                             o.model + "' (" + std::to_string(widest) +
+                             ") can be split over: use at most --tp " +
+                             std::to_string(widest));
   } else if (failed(mlir::cleave::compileTrainStep(*module, train,
                                                    *plan.add_programs()))) {
     return rt::Status::error("");

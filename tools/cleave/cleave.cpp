@@ -418,8 +418,7 @@ static int writeOutput(const std::string &path, const std::string &what,
                   "': " + ec.message());
     if (special || !fs::is_regular_file(target)) {
       std::error_code ec;
-      llvm::raw_fd_ostream os(path, ec,
-                              special ? fs::OF_Append : fs::OF_None);
+      llvm::raw_fd_ostream os(path, ec, special ? fs::OF_Append : fs::OF_None);
       if (!ec) {
         print(os);
         os.close();
@@ -439,8 +438,7 @@ static int writeOutput(const std::string &path, const std::string &what,
   int fd;
   std::string model = std::string(target) + ".tmp-%%%%%%";
   if (std::error_code ec = fs::createUniqueFile(model, fd, tmp))
-    return fail("cannot write " + what + " to '" + path + "': " +
-                ec.message());
+    return fail("cannot write " + what + " to '" + path + "': " + ec.message());
   // Removed on the way out, also when a signal (Ctrl-C) ends the write.
   llvm::sys::RemoveFileOnSignal(tmp);
   auto cleanup = llvm::make_scope_exit([&] {

@@ -76,9 +76,9 @@ DenseElementsAttr onnx_import::toComputeType(DenseElementsAttr attr,
       // Too large, or (float64 only: float16's tiny values are float32
       // normals) too small to stay a float32 normal: 1e-300 would become 0
       // and a Log of it -inf, silently.
-      if (overflow && ((c.isInfinity() && !v.isInfinity()) ||
-                       (from.isF64() && !v.isZero() &&
-                        (c.isZero() || c.isDenormal()))))
+      if (overflow &&
+          ((c.isInfinity() && !v.isInfinity()) ||
+           (from.isF64() && !v.isZero() && (c.isZero() || c.isDenormal()))))
         *overflow = true;
       return c.bitcastToAPInt();
     });

@@ -804,10 +804,9 @@ FailureOr<Window> windowNd(NodeContext &ctx, ArrayRef<int64_t> spatial,
                          << " do not fit in int64";
     // No output at all (ceil_mode's last window may start in the input and
     // overhang it).
-    if (spatial[i] >= 0 &&
-        extent[i] - (w.ceil ? strides[i] - 1 : 0) > padded)
-      return ctx.error() << "the window of spatial dimension " << i
-                         << " spans " << extent[i] << " (kernel " << kernel[i]
+    if (spatial[i] >= 0 && extent[i] - (w.ceil ? strides[i] - 1 : 0) > padded)
+      return ctx.error() << "the window of spatial dimension " << i << " spans "
+                         << extent[i] << " (kernel " << kernel[i]
                          << ", dilation " << dilations[i]
                          << "), more than the padded input's " << padded;
   }

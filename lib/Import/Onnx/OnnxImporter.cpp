@@ -1123,8 +1123,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   // dictionary each call, so a model of N initializers took N^2 memory.
   SmallVector<DictionaryAttr> argAttrs;
   for (auto &arg : argNames)
-    argAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-        arg.first, builder.getStringAttr(arg.second))));
+    argAttrs.push_back(builder.getDictionaryAttr(
+        builder.getNamedAttr(arg.first, builder.getStringAttr(arg.second))));
   func.setAllArgAttrs(argAttrs);
   for (auto [i, arg] : llvm::enumerate(argNames)) {
     values[arg.second] = entry->getArgument(i);
@@ -1186,8 +1186,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   func.setType(builder.getFunctionType(entry->getArgumentTypes(), resultTypes));
   SmallVector<DictionaryAttr> resultAttrs;
   for (const auto &out : graph.output())
-    resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
-        kOutputAttr, builder.getStringAttr(out.name()))));
+    resultAttrs.push_back(builder.getDictionaryAttr(
+        builder.getNamedAttr(kOutputAttr, builder.getStringAttr(out.name()))));
   for (const auto &update : bufferUpdates)
     resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
         kBufferAttr, builder.getStringAttr(update.first))));

@@ -11,8 +11,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <optional>
+#include <type_traits>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -704,11 +704,11 @@ LogicalResult range(NodeContext &ctx) {
     unsigned width = element.getIntOrFloatBitWidth();
     // Two's complement wraps as ONNX's reference does in its type.
     for (int64_t i = 0; i < *count; ++i)
-      v.push_back(APInt(width,
-                        static_cast<uint64_t>(si) +
-                            static_cast<uint64_t>(i) *
-                                static_cast<uint64_t>(di),
-                        /*isSigned=*/true, /*implicitTrunc=*/true));
+      v.push_back(
+          APInt(width,
+                static_cast<uint64_t>(si) +
+                    static_cast<uint64_t>(i) * static_cast<uint64_t>(di),
+                /*isSigned=*/true, /*implicitTrunc=*/true));
     attr = DenseElementsAttr::get(type, v);
   }
   ctx.setOutput(0, ConstantOp::create(ctx.b, attr));

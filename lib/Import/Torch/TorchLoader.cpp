@@ -205,10 +205,9 @@ std::string zipDirectoryProblem(std::FILE *f, uint64_t maxInflated) {
   if (cdSize && !readAt(f, cdOffset, cd.data(), cdSize))
     return "cannot be read";
   if (maxInflated == 0)
-    maxInflated = std::max<uint64_t>(uint64_t(1) << 30,
-                                     fileSize > (uint64_t(1) << 57)
-                                         ? UINT64_MAX
-                                         : fileSize * 64);
+    maxInflated = std::max<uint64_t>(
+        uint64_t(1) << 30,
+        fileSize > (uint64_t(1) << 57) ? UINT64_MAX : fileSize * 64);
   uint64_t inflated = 0;
   size_t at = 0;
   for (uint64_t n = 0; n < entries; ++n) {

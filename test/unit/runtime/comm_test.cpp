@@ -396,7 +396,8 @@ TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
   std::vector<float> sums(3);
   ASSERT_TRUE(ranks->run([&](int r) {
     float v = static_cast<float>(r + 1);
-    Status st = ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+    Status st =
+        ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
     sums[r] = v;
     return st;
   }));
@@ -409,9 +410,8 @@ TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
   EXPECT_EQ(s.message(), "rank 2: the disk is full");
   EXPECT_FALSE(ranks->broken());
   // Ranks that disagree may be mid-collective: the mesh is broken.
-  s = ranks->runAgreed([](int r) {
-    return r == 1 ? Status::error("only me") : Status::ok();
-  });
+  s = ranks->runAgreed(
+      [](int r) { return r == 1 ? Status::error("only me") : Status::ok(); });
   EXPECT_EQ(s.message(), "rank 1: only me");
   EXPECT_TRUE(ranks->broken());
   EXPECT_FALSE(ranks->run([](int) { return Status::ok(); }));
@@ -430,9 +430,9 @@ TEST(ThreadRanks, AFailureBeforeTheAgreementAbortsTheWaitingRanks) {
     float v = 1;
     return ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
   });
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   EXPECT_EQ(s.message(), "rank 1: out of memory");
   EXPECT_LT(seconds, 10.0);
   EXPECT_TRUE(ranks->broken());

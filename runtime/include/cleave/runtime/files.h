@@ -51,8 +51,8 @@ Status checkStoredName(const std::string &name, const std::string &container,
 /// \p full to the joined path; opening it (openRegularFile) then refuses a
 /// folder or a FIFO in the file's place.
 Status resolveStoredName(const std::string &dir, const std::string &name,
-                         const std::string &container,
-                         const std::string &entry, std::string *full);
+                         const std::string &container, const std::string &entry,
+                         std::string *full);
 
 } // namespace cleave::rt
 
