@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 
+import pickled as pickle_sweep
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
@@ -433,6 +435,15 @@ def cases(F, U, W, add, copy_of, write):
                 r"(cannot save a checkpoint in|cannot write) '.*disk/.*': No space left "
                 r"on device",
                 env=env, prepare=earlier_on_full_disk)
+
+
+    # No file Cleave reads runs code: each one, in turn, a pickle.
+    py_argv = None
+    if U.python:
+        def py_argv(name):
+            return [PY, os.path.join(HERE, "Inputs", "py_case.py"), U.py_fx, W(), name]
+    pickle_sweep.cases(F, U, W, add, copy_of, write, py_argv,
+                       python_env(U.python) if U.python else None)
 
 
 class RunsCode:
