@@ -9,6 +9,33 @@
 
 namespace cleave::rt {
 
+namespace {
+
+/// work(rank), an exception worded as an internal error.
+Status guarded(const std::function<Status(int rank)> &work, int rank) {
+  try {
+    return work(rank);
+  } catch (const std::exception &e) {
+    return Status::error(std::string("internal error: ") + e.what());
+  }
+}
+
+Status brokenError() {
+  return Status::error("an earlier failure left the ranks mid-step; "
+                       "start again (or resume a checkpoint)");
+}
+
+/// \p failure of \p rank, prefixed "rank K: " unless it names its rank
+/// already (collective errors do).
+Status named(const Status &failure, int rank) {
+  if (failure.message().rfind("rank ", 0) == 0)
+    return failure;
+  return Status::error("rank " + std::to_string(rank) + ": " +
+                       failure.message());
+}
+
+} // namespace
+
 Status ThreadRanks::create(int64_t ranks, double timeoutSeconds,
                            std::unique_ptr<ThreadRanks> *result) {
   if (ranks < 1)
@@ -41,18 +68,12 @@ void ThreadRanks::onEveryRank(const std::function<void(int rank)> &body) {
 
 Status ThreadRanks::run(const std::function<Status(int rank)> &work) {
   if (broken_)
-    return Status::error("an earlier failure left the ranks mid-step; "
-                         "start again (or resume a checkpoint)");
+    return brokenError();
   std::mutex mutex;
   int firstFailed = -1;
   std::vector<Status> results(comms_.size(), Status::ok());
   auto body = [&](int rank) {
-    Status s = Status::ok();
-    try {
-      s = work(rank);
-    } catch (const std::exception &e) {
-      s = Status::error(std::string("internal error: ") + e.what());
-    }
+    Status s = guarded(work, rank);
     if (s)
       return;
     std::lock_guard<std::mutex> lock(mutex);
@@ -67,17 +88,12 @@ Status ThreadRanks::run(const std::function<Status(int rank)> &work) {
   if (firstFailed < 0)
     return Status::ok();
   broken_ = true;
-  const std::string &message = results[firstFailed].message();
-  // Collective errors already name their rank.
-  if (message.rfind("rank ", 0) == 0)
-    return results[firstFailed];
-  return Status::error("rank " + std::to_string(firstFailed) + ": " + message);
+  return named(results[firstFailed], firstFailed);
 }
 
 Status ThreadRanks::runAgreed(const std::function<Status(int rank)> &work) {
   if (broken_)
-    return Status::error("an earlier failure left the ranks mid-step; "
-                         "start again (or resume a checkpoint)");
+    return brokenError();
   // Ranks that agree on a failure return within one all-reduce of each
   // other; ranks still busy this long after one failed may be waiting for
   // it (it failed before the agreement: an allocation, a local read), and
@@ -88,12 +104,7 @@ Status ThreadRanks::runAgreed(const std::function<Status(int rank)> &work) {
   std::condition_variable finished;
   int done = 0, failedRank = -1;
   auto body = [&](int rank) {
-    Status s = Status::ok();
-    try {
-      s = work(rank);
-    } catch (const std::exception &e) {
-      s = Status::error(std::string("internal error: ") + e.what());
-    }
+    Status s = guarded(work, rank);
     std::lock_guard<std::mutex> lock(mutex);
     results[rank] = s;
     ++done;
@@ -132,10 +143,7 @@ Status ThreadRanks::runAgreed(const std::function<Status(int rank)> &work) {
     return Status::ok();
   if (aborted || failed != size())
     broken_ = true;
-  const std::string &message = results[first].message();
-  if (message.rfind("rank ", 0) == 0)
-    return results[first];
-  return Status::error("rank " + std::to_string(first) + ": " + message);
+  return named(results[first], first);
 }
 
 } // namespace cleave::rt
