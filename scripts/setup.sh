@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PKGS=(
-  cmake ninja-build g++ make pkg-config
+  cmake ninja-build g++ make pkg-config ccache
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libopenblas-dev libgtest-dev nlohmann-json3-dev zlib1g-dev
