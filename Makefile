@@ -50,8 +50,9 @@ test: build build-sanitized
 	  $(SAN_BUILD)/ctest-results.xml || true; \
 	exit $$status
 
+# The fuzz smoke runs are single-threaded and time-bound: two at a time.
 test-sanitized: build build-sanitized
-	cd $(SAN_BUILD) && ctest --output-on-failure --output-junit ctest-results.xml -R '$(SAN_TESTS)'
+	cd $(SAN_BUILD) && ctest --output-on-failure --output-junit ctest-results.xml -j$(JOBS) -R '$(SAN_TESTS)'
 
 fuzz: build build-sanitized
 	test -d $(SAN_BUILD)/fuzz/seeds || (cd $(SAN_BUILD) && ctest -R '^fuzz-seeds$$')

@@ -16,6 +16,8 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%cleave_src", config.cleave_src_root))
 config.substitutions.append(("%cleave_obj", config.cleave_obj_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
+# Generated zoos shared by the tests of this build folder (zoo/zoo_cache.py).
+config.substitutions.append(("%zoo_cache", os.path.join(config.cleave_obj_root, "test", "zoo-cache")))
 # The TorchScript front end is built where libtorch is found.
 if config.cleave_torchscript == "1":
     config.available_features.add("torchscript")

@@ -42,7 +42,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_tp import run  # noqa: E402
+import check_tp  # noqa: E402
+from check_tp import run, run_once  # noqa: E402
 
 
 def compile_flags(man, opt):
@@ -61,12 +62,14 @@ def train(cleave, case, man, opt, tp, steps, work, extra=()):
     tag = f"tp{tp}-{opt}" + "".join(extra).replace("-", "")
     bundle = os.path.join(work, f"bundle-{tag}")
     dump = os.path.join(work, f"dump-{tag}")
-    run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle,
-         "--tp", str(tp)] + compile_flags(man, opt) + list(extra))
-    run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
-         os.path.join(case, "inputs"), "--dump", dump])
-    run([cleave, "run", bundle, "--steps", "1", "--inputs",
-         os.path.join(case, "inputs"), "--dump", dump + "-1"])
+    ranks = check_tp.rank_flags(tp)
+    run_once(work, tag, [
+        [cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle,
+         "--tp", str(tp)] + compile_flags(man, opt) + list(extra),
+        [cleave, "run", bundle, "--steps", str(steps), "--inputs",
+         os.path.join(case, "inputs"), "--dump", dump] + ranks,
+        [cleave, "run", bundle, "--steps", "1", "--inputs",
+         os.path.join(case, "inputs"), "--dump", dump + "-1"] + ranks])
     return bundle, dump
 
 
@@ -170,7 +173,7 @@ def check_stores(cleave, case, man, tp, work, steps):
     ckpt = os.path.join(work, f"ckpt-tp{tp}")
     run([cleave, "run", bundle, "--steps", str(steps // 2), "--inputs",
          os.path.join(case, "inputs"), "--checkpoint", ckpt, "--save-every",
-         str(steps // 2)])
+         str(steps // 2)] + check_tp.rank_flags(tp))
     one = os.path.join(work, f"bundle-tp1-{opt}")
     resumed = os.path.join(work, "dump-resumed")
     run([cleave, "run", one, "--steps", str(steps - steps // 2), "--inputs",
@@ -245,7 +248,9 @@ def main():
     ap.add_argument("--fused-models", default="",
                     help="with --against-unfused: models whose plans must "
                          "hold the fused kernels")
+    check_tp.add_launcher_flag(ap)
     args = ap.parse_args()
+    check_tp.LAUNCHER = args.launcher
     megatron_tps = [int(t) for t in args.megatron_tp.split(",") if t != "none"]
     explain_tps = [int(t) for t in args.explain_tp.split(",") if t]
     names = args.only.split(",") if args.only else sorted(os.listdir(args.models))

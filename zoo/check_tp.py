@@ -12,6 +12,11 @@ builder wrote them), and the default, fused compile at tp 1 and at each tp
 is compared with it; each fused plan must hold fused kernels (attention,
 cross_entropy), each with its backward, and prints how many.
 
+Runs of more than one rank start them as threads (--threads); --launcher
+mpi starts them through mpirun. A bundle and run some earlier invocation
+made in the same --work folder with the same commands is reused (the tp=1
+references of a test's several invocations).
+
 For each model (opset 17) and optimizer it compiles the train step at tp=1
 and at each tp, runs --steps steps on the model's reference inputs and
 compares the losses and every final parameter and buffer (gathered to full
@@ -43,6 +48,40 @@ def run(cmd):
     return r.stdout
 
 
+# How a run of more than one rank starts them: "threads" (cleave run
+# --threads, the in-process communicator; the default, as these checks test
+# the plan and its math, not the launcher) or "mpi" (one process per rank
+# through mpirun, cleave run's default).
+LAUNCHER = "threads"
+
+
+def rank_flags(ranks):
+    return ["--threads"] if ranks > 1 and LAUNCHER == "threads" else []
+
+
+def run_once(work, tag, cmds):
+    """Runs cmds (lists) unless an earlier call in the same work folder ran
+    exactly these commands to the end: the tp=1 references several
+    invocations of one test compare against are computed once. The stamp is
+    written last, so a failed or interrupted run is redone."""
+    stamp = os.path.join(work, f".done-{tag}")
+    want = json.dumps(cmds)
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if f.read() == want:
+                return
+    for cmd in cmds:
+        run(cmd)
+    with open(stamp, "w") as f:
+        f.write(want)
+
+
+def add_launcher_flag(ap):
+    ap.add_argument("--launcher", choices=["threads", "mpi"], default="threads",
+                    help="how a run of more than one rank starts them: threads "
+                         "(cleave run --threads; default) or mpi (mpirun)")
+
+
 def flags(case, opt):
     man = json.load(open(os.path.join(case, "manifest.json")))
     hp = man[opt]
@@ -69,11 +108,12 @@ def train(cleave, case, opt, tp, steps, work, mesh=None, extra=()):
         axes = [a for a in mesh.split(",") if not a.startswith("zero=")]
         zero = [a.split("=")[1] for a in mesh.split(",") if a.startswith("zero=")]
         layout = ["--mesh", ",".join(axes)] + (["--zero", zero[0]] if zero else [])
-    run([cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle] +
-        layout + f + list(extra))
-    run([cleave, "run", bundle, "--steps", str(steps), "--inputs",
-         os.path.join(case, "inputs"), "--dump", dump] +
-        ([] if mesh is None else ["--threads"]))
+    ranks = ["--threads"] if mesh is not None else rank_flags(tp)
+    run_once(work, f"{tag}-{opt}", [
+        [cleave, "compile", os.path.join(case, "model.onnx"), "-o", bundle] +
+        layout + f + list(extra),
+        [cleave, "run", bundle, "--steps", str(steps), "--inputs",
+         os.path.join(case, "inputs"), "--dump", dump] + ranks])
     return man, bundle, dump
 
 
@@ -191,7 +231,10 @@ def main():
     ap.add_argument("--parallel-blocks", default="",
                     help="models whose attention and MLP share one input: "
                          "1 + 1 all-reduces per layer")
+    add_launcher_flag(ap)
     args = ap.parse_args()
+    global LAUNCHER
+    LAUNCHER = args.launcher
     failed = 0
     tps = [int(t) for t in args.tp.split(",") if t]
     meshes = [m for m in args.meshes.split(";") if m]

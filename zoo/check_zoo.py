@@ -18,6 +18,9 @@ with the hyperparameters of manifest.json, and compares
   TMP/dump/NAME.grad.npy       with ref/grad/NAME.grad.npy, every parameter
   TMP/dump/NAME.npy            with ref/OPTIMIZER/NAME.npy, every parameter and buffer
 
+With --tp N the run starts its N ranks as threads (--threads);
+--launcher mpi starts them through mpirun instead.
+
 --formats (default onnx) picks the model file of each case: onnx model.onnx,
 traced model.traced.pt, scripted model.scripted.pt (make_zoo.py --torchscript
 writes these into each model's highest-opset directory; a case without the file
@@ -338,6 +341,10 @@ TP = 1
 BACKEND = "cpu"
 PRECISION = "f32"
 AGAINST_CPU = False
+# How a run of --tp ranks starts them: threads (cleave run --threads, the
+# in-process communicator) or mpi (mpirun, cleave run's default). These
+# checks test the step's math; the launchers have focused tests of their own.
+LAUNCHER = "threads"
 
 
 def case_commands(cleave, case_dir, manifest, opt, work, fmt="onnx"):
@@ -353,6 +360,8 @@ def case_commands(cleave, case_dir, manifest, opt, work, fmt="onnx"):
     if TP > 1:
         compile_cmd += ["--tp", str(TP)]
     run = [cleave, "run", bundle, "--steps", "1", "--inputs", os.path.join(case_dir, "inputs")]
+    if TP > 1 and LAUNCHER == "threads":
+        run.append("--threads")
     cmds = [compile_cmd, run + ["--dump", dump] + backend]
     if AGAINST_CPU:
         cmds.append(run + ["--dump", os.path.join(work, "dump-cpu")])
@@ -446,6 +455,9 @@ def main():
     ap.add_argument("--tp", type=int, default=1,
                     help="compile for this many tensor-parallel ranks (the run "
                          "starts them); the references are the same")
+    ap.add_argument("--launcher", choices=["threads", "mpi"], default="threads",
+                    help="how a --tp run starts its ranks: threads (cleave run "
+                         "--threads; default) or mpi (mpirun)")
     ap.add_argument("--tiny", type=float, default=1e-12,
                     help="floor of max|ref| in the relative error (default 1e-12)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per cleave command")
@@ -461,8 +473,9 @@ def main():
                          "exact arithmetic within --rtol of it, with no allowance for "
                          "PyTorch's own float32 spread")
     args = ap.parse_args()
-    global TP, BACKEND, PRECISION, AGAINST_CPU, STRICT64
+    global TP, BACKEND, PRECISION, AGAINST_CPU, STRICT64, LAUNCHER
     TP = args.tp
+    LAUNCHER = args.launcher
     STRICT64 = args.strict64
     BACKEND, PRECISION, AGAINST_CPU = args.backend, args.precision, args.against_cpu
 

@@ -74,6 +74,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fashion_mnist  # noqa: E402
 import vision_zoo  # noqa: E402
+import zoo_cache  # noqa: E402
 
 # Hyperparameters, chosen so that a check at rtol 1e-4 (infinity norm) sees every
 # term of the update and does not depend on rounding noise (measured with
@@ -1040,6 +1041,10 @@ def main():
     ap.add_argument("--torchscript", action="store_true",
                     help="also write model.traced.pt and model.scripted.pt into each "
                          "model's highest-opset directory")
+    ap.add_argument("--cache", metavar="DIR",
+                    help="keep the zoo under DIR, keyed by these sources, arguments "
+                         "and library versions, and link it from there when the "
+                         "same zoo was made before (zoo_cache.py)")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m] or list(
         VISION if args.set == "vision" else SPECS)
@@ -1051,15 +1056,26 @@ def main():
     warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
     warnings.filterwarnings("ignore", message="ONNX Preprocess - Removing mutation")
     torch.use_deterministic_algorithms(True)
-    t0 = time.time()
-    failures = []
-    for m in models:
-        make_model(m, opsets, args.out, args.check64, failures, args.torchscript,
-                   args.ref64 or m in VISION)
-    print(f"total {time.time() - t0:.1f}s")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        sys.exit(1)
+
+    def generate(out):
+        t0 = time.time()
+        failures = []
+        for m in models:
+            make_model(m, opsets, out, args.check64, failures, args.torchscript,
+                       args.ref64 or m in VISION)
+        print(f"total {time.time() - t0:.1f}s")
+        if failures:
+            print("FAILED:\n  " + "\n  ".join(failures))
+            return 1
+        return 0
+
+    if not args.cache:
+        sys.exit(generate(args.out))
+    # The key: what decides the zoo's content (not where it goes).
+    key_args = [f"models={','.join(models)}", f"opsets={opsets}",
+                f"check64={args.check64}", f"threads={args.threads}",
+                f"ref64={args.ref64}", f"torchscript={args.torchscript}"]
+    sys.exit(zoo_cache.cached(args.cache, key_args, args.out, generate))
 
 
 if __name__ == "__main__":
