@@ -1,28 +1,30 @@
 # The README's commands. Every target installs what it needs first.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir
+# The configure settings live in CMakePresets.json (presets default and
+# sanitized, as an IDE or `cmake --preset` uses them); CMAKE_FLAGS and
+# SAN_CMAKE_FLAGS add to them.
+CMAKE_FLAGS ?=
+PRESET = /usr/bin/python3 scripts/preset.py
 
 # The sanitized second build (ASan + UBSan + libFuzzer coverage, clang-22):
-# only the runtime, the importers, their tests and the fuzz harnesses.
+# only the runtime, the importers, their tests and the fuzz harnesses (the
+# targets and tests of the presets named sanitized).
 SAN_BUILD ?= build-san
-SAN_CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
-  -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 \
-  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 -DCLEAVE_SANITIZE=ON \
-  -DCLEAVE_ENABLE_CUDA=OFF -DCLEAVE_HOST_BUILD=$(abspath $(BUILD))
-SAN_TARGETS = cleave-fuzzers cleave-unit-tests cleave-mpi-tests cleave-thread-tests cleave-mpi-hello cleave-run
-SAN_TESTS = ^(unit|mpi|threads|fuzz-.*|sanitized-e2e)$$
+SAN_CMAKE_FLAGS ?=
+SAN_TARGETS = $(shell $(PRESET) build sanitized targets)
+SAN_TESTS = $(shell $(PRESET) test sanitized filter.include.name)
 # make fuzz: seconds per harness, harnesses at a time.
 FUZZ_TIME ?= 600
 FUZZ_JOBS ?= 1
 
-.PHONY: deps configure build build-sanitized test test-sanitized fuzz demo install clean
+.PHONY: deps configure build build-sanitized test test-sanitized lint fuzz demo install clean
 
 deps:
 	bash scripts/setup.sh
 
 $(BUILD)/build.ninja:
-	cmake -G Ninja -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake --preset default -S . -B $(BUILD) $(CMAKE_FLAGS)
 
 configure: deps $(BUILD)/build.ninja
 
@@ -30,7 +32,8 @@ build: configure
 	ninja -C $(BUILD) -j$(JOBS)
 
 $(SAN_BUILD)/build.ninja:
-	cmake -G Ninja -S . -B $(SAN_BUILD) $(SAN_CMAKE_FLAGS)
+	cmake --preset sanitized -S . -B $(SAN_BUILD) \
+	  -DCLEAVE_HOST_BUILD=$(abspath $(BUILD)) $(SAN_CMAKE_FLAGS)
 
 build-sanitized: deps $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD) -j$(JOBS) $(SAN_TARGETS)
@@ -45,6 +48,7 @@ test: build build-sanitized
 	@status=0; \
 	(cd $(BUILD) && ctest --output-on-failure --output-junit ctest-results.xml) || status=1; \
 	$(MAKE) --no-print-directory test-sanitized || status=1; \
+	$(MAKE) --no-print-directory lint || status=1; \
 	/usr/bin/python3 scripts/test_times.py --start $(TEST_START) \
 	  $(BUILD)/ctest-results.xml $(BUILD)/test/lit-results.xml \
 	  $(SAN_BUILD)/ctest-results.xml || true; \
@@ -53,6 +57,11 @@ test: build build-sanitized
 # The fuzz smoke runs are single-threaded and time-bound: two at a time.
 test-sanitized: build build-sanitized
 	cd $(SAN_BUILD) && ctest --output-on-failure --output-junit ctest-results.xml -j$(JOBS) -R '$(SAN_TESTS)'
+
+# The pre-commit hooks over every file (.pre-commit-config.yaml): LLVM
+# clang-format, flake8, the function-length and listed-sources contracts.
+lint: deps
+	pre-commit run --all-files --show-diff-on-failure
 
 fuzz: build build-sanitized
 	test -d $(SAN_BUILD)/fuzz/seeds || (cd $(SAN_BUILD) && ctest -R '^fuzz-seeds$$')

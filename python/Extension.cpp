@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bundle.h"
-#include "Driver.h"
+#include "cleave/Driver/Bundle.h"
+#include "cleave/Driver/Driver.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/data.h"
 #include "cleave/runtime/thread_ranks.h"
@@ -28,7 +28,7 @@
 
 namespace py = pybind11;
 namespace rt = ::cleave::rt;
-namespace tool = ::cleave::tool;
+namespace driver = ::cleave::driver;
 
 namespace {
 
@@ -128,14 +128,14 @@ private:
   mlir::ScopedDiagnosticHandler handler;
 };
 
-void compile(const tool::CompileOptions &options) {
+void compile(const driver::CompileOptions &options) {
   std::string message;
   {
     py::gil_scoped_release release;
     mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
-    tool::setUpContext(context);
+    driver::setUpContext(context);
     DiagnosticCollector diagnostics(context);
-    rt::Status s = tool::compileBundle(context, options);
+    rt::Status s = driver::compileBundle(context, options);
     if (!s)
       message = s.message().empty() ? diagnostics.text : s.message();
     if (!s && message.empty())
@@ -147,7 +147,7 @@ void compile(const tool::CompileOptions &options) {
 
 std::string inspect(const std::string &bundle, bool json) {
   std::string out;
-  check(tool::inspectBundle(bundle, json, &out));
+  check(driver::inspectBundle(bundle, json, &out));
   return out;
 }
 
@@ -319,33 +319,33 @@ PYBIND11_MODULE(_cleave, m) {
             "package, not this module)";
   py::register_exception<CleaveError>(m, "Error");
 
-  py::class_<tool::CompileOptions>(m, "CompileOptions")
+  py::class_<driver::CompileOptions>(m, "CompileOptions")
       .def(py::init<>())
-      .def_readwrite("model", &tool::CompileOptions::model)
-      .def_readwrite("output", &tool::CompileOptions::output)
-      .def_readwrite("inputs", &tool::CompileOptions::inputs)
-      .def_readwrite("loss", &tool::CompileOptions::loss)
-      .def_readwrite("optimizer", &tool::CompileOptions::optimizer)
-      .def_readwrite("lr", &tool::CompileOptions::lr)
-      .def_readwrite("weight_decay", &tool::CompileOptions::weightDecay)
-      .def_readwrite("momentum", &tool::CompileOptions::momentum)
-      .def_readwrite("beta1", &tool::CompileOptions::beta1)
-      .def_readwrite("beta2", &tool::CompileOptions::beta2)
-      .def_readwrite("eps", &tool::CompileOptions::eps)
-      .def_readwrite("seed", &tool::CompileOptions::seed)
-      .def_readwrite("tp", &tool::CompileOptions::tp)
-      .def_readwrite("dp", &tool::CompileOptions::dp)
-      .def_readwrite("zero", &tool::CompileOptions::zero)
-      .def_readwrite("devices", &tool::CompileOptions::devices)
+      .def_readwrite("model", &driver::CompileOptions::model)
+      .def_readwrite("output", &driver::CompileOptions::output)
+      .def_readwrite("inputs", &driver::CompileOptions::inputs)
+      .def_readwrite("loss", &driver::CompileOptions::loss)
+      .def_readwrite("optimizer", &driver::CompileOptions::optimizer)
+      .def_readwrite("lr", &driver::CompileOptions::lr)
+      .def_readwrite("weight_decay", &driver::CompileOptions::weightDecay)
+      .def_readwrite("momentum", &driver::CompileOptions::momentum)
+      .def_readwrite("beta1", &driver::CompileOptions::beta1)
+      .def_readwrite("beta2", &driver::CompileOptions::beta2)
+      .def_readwrite("eps", &driver::CompileOptions::eps)
+      .def_readwrite("seed", &driver::CompileOptions::seed)
+      .def_readwrite("tp", &driver::CompileOptions::tp)
+      .def_readwrite("dp", &driver::CompileOptions::dp)
+      .def_readwrite("zero", &driver::CompileOptions::zero)
+      .def_readwrite("devices", &driver::CompileOptions::devices)
       .def_readwrite("memory_per_device",
-                     &tool::CompileOptions::memoryPerDevice)
-      .def_readwrite("plan", &tool::CompileOptions::planFile)
-      .def_readwrite("weights", &tool::CompileOptions::weightsFile)
-      .def_readwrite("plan_only", &tool::CompileOptions::planOnly)
-      .def_readwrite("freeze", &tool::CompileOptions::freeze)
-      .def_readwrite("frozen_names", &tool::CompileOptions::frozenNames)
+                     &driver::CompileOptions::memoryPerDevice)
+      .def_readwrite("plan", &driver::CompileOptions::planFile)
+      .def_readwrite("weights", &driver::CompileOptions::weightsFile)
+      .def_readwrite("plan_only", &driver::CompileOptions::planOnly)
+      .def_readwrite("freeze", &driver::CompileOptions::freeze)
+      .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames)
       .def_readwrite("scalar_parameters",
-                     &tool::CompileOptions::scalarParameters);
+                     &driver::CompileOptions::scalarParameters);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
   m.def("inspect", &inspect, py::arg("bundle"), py::arg("json"),
         "cleave inspect [--json]");
@@ -353,7 +353,7 @@ PYBIND11_MODULE(_cleave, m) {
       "export",
       [](const std::string &source, const std::string &output) {
         py::gil_scoped_release release;
-        check(tool::exportModel(source, output));
+        check(driver::exportModel(source, output));
       },
       "cleave export SOURCE -o OUTPUT");
   m.def("mpi_launched", &rt::launchedByMpi,

@@ -15,6 +15,7 @@ PKGS=(
   python3-torch python3-torchvision libtorch-dev dataset-fashion-mnist
   clang-22 libclang-rt-22-dev libomp-22-dev
   python3-dev pybind11-dev python3-pytest python3-tqdm
+  clang-format-22 pre-commit flake8
 )
 
 # onnxruntime-node's CPU binaries ship in the package; its postinstall only

@@ -8,7 +8,8 @@ from lit.llvm import llvm_config
 config.name = "CLEAVE"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit", "conformance", "python"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py",
+                   "unit", "conformance", "python"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.cleave_obj_root, "test")
 
@@ -17,7 +18,8 @@ config.substitutions.append(("%cleave_src", config.cleave_src_root))
 config.substitutions.append(("%cleave_obj", config.cleave_obj_root))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 # Generated zoos shared by the tests of this build folder (zoo/zoo_cache.py).
-config.substitutions.append(("%zoo_cache", os.path.join(config.cleave_obj_root, "test", "zoo-cache")))
+config.substitutions.append(
+    ("%zoo_cache", os.path.join(config.cleave_obj_root, "test", "zoo-cache")))
 # The TorchScript front end is built where libtorch is found.
 if config.cleave_torchscript == "1":
     config.available_features.add("torchscript")
@@ -29,7 +31,6 @@ ort_modules = os.path.join(
 if os.path.isdir(os.path.join(ort_modules, "onnxruntime-node")) and shutil.which("node"):
     config.available_features.add("onnxruntime")
 config.substitutions.append(("%ort_modules", ort_modules))
-
 
 
 def cuda_gpu_present():

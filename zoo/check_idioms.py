@@ -36,7 +36,6 @@ resume at tp=1 from it, and an export keep the model's shapes and values.
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -279,7 +278,8 @@ def main():
                         checks.append(("", problems))
                     if tp in megatron_tps and opt == "adamw":
                         summary, problems = megatron(args.cleave, bundle, man["config"])
-                        print(f"{'FAIL' if problems else 'PASS'} {name} tp={tp} megatron: {summary}")
+                        print(f"{'FAIL' if problems else 'PASS'} {name} "
+                              f"tp={tp} megatron: {summary}")
                         checks.append(("", problems))
                         if args.stores and tp == max(megatron_tps):
                             summary, problems = check_stores(args.cleave, case, man, tp,

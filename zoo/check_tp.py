@@ -163,9 +163,11 @@ def megatron(cleave, bundle, man, tp, per_layer=2):
     problems = []
     k = per_layer
     if fwd != k * n + 1:
-        problems.append(f"{fwd} forward activation all-reduces, want {k} x {n} layers + 1 (embedding)")
+        problems.append(f"{fwd} forward activation all-reduces, want {k} x {n} "
+                        "layers + 1 (embedding)")
     if bwd not in (k * n, k * n + 1):
-        problems.append(f"{bwd} backward activation all-reduces, want {k} x {n} layers (+1 LM head)")
+        problems.append(f"{bwd} backward activation all-reduces, want {k} x {n} "
+                        "layers (+1 LM head)")
     if gathers:
         problems.append(f"{len(gathers)} all-gathers, e.g. {gathers[0]['source']}")
     if not emb or not all(p["sharding"] == "split(0)" for p in emb):

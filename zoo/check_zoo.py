@@ -175,7 +175,8 @@ def compare_tensor(res, tensor, got_path, ref_path, rtol, tiny, loss=False):
     err, diff, scale = rel_error(got, ref, tiny)
     res.compared += 1
     if not err <= rtol:  # also catches NaN
-        res.fail(tensor, f"rel err {err:.3e} > {rtol:g} (max|a-b| {diff:.3e}, max|ref| {scale:.3e})")
+        res.fail(tensor, f"rel err {err:.3e} > {rtol:g} (max|a-b| {diff:.3e}, "
+                         f"max|ref| {scale:.3e})")
     if err > res.worst[0] or res.worst[1] is None:
         res.worst = (err, tensor)
 
@@ -285,7 +286,7 @@ def compare_update(res, p, dump_dir, init_dir, manifest, opt, rtol):
 
 
 def compare_dump(case_dir, manifest, opt, dump_dir, rtol, tiny, label=None, cpu_dump=None):
-    """Compares with the PyTorch reference, or with \p cpu_dump (a dump of
+    """Compares with the PyTorch reference, or with cpu_dump (a dump of
     the same step on the CPU backend) when given."""
     if cpu_dump is None and os.path.isdir(os.path.join(case_dir, "ref64")):
         return compare_dump64(case_dir, manifest, opt, dump_dir, rtol,

@@ -274,7 +274,9 @@ Model = collections.namedtuple("Model", "build inputs freeze config")
 def vocab_model(vocab, cls=GPT2, masked=False):
     return Model(lambda: cls(vocab), lambda g: lm_inputs(vocab, g, masked=masked), [],
                  {"layers": 2, "d": 32, "batch": 2, "seq": 16, "vocab": vocab,
-                  "parallel": False, "vocab_parallel": ["wte.weight", "word_embeddings.weight", "decoder.weight"]})
+                  "parallel": False,
+                  "vocab_parallel": ["wte.weight", "word_embeddings.weight",
+                                     "decoder.weight"]})
 
 
 # ---------------------------------------------------------------------------

@@ -914,7 +914,8 @@ def make_model(name, opsets, out_dir, check64, failures, torchscript=False,
                 # run alone.
                 print(f"  note: {name} opset {opset}: no ONNX self-check ({e})")
                 onnx_loss, how = float(loss), None
-            if not math.isfinite(onnx_loss) or abs(onnx_loss - float(loss)) > 1e-5 * abs(float(loss)):
+            if not math.isfinite(onnx_loss) or \
+                    abs(onnx_loss - float(loss)) > 1e-5 * abs(float(loss)):
                 raise AssertionError(f"{name} opset {opset}: the ONNX graph's loss ({how}) "
                                      f"{onnx_loss!r} differs from torch's {float(loss)!r}")
             op_types = sorted({n.op_type for n in g.node})

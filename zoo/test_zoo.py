@@ -131,7 +131,8 @@ class ZooTest(unittest.TestCase):
         after = np.load(os.path.join(d, "ref", "sgd", "bn1.running_mean.npy"))
         self.assertFalse(np.allclose(init["bn1.running_mean"], after))
         np.testing.assert_array_equal(
-            init["bn1.running_mean"], np.load(os.path.join(d, "ref", "init", "bn1.running_mean.npy")))
+            init["bn1.running_mean"],
+            np.load(os.path.join(d, "ref", "init", "bn1.running_mean.npy")))
 
     def test_exact_passes(self):
         rc, out = self.check("exact")

@@ -1,5 +1,4 @@
-//===- CleaveAttrNames.h - The IR's discardable cleave.* attributes -*- C++
-//-*-===//
+//===- CleaveAttrNames.h - The IR's cleave.* attributes ---------*- C++ -*-===//
 //
 // Every `cleave.*` attribute the pipeline puts on ops, functions, their
 // arguments and results, declared once, with what it holds. The dialect
@@ -38,25 +37,17 @@ constexpr llvm::StringLiteral kGradientAttr = "cleave.gradient";
 /// Argument or result: optimizer state, an array ["parameter", "slot"].
 constexpr llvm::StringLiteral kOptimizerStateAttr = "cleave.optimizer_state";
 
-//===--- Tensor parallelism
-//------------------------------------------------===//
+//===--- Tensor parallelism -----------------------------------------------===//
 
 /// Module: the device mesh shape (array<i64>); axis 0 is "tp".
 constexpr llvm::StringLiteral kMeshAttr = "cleave.mesh";
 /// Module: the mesh axes' names, comma-separated ("dp"), where they are not
 /// the default "tp".
 constexpr llvm::StringLiteral kMeshAxesAttr = "cleave.mesh_axes";
-/// Argument/result of the partitioned function: the dimension split across
-/// the tp axis (i64), absent when replicated; and, when that dimension is
-/// several equal blocks each split on its own, their number (i64).
-constexpr llvm::StringLiteral kSplitDimAttr = "cleave.split_dim";
-constexpr llvm::StringLiteral kSplitBlocksAttr = "cleave.split_blocks";
-/// With kSplitDimAttr, where tp does not divide a block: the chunks are
-/// whole multiples of this many indices (a head's width, i64).
-constexpr llvm::StringLiteral kSplitGranuleAttr = "cleave.split_granule";
-/// Argument/result on a dp x tp mesh with ZeRO: the dimension of the
-/// tp-local tensor split across the dp axis (i64; kSplitDimAttr is tp's).
-constexpr llvm::StringLiteral kDpSplitDimAttr = "cleave.dp_split_dim";
+/// Argument/result of the partitioned function: how it is split over the
+/// mesh (a #cleave.layout: the dimension split over the first axis, its
+/// blocks and granule, and ZeRO's dimension over dp), absent when whole.
+constexpr llvm::StringLiteral kLayoutAttr = "cleave.layout";
 /// Argument of a parameter that is one piece of a model tensor
 /// (cleave-segment-parameters): the tensor's name (a string), and the piece
 /// as [dim, offset, size] along that one dimension (array<i64>).
@@ -75,8 +66,7 @@ constexpr llvm::StringLiteral kMegatronAttr = "cleave.megatron";
 constexpr llvm::StringLiteral kShardAxesAttr = "cleave.shard_axes";
 constexpr llvm::StringLiteral kShardSizeAttr = "cleave.shard_size";
 
-//===--- Autodiff, lowering, import
-//----------------------------------------===//
+//===--- Autodiff, lowering, import ---------------------------------------===//
 
 /// Op: its results do not propagate gradients (unit attribute; the max
 /// subtracted before an exponential for stability).

@@ -4,6 +4,7 @@
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -40,7 +41,7 @@ Operation *CleaveDialect::materializeConstant(OpBuilder &builder,
 //===----------------------------------------------------------------------===//
 
 namespace {
-enum class AttrValue { String, Unit, Int, IntArray, StringPair };
+enum class AttrValue { String, Unit, Int, IntArray, StringPair, Layout };
 enum Where : unsigned { OnOp = 1, OnArg = 2, OnResult = 4 };
 
 struct AttrSpec {
@@ -61,10 +62,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kOptimizerStateAttr, AttrValue::StringPair, OnArg | OnResult},
     {kMeshAttr, AttrValue::IntArray, OnOp},
     {kMeshAxesAttr, AttrValue::String, OnOp},
-    {kSplitDimAttr, AttrValue::Int, OnArg | OnResult},
-    {kSplitBlocksAttr, AttrValue::Int, OnArg | OnResult},
-    {kSplitGranuleAttr, AttrValue::Int, OnArg | OnResult},
-    {kDpSplitDimAttr, AttrValue::Int, OnArg | OnResult},
+    {kLayoutAttr, AttrValue::Layout, OnArg | OnResult},
     {kSegmentOfAttr, AttrValue::String, OnArg},
     {kSegmentAttr, AttrValue::IntArray, OnArg},
     {kPhaseAttr, AttrValue::String, OnOp},
@@ -91,6 +89,8 @@ const char *describe(AttrValue v) {
     return "an array<i64>";
   case AttrValue::StringPair:
     return "an array of two strings";
+  case AttrValue::Layout:
+    return "a #cleave.layout";
   }
   return "";
 }
@@ -110,13 +110,17 @@ bool holds(Attribute a, AttrValue v) {
     return array && array.size() == 2 &&
            llvm::all_of(array, [](Attribute e) { return isa<StringAttr>(e); });
   }
+  case AttrValue::Layout:
+    return isa<LayoutAttr>(a);
   }
   return false;
 }
 
-/// Checks \p attr against its spec, reporting through \p error.
+/// Checks \p attr against its spec, reporting through \p error; \p type is
+/// the argument's or result's type where it stands on one.
 LogicalResult verifyCleaveAttr(NamedAttribute attr, Where where,
-                               llvm::function_ref<InFlightDiagnostic()> error) {
+                               llvm::function_ref<InFlightDiagnostic()> error,
+                               Type type = {}) {
   StringRef name = attr.getName().getValue();
   const AttrSpec *spec = llvm::find_if(
       kAttrSpecs, [&](const AttrSpec &s) { return s.name == name; });
@@ -133,9 +137,60 @@ LogicalResult verifyCleaveAttr(NamedAttribute attr, Where where,
   if (!holds(attr.getValue(), spec->value))
     return error() << "'" << name << "' must be " << describe(spec->value)
                    << ", got " << attr.getValue();
+  if (auto layout = dyn_cast<LayoutAttr>(attr.getValue())) {
+    auto tensor = dyn_cast_or_null<RankedTensorType>(type);
+    if (!tensor)
+      return error() << "has a " << name << " but is not a ranked tensor";
+    return layout.verifyRank(tensor.getRank(), error);
+  }
   return success();
 }
+
+/// The type of argument or result \p index of \p op, a function.
+Type functionType(Operation *op, unsigned index, bool result) {
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (!function)
+    return {};
+  ArrayRef<Type> types =
+      result ? function.getResultTypes() : function.getArgumentTypes();
+  return index < types.size() ? types[index] : Type();
+}
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// LayoutAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+LayoutAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                   int64_t dim, int64_t blocks, int64_t granule,
+                   int64_t dpDim) {
+  if (dim < -1 || dpDim < -1)
+    return emitError() << "#cleave.layout dimensions must be -1 (whole) or "
+                          "a dimension, got dim = "
+                       << dim << ", dp_dim = " << dpDim;
+  if (blocks < 1 || granule < 1)
+    return emitError() << "#cleave.layout blocks and granule must be at "
+                          "least 1, got blocks = "
+                       << blocks << ", granule = " << granule;
+  if (dim < 0 && (blocks > 1 || granule > 1))
+    return emitError() << "#cleave.layout blocks and granule cut the split "
+                          "dimension: they need dim";
+  if (dim < 0 && dpDim < 0)
+    return emitError() << "#cleave.layout splits nothing (a whole tensor "
+                          "carries no layout)";
+  return success();
+}
+
+LogicalResult LayoutAttr::verifyRank(
+    int64_t rank, llvm::function_ref<InFlightDiagnostic()> emitError) const {
+  for (auto [what, d] : {std::pair<const char *, int64_t>{"dim", getDim()},
+                         {"dp_dim", getDpDim()}})
+    if (d >= rank)
+      return emitError() << "has a #cleave.layout with " << what << " = " << d
+                         << " on a tensor of rank " << rank;
+  return success();
+}
 
 LogicalResult CleaveDialect::verifyOperationAttribute(Operation *op,
                                                       NamedAttribute attr) {
@@ -145,16 +200,18 @@ LogicalResult CleaveDialect::verifyOperationAttribute(Operation *op,
 LogicalResult CleaveDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                       unsigned argIndex,
                                                       NamedAttribute attr) {
-  return verifyCleaveAttr(attr, OnArg, [&] {
-    return op->emitOpError() << "argument " << argIndex << " ";
-  });
+  return verifyCleaveAttr(
+      attr, OnArg,
+      [&] { return op->emitOpError() << "argument " << argIndex << " "; },
+      functionType(op, argIndex, /*result=*/false));
 }
 
 LogicalResult CleaveDialect::verifyRegionResultAttribute(Operation *op,
                                                          unsigned,
                                                          unsigned resultIndex,
                                                          NamedAttribute attr) {
-  return verifyCleaveAttr(attr, OnResult, [&] {
-    return op->emitOpError() << "result " << resultIndex << " ";
-  });
+  return verifyCleaveAttr(
+      attr, OnResult,
+      [&] { return op->emitOpError() << "result " << resultIndex << " "; },
+      functionType(op, resultIndex, /*result=*/true));
 }

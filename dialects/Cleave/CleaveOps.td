@@ -10,6 +10,7 @@
 #define CLEAVE_OPS_TD
 
 include "Cleave/CleaveDialect.td"
+include "Cleave/CleaveAttrs.td"
 include "mlir/IR/BuiltinTypes.td"
 include "mlir/IR/CommonTypeConstraints.td"
 include "mlir/IR/CommonAttrConstraints.td"

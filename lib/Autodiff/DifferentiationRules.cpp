@@ -232,7 +232,7 @@ LogicalResult unary(OpTy op, Emitter &e, ArrayRef<Value> g,
   LogicalResult vjp(OP op, Emitter &e, ArrayRef<Value> g,                      \
                     ArrayRef<bool> needed, MutableArrayRef<Value> out) {       \
     return unary(op, e, g, needed,                                             \
-                 out, [&](Value x, Value y, Value gy) -> Value BODY);          \
+                 out, [&](Value x, Value y, Value gy)->Value BODY);            \
   }
 
 CLEAVE_UNARY_RULE(NegOp, { return e.neg(gy); })

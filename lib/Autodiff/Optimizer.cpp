@@ -1,5 +1,4 @@
-//===- Optimizer.cpp - The optimizer update inside the train step -*- C++
-//-*-===//
+//===- Optimizer.cpp - The optimizer update inside the train ----*- C++ -*-===//
 //
 // The update is compiled into the step rather than run by the host: it is
 // elementwise work the partitioner shards like any other op (each rank

@@ -1,6 +1,6 @@
 //===- Bundle.cpp - Writing bundles, exporting trained models -------------===//
 
-#include "Bundle.h"
+#include "cleave/Driver/Bundle.h"
 
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Evaluate/ConstantEvaluator.h"
@@ -26,7 +26,7 @@ using namespace mlir;
 namespace pb = ::cleave::plan;
 namespace rt = ::cleave::rt;
 
-namespace cleave::tool {
+namespace cleave::driver {
 
 namespace {
 
@@ -266,18 +266,17 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
         cast<RankedTensorType>(arg.getType()).getElementType())));
     for (int64_t d : *dims)
       entry->mutable_type()->add_shape(d);
-    if (auto dim = main.getArgAttrOfType<IntegerAttr>(
-            i, mlir::cleave::kDpSplitDimAttr))
-      entry->set_dp_split_dim(dim.getInt());
-    if (auto dim = main.getArgAttrOfType<IntegerAttr>(
-            i, mlir::cleave::kSplitDimAttr)) {
-      entry->set_split_dim(dim.getInt());
-      if (auto blocks = main.getArgAttrOfType<IntegerAttr>(
-              i, mlir::cleave::kSplitBlocksAttr))
-        entry->set_split_blocks(blocks.getInt());
-      if (auto granule = main.getArgAttrOfType<IntegerAttr>(
-              i, mlir::cleave::kSplitGranuleAttr))
-        entry->set_split_granule(granule.getInt());
+    if (auto layout = main.getArgAttrOfType<mlir::cleave::LayoutAttr>(
+            i, mlir::cleave::kLayoutAttr)) {
+      if (layout.getDpDim() >= 0)
+        entry->set_dp_split_dim(layout.getDpDim());
+      if (layout.isSplit()) {
+        entry->set_split_dim(layout.getDim());
+        if (layout.getBlocks() > 1)
+          entry->set_split_blocks(layout.getBlocks());
+        if (layout.getGranule() > 1)
+          entry->set_split_granule(layout.getGranule());
+      }
     }
     trained[source] = true;
   }
@@ -547,4 +546,4 @@ rt::Status exportModel(const std::string &source, const std::string &output) {
   return exportOnnx(src, reader, output);
 }
 
-} // namespace cleave::tool
+} // namespace cleave::driver

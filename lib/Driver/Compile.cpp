@@ -5,10 +5,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bundle.h"
 #include "Cleave/CleaveDialect.h"
-#include "Driver.h"
 #include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Driver/Bundle.h"
+#include "cleave/Driver/Driver.h"
 #include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Import/TorchImporter.h"
 #include "cleave/Pipelines/Pipelines.h"
@@ -31,7 +31,7 @@
 using namespace mlir;
 namespace rt = ::cleave::rt;
 
-namespace cleave::tool {
+namespace cleave::driver {
 
 void setUpContext(MLIRContext &context) {
   DialectRegistry registry;
@@ -290,4 +290,4 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   return writeBundle(*model, weights, main, plan, o.output, o.planOnly);
 }
 
-} // namespace cleave::tool
+} // namespace cleave::driver

@@ -1,14 +1,13 @@
-//===- Inspect.cpp - cleave inspect: what a bundle does
-//--------------------===//
+//===- Inspect.cpp - cleave inspect: what a bundle does -------------------===//
 //
 // Reads only the bundle's plan: per parameter its global shape, sharding and
 // per-rank shape; the collectives of one step; per-rank memory.
 //
 //===----------------------------------------------------------------------===//
 
-#include "Inspect.h"
-#include "Driver.h"
-#include "MeshChoice.h"
+#include "cleave/Driver/Inspect.h"
+#include "cleave/Driver/Driver.h"
+#include "cleave/Driver/MeshChoice.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
@@ -25,7 +24,7 @@ namespace rt = ::cleave::rt;
 namespace {
 
 int64_t bytesOf(const pb::TensorType &t) {
-  return cleave::tool::planTensorBytes(t);
+  return cleave::driver::planTensorBytes(t);
 }
 
 std::string shapeString(const std::vector<int64_t> &shape) {
@@ -190,7 +189,7 @@ llvm::json::Object choiceJson(const pb::MeshChoice &choice) {
 void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
   os << "\nmesh chosen for " << choice.devices() << " devices ("
      << (choice.memory_per_device()
-             ? cleave::tool::humanBytes(choice.memory_per_device()) +
+             ? cleave::driver::humanBytes(choice.memory_per_device()) +
                    " per device"
              : std::string("no memory budget"))
      << "; " << choice.node_size() << " per node, links "
@@ -207,7 +206,7 @@ void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
                 " %10.3f %8.3f %14.3f  ",
                 1e3 * (c.compute_seconds() + c.communication_seconds()),
                 1e3 * c.compute_seconds(), 1e3 * c.communication_seconds())
-         << cleave::tool::humanBytes(c.memory_bytes());
+         << cleave::driver::humanBytes(c.memory_bytes());
     if (!c.refused().empty())
       os << "  refused: " << c.refused();
     os << "\n";
@@ -313,8 +312,8 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
 }
 } // namespace
 
-rt::Status cleave::tool::inspectBundle(const std::string &bundle, bool json,
-                                       std::string *out) {
+rt::Status cleave::driver::inspectBundle(const std::string &bundle, bool json,
+                                         std::string *out) {
   pb::Plan plan;
   if (rt::Status s = rt::loadBundlePlan(bundle, &plan); !s)
     return s;
@@ -329,7 +328,7 @@ rt::Status cleave::tool::inspectBundle(const std::string &bundle, bool json,
 
 int runInspect(const std::string &bundle, bool json) {
   std::string text;
-  if (rt::Status s = cleave::tool::inspectBundle(bundle, json, &text); !s) {
+  if (rt::Status s = cleave::driver::inspectBundle(bundle, json, &text); !s) {
     llvm::errs() << "cleave: error: " << s.message() << "\n";
     return 1;
   }

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MeshChoice.h"
+#include "cleave/Driver/MeshChoice.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/store.h"
 
@@ -19,7 +19,7 @@
 namespace pb = ::cleave::plan;
 namespace rt = ::cleave::rt;
 
-namespace cleave::tool {
+namespace cleave::driver {
 namespace {
 
 int64_t numel(const pb::TensorType &t) {
@@ -275,4 +275,4 @@ bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
   return true;
 }
 
-} // namespace cleave::tool
+} // namespace cleave::driver

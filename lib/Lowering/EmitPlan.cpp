@@ -401,17 +401,17 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     auto a = attrs ? attrs.getAs<StringAttr>(name) : StringAttr();
     return a ? a.str() : std::string();
   };
-  if (attrs)
-    if (auto split = attrs.getAs<IntegerAttr>(kDpSplitDimAttr))
-      b.set_dp_split_dim(split.getInt());
-  if (attrs)
-    if (auto split = attrs.getAs<IntegerAttr>(kSplitDimAttr)) {
-      b.set_split_dim(split.getInt());
-      if (auto blocks = attrs.getAs<IntegerAttr>(kSplitBlocksAttr))
-        b.set_split_blocks(blocks.getInt());
-      if (auto granule = attrs.getAs<IntegerAttr>(kSplitGranuleAttr))
-        b.set_split_granule(granule.getInt());
+  if (auto layout = attrs ? attrs.getAs<LayoutAttr>(kLayoutAttr) : nullptr) {
+    if (layout.getDpDim() >= 0)
+      b.set_dp_split_dim(layout.getDpDim());
+    if (layout.isSplit()) {
+      b.set_split_dim(layout.getDim());
+      if (layout.getBlocks() > 1)
+        b.set_split_blocks(layout.getBlocks());
+      if (layout.getGranule() > 1)
+        b.set_split_granule(layout.getGranule());
     }
+  }
   if (!attrs) {
     b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
   } else if (attrs.get(kLossAttr)) {

@@ -1029,9 +1029,10 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   return result;
 }
 
-/// Marks the function's split arguments and results: kSplitDimAttr (and
-/// blocks, granule), or kDpSplitDimAttr for the dp pass of ZeRO on a dp x
-/// tp mesh (data inputs keep kSplitDimAttr: the feed cuts them).
+/// Marks the function's split arguments and results with their
+/// #cleave.layout: the first axis's dim (and blocks, granule), or, for the
+/// dp pass of ZeRO on a dp x tp mesh, dp_dim (data inputs keep dim: the
+/// feed cuts them).
 void Partitioner::recordSplits(ArrayRef<Layout> argLayouts,
                                ArrayRef<Layout> resultLayouts) {
   Builder b(func.getContext());
@@ -1041,15 +1042,18 @@ void Partitioner::recordSplits(ArrayRef<Layout> argLayouts,
     NamedAttrList attrs;
     if (old)
       attrs.append(old.getValue());
-    if (dpSplit) {
-      attrs.set(kDpSplitDimAttr, b.getI64IntegerAttr(l.dim));
-    } else if (l.isSplit()) {
-      attrs.set(kSplitDimAttr, b.getI64IntegerAttr(l.dim));
-      if (l.blocks > 1)
-        attrs.set(kSplitBlocksAttr, b.getI64IntegerAttr(l.blocks));
-      if (l.granule > 1)
-        attrs.set(kSplitGranuleAttr, b.getI64IntegerAttr(l.granule));
-    }
+    // The dp pass of ZeRO on a dp x tp mesh runs first: each pass keeps
+    // what the other recorded.
+    MLIRContext *ctx = func.getContext();
+    LayoutAttr was = old ? old.getAs<LayoutAttr>(kLayoutAttr) : LayoutAttr();
+    if (dpSplit)
+      attrs.set(kLayoutAttr,
+                was ? LayoutAttr::get(ctx, was.getDim(), was.getBlocks(),
+                                      was.getGranule(), l.dim)
+                    : LayoutAttr::get(ctx, -1, 1, 1, l.dim));
+    else if (l.isSplit())
+      attrs.set(kLayoutAttr, LayoutAttr::get(ctx, l.dim, l.blocks, l.granule,
+                                             was ? was.getDpDim() : -1));
     return attrs.getDictionary(func.getContext());
   };
   SmallVector<DictionaryAttr> args, results;

@@ -23,8 +23,10 @@ raises :class:`cleave.Error` with the message the ``cleave`` CLI prints.
 
 from ._native import ArgumentError, ArgumentTypeError, Error, FileError
 from ._optim import SGD, AdamW
+from ._options import Options
 from ._model import Model, tensor_parallel
 from ._bundle import Bundle, compile, load
 
-__all__ = ["Error", "ArgumentError", "ArgumentTypeError", "FileError", "SGD", "AdamW", "Model", "tensor_parallel", "Bundle",
-           "compile", "load"]
+__all__ = ["Error", "ArgumentError", "ArgumentTypeError", "FileError", "SGD",
+           "AdamW", "Options", "Model", "tensor_parallel", "Bundle", "compile",
+           "load"]

@@ -7,8 +7,10 @@ import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 from ._export import export_module
-from ._model import (_check_loss_output, _compile_options, _forward_inputs,
-                     _input_specs, _mesh_choice, _open_session, _plan_file)
+from ._model import (_check_loss_output, _forward_inputs, _input_specs,
+                     _file_keeps_its_opset, _is_default,
+                     _open_session)
+from ._options import Options
 from ._native import ArgumentError, ArgumentTypeError, Error, _cleave
 from ._optim import SGD, AdamW
 from ._progress import progress_bar
@@ -55,7 +57,8 @@ class Bundle:
               ranks: Optional[int] = None, checkpoint: Optional[str] = None,
               progress: bool = True, shuffle: bool = False, seed: int = 0,
               resume: Optional[str] = None, distributed: bool = False,
-              timeout: float = 60.0) -> List[float]:
+              timeout: float = 60.0, backend: str = "cpu",
+              precision: str = "f32") -> List[float]:
         """Trains ``steps`` steps, as ``cleave run`` does, and returns the
         losses.
 
@@ -65,14 +68,18 @@ class Bundle:
         must be the bundle's tp if given (they run as threads of this
         process unless ``distributed``). ``checkpoint``: a directory that
         gets a checkpoint after the last step; ``resume`` continues one.
+        ``timeout``, ``backend`` and ``precision`` are
+        :class:`cleave.Options`' (checked as it checks them).
         """
+        run = Options(timeout=timeout, backend=backend, precision=precision)
         if ranks is not None and ranks != self.ranks:
             mesh = ", ".join(f"{k} = {v}" for k, v in self.mesh.items())
             raise Error(f"bundle '{self.directory}' is compiled for {mesh} "
                         f"({self.ranks} ranks); ranks={ranks} does not match "
                         "(compile it again for that mesh)")
-        if not isinstance(steps, int) or steps < 1:
-            raise Error(f"steps must be a positive integer, not {steps!r}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ArgumentError(f"steps must be a positive integer, not "
+                                f"{steps!r}")
         if not isinstance(seed, int) or isinstance(seed, bool) or \
                 not 0 <= seed < 2**64:
             raise ArgumentError(f"seed must be a non-negative integer, not "
@@ -84,9 +91,11 @@ class Bundle:
             data["inputs"] = os.fspath(inputs)
         elif inputs is not None:
             batches, data = iter(inputs), None
-        session = _open_session(self.directory, distributed, timeout, "cpu",
+        session = _open_session(self.directory, distributed, run.timeout,
+                                run.backend,
                                 resume=os.fspath(resume) if resume else "",
-                                steps=steps, data=data)
+                                steps=steps, data=data,
+                                precision=run.precision)
         from ._model import Model
         model = Model(session, self.directory, {})
         losses = []
@@ -107,43 +116,56 @@ class Bundle:
 
 
 def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
-            output: str, tp: int = 1, optimizer: Union[SGD, AdamW, None] = None,
-            loss: str = "auto", plan=None, seed: int = 0,
-            plan_only: bool = False, dp: int = 1,
+            output: Optional[str] = None, tp: int = 1,
+            optimizer: Union[SGD, AdamW, None] = None, loss: str = "auto",
+            plan=None, seed: int = 0, plan_only: bool = False, dp: int = 1,
             devices: Optional[int] = None,
-            memory_per_device: Optional[int] = None) -> Bundle:
+            memory_per_device: Optional[int] = None,
+            options: Optional[Options] = None, **more_options) -> Bundle:
     """Compiles a model's training step into a bundle directory ``output``,
     as ``cleave compile`` does, and returns it.
 
     ``model`` is an ``.onnx`` / ``.pt`` path (``example_inputs`` then fix
     its inputs' shapes, like ``--input``) or a ``torch.nn.Module`` (exported
-    with ``example_inputs``). The other arguments are
-    :func:`cleave.tensor_parallel`'s; ``dp`` splits every batch over that
+    with ``example_inputs``). The options are :class:`cleave.Options`'
+    fields, as :func:`cleave.tensor_parallel` takes them (``options=`` an
+    Options, the keywords on top); ``dp`` splits every batch over that
     many data-parallel ranks (a dp x tp mesh with ``tp``); ``devices``
     lets the compiler choose the mesh instead (``cleave compile
     --devices``), within ``memory_per_device`` bytes per rank when given;
-    ``Bundle.inspect()["mesh_choice"]`` lists what it tried.
+    ``Bundle.inspect()["mesh_choice"]`` lists what it tried. The run
+    options (``timeout``, ``backend``, ``precision``) are refused here:
+    :meth:`Bundle.train` or ``cleave run`` takes them.
     """
+    named = {"output": output, "tp": tp, "optimizer": optimizer,
+             "loss": loss, "plan": plan, "seed": seed, "plan_only": plan_only,
+             "dp": dp, "devices": devices,
+             "memory_per_device": memory_per_device}
+    given = {k: v for k, v in named.items()
+             if options is None or not _is_default(v, getattr(Options, k))}
+    opts = Options.make(options, **given, **more_options)
+    if opts.output is None:
+        raise ArgumentError("compile needs output=DIR, the bundle's folder")
+    run = opts._run_options_set()
+    if run:
+        raise ArgumentError(f"{run[0]} applies to running a bundle, not to "
+                            "compiling one: give it to Bundle.train or "
+                            "cleave run")
     if example_inputs is not None and not isinstance(example_inputs, dict):
         raise ArgumentTypeError(
             "example_inputs must be a dict from the forward's argument names "
             f"to tensors, not {type(example_inputs).__name__}")
-    o = _compile_options(optimizer, loss, tp, seed)
-    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
-        raise ArgumentError(f"dp must be a positive integer, not {dp!r}")
-    o.dp = dp
-    _mesh_choice(o, devices, memory_per_device)
-    o.output = os.fspath(output)
-    o.plan_only = bool(plan_only)
     with tempfile.TemporaryDirectory(prefix="cleave-") as work:
-        o.plan = _plan_file(plan, work)
+        o = opts._native(work)
+        o.output = opts.output
         if isinstance(model, (str, os.PathLike)):
+            _file_keeps_its_opset(opts)
             o.model = os.fspath(model)
             o.inputs = _input_specs(example_inputs)
         else:
-            example = _forward_inputs(model, example_inputs or {}, loss)
-            _check_loss_output(model, example, loss)
-            exported = export_module(model, example, work)
+            example = _forward_inputs(model, example_inputs or {}, opts.loss)
+            _check_loss_output(model, example, opts.loss)
+            exported = export_module(model, example, work, opts.opset)
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen

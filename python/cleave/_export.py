@@ -88,6 +88,7 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
             data = f.read()
     except OSError as e:
         raise Error(f"cannot read '{path}': {e.strerror or e}") from None
+
     def bad(why):
         return Error(f"'{path}' is not a valid safetensors file: {why}")
     if len(data) < 8:

@@ -2,7 +2,6 @@
 
 import html
 import json
-import math
 import os
 import shutil
 import stat
@@ -11,73 +10,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import numpy as np
 
-from ._export import (Exported, export_module, read_safetensors, to_numpy,
+from ._export import (export_module, read_safetensors, to_numpy,
                       write_safetensors)
 from ._native import (ArgumentError, ArgumentTypeError, Error, FileError,
                       _cleave, file_error)
 from ._optim import SGD, AdamW
+from ._options import Options
 from ._progress import progress_bar
-
-# Options of tensor_parallel beyond its named ones (**compile_options).
-_COMPILE_OPTIONS = {"output", "timeout", "backend", "precision", "opset",
-                    "freeze", "ranks", "dp", "zero", "devices",
-                    "memory_per_device"}
-
-
-def _plan_file(plan, directory: str) -> str:
-    """plan: a file of 'REGEX colwise|rowwise|replicate|vocab' lines, or a
-    dict from regular expressions to those words (transformers' tp_plan)."""
-    if plan is None:
-        return ""
-    if isinstance(plan, (str, os.PathLike)):
-        return os.fspath(plan)
-    if isinstance(plan, dict):
-        path = os.path.join(directory, "plan.txt")
-        with open(path, "w") as f:
-            for regex, style in plan.items():
-                f.write(f"{regex} {style}\n")
-        return path
-    raise ArgumentTypeError(f"plan must be a file path or a dict, not {type(plan).__name__}")
-
-
-def _compile_options(optimizer, loss: str, tp: int, seed: int):
-    o = _cleave.CompileOptions()
-    if optimizer is None:
-        optimizer = SGD(lr=0.01)
-    if not isinstance(optimizer, (SGD, AdamW)):
-        raise ArgumentTypeError("optimizer must be cleave.SGD(...) or cleave.AdamW(...), "
-                    f"not {type(optimizer).__name__}")
-    optimizer._options(o)
-    if loss not in ("auto", "cross_entropy", "mse"):
-        raise ArgumentError(f"loss must be 'auto', 'cross_entropy' or 'mse', not "
-                    f"{loss!r}")
-    o.loss = loss
-    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-        raise ArgumentError(f"tp must be a positive integer, not {tp!r}")
-    o.tp = tp
-    if not isinstance(seed, int) or isinstance(seed, bool) or \
-            not 0 <= seed < 2**63:
-        raise ArgumentError(f"seed must be a non-negative integer, not "
-                            f"{seed!r}")
-    o.seed = seed
-    return o
-
-
-def _mesh_choice(o, devices, memory_per_device) -> None:
-    """devices=N: the compiler chooses dp x tp (and ZeRO) for N devices,
-    refusing meshes that need more than memory_per_device bytes per rank."""
-    if devices is None:
-        if memory_per_device is not None:
-            raise Error("memory_per_device is for devices=N (the compiler's "
-                        "choice of the mesh)")
-        return
-    for name, value in (("devices", devices),
-                        ("memory_per_device", memory_per_device)):
-        if value is not None and (not isinstance(value, int) or
-                                  isinstance(value, bool) or value < 1):
-            raise ArgumentError(f"{name} must be a positive integer, not {value!r}")
-    o.devices = devices
-    o.memory_per_device = memory_per_device or 0
 
 
 def _input_specs(example_inputs) -> Dict[str, str]:
@@ -147,7 +86,7 @@ class Model:
 
     def __init__(self, session, bundle: str, sources: Dict[str, tuple],
                  owned: Optional[str] = None):
-        self._session = session
+        self._handle = session
         self._bundle = bundle
         self._sources = sources
         self._owned = owned  # a temporary directory to remove
@@ -160,6 +99,39 @@ class Model:
         owned = getattr(self, "_owned", None)
         if owned:
             shutil.rmtree(owned, ignore_errors=True)
+
+    @property
+    def _session(self):
+        if self._handle is None:
+            raise Error("this Model is closed (Model.close() or the end of "
+                        "its with block)")
+        return self._handle
+
+    def close(self) -> None:
+        """Stops the ranks and frees their memory now, rather than when the
+        Model is collected; removes the temporary bundle (a bundle given as
+        ``output`` stays). Anything but ``close`` afterwards raises
+        :class:`cleave.Error`. Also what ``with`` does at its end::
+
+            with cleave.tensor_parallel(module, batch, tp=2) as model:
+                model.fit(batches)
+                module.load_state_dict(model.state_dict())
+        """
+        self._handle = None  # the last reference: the ranks stop here
+        owned, self._owned = self._owned, None
+        if owned:
+            shutil.rmtree(owned, ignore_errors=True)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._handle is None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- training -----------------------------------------------------------
 
@@ -411,14 +383,19 @@ class Model:
     def inspect(self) -> dict:
         """The bundle's mesh, each weight's split, the collectives of a step
         and the memory per rank: ``cleave inspect --json``'s document."""
+        self._session  # noqa: B018 (raises once closed: the bundle may be gone)
         return json.loads(_cleave.inspect(self._bundle, True))
 
     def __repr__(self) -> str:
+        if self.closed:
+            return f"cleave.Model(closed, bundle={self._bundle!r})"
         return (f"cleave.Model(tp={self.tp}, steps_done={self.steps_done}, "
                 f"bundle={self._bundle!r})\n" +
                 _cleave.inspect(self._bundle, False))
 
     def _repr_html_(self) -> str:
+        if self.closed:
+            return html.escape(repr(self))
         info = self.inspect()
         rows = "".join(
             "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>"
@@ -632,7 +609,7 @@ def _module_source(where: str, key: str, entry, tensors: dict) -> tuple:
 
 def _open_session(bundle: str, distributed: bool, timeout: float,
                   backend: str, resume: str = "", steps: Optional[int] = None,
-                  data: Optional[dict] = None):
+                  data: Optional[dict] = None, precision: str = "f32"):
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
             or not timeout > 0:
         raise ArgumentError("timeout must be a positive number of seconds, "
@@ -645,6 +622,7 @@ def _open_session(bundle: str, distributed: bool, timeout: float,
     o.ranks = "mpi" if distributed else "threads"
     o.timeout = float(timeout)
     o.backend = backend
+    o.precision = precision
     if steps is not None:
         o.steps = int(steps)
     if data is None:
@@ -671,7 +649,8 @@ def _finalize_at_exit():
 def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
                     optimizer: Union[SGD, AdamW, None] = None,
                     loss: str = "auto", plan=None, distributed: bool = False,
-                    seed: int = 0, **compile_options) -> Model:
+                    seed: int = 0, options: Optional[Options] = None,
+                    **compile_options) -> Model:
     """Compiles ``module``'s training step, split over ``tp`` ranks, in one
     line.
 
@@ -702,67 +681,48 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         same script, and ``step`` is collective.
     seed
         Seed of the random streams (dropout).
+    options
+        A :class:`cleave.Options` holding any of the options (the named
+        ones above too); the keywords given here go on top of it.
     compile_options
-        ``output=DIR`` keeps the bundle there; ``timeout`` (seconds a rank
-        waits for its peers, default 60), ``backend`` (``"cpu"``, ``"cuda"``,
-        ``"auto"``), ``opset`` (ONNX opset of the export, default 17),
-        ``freeze`` (regular expressions of more tensors not to train),
-        ``dp`` (data-parallel ranks, with ``tp`` a dp x tp mesh: each batch
-        split over them, the loss, gradients and BatchNorm statistics exact
-        over the global batch), ``zero`` (1: the optimizer state split over
-        the dp ranks, ZeRO stage 1; 2: the gradients reduce-scattered as
-        well; 3: the parameters split too, gathered at each use),
-        ``devices`` (instead of ``tp``,
-        ``dp`` and ``zero``: the compiler chooses the mesh for that many
-        devices, as ``cleave compile --devices``; ``Model.mesh`` says which)
-        and ``memory_per_device`` (bytes a rank may use, with ``devices``).
+        Any other field of :class:`cleave.Options`: ``output=DIR`` keeps
+        the bundle there; ``dp``, ``zero``, ``devices``,
+        ``memory_per_device`` (the mesh), ``freeze``, ``opset``,
+        ``timeout``, ``backend``, ``precision``. Every value is checked
+        before anything runs.
 
     What trains is what PyTorch trains: parameters with ``requires_grad``;
     buffers never (BatchNorm's statistics update as in PyTorch).
 
     Returns a :class:`cleave.Model`. Errors raise :class:`cleave.Error`.
     """
-    unknown = set(compile_options) - _COMPILE_OPTIONS
-    if unknown:
-        raise ArgumentTypeError(f"unknown option '{sorted(unknown)[0]}' (options: "
-                    f"{', '.join(sorted(_COMPILE_OPTIONS))})")
+    named = {"tp": tp, "optimizer": optimizer, "loss": loss, "plan": plan,
+             "seed": seed}
+    # With options=, a named argument overrides the options' value only
+    # where it differs from its default (Python cannot tell tp=1 written
+    # out from tp left out).
+    given = {k: v for k, v in named.items()
+             if options is None or not _is_default(v, _NAMED_DEFAULTS[k])}
+    opts = Options.make(options, **given, **compile_options)
+    if opts.plan_only:
+        raise ArgumentError("plan_only writes a bundle without weights, "
+                            "which tensor_parallel cannot train: use "
+                            "cleave.compile")
     if example_inputs is not None and not isinstance(example_inputs, dict):
         raise ArgumentTypeError(
             "example_inputs must be a dict from the forward's argument names "
             f"to tensors, not {type(example_inputs).__name__}")
-    o = _compile_options(optimizer, loss, tp, seed)
-    dp = compile_options.get("dp", 1)
-    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1:
-        raise ArgumentError(f"dp must be a positive integer, not {dp!r}")
-    o.dp = dp
-    zero = compile_options.get("zero", 0)
-    if not isinstance(zero, int) or isinstance(zero, bool) or \
-            zero not in (0, 1, 2, 3):
-        raise ArgumentError(f"zero must be 0, 1, 2 or 3, not {zero!r}")
-    o.zero = zero
-    timeout = compile_options.get("timeout", 60.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not timeout > 0:
-        raise ArgumentError("timeout must be a positive number of seconds, "
-                            f"not {timeout!r}")
-    opset = compile_options.get("opset", 17)
-    if not isinstance(opset, int) or isinstance(opset, bool):
-        raise ArgumentError(f"opset must be an integer, not {opset!r}")
-    freeze = compile_options.get("freeze", [])
-    if isinstance(freeze, str) or not all(isinstance(f, str) for f in freeze):
-        raise ArgumentError("freeze must be a list of regular expressions, "
-                            f"not {freeze!r}")
-    _mesh_choice(o, compile_options.get("devices"),
-                 compile_options.get("memory_per_device"))
+    if not isinstance(distributed, bool):
+        raise ArgumentTypeError("distributed must be True or False, not "
+                                f"{distributed!r}")
     work = tempfile.mkdtemp(prefix="cleave-")
     try:
-        output = compile_options.get("output")
-        bundle = os.fspath(output) if output else os.path.join(work, "bundle")
+        bundle = opts.output or os.path.join(work, "bundle")
+        o = opts._native(work)
         o.output = bundle
-        o.plan = _plan_file(plan, work)
-        o.freeze = list(compile_options.get("freeze", []))
         sources = {}
         if isinstance(module, (str, os.PathLike)):
+            _file_keeps_its_opset(opts)
             o.model = os.fspath(module)
             o.inputs = _input_specs(example_inputs)
         else:
@@ -770,22 +730,34 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
             if not isinstance(module, torch.nn.Module):
                 raise ArgumentTypeError("module must be a torch.nn.Module or a model "
                             f"file's path, not {type(module).__name__}")
-            example_inputs = _forward_inputs(module, example_inputs, loss)
-            _check_loss_output(module, example_inputs, loss)
-            exported = export_module(module, example_inputs, work,
-                                     compile_options.get("opset", 17))
+            example_inputs = _forward_inputs(module, example_inputs, opts.loss)
+            _check_loss_output(module, example_inputs, opts.loss)
+            exported = export_module(module, example_inputs, work, opts.opset)
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
             o.scalar_parameters = exported.scalars
             sources = exported.sources
         _cleave.compile(o)
-        session = _open_session(bundle, distributed,
-                                compile_options.get("timeout", 60.0),
-                                compile_options.get("backend", "cpu"))
+        session = _open_session(bundle, distributed, opts.timeout,
+                                opts.backend, precision=opts.precision)
         if not sources:
             sources = {name: ("bundle", name) for name, _ in session.tensors()}
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return Model(session, bundle, sources, owned=work)
+
+
+_NAMED_DEFAULTS = {"tp": 1, "optimizer": None, "loss": "auto", "plan": None,
+                   "seed": 0}
+
+
+def _file_keeps_its_opset(opts: Options) -> None:
+    if opts.opset != Options.opset:
+        raise ArgumentError("opset applies to exporting a torch.nn.Module; "
+                            "a model file keeps its own opset")
+
+
+def _is_default(value, default) -> bool:
+    return type(value) is type(default) and value == default

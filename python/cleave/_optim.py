@@ -1,24 +1,25 @@
 """The optimizers a compiled train step can apply."""
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Tuple
 
-from ._native import Error
+from ._native import ArgumentError, ArgumentTypeError
 
 
 def _check(name: str, value: float, low: float, high: float = math.inf,
            low_open: bool = False) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise Error(f"{name} must be a number, not {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be a number, not "
+                                f"{value!r}")
+    value = float(value)
     if not math.isfinite(value) or value < low or (low_open and value == low) \
             or value >= high:
         bounds = f"{'>' if low_open else '>='} {low:g}"
         if high != math.inf:
             bounds += f" and < {high:g}"
-        raise Error(f"{name} must be {bounds}, not {value!r}")
+        raise ArgumentError(f"{name} must be {bounds}, not {value!r}")
     return value
 
 
@@ -67,8 +68,8 @@ class AdamW:
         try:
             b1, b2 = self.betas
         except (TypeError, ValueError):
-            raise Error(f"betas must be a pair of numbers, not {self.betas!r}") \
-                from None
+            raise ArgumentTypeError(f"betas must be a pair of numbers, not "
+                                    f"{self.betas!r}") from None
         object.__setattr__(self, "betas", (_check("betas[0]", b1, 0, 1),
                                            _check("betas[1]", b2, 0, 1)))
         object.__setattr__(self, "eps",

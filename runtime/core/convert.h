@@ -28,10 +28,18 @@ struct Half {};
 struct BFloat16 {};
 
 /// How a dtype is stored: bools as bytes, 16-bit floats as their bits.
-template <typename T> struct StorageOf { using type = T; };
-template <> struct StorageOf<bool> { using type = uint8_t; };
-template <> struct StorageOf<Half> { using type = uint16_t; };
-template <> struct StorageOf<BFloat16> { using type = uint16_t; };
+template <typename T> struct StorageOf {
+  using type = T;
+};
+template <> struct StorageOf<bool> {
+  using type = uint8_t;
+};
+template <> struct StorageOf<Half> {
+  using type = uint16_t;
+};
+template <> struct StorageOf<BFloat16> {
+  using type = uint16_t;
+};
 
 template <typename T>
 constexpr bool kIsHalfLike =

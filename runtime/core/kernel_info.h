@@ -1,5 +1,4 @@
-//===- kernel_info.h - What a backend's kernel sees of an instruction -*- C++
-//-*-===//
+//===- kernel_info.h - What a backend's kernel sees of an -------*- C++ -*-===//
 //
 // Backend-neutral: an instruction as the schema's validator
 // (kernel_schema.cpp) leaves it, with its types, decoded attributes and

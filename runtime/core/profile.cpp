@@ -1,5 +1,4 @@
-//===- profile.cpp - Step profiles and Chrome traces
-//-----------------------===//
+//===--- profile.cpp - Step profiles and Chrome traces --------------------===//
 
 #include "cleave/runtime/profile.h"
 

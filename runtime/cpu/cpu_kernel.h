@@ -89,7 +89,7 @@ struct StridedLoop {
     int64_t rank = static_cast<int64_t>(dims.size());
     int n = numOperands;
 #pragma omp parallel for schedule(                                             \
-    static) if (outer * inner > kParallelThreshold && outer > 1)
+        static) if (outer * inner > kParallelThreshold && outer > 1)
     for (int64_t row = 0; row < outer; ++row) {
       int64_t offsets[kMaxOperands];
       for (int k = 0; k < n; ++k)

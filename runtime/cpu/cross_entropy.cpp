@@ -37,7 +37,7 @@ Status prepare_cross_entropy(const KernelInfo &info, KernelFn *fn) {
     auto *target = static_cast<float *>(args.results[1]);
     int64_t rows = g.outer * g.inner;
 #pragma omp parallel for schedule(static) if (rows * g.classes >               \
-                                              kParallelThreshold)
+                                                  kParallelThreshold)
     for (int64_t r = 0; r < rows; ++r) {
       int64_t o = r / g.inner, i = r % g.inner;
       const float *row = x + o * g.classes * g.inner + i;
@@ -71,7 +71,7 @@ Status prepare_cross_entropy_backward(const KernelInfo &info, KernelFn *fn) {
     auto *dx = static_cast<float *>(args.results[0]);
     int64_t rows = g.outer * g.inner;
 #pragma omp parallel for schedule(static) if (rows * g.classes >               \
-                                              kParallelThreshold)
+                                                  kParallelThreshold)
     for (int64_t r = 0; r < rows; ++r) {
       int64_t o = r / g.inner, i = r % g.inner;
       int64_t base = o * g.classes * g.inner + i;

@@ -8,6 +8,7 @@
 
 #include "core/fused_ops.h"
 #include "core/int_arith.h"
+#include "core/kernel_math.h"
 #include "cpu/cpu_kernel.h"
 
 #include <cmath>
@@ -554,29 +555,22 @@ FLOAT_UNARY(relu, Relu)
 FLOAT_UNARY(erf, Erf)
 #undef FLOAT_UNARY
 Status prepare_sin(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::sin(x); });
+  return prepareFloatUnary(info, fn, [](float x) { return sine(x); });
 }
 Status prepare_cos(const KernelInfo &info, KernelFn *fn) {
-  return prepareFloatUnary(info, fn, [](float x) { return std::cos(x); });
+  return prepareFloatUnary(info, fn, [](float x) { return cosine(x); });
 }
 
 Status prepare_gelu(const KernelInfo &info, KernelFn *fn) {
   if (!info.params<schema::Kernel::k_gelu>().approximate)
-    return prepareFloatUnary(info, fn, [](float x) {
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    });
-  return prepareFloatUnary(info, fn, [](float x) {
-    constexpr float kSqrt2OverPi = 0.79788456080286536f;
-    float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + std::tanh(inner));
-  });
+    return prepareFloatUnary(info, fn, [](float x) { return geluErf(x); });
+  return prepareFloatUnary(info, fn, [](float x) { return geluTanh(x); });
 }
 
 Status prepare_leaky_relu(const KernelInfo &info, KernelFn *fn) {
   float a =
       static_cast<float>(info.params<schema::Kernel::k_leaky_relu>().alpha);
-  return prepareFloatUnary(info, fn,
-                           [a](float x) { return x < 0.0f ? a * x : x; });
+  return prepareFloatUnary(info, fn, [a](float x) { return leakyRelu(x, a); });
 }
 
 } // namespace cleave::rt

@@ -97,8 +97,8 @@ void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
   int64_t rowTiles = (m + kRows - 1) / kRows;
   int64_t perBatch = rowTiles * ((n + kCols - 1) / kCols);
   int64_t tiles = batches * perBatch;
-#pragma omp parallel for schedule(dynamic) if (tiles > 1 &&                    \
-                                               m * n * k > (int64_t(1) << 16))
+#pragma omp parallel for schedule(                                             \
+        dynamic) if (tiles > 1 && m * n * k > (int64_t(1) << 16))
   for (int64_t t = 0; t < tiles; ++t) {
     int64_t i = t / perBatch, tile = t % perBatch;
     int64_t i0 = (tile % rowTiles) * kRows, j0 = (tile / rowTiles) * kCols;

@@ -1,5 +1,6 @@
 //===- nn.cpp - Normalisation, convolution and pooling kernels ------------===//
 
+#include "core/kernel_math.h"
 #include "cpu/nn_cpu.h"
 
 #include <algorithm>
@@ -50,7 +51,7 @@ void im2col(const ConvGeometry &p, const float *x, int64_t images,
   // consecutive stretches of the columns.
   int64_t jobs = rows * images;
 #pragma omp parallel for schedule(                                             \
-    static) if (jobs > 1 && jobs * plane > kParallelThreshold)
+        static) if (jobs > 1 && jobs * plane > kParallelThreshold)
   for (int64_t job = 0; job < jobs; ++job) {
     int64_t r = job / images, i = job % images;
     int64_t ci = r / taps, tap = r % taps;
@@ -218,8 +219,8 @@ void runMaxPool(const PoolGeometry &p, const float *x, float *y) {
   const std::vector<int64_t> &iLo = taps.iLo, &iHi = taps.iHi, &jLo = taps.jLo,
                              &jHi = taps.jHi;
 #pragma omp parallel for schedule(                                             \
-    static) if (p.planes > 1 &&                                                \
-                p.planes * p.oh * p.ow * win.kh * win.kw > kParallelThreshold)
+        static) if (p.planes > 1 && p.planes * p.oh * p.ow * win.kh * win.kw > \
+                                            kParallelThreshold)
   for (int64_t pl = 0; pl < p.planes; ++pl) {
     const float *src = x + pl * p.h * p.w;
     float *dst = y + pl * p.oh * p.ow;
@@ -251,8 +252,8 @@ void runAvgPool(const PoolGeometry &p, const float *x, float *y) {
   std::vector<int64_t> rowTaps, colTaps;
   avgPoolTaps(p, &rowTaps, &colTaps);
 #pragma omp parallel for schedule(                                             \
-    static) if (p.planes > 1 &&                                                \
-                p.planes * p.oh * p.ow * win.kh * win.kw > kParallelThreshold)
+        static) if (p.planes > 1 && p.planes * p.oh * p.ow * win.kh * win.kw > \
+                                            kParallelThreshold)
   for (int64_t pl = 0; pl < p.planes; ++pl) {
     const float *src = x + pl * p.h * p.w;
     float *dst = y + pl * p.oh * p.ow;
@@ -344,7 +345,7 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
     auto *meanOut = static_cast<float *>(args.results[1]);
     auto *invStdOut = static_cast<float *>(args.results[2]);
 #pragma omp parallel for schedule(                                             \
-    static) if (outer > 1 && outer * inner > kParallelThreshold)
+        static) if (outer > 1 && outer * inner > kParallelThreshold)
     for (int64_t o = 0; o < outer; ++o) {
       const float *row = x + o * inner;
       float *out = y + o * inner;
@@ -353,14 +354,14 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
       double sum = 0;
       for (int64_t i = 0; i < inner; ++i)
         sum += row[i];
-      float mean = inner ? static_cast<float>(sum / inner) : 0.0f;
+      float mean = rowMean(sum, inner);
       double sq = 0;
       for (int64_t i = 0; i < inner; ++i) {
         double d = static_cast<double>(row[i]) - mean;
         sq += d * d;
       }
-      float var = inner ? static_cast<float>(sq / inner) : 0.0f;
-      float invStd = 1.0f / std::sqrt(var + eps);
+      float var = rowMean(sq, inner);
+      float invStd = invStdOf(var, eps);
       for (int64_t i = 0; i < inner; ++i) {
         float v = (row[i] - mean) * invStd;
         if (scale)
@@ -413,10 +414,10 @@ Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
     auto *y = static_cast<float *>(args.results[0]);
     int64_t planes = n * channels;
 #pragma omp parallel for schedule(                                             \
-    static) if (planes > 1 && planes * plane > kParallelThreshold)
+        static) if (planes > 1 && planes * plane > kParallelThreshold)
     for (int64_t i = 0; i < planes; ++i) {
       int64_t c = i % channels;
-      float invStd = 1.0f / std::sqrt(var[c] + eps);
+      float invStd = invStdOf(var[c], eps);
       float m = mean[c], s = scale[c], b = bias[c];
       const float *src = x + i * plane;
       float *dst = y + i * plane;

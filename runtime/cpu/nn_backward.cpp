@@ -46,8 +46,8 @@ void col2im(const ConvGeometry &p, const float *col, int64_t images,
                      &oxLo[kj], &oxHi[kj]);
   int64_t jobs = images * channels;
 #pragma omp parallel for schedule(                                             \
-    static) if (jobs > 1 &&                                                    \
-                jobs * std::max(taps * plane, hw) > kParallelThreshold)
+        static) if (jobs > 1 && jobs * std::max(taps * plane, hw) >            \
+                                        kParallelThreshold)
   for (int64_t job = 0; job < jobs; ++job) {
     int64_t i = job / channels, ci = job % channels;
     float *dst = dx + job * hw;
@@ -237,9 +237,9 @@ void runMaxPoolBackward(const PoolGeometry &p, const float *x, const float *dy,
   PoolTaps taps = poolTaps(p);
   const std::vector<int64_t> &jLo = taps.jLo, &jHi = taps.jHi;
 #pragma omp parallel for schedule(                                             \
-    static) if (p.planes > 1 &&                                                \
-                p.planes * std::max(plane * win.kh * win.kw, hw) >             \
-                    kParallelThreshold)
+        static) if (p.planes > 1 &&                                            \
+                        p.planes * std::max(plane * win.kh * win.kw, hw) >     \
+                                kParallelThreshold)
   for (int64_t pl = 0; pl < p.planes; ++pl) {
     const float *src = x + pl * hw;
     const float *grad = dy + pl * plane;
@@ -294,9 +294,9 @@ void runAvgPoolBackward(const PoolGeometry &p, const float *dy, float *dx) {
   PoolTaps taps = poolTaps(p);
   const std::vector<int64_t> &jLo = taps.jLo, &jHi = taps.jHi;
 #pragma omp parallel for schedule(                                             \
-    static) if (p.planes > 1 &&                                                \
-                p.planes * std::max(plane * win.kh * win.kw, hw) >             \
-                    kParallelThreshold)
+        static) if (p.planes > 1 &&                                            \
+                        p.planes * std::max(plane * win.kh * win.kw, hw) >     \
+                                kParallelThreshold)
   for (int64_t pl = 0; pl < p.planes; ++pl) {
     const float *grad = dy + pl * plane;
     float *dst = dx + pl * hw;

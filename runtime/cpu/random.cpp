@@ -47,7 +47,7 @@ void runRandomUniform(const RandomGeometry &p, uint32_t step, float *out) {
   int64_t pieces = (p.run + kChunk - 1) / kChunk;
   int64_t tasks = p.rows * pieces;
 #pragma omp parallel for schedule(                                             \
-    static) if (tasks > 1 && p.rows * p.run > kParallelThreshold / 4)
+        static) if (tasks > 1 && p.rows * p.run > kParallelThreshold / 4)
   for (int64_t t = 0; t < tasks; ++t) {
     int64_t r = t / pieces, piece = t % pieces;
     int64_t begin = piece * kChunk;

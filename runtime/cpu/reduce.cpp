@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/kernel_math.h"
 #include "core/reduce_plan.h"
 #include "cpu/cpu_kernel.h"
 
@@ -201,7 +202,7 @@ Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind,
 void softmaxRows(const float *x, float *y, int64_t outer, int64_t extent,
                  bool logSoftmax) {
 #pragma omp parallel for schedule(                                             \
-    static) if (outer > 1 && outer * extent > kParallelThreshold)
+        static) if (outer > 1 && outer * extent > kParallelThreshold)
   for (int64_t o = 0; o < outer; ++o) {
     const float *row = x + o * extent;
     float *out = y + o * extent;
@@ -226,7 +227,7 @@ void softmaxRows(const float *x, float *y, int64_t outer, int64_t extent,
       for (int64_t i = 0; i < extent; ++i)
         out[i] = (row[i] - maxValue) - logSum;
     } else {
-      float scale = static_cast<float>(1.0 / sum);
+      float scale = softmaxScale(sum);
       for (int64_t i = 0; i < extent; ++i)
         out[i] *= scale;
     }
@@ -237,7 +238,7 @@ void softmaxRows(const float *x, float *y, int64_t outer, int64_t extent,
 void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
                     int64_t inner, bool logSoftmax) {
 #pragma omp parallel for schedule(                                             \
-    static) if (outer > 1 && outer * extent * inner > kParallelThreshold)
+        static) if (outer > 1 && outer * extent * inner > kParallelThreshold)
   for (int64_t o = 0; o < outer; ++o) {
     const float *in = x + o * extent * inner;
     float *out = y + o * extent * inner;

@@ -75,7 +75,7 @@ static void tiledTransposeCopy(const StridedLoop &loop, const T *in, T *out) {
   int64_t colTiles = (cols + kTile - 1) / kTile;
   int64_t tiles = matrices * rowTiles * colTiles;
 #pragma omp parallel for schedule(                                             \
-    static) if (tiles > 1 && matrices * rows * cols > kParallelThreshold)
+        static) if (tiles > 1 && matrices * rows * cols > kParallelThreshold)
   for (int64_t t = 0; t < tiles; ++t) {
     int64_t matrix = t / (rowTiles * colTiles);
     int64_t r0 = (t / colTiles) % rowTiles * kTile;

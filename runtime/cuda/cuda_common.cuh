@@ -1,5 +1,4 @@
-//===- cuda_common.cuh - Device helpers shared by the kernels ---*- CUDA
-//-*-===//
+//===- cuda_common.cuh - Device helpers shared by the kernels --*- CUDA -*-===//
 //
 // Private to libcleave_cuda.so: grid sizing, broadcast indexing and error
 // reporting used by every kernel file.

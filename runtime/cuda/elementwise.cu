@@ -10,6 +10,7 @@
 
 #include "core/fused_ops.h"
 #include "core/int_arith.h"
+#include "core/kernel_math.h"
 #include "cuda/cuda_common.cuh"
 
 #include <string>
@@ -417,24 +418,20 @@ template <UnaryOp Op> struct FloatUnary {
     if constexpr (code() != FusedCode::Identity) {
       return applyFused(code(), x, x);
     } else if constexpr (Op == UnaryOp::Sin) {
-      return sinf(x);
+      return sine(x);
     } else if constexpr (Op == UnaryOp::Cos) {
-      return cosf(x);
+      return cosine(x);
     } else if constexpr (Op == UnaryOp::GeluErf) {
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+      return geluErf(x);
     } else {
-      constexpr float kSqrt2OverPi = 0.79788456080286536f;
-      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(inner));
+      return geluTanh(x);
     }
   }
 };
 
 struct LeakyRelu {
   float alpha;
-  __device__ float operator()(float x) const {
-    return x < 0.0f ? alpha * x : x;
-  }
+  __device__ float operator()(float x) const { return leakyRelu(x, alpha); }
 };
 
 template <typename T> struct Negate {

@@ -23,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/kernel_math.h"
 #include "cuda/cuda_common.cuh"
 
 #include <algorithm>
@@ -595,7 +596,7 @@ __global__ void softmaxRowsKernel(const float *x, float *y, int64_t outer,
     for (int64_t i = lane; i < extent; i += width)
       out[i] = (in[i] - shift) - logSum;
   } else {
-    float scale = static_cast<float>(1.0 / sum);
+    float scale = softmaxScale(sum);
     for (int64_t i = lane; i < extent; i += width)
       out[i] = expf(in[i] - shift) * scale;
   }
@@ -623,7 +624,7 @@ __global__ void softmaxColumnsKernel(const float *x, float *y, int64_t outer,
       for (int64_t a = 0; a < extent; ++a)
         out[a * inner] = (in[a * inner] - shift) - logSum;
     } else {
-      float scale = static_cast<float>(1.0 / sum);
+      float scale = softmaxScale(sum);
       for (int64_t a = 0; a < extent; ++a)
         out[a * inner] = expf(in[a * inner] - shift) * scale;
     }
@@ -684,15 +685,15 @@ __global__ void layerNormKernel(const float *x, const float *scale,
   for (int64_t i = lane; i < inner; i += width)
     sum += in[i];
   sum = groupAllReduce<kWarpRow, SumOp>(sum);
-  float mean = inner ? static_cast<float>(sum / inner) : 0.0f;
+  float mean = rowMean(sum, inner);
   double sq = 0;
   for (int64_t i = lane; i < inner; i += width) {
     double d = static_cast<double>(in[i]) - mean;
     sq += d * d;
   }
   sq = groupAllReduce<kWarpRow, SumOp>(sq);
-  float var = inner ? static_cast<float>(sq / inner) : 0.0f;
-  float invStd = 1.0f / sqrtf(var + eps);
+  float var = rowMean(sq, inner);
+  float invStd = invStdOf(var, eps);
   for (int64_t i = lane; i < inner; i += width) {
     float v = __fmul_rn(in[i] - mean, invStd);
     if (scale)
@@ -725,7 +726,7 @@ __global__ void batchNormPlanesKernel(const float *x, const float *scale,
                                       int64_t plane, float eps) {
   for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
     int64_t c = p % channels;
-    float invStd = 1.0f / sqrtf(var[c] + eps);
+    float invStd = invStdOf(var[c], eps);
     float m = mean[c], s = scale[c], b = bias[c];
     const float *src = x + p * plane;
     float *dst = y + p * plane;
@@ -743,7 +744,7 @@ __global__ void batchNormFlatKernel(const float *x, const float *scale,
                                     float eps) {
   CLEAVE_GRID_LOOP(i, total) {
     int64_t c = (i / plane) % channels;
-    float invStd = 1.0f / sqrtf(var[c] + eps);
+    float invStd = invStdOf(var[c], eps);
     y[i] = batchNormValue(x[i], mean[c], invStd, scale[c], bias[c]);
   }
 }

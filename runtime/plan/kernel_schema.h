@@ -1,5 +1,4 @@
-//===- kernel_schema.h - Typed kernel parameters from kernels.def -*- C++
-//-*-===//
+//===- kernel_schema.h - Typed kernel parameters ----------------*- C++ -*-===//
 //
 // What kernels.def generates for both sides of the plan: an enum of kernels,
 // one parameter struct per kernel (Params<Kernel::k_matmul> has fields

@@ -1,5 +1,4 @@
-//===- plan_writer.h - Writes plan instructions from typed Params -*- C++
-//-*-===//
+//===- plan_writer.h - Plan instructions from typed Params ------*- C++ -*-===//
 //
 // The compiler's half of the kernel schema: writeInstruction(params, inst)
 // sets the kernel name and every attribute kernels.def declares for it, so

@@ -2,6 +2,7 @@
 
 #include "cleave/runtime/data.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/npy.h"
 
 #include <algorithm>
 #include <cstring>

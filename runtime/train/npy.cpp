@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cleave/runtime/npy.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/files.h"
 

@@ -4,6 +4,7 @@
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/npy.h"
 #include "cleave/runtime/profile.h"
 #include "cleave/runtime/runner.h"
 #include "cleave/runtime/store.h"

@@ -310,3 +310,44 @@ func.func @cross_entropy_axis(%x: tensor<8x16xf32>, %l: tensor<8x1xi64>, %ids: t
   %s, %t = cleave.cross_entropy %x, %l, %ids, %m axis = 2 : (tensor<8x16xf32>, tensor<8x1xi64>, tensor<1x16xi64>, tensor<8x1xf32>) -> (tensor<8x1xf32>, tensor<8x1xf32>)
   return %s : tensor<8x1xf32>
 }
+
+// -----
+
+// expected-error @+1 {{#cleave.layout blocks and granule must be at least 1, got blocks = 0, granule = 1}}
+func.func @layout_no_blocks(%w: tensor<8xf32> {cleave.layout = #cleave.layout<dim = 0, blocks = 0>}) { return }
+
+// -----
+
+// expected-error @+1 {{#cleave.layout blocks and granule cut the split dimension: they need dim}}
+func.func @layout_blocks_without_dim(%w: tensor<8xf32> {cleave.layout = #cleave.layout<blocks = 2, dp_dim = 0>}) { return }
+
+// -----
+
+// expected-error @+1 {{#cleave.layout splits nothing}}
+func.func @layout_of_nothing(%w: tensor<8xf32> {cleave.layout = #cleave.layout<granule = 1>}) { return }
+
+// -----
+
+// expected-error @+1 {{#cleave.layout dimensions must be -1 (whole) or a dimension, got dim = -2}}
+func.func @layout_negative(%w: tensor<8xf32> {cleave.layout = #cleave.layout<dim = -2>}) { return }
+
+// -----
+
+// expected-error @below {{argument 0 has a #cleave.layout with dim = 2 on a tensor of rank 2}}
+func.func @layout_past_rank(%w: tensor<8x8xf32> {cleave.layout = #cleave.layout<dim = 2>}) { return }
+
+// -----
+
+// expected-error @below {{result 0 has a #cleave.layout with dp_dim = 1 on a tensor of rank 1}}
+func.func @layout_result_past_rank(%w: tensor<8xf32>) -> (tensor<8xf32> {cleave.layout = #cleave.layout<dp_dim = 1>}) { return %w : tensor<8xf32> }
+
+// -----
+
+// expected-error @below {{argument 0 'cleave.layout' must be a #cleave.layout, got 0 : i64}}
+func.func @layout_not_typed(%w: tensor<8xf32> {cleave.layout = 0 : i64}) { return }
+
+// -----
+
+// The four integers it replaced are gone.
+// expected-error @below {{argument 0 has unknown attribute 'cleave.split_dim'}}
+func.func @split_dim_gone(%w: tensor<8xf32> {cleave.split_dim = 0 : i64}) { return }

@@ -5,8 +5,8 @@
 // output rows, second by its input columns), with one all-reduce forward,
 // and none backward (the input needs no gradient).
 // CHECK-LABEL: func.func @mlp
-// CHECK-SAME: tensor<128x256xf32> {cleave.parameter = "up", cleave.split_dim = 0 : i64}
-// CHECK-SAME: tensor<256x128xf32> {cleave.parameter = "down", cleave.split_dim = 1 : i64}
+// CHECK-SAME: tensor<128x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "up"}
+// CHECK-SAME: tensor<256x128xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "down"}
 // CHECK-COUNT-1: cleave.all_reduce
 // CHECK-NOT: cleave.all_reduce
 // CHECK-NOT: cleave.all_gather
@@ -24,7 +24,7 @@ func.func @mlp(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf
 
 // Tiny weights do not pay for an all-reduce: everything stays replicated.
 // CHECK-LABEL: func.func @tiny
-// CHECK-NOT: cleave.split_dim
+// CHECK-NOT: cleave.layout
 // CHECK-NOT: cleave.all_reduce
 // CHECK: return
 func.func @tiny(%x: tensor<2x4xf32> {cleave.input = "x"}, %w: tensor<4x4xf32> {cleave.parameter = "w"}, %v: tensor<4x4xf32> {cleave.parameter = "v"}) -> (tensor<f32> {cleave.loss}) {
@@ -41,7 +41,7 @@ func.func @tiny(%x: tensor<2x4xf32> {cleave.input = "x"}, %w: tensor<4x4xf32> {c
 // the hidden dimension needs just one scalar all-reduce, cheaper than the
 // vocabulary-parallel lookup's all-reduce of the activations.
 // CHECK-LABEL: func.func @embedding
-// CHECK-SAME: tensor<1024x16xf32> {cleave.parameter = "table", cleave.split_dim = 1 : i64}
+// CHECK-SAME: tensor<1024x16xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "table"}
 // CHECK: cleave.gather %{{.*}}, %{{.*}} axis = 0 : (tensor<1024x16xf32>, tensor<8x16xi64>) -> tensor<8x16x16xf32>
 // CHECK: cleave.all_reduce sum %{{.*}} axes = [0] {cleave.megatron, cleave.phase = "forward", cleave.reason = "{{.*}}"} : tensor<f32>
 func.func @embedding(%ids: tensor<8x16xi64> {cleave.input = "ids"}, %table: tensor<1024x64xf32> {cleave.parameter = "table"}) -> (tensor<f32> {cleave.loss}) {
@@ -57,7 +57,7 @@ func.func @embedding(%ids: tensor<8x16xi64> {cleave.input = "ids"}, %table: tens
 // split would save memory only, for an all-gather of the parameter every
 // step (ZeRO's trade): the search keeps them replicated however large.
 // CHECK-LABEL: func.func @norm_parameters
-// CHECK-NOT: cleave.split_dim
+// CHECK-NOT: cleave.layout
 // CHECK-NOT: cleave.all_gather
 // CHECK: return
 func.func @norm_parameters(%x: tensor<2x8192xf32> {cleave.input = "x"}, %g: tensor<8192xf32> {cleave.parameter = "scale"}, %b: tensor<8192xf32> {cleave.parameter = "bias"}) -> (tensor<f32> {cleave.loss}) {

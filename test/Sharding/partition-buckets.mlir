@@ -9,7 +9,7 @@
 // optimizer first needs one of them. The forward's two row-parallel
 // outputs meet in the residual sum and share one all-reduce.
 // CHECK-LABEL: func.func @two_norms
-// CHECK-SAME: tensor<128x128xf32> {cleave.parameter = "attn.in", cleave.split_dim = 0 : i64}
+// CHECK-SAME: tensor<128x128xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "attn.in"}
 // CHECK: cleave.all_reduce  sum %{{.*}} axes = [0] {cleave.megatron, cleave.phase = "forward"
 // CHECK-NOT: cleave.all_reduce
 // CHECK: %[[ALL:.*]] = cleave.concat %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} axis = 0 : (tensor<128xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<512xf32>

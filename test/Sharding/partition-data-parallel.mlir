@@ -12,7 +12,7 @@
 
 // CHECK: module attributes {cleave.mesh = array<i64: 2>, cleave.mesh_axes = "dp"}
 // CHECK-LABEL: func.func @step
-// CHECK-SAME: %[[X:.*]]: tensor<2x8xf32> {cleave.input = "x", cleave.split_dim = 0 : i64}
+// CHECK-SAME: %[[X:.*]]: tensor<2x8xf32> {cleave.input = "x", cleave.layout = #cleave.layout<dim = 0>}
 // CHECK-SAME: %[[W:.*]]: tensor<8x2xf32> {cleave.parameter = "w"}
 // CHECK: %[[Y:.*]] = cleave.matmul %[[X]], %[[W]] : (tensor<2x8xf32>, tensor<8x2xf32>) -> tensor<2x2xf32>
 // CHECK: %[[M:.*]] = cleave.reduce mean %[[Y]] dims = [0, 1] : (tensor<2x2xf32>) -> tensor<f32>

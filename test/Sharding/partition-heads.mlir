@@ -7,8 +7,8 @@
 // one all-reduce forward and no all-gather (a plain split, 31 of each
 // block's 124 rows per rank, would cut heads and gather q, k and v).
 // CHECK-LABEL: func.func @heads
-// CHECK-SAME: tensor<96x124xf32> {cleave.parameter = "qkv", cleave.split_blocks = 3 : i64, cleave.split_dim = 0 : i64, cleave.split_granule = 4 : i64}
-// CHECK-SAME: tensor<124x32xf32> {cleave.parameter = "o", cleave.split_dim = 1 : i64, cleave.split_granule = 4 : i64}
+// CHECK-SAME: tensor<96x124xf32> {cleave.layout = #cleave.layout<dim = 0, blocks = 3, granule = 4>, cleave.parameter = "qkv"}
+// CHECK-SAME: tensor<124x32xf32> {cleave.layout = #cleave.layout<dim = 1, granule = 4>, cleave.parameter = "o"}
 // CHECK-NOT: cleave.all_gather
 // CHECK: %[[QKV:.*]] = cleave.matmul %arg0, %arg1 {transpose_rhs} : (tensor<1024x124xf32>, tensor<96x124xf32>) -> tensor<1024x96xf32>
 // Each block's local heads are taken whole.

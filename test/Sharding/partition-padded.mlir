@@ -8,7 +8,7 @@
 // that the IR does not grow with the vocabulary) of which every rank takes
 // its chunk. No all-gather.
 // CHECK-LABEL: func.func @head
-// CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<3x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
+// CHECK-SAME: %[[W:[a-z0-9]+]]: tensor<3x8xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "w"}
 // CHECK: %[[L:.*]] = cleave.matmul %{{.*}}, %[[W]] {transpose_rhs} : (tensor<4x8xf32>, tensor<3x8xf32>) -> tensor<4x3xf32>
 // CHECK: %[[IDX:.*]] = cleave.iota dim = 2 : tensor<1x1x12xi64>
 // CHECK: %[[TEN:.*]] = cleave.constant dense<10> : tensor<1x1x1xi64>

@@ -5,7 +5,7 @@
 // one all-reduce. The gradient is scattered whole and the rank keeps its
 // rows (the masked scatter, which would skip the others' rows, ties on
 // communication and is not preferred yet).
-// CHECK: tensor<256x64xf32> {cleave.parameter = "table", cleave.split_dim = 0 : i64}
+// CHECK: tensor<256x64xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "table"}
 // CHECK: %[[E:.*]] = cleave.gather %{{.*}}, %{{.*}} axis = 0 {cleave.shard_axes = array<i64: 0>, cleave.shard_size = 1024 : i64} : (tensor<256x64xf32>, tensor<8x16xi64>) -> tensor<8x16x64xf32>
 // CHECK: cleave.all_reduce sum %[[E]] axes = [0]
 // CHECK: %[[G:.*]] = cleave.scatter_add %{{.*}}, %{{.*}} axis = 0 : (tensor<8x16x64xf32>, tensor<8x16xi64>) -> tensor<1024x64xf32>

@@ -10,7 +10,7 @@
 // RUN: not cleave-opt %s --cleave-partition="dp=2 zero=4" 2>&1 | FileCheck %s --check-prefix=Z4
 
 // Z1-LABEL: func.func @step
-// Z1-SAME: %[[M:[a-z0-9]+]]: tensor<4x2xf32> {cleave.optimizer_state = ["w", "momentum_buffer"], cleave.split_dim = 0 : i64}
+// Z1-SAME: %[[M:[a-z0-9]+]]: tensor<4x2xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.optimizer_state = ["w", "momentum_buffer"]}
 // Z1: %[[G:.*]] = cleave.matmul {{.*}} {transpose_lhs} : (tensor<2x8xf32>, tensor<2x2xf32>) -> tensor<8x2xf32>
 // Z1: %[[R:.*]] = cleave.all_reduce sum %[[G]] axes = [0]
 // Z1: cleave.shard_slice %[[R]] axes = [0] dim = 0 : tensor<8x2xf32> -> tensor<4x2xf32>
@@ -18,7 +18,7 @@
 // Z1: return {{.*}} tensor<f32>, tensor<8x2xf32>, tensor<8x2xf32>, tensor<4x2xf32>
 
 // Z2-LABEL: func.func @step
-// Z2-SAME: -> (tensor<f32> {cleave.loss}, tensor<4x2xf32> {cleave.gradient = "w", cleave.split_dim = 0 : i64}
+// Z2-SAME: -> (tensor<f32> {cleave.loss}, tensor<4x2xf32> {cleave.gradient = "w", cleave.layout = #cleave.layout<dim = 0>}
 // Z2: %[[G:.*]] = cleave.matmul {{.*}} {transpose_lhs} : (tensor<2x8xf32>, tensor<2x2xf32>) -> tensor<8x2xf32>
 // Z2-NEXT: %[[S:.*]] = cleave.reduce_scatter %[[G]] axes = [0] dim = 0 {{.*}}cleave.phase = "backward"{{.*}} : tensor<8x2xf32> -> tensor<4x2xf32>
 // Z2-NOT: cleave.all_reduce sum %[[G]]
@@ -31,7 +31,7 @@
 // gathered after the gradient's reduce-scatter), and the new w is returned
 // split.
 // Z3-LABEL: func.func @step
-// Z3-SAME: %[[W:[a-z0-9]+]]: tensor<4x2xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
+// Z3-SAME: %[[W:[a-z0-9]+]]: tensor<4x2xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "w"}
 // Z3: %[[WW:.*]] = cleave.all_gather %[[W]] axes = [0] dim = 0 {{.*}} : tensor<4x2xf32> -> tensor<8x2xf32>
 // Z3-NEXT: cleave.matmul %{{.*}}, %[[WW]] : (tensor<2x8xf32>, tensor<8x2xf32>) -> tensor<2x2xf32>
 // Z3: cleave.reduce_scatter
@@ -57,7 +57,7 @@ func.func @step(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {c
 // bias): the reshape, like any op outside the update, reads it gathered,
 // so its dp split never reaches the batch-split activations.
 // Z3-LABEL: func.func @reshaped
-// Z3-SAME: %[[B:[a-z0-9]+]]: tensor<4xf32> {cleave.parameter = "b", cleave.split_dim = 0 : i64}
+// Z3-SAME: %[[B:[a-z0-9]+]]: tensor<4xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "b"}
 // Z3: %[[BB:.*]] = cleave.all_gather %[[B]] axes = [0] dim = 0 {{.*}} : tensor<4xf32> -> tensor<8xf32>
 // Z3-NEXT: cleave.reshape %[[BB]] : tensor<8xf32> -> tensor<1x8xf32>
 // Z3: cleave.add %{{.*}}, %{{.*}} : (tensor<2x8xf32>, tensor<1x8xf32>) -> tensor<2x8xf32>

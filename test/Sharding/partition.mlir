@@ -6,8 +6,8 @@
 // sum, and one all-reduce makes it whole. The weight gradients are local.
 // PLAN: module attributes {cleave.mesh = array<i64: 2>}
 // PLAN-LABEL: func.func @mlp
-// PLAN-SAME: %[[W:[a-z0-9]+]]: tensor<8x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
-// PLAN-SAME: %[[V:[a-z0-9]+]]: tensor<8x8xf32> {cleave.parameter = "v", cleave.split_dim = 1 : i64}
+// PLAN-SAME: %[[W:[a-z0-9]+]]: tensor<8x8xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "w"}
+// PLAN-SAME: %[[V:[a-z0-9]+]]: tensor<8x8xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "v"}
 // PLAN: %[[H:.*]] = cleave.matmul %arg0, %[[W]] {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
 // PLAN: %[[R:.*]] = cleave.relu %[[H]] : tensor<4x8xf32>
 // PLAN: %[[Y:.*]] = cleave.matmul %[[R]], %[[V]] {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
@@ -33,8 +33,8 @@ func.func @mlp(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<16x8xf32> {c
 // The same MLP as torch.onnx writes a Linear (Transpose of the [out, in]
 // weight, then MatMul): colwise and rowwise see through the transpose.
 // PLAN-LABEL: func.func @mlp_transposed
-// PLAN-SAME: tensor<8x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}
-// PLAN-SAME: tensor<8x8xf32> {cleave.parameter = "v", cleave.split_dim = 1 : i64}
+// PLAN-SAME: tensor<8x8xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "w"}
+// PLAN-SAME: tensor<8x8xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "v"}
 // PLAN: cleave.all_reduce sum
 // PLAN-NOT: cleave.all_gather
 // PLAN: return

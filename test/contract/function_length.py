@@ -1,8 +1,13 @@
-"""No function of the compiler, runtime or tools is longer than 150 lines.
+"""No function of the compiler, runtime, tools or Python package is longer
+than 150 lines.
 
 Usage: function_length.py SOURCE_ROOT [LIMIT]
 
-Scans dialects/, lib/, runtime/ and tools/ (C++ and CUDA sources). A
+Scans dialects/, lib/, runtime/ and tools/ (C++ and CUDA sources), and the
+Python of python/, scripts/, bench/ and examples/ (through Python's own
+parser: a function runs from its def to its last line, nested functions
+inside it). zoo/ and test/ are left out: their long functions are tables
+of models and cases. In C++ a
 function is a brace block opened after a parameter list (not an if, for,
 while, switch or catch, nor a lambda, which counts as part of its
 function); its length runs from the line of its opening brace to that of
@@ -10,11 +15,13 @@ its closing one, comments included. Comments and string literals are
 blanked first so their braces do not count. Prints the number of
 functions checked and one FAIL line per function over LIMIT (150).
 """
+import ast
 import os
 import re
 import sys
 
 FOLDERS = ["dialects", "lib", "runtime", "tools"]
+PY_FOLDERS = ["python", "scripts", "bench", "examples"]
 SUFFIXES = (".cpp", ".h", ".cu", ".cuh")
 CONTROL = re.compile(r"\b(if|for|while|switch|catch)\s*\(.*\)\s*$")
 PARAMS = re.compile(
@@ -61,22 +68,46 @@ def functions(path):
     return found
 
 
+def python_functions(path):
+    """(first line, line count) of every outermost Python function (a
+    method counts alone; a function nested in one counts with it)."""
+    tree = ast.parse(open(path, errors="replace").read(), path)
+    found = []
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((child.lineno,
+                              child.end_lineno - child.lineno + 1))
+            elif isinstance(child, ast.ClassDef):
+                visit(child)
+
+    visit(tree)
+    return found
+
+
+def sources(root):
+    """(path, functions of it) for every file checked."""
+    for folders, suffixes, scan in ((FOLDERS, SUFFIXES, functions),
+                                    (PY_FOLDERS, (".py",), python_functions)):
+        for folder in folders:
+            for dp, _, files in os.walk(os.path.join(root, folder)):
+                for f in sorted(files):
+                    if f.endswith(suffixes):
+                        path = os.path.join(dp, f)
+                        yield path, scan(path)
+
+
 def main():
     root = sys.argv[1]
     limit = int(sys.argv[2]) if len(sys.argv) > 2 else 150
     count, failures = 0, []
-    for folder in FOLDERS:
-        for dp, _, files in os.walk(os.path.join(root, folder)):
-            for f in sorted(files):
-                if not f.endswith(SUFFIXES):
-                    continue
-                path = os.path.join(dp, f)
-                for start, length in functions(path):
-                    count += 1
-                    if length > limit:
-                        failures.append("%s:%d: a function of %d lines" %
-                                        (os.path.relpath(path, root), start,
-                                         length))
+    for path, found in sources(root):
+        for start, length in found:
+            count += 1
+            if length > limit:
+                failures.append("%s:%d: a function of %d lines" %
+                                (os.path.relpath(path, root), start, length))
     print("function length: %d functions, limit %d lines" % (count, limit))
     for f in failures:
         print("FAIL: " + f)

@@ -5,16 +5,21 @@ Reads CMake's --graphviz output for the build tree and fails on any link
 from a library to one that comes later in the pipeline:
 
   compiler  CleaveDialect -> Import -> Autodiff -> Sharding -> Lowering
-            -> Evaluate / Pipelines
+            -> Evaluate / Pipelines -> Driver (which alone may link the
+            runtime's trainer)
   runtime   cleave_plan, core -> cpu, dist -> train; cuda (the plugin) links
             core alone
 
 and on a runtime source that includes a private header of a layer it may
 not use ("cpu/...", "train/..."), or a compiler source that includes any
-("core/...": the compiler sees plan/ and cleave/runtime/ only). With --inject EDGE (FROM:TO) it adds that
-link before checking, which must then fail: proof the check can.
+("core/...": the compiler sees plan/ and cleave/runtime/ only), or a
+source of the Python package (python/) that includes a header of tools/
+(the package sees the driver through include/cleave/Driver). With
+--inject EDGE (FROM:TO) it adds that link before checking, which must then
+fail: proof the check can.
 
 usage: library_graph.py SRC BUILD [--inject FROM:TO]
+       library_graph.py SRC --includes-only
 """
 import glob
 import os
@@ -34,6 +39,7 @@ COMPILER = {
     "CleaveLowering": (4, "lowering"),
     "CleaveEvaluate": (5, "evaluate"),
     "CleavePipelines": (5, "pipelines"),
+    "CleaveDriver": (6, "driver"),
 }
 RUNTIME = {
     "cleave_plan": (0, "plan"),
@@ -48,6 +54,9 @@ RUNTIME = {
 # CPU backend; nothing in the runtime links the compiler.
 COMPILER_MAY_LINK = {"cleave_plan", "cleave_runtime_core",
                      "cleave_runtime_plan_reader", "cleave_runtime_cpu"}
+# The driver runs what it compiles (export, the mesh's choice): the trainer.
+DRIVER_MAY_LINK = COMPILER_MAY_LINK | {"cleave_runtime_train",
+                                       "cleave_runtime_dist"}
 # Private headers a runtime layer may include ("layer/x.h").
 INCLUDES = {
     "core": {"core"},
@@ -83,7 +92,8 @@ def check_links(targets, edges):
             (ra, ga), (rb, gb) = COMPILER[a], COMPILER[b]
             if rb >= ra and ga != gb:
                 failures.append("%s links %s, a later stage" % (a, b))
-        elif a in COMPILER and b in RUNTIME and b not in COMPILER_MAY_LINK:
+        elif a in COMPILER and b in RUNTIME and b not in (
+                DRIVER_MAY_LINK if a == "CleaveDriver" else COMPILER_MAY_LINK):
             failures.append("%s links the runtime's %s" % (a, b))
         elif a in RUNTIME and b in COMPILER:
             failures.append("%s (runtime) links the compiler's %s" % (a, b))
@@ -127,14 +137,45 @@ def check_compiler_includes(src):
     return failures
 
 
+def check_python_includes(src):
+    """The Python extension includes public headers only: nothing that
+    lives under tools/ (a binary's folder), by path or by name."""
+    tools = os.path.join(src, "tools")
+    private = set()
+    for dp, _, files in os.walk(tools):
+        private.update(f for f in files if f.endswith(".h"))
+    failures = []
+    for dp, _, files in os.walk(os.path.join(src, "python")):
+        for f in sorted(files):
+            if not f.endswith((".cpp", ".h")):
+                continue
+            path = os.path.join(dp, f)
+            for n, line in enumerate(open(path, errors="replace"), 1):
+                m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+                if m and (m.group(1).startswith("tools/") or
+                          m.group(1) in private):
+                    failures.append("%s:%d: the Python package includes "
+                                    "%s, a header of tools/" % (
+                                        os.path.relpath(path, src), n,
+                                        m.group(1)))
+    return failures
+
+
 def main():
-    src, build = sys.argv[1], sys.argv[2]
+    src = sys.argv[1]
+    if "--includes-only" in sys.argv:
+        failures = check_python_includes(src)
+        print("includes: the Python package's checked")
+        for f in failures:
+            print("FAIL: " + f)
+        return 1 if failures else 0
+    build = sys.argv[2]
     targets, edges = graph(build)
     if "--inject" in sys.argv:
         a, b = sys.argv[sys.argv.index("--inject") + 1].split(":")
         edges.add((a, b))
     failures = (check_links(targets, edges) + check_includes(src) +
-                check_compiler_includes(src))
+                check_compiler_includes(src) + check_python_includes(src))
     known = [e for e in edges if e[0] in COMPILER or e[0] in RUNTIME]
     print("library graph: %d links between the project's libraries" %
           len(known))

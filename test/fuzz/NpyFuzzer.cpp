@@ -7,6 +7,7 @@
 
 #include "FuzzSupport.h"
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/npy.h"
 
 namespace rt = cleave::rt;
 

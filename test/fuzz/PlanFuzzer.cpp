@@ -12,6 +12,7 @@
 
 #include "FuzzSupport.h"
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/npy.h"
 #include "cleave/runtime/trainer.h"
 #include "plan/plan.pb.h"
 

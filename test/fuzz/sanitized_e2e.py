@@ -60,7 +60,8 @@ def bad(name, cmd, needle):
     r = run(cmd, expect_ok=False)
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     ok = (0 < r.returncode < 128 and len(lines) >= 1 and lines[-1].startswith("cleave: error:")
-          and needle in lines[-1] and "Sanitizer" not in r.stderr and "runtime error" not in r.stderr)
+          and needle in lines[-1] and "Sanitizer" not in r.stderr
+          and "runtime error" not in r.stderr)
     print("%-28s %s" % (name, "ok" if ok else "FAILED"))
     if not ok:
         failures.append("%s: exit %d\n%s" % (name, r.returncode, r.stderr))

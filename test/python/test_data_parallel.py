@@ -247,7 +247,7 @@ def test_a_memory_budget_moves_the_choice(tmp_path):
 
 @pytest.mark.parametrize("options,message", [
     ({"devices": 0}, "devices must be a positive integer, not 0"),
-    ({"devices": 4, "tp": 2}, "give either --devices"),
+    ({"devices": 4, "tp": 2}, "give either devices"),
     ({"memory_per_device": 10**9}, "memory_per_device is for devices=N"),
     ({"devices": 2, "memory_per_device": "lots"},
      "memory_per_device must be a positive integer"),

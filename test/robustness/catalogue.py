@@ -26,7 +26,6 @@ import re
 import resource
 import shutil
 import stat
-import struct
 import subprocess
 import sys
 

@@ -59,7 +59,7 @@ def main():
             ins = os.path.join(work, suite, name)
             try:
                 inputs_of(case, ins)
-            except Exception as e:  # a case the onnx package cannot read
+            except Exception:  # a case the onnx package cannot read
                 counts["error"] += 1
                 continue
             try:

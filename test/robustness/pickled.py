@@ -7,7 +7,6 @@ that no marker appeared (no code ran).
 import io
 import os
 import pickle
-import shutil
 import zipfile
 
 

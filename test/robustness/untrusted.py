@@ -84,8 +84,8 @@ MOUNTS = []
 
 
 def mount(path, size, read_only=False, fill=False):
-    """A tmpfs of \p size at \p path for one case, which unmount_all
-    removes after it: full (\p fill: a page left, enough to create files,
+    """A tmpfs of `size` at `path` for one case, which unmount_all
+    removes after it: full (`fill`: a page left, enough to create files,
     not to finish writing one) or read-only (refusing every write, root's
     too)."""
     os.makedirs(path, exist_ok=True)
@@ -99,7 +99,7 @@ def mount(path, size, read_only=False, fill=False):
 
 
 def fill_up(path):
-    """Fills the disk at \p path but for a page."""
+    """Fills the disk at `path` but for a page."""
     filler = os.path.join(path, ".filler")
     with open(filler, "wb", buffering=0) as f:
         with contextlib.suppress(OSError):
@@ -435,7 +435,6 @@ def cases(F, U, W, add, copy_of, write):
                 r"(cannot save a checkpoint in|cannot write) '.*disk/.*': No space left "
                 r"on device",
                 env=env, prepare=earlier_on_full_disk)
-
 
     # No file Cleave reads runs code: each one, in turn, a pickle.
     py_argv = None

@@ -7,11 +7,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bundle.h"
 #include "Cleave/CleaveDialect.h"
-#include "Driver.h"
-#include "Inspect.h"
 #include "cleave/Autodiff/Autodiff.h"
+#include "cleave/Driver/Bundle.h"
+#include "cleave/Driver/Driver.h"
+#include "cleave/Driver/Inspect.h"
 #include "cleave/Evaluate/ConstantEvaluator.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/Import/TorchImporter.h"
@@ -21,6 +21,8 @@
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/npy.h"
+#include "cleave/runtime/run_flags.h"
 #include "cleave/runtime/trainer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -119,7 +121,7 @@ static cl::opt<double> eps("eps", cl::desc("AdamW epsilon"), cl::init(1e-8),
 static cl::opt<int64_t> seed("seed",
                              cl::desc("Seed of the random streams (dropout; "
                                       "the data order with --shuffle)"),
-                             cl::init(0), cl::sub(compileCmd), cl::sub(runCmd));
+                             cl::init(0), cl::sub(compileCmd));
 static cl::opt<int64_t> tpSize("tp", cl::desc("Tensor-parallel ranks"),
                                cl::init(1), cl::sub(compileCmd));
 static cl::opt<std::string>
@@ -191,106 +193,58 @@ static cl::opt<std::string> exportOutput("o",
                                          cl::desc("OUTPUT.onnx or "
                                                   "OUTPUT.safetensors"),
                                          cl::Required, cl::sub(exportCmd));
-static cl::opt<bool>
-    batchFromArrays("batch-from-arrays",
-                    cl::desc("--inputs holds one array per input; batches "
-                             "are runs of its rows (dimension 0)"),
-                    cl::sub(runCmd));
-static cl::opt<std::string>
-    textPath("text",
-             cl::desc("Train a byte-level language model on this file's "
-                      "bytes (ids and next-byte labels)"),
-             cl::value_desc("FILE"), cl::sub(runCmd));
-static cl::opt<bool> shuffle("shuffle",
-                             cl::desc("Shuffle the samples every epoch "
-                                      "(with --seed)"),
-                             cl::sub(runCmd));
-static cl::opt<std::string>
-    checkpointDir("checkpoint",
-                  cl::desc("Write checkpoints (step-N directories) here"),
-                  cl::value_desc("DIR"), cl::sub(runCmd));
-static cl::opt<int64_t>
-    keepCheckpoints("keep-checkpoints",
-                    cl::desc("Keep only the newest N checkpoints (default: "
-                             "all)"),
-                    cl::init(0), cl::sub(runCmd));
-static cl::opt<int64_t> saveEvery("save-every",
-                                  cl::desc("Checkpoint every N steps (and "
-                                           "after the last)"),
-                                  cl::init(0), cl::sub(runCmd));
-static cl::opt<std::string>
-    resumeFrom("resume",
-               cl::desc("Continue from a checkpoint (a step directory, or "
-                        "a --checkpoint directory: its newest)"),
-               cl::value_desc("DIR"), cl::sub(runCmd));
-static cl::opt<std::string> metricsPath("metrics",
-                                        cl::desc("Write a JSON line per "
-                                                 "step here"),
-                                        cl::value_desc("FILE"),
-                                        cl::sub(runCmd));
-static cl::opt<std::string>
-    progressMode("progress",
-                 cl::desc("auto | live | lines: one line updated in place "
-                          "(default on a terminal) or a line every "
-                          "--log-every steps"),
-                 cl::init("auto"), cl::sub(runCmd));
-static cl::opt<std::string>
-    backendName("backend",
-                cl::desc("cpu | cuda | auto: where the step runs (auto: CUDA "
-                         "when a GPU is present, else the CPU)"),
-                cl::init("cpu"), cl::sub(runCmd));
-static cl::opt<std::string>
-    precisionName("precision",
-                  cl::desc("f32 | bf16: bf16 matmuls with f32 master "
-                           "weights, optimizer state and reductions (CUDA)"),
-                  cl::init("f32"), cl::sub(runCmd));
-static cl::opt<bool> randomWeights(
-    "random-weights",
-    cl::desc("Train from seeded random parameters instead of the bundle's "
-             "weights (benchmarks of --plan-only bundles)"),
-    cl::init(false), cl::sub(runCmd));
-static cl::opt<int64_t> ranks("ranks",
-                              cl::desc("Processes to start (one per rank); "
-                                       "default: the bundle's tp"),
-                              cl::init(0), cl::sub(runCmd));
-static cl::opt<bool>
-    threadRanks("threads",
-                cl::desc("Run the ranks as threads of this process (no MPI)"),
-                cl::sub(runCmd));
-static cl::opt<bool> profileSteps(
-    "profile",
-    cl::desc("Time every kernel; after the run, print where the steps after "
-             "the first spent their time (by kernel kind, source block and "
-             "op, with FLOP/s and bytes/s against this machine's)"),
-    cl::sub(runCmd));
-static cl::opt<std::string>
-    traceFile("trace",
-              cl::desc("Write every rank's kernels and collectives as a "
-                       "Chrome trace (open in ui.perfetto.dev)"),
-              cl::value_desc("FILE"), cl::sub(runCmd));
-static cl::opt<double> timeout("timeout",
-                               cl::desc("Seconds a rank waits for its peers "
-                                        "before giving up"),
-                               cl::init(60), cl::sub(runCmd));
 static cl::list<std::string>
     freezePatterns("freeze",
                    cl::desc("Do not train initializers whose names match "
                             "this regular expression (registered buffers)"),
                    cl::value_desc("REGEX"), cl::sub(compileCmd));
-static cl::opt<int64_t> steps("steps", cl::desc("Training steps to run"),
-                              cl::init(1), cl::sub(runCmd));
-static cl::opt<int64_t> logEvery("log-every",
-                                 cl::desc("Progress line every N steps "
-                                          "(default: about 20 lines a run)"),
-                                 cl::init(0), cl::sub(runCmd));
 static cl::opt<bool> forward("forward", cl::desc("Run the forward pass only"),
                              cl::sub(runCmd));
-static cl::opt<std::string> inputsDir("inputs",
-                                      cl::desc("Directory of NAME.npy inputs"),
-                                      cl::sub(runCmd));
-static cl::opt<std::string> dumpDir("dump",
-                                    cl::desc("Directory for NAME.npy outputs"),
-                                    cl::sub(runCmd));
+
+/// cleave run's bundle flags: one option per entry of the table that
+/// cleave-run parses too (cleave/runtime/run_flags.h), all read as text
+/// and checked by the table. Leaked: LLVM's registry keeps pointers to them
+/// until exit.
+static std::vector<std::pair<const rt::RunFlag *, cl::Option *>> &
+runFlagOptions() {
+  static auto *options =
+      new std::vector<std::pair<const rt::RunFlag *, cl::Option *>>();
+  return *options;
+}
+
+static void registerRunFlags() {
+  for (const rt::RunFlag &flag : rt::runFlags()) {
+    cl::Option *option;
+    if (flag.isSwitch())
+      option = new cl::opt<bool>(llvm::StringRef(flag.name),
+                                 cl::desc(flag.help), cl::sub(runCmd));
+    else
+      option = new cl::opt<std::string>(
+          llvm::StringRef(flag.name), cl::desc(flag.help),
+          cl::value_desc(flag.valueName), cl::sub(runCmd));
+    runFlagOptions().push_back({&flag, option});
+  }
+}
+
+/// The run flags given, set in \p args through the table; the one line to
+/// print when a value is bad.
+static std::optional<std::string> runFlagsGiven(rt::RunBundleArgs &args) {
+  for (auto [flag, option] : runFlagOptions()) {
+    if (!option->getNumOccurrences())
+      continue;
+    std::string value =
+        flag->isSwitch()
+            ? std::string(static_cast<cl::opt<bool> *>(option)->getValue() ? "1"
+                                                                           : "")
+            : static_cast<cl::opt<std::string> *>(option)->getValue();
+    if (flag->isSwitch() && value.empty())
+      continue; // --threads=false
+    if (!flag->set(args, value))
+      return "bad value '" + value + "' for --" + flag->name +
+             "; see cleave --help";
+  }
+  return std::nullopt;
+}
 
 /// The command line as given, for starting the other ranks.
 static std::vector<std::string> originalArgs;
@@ -363,7 +317,7 @@ static bool loadModelFlags(MLIRContext &ctx, OnnxImportOptions &options,
   if (!inputFlags(specs) || !archiveBudget(options.maxArchiveBytes))
     return false;
   if (rt::Status s =
-          ::cleave::tool::loadModel(ctx, modelPath, specs, options, &model);
+          ::cleave::driver::loadModel(ctx, modelPath, specs, options, &model);
       !s)
     return fail(s.message()), false;
   return true;
@@ -484,41 +438,36 @@ static int runImport(MLIRContext &ctx) {
 }
 
 static int runForward(MLIRContext &ctx) {
+  rt::RunBundleArgs runArgs;
+  if (std::optional<std::string> error = runFlagsGiven(runArgs)) {
+    llvm::errs() << "cleave: error: " << *error << "\n";
+    return 2;
+  }
   if (!forward) {
     if (!llvm::sys::fs::is_directory(modelPath))
       return fail("'" + modelPath +
                   "' is not a bundle; compile one with cleave compile, or "
                   "pass --forward to run a model's forward pass");
-    rt::RunBundleArgs args;
-    args.bundle = modelPath;
-    args.steps = steps;
-    args.data.inputsDir = inputsDir;
-    args.data.batchFromArrays = batchFromArrays;
-    args.data.textFile = textPath;
-    args.data.shuffle = shuffle;
-    args.data.seed = static_cast<uint64_t>(seed);
-    args.dumpDir = dumpDir;
-    args.logEvery = logEvery;
-    args.metricsFile = metricsPath;
-    args.checkpointDir = checkpointDir;
-    args.saveEvery = saveEvery;
-    args.keepCheckpoints = keepCheckpoints;
-    args.resumeFrom = resumeFrom;
-    args.progress = progressMode;
-    args.backend = backendName;
-    args.precision = precisionName;
-    args.ranks = ranks;
-    args.timeoutSeconds = timeout;
-    args.randomWeights = randomWeights;
-    args.threads = threadRanks;
-    args.profile = profileSteps;
-    args.traceFile = traceFile;
-    args.argv = originalArgs;
-    return rt::runBundle(args);
+    runArgs.bundle = modelPath;
+    runArgs.argv = originalArgs;
+    return rt::runBundle(runArgs);
   }
-  if (backendName != "cpu" || precisionName != "f32")
-    return fail("--backend and --precision apply to training a bundle; "
-                "--forward runs on the CPU");
+  for (auto [flag, option] : runFlagOptions()) {
+    llvm::StringRef name = flag->name;
+    if (!option->getNumOccurrences() || name == "inputs" || name == "dump")
+      continue;
+    if (name == "backend" || name == "precision") {
+      if (runArgs.backend != "cpu" || runArgs.precision != "f32")
+        return fail("--backend and --precision apply to training a bundle; "
+                    "--forward runs on the CPU");
+      continue;
+    }
+    return fail("--" + name +
+                " applies to training a bundle; --forward runs the "
+                "model's forward pass once (it takes --inputs and --dump)");
+  }
+  const std::string &inputsDir = runArgs.data.inputsDir;
+  const std::string &dumpDir = runArgs.dumpDir;
   OnnxImportOptions options;
   std::unique_ptr<OnnxModel> model;
   if (!loadModelFlags(ctx, options, model))
@@ -597,7 +546,7 @@ static int runForward(MLIRContext &ctx) {
                   ", which is no input, weight or step of the model");
     rt::HostTensor t;
     if (rt::Status s =
-            ::cleave::tool::WeightSource(ctx, *model).read(param.str(), &t);
+            ::cleave::driver::WeightSource(ctx, *model).read(param.str(), &t);
         !s)
       return fail(s.message());
     args.push_back(std::move(t));
@@ -658,7 +607,7 @@ static int64_t parseBytes(llvm::StringRef text) {
 }
 
 /// --devices and what its cost model reads.
-static rt::Status meshChoiceFlags(::cleave::tool::CompileOptions &o) {
+static rt::Status meshChoiceFlags(::cleave::driver::CompileOptions &o) {
   bool given = devicesFlag.getNumOccurrences();
   for (const cl::Option *flag : std::initializer_list<const cl::Option *>{
            &memoryPerDeviceFlag, &linkFlag, &nodeSizeFlag, &deviceTflopsFlag})
@@ -709,7 +658,7 @@ static rt::Status meshChoiceFlags(::cleave::tool::CompileOptions &o) {
 /// Writes the bundle (tools/cleave/Compile.cpp): replaced whole or not at
 /// all.
 static int runCompile(MLIRContext &ctx) {
-  ::cleave::tool::CompileOptions o;
+  ::cleave::driver::CompileOptions o;
   o.model = modelPath;
   o.output = outputPath;
   if (!inputFlags(o.inputs))
@@ -764,7 +713,7 @@ static int runCompile(MLIRContext &ctx) {
   o.planOnly = planOnly;
   o.fusion = !noFusion;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
-  rt::Status s = ::cleave::tool::compileBundle(ctx, o);
+  rt::Status s = ::cleave::driver::compileBundle(ctx, o);
   if (s)
     return 0;
   // An empty message: MLIR's diagnostics said it already.
@@ -796,7 +745,7 @@ static int runLaunch() {
 }
 
 static int runExport() {
-  if (rt::Status s = ::cleave::tool::exportModel(exportSource, exportOutput);
+  if (rt::Status s = ::cleave::driver::exportModel(exportSource, exportOutput);
       !s)
     return fail(s.message());
   return 0;
@@ -882,12 +831,13 @@ int main(int argc, char **argv) {
   originalArgs[0] = llvm::sys::fs::getMainExecutable(
       argv[0], reinterpret_cast<void *>(&fail));
   llvm::InitLLVM init(argc, argv);
+  registerRunFlags();
   if (std::optional<std::string> error = parseCommandLine(argc, argv)) {
     llvm::errs() << "cleave: error: " << *error << "\n";
     return 2;
   }
   MLIRContext context;
-  ::cleave::tool::setUpContext(context);
+  ::cleave::driver::setUpContext(context);
   DiagnosticPrinter printer(context);
   if (importCmd)
     return runImport(context);

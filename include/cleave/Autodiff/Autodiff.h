@@ -1,5 +1,4 @@
-//===- Autodiff.h - Training-step construction -------------------*- C++
-//-*-===//
+//===- Autodiff.h - Training-step construction ------------------*- C++ -*-===//
 //
 // The registration of the differentiation rules. The loss builders that
 // --cleave-append-loss shares with the importer are the dialect's

@@ -1,7 +1,7 @@
 //===- Bundle.h - Writing bundles, exporting trained models -----*- C++ -*-===//
 
-#ifndef CLEAVE_TOOLS_CLEAVE_BUNDLE_H
-#define CLEAVE_TOOLS_CLEAVE_BUNDLE_H
+#ifndef CLEAVE_DRIVER_BUNDLE_H
+#define CLEAVE_DRIVER_BUNDLE_H
 
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/runtime/executor.h"
@@ -15,7 +15,7 @@ class Plan;
 class TensorEntry;
 } // namespace cleave::plan
 
-namespace cleave::tool {
+namespace cleave::driver {
 
 /// Where `cleave compile` takes the weights from: the model's initializers
 /// (inline or external data), or a safetensors file with the same names.
@@ -56,6 +56,6 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
 /// (OUTPUT.onnx) or a safetensors file of them under their names.
 rt::Status exportModel(const std::string &source, const std::string &output);
 
-} // namespace cleave::tool
+} // namespace cleave::driver
 
-#endif // CLEAVE_TOOLS_CLEAVE_BUNDLE_H
+#endif // CLEAVE_DRIVER_BUNDLE_H

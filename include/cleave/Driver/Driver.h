@@ -6,10 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_TOOLS_CLEAVE_DRIVER_H
-#define CLEAVE_TOOLS_CLEAVE_DRIVER_H
+#ifndef CLEAVE_DRIVER_DRIVER_H
+#define CLEAVE_DRIVER_DRIVER_H
 
-#include "MeshChoice.h"
+#include "cleave/Driver/MeshChoice.h"
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/runtime/executor.h"
 
@@ -24,7 +24,7 @@ class MLIRContext;
 class DialectRegistry;
 } // namespace mlir
 
-namespace cleave::tool {
+namespace cleave::driver {
 
 /// Registers the dialects and the rules (differentiation, sharding) every
 /// command needs in \p context.
@@ -89,6 +89,6 @@ rt::Status compileBundle(mlir::MLIRContext &context,
 rt::Status inspectBundle(const std::string &bundle, bool json,
                          std::string *out);
 
-} // namespace cleave::tool
+} // namespace cleave::driver
 
-#endif // CLEAVE_TOOLS_CLEAVE_DRIVER_H
+#endif // CLEAVE_DRIVER_DRIVER_H

@@ -1,12 +1,11 @@
-//===- Inspect.h - cleave inspect --------------------------------*- C++
-//-*-===//
+//===- Inspect.h - cleave inspect -------------------------------*- C++ -*-===//
 
-#ifndef CLEAVE_TOOLS_CLEAVE_INSPECT_H
-#define CLEAVE_TOOLS_CLEAVE_INSPECT_H
+#ifndef CLEAVE_DRIVER_INSPECT_H
+#define CLEAVE_DRIVER_INSPECT_H
 
 #include <string>
 
 /// Prints what \p bundle does (a table, or JSON); returns the exit status.
 int runInspect(const std::string &bundle, bool json);
 
-#endif // CLEAVE_TOOLS_CLEAVE_INSPECT_H
+#endif // CLEAVE_DRIVER_INSPECT_H

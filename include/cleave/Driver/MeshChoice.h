@@ -1,5 +1,4 @@
-//===- MeshChoice.h - cleave compile --devices: the mesh's choice -*- C++
-//-*-===//
+//===- MeshChoice.h - The mesh's choice (--devices) -------------*- C++ -*-===//
 //
 // `cleave compile --devices N` compiles the model for every dp x tp
 // factorization of N (and the ZeRO stages that apply), costs each plan with
@@ -9,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CLEAVE_TOOLS_CLEAVE_MESHCHOICE_H
-#define CLEAVE_TOOLS_CLEAVE_MESHCHOICE_H
+#ifndef CLEAVE_DRIVER_MESHCHOICE_H
+#define CLEAVE_DRIVER_MESHCHOICE_H
 
 #include "plan/plan.pb.h"
 
@@ -20,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace cleave::tool {
+namespace cleave::driver {
 
 /// The machine the mesh is chosen for. Defaults: a DGX H100-like node
 /// (8 devices on NVLink, about 450 GB/s per device each way; one 400 Gb/s
@@ -78,6 +77,6 @@ int64_t planTensorBytes(const ::cleave::plan::TensorType &t);
 /// "1.5 GB", "320 MB", for messages.
 std::string humanBytes(int64_t bytes);
 
-} // namespace cleave::tool
+} // namespace cleave::driver
 
-#endif // CLEAVE_TOOLS_CLEAVE_MESHCHOICE_H
+#endif // CLEAVE_DRIVER_MESHCHOICE_H

@@ -1,5 +1,4 @@
-//===- ConstantEvaluator.h - Folds ops with the runtime's kernels -*- C++
-//-*-===//
+//===- ConstantEvaluator.h - Folds ops with the runtime's -------*- C++ -*-===//
 
 #ifndef CLEAVE_EVALUATE_CONSTANTEVALUATOR_H
 #define CLEAVE_EVALUATE_CONSTANTEVALUATOR_H

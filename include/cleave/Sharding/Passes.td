@@ -28,8 +28,8 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     where it is one of Megatron's reductions, `cleave.megatron`. The result
     is one SPMD program: every rank
     runs it, collectives and `shard_slice` find the rank at run time. Split
-    arguments and results are marked `cleave.split_dim` (and
-    `cleave.split_blocks`, `cleave.split_granule`); the module gets
+    arguments and results are marked `cleave.layout` (a `#cleave.layout`:
+    the split dimension, its blocks and granule); the module gets
     `cleave.mesh`.
 
     Before (`tp=2`, `x W^T` then `relu` then `h V^T`):
@@ -44,7 +44,7 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     After (`w` split by rows, `v` by columns: Megatron's MLP, one all-reduce):
     ```mlir
     module attributes {cleave.mesh = array<i64: 2>} {
-      func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {cleave.parameter = "w", cleave.split_dim = 0 : i64}, %v: tensor<8x8xf32> {cleave.parameter = "v", cleave.split_dim = 1 : i64}) -> (tensor<4x8xf32> {cleave.loss}) {
+      func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {cleave.parameter = "w", cleave.layout = #cleave.layout<dim = 0>}, %v: tensor<8x8xf32> {cleave.parameter = "v", cleave.layout = #cleave.layout<dim = 1>}) -> (tensor<4x8xf32> {cleave.loss}) {
         %0 = cleave.matmul %x, %w {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
         %1 = cleave.relu %0 : tensor<4x8xf32>
         %2 = cleave.matmul %1, %v {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>

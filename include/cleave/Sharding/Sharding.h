@@ -110,7 +110,7 @@ struct PartitionResult {
 /// Scores (\p rewrite false) or applies (\p rewrite true) \p layouts to the
 /// train step \p func for a tp axis of \p tp ranks. Rewriting turns every
 /// value into its local form and inserts the collectives; the function's
-/// parameter-like arguments and results get kSplitDimAttr.
+/// parameter-like arguments and results get a #cleave.layout (kLayoutAttr).
 /// What the many dry runs of one search share: the step's values and ops
 /// numbered once, with their sharding rules, sizes and use counts, so a dry
 /// run walks arrays instead of the IR. Valid while \p func is unchanged.
@@ -165,8 +165,8 @@ struct PartitionOptions {
   int64_t earlyBucketBytes = -1;
   /// ZeRO on a dp x tp mesh: the tp layouts, chosen before the dp pass.
   /// The dp split of a parameter's state (and, at stage 3, the parameter)
-  /// avoids the dimension tp splits, and is recorded as kDpSplitDimAttr,
-  /// leaving kSplitDimAttr to the tp pass (data inputs keep theirs).
+  /// avoids the dimension tp splits, and is recorded as the layout's
+  /// dp_dim beside the tp pass's dim (data inputs keep dim alone).
   const ParameterLayouts *tensorLayouts = nullptr;
 };
 

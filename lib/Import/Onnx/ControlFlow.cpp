@@ -1,5 +1,4 @@
-//===- ControlFlow.cpp - ONNX If and Loop, folded at import ------*- C++
-//-*-===//
+//===- ControlFlow.cpp - ONNX If and Loop, folded at import -----*- C++ -*-===//
 //
 // The dialect has no control flow: a training step is one straight-line
 // program whose every shape is static, which the sharding search and the

@@ -31,6 +31,7 @@ for i, delay in enumerate(delays):
     p.wait()
     # No rank may outlive the run (it would go on writing checkpoints): the
     # ranks die with mpirun, a moment after it.
+
     def survivors():
         found = []
         for pid in os.listdir("/proc"):

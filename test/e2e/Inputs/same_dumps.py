@@ -24,7 +24,7 @@ if len(sys.argv) > 4:
 names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(a_dir, "*.npy")))
 if not names or names != sorted(os.path.basename(p) for p in
                                 glob.glob(os.path.join(b_dir, "*.npy"))):
-    sys.exit(f"the dumps hold different files")
+    sys.exit("the dumps hold different files")
 for n in names:
     a, b = np.load(os.path.join(a_dir, n)), np.load(os.path.join(b_dir, n))
     if n == "loss.npy" and 0 < a.shape[0] < b.shape[0]:

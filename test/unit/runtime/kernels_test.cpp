@@ -50,14 +50,10 @@ void checkFloatBinary(const std::string &kernel, FloatOp ref, float lo,
 }
 
 TEST(Elementwise, FloatBinary) {
-  checkFloatBinary(
-      "add", [](double a, double b) { return a + b; }, -2, 2);
-  checkFloatBinary(
-      "sub", [](double a, double b) { return a - b; }, -2, 2);
-  checkFloatBinary(
-      "mul", [](double a, double b) { return a * b; }, -2, 2);
-  checkFloatBinary(
-      "div", [](double a, double b) { return a / b; }, 0.5, 2);
+  checkFloatBinary("add", [](double a, double b) { return a + b; }, -2, 2);
+  checkFloatBinary("sub", [](double a, double b) { return a - b; }, -2, 2);
+  checkFloatBinary("mul", [](double a, double b) { return a * b; }, -2, 2);
+  checkFloatBinary("div", [](double a, double b) { return a / b; }, 0.5, 2);
   checkFloatBinary(
       "pow", [](double a, double b) { return std::pow(a, b); }, 0.5, 2);
   checkFloatBinary(

@@ -1,8 +1,8 @@
-//===- store_test.cpp - safetensors files, sharded stores, data feeds
-//------===//
+//===- store_test.cpp - safetensors, sharded stores, data feeds -----------===//
 
 #include "cleave/runtime/data.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/npy.h"
 #include "cleave/runtime/safetensors.h"
 #include "cleave/runtime/store.h"
 

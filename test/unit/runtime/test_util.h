@@ -4,6 +4,7 @@
 #define CLEAVE_TEST_UNIT_RUNTIME_TEST_UTIL_H
 
 #include "cleave/runtime/executor.h"
+#include "cleave/runtime/npy.h"
 #include "plan/plan.pb.h"
 
 #include <gtest/gtest.h>

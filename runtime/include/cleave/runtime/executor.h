@@ -8,6 +8,8 @@
 #ifndef CLEAVE_RUNTIME_EXECUTOR_H
 #define CLEAVE_RUNTIME_EXECUTOR_H
 
+#include "cleave/runtime/types.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,55 +24,6 @@ namespace cleave::rt {
 
 class Communicator;
 class StepProfiler;
-
-/// Element types; mirrors plan::DType. The compute dtypes are F32, I64,
-/// I32 and Bool; the others are storage dtypes of a model's inputs and
-/// outputs, which only cast (and the data movement around a step) reads.
-enum class DType { F32, I64, I32, Bool, F64, F16, BF16, I8, I16, U8, U16, U32 };
-
-/// Bytes per element of \p dtype.
-size_t dtypeSize(DType dtype);
-/// "f32", "i64", "i32", "bool", "f64", "f16", "bf16", "i8", "i16", "u8",
-/// "u16", "u32".
-const char *dtypeName(DType dtype);
-/// "f32 [2, 3]", for messages.
-std::string describeTensor(DType dtype, const std::vector<int64_t> &shape);
-
-/// A dense, row-major, contiguous host tensor that owns its bytes.
-struct HostTensor {
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-
-  int64_t numElements() const;
-  /// Allocates zeroed storage for \p shape.
-  static HostTensor zeros(DType dtype, std::vector<int64_t> shape);
-  template <typename T> T *data() {
-    return reinterpret_cast<T *>(bytes.data());
-  }
-  template <typename T> const T *data() const {
-    return reinterpret_cast<const T *>(bytes.data());
-  }
-};
-
-/// Success, or an error message meant for the user.
-class Status {
-public:
-  static Status ok() { return Status(); }
-  static Status error(std::string message) {
-    Status s;
-    s.message_ = std::move(message);
-    s.failed_ = true;
-    return s;
-  }
-  bool isOk() const { return !failed_; }
-  explicit operator bool() const { return !failed_; }
-  const std::string &message() const { return message_; }
-
-private:
-  bool failed_ = false;
-  std::string message_;
-};
 
 /// A loaded program: kernels bound, arena allocated, ready to run repeatedly.
 class Executor {
@@ -128,19 +81,6 @@ private:
   explicit Executor(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-/// Reads a NumPy .npy file (format 1.0-3.0, little-endian, C order) of dtype
-/// <f4, <f8, <f2, <i8, <i4, <i2, |i1, |b1, |u1, <u2 or <u4. Errors name the
-/// file and the cause (missing, truncated, unsupported dtype, Fortran order).
-Status readNpy(const std::string &path, HostTensor *result);
-/// \p t as an input of dtype \p want where numpy's files say the same
-/// thing another way: uint8 data for a bool input (any non-zero byte is
-/// true). Other dtypes are left for the caller's check.
-void conformInput(HostTensor &t, DType want);
-/// Writes \p tensor as .npy atomically (temporary file, then rename).
-Status writeNpy(const std::string &path, const HostTensor &tensor);
-/// Maps characters outside [A-Za-z0-9._-] to '_' (file names of tensors).
-std::string sanitizeFileName(const std::string &name);
 
 } // namespace cleave::rt
 

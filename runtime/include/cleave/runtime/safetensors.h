@@ -1,5 +1,4 @@
-//===- safetensors.h - safetensors files, streamed ---------------*- C++
-//-*-===//
+//===- safetensors.h - safetensors files, streamed --------------*- C++ -*-===//
 //
 // Weights, checkpoints and exports are safetensors files (Hugging Face's
 // format: an 8-byte little-endian header length, a JSON header naming each
