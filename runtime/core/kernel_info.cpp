@@ -23,33 +23,6 @@ std::string TensorType::str() const {
   return os.str();
 }
 
-static std::string countPhrase(size_t lo, size_t hi) {
-  if (lo == hi)
-    return std::to_string(lo);
-  return std::to_string(lo) + " to " + std::to_string(hi);
-}
-
-Status KernelInfo::checkArity(size_t minOperands, size_t maxOperands,
-                              size_t maxResults,
-                              std::optional<size_t> minResults) const {
-  size_t minRes = minResults.value_or(maxResults);
-  if (operands.size() < minOperands || operands.size() > maxOperands)
-    return Status::error("expects " + countPhrase(minOperands, maxOperands) +
-                         " operands, got " + std::to_string(operands.size()));
-  for (size_t i = 0; i < minOperands; ++i)
-    if (!operands[i])
-      return Status::error("operand " + std::to_string(i) +
-                           " is required but absent (-1)");
-  if (results.size() < minRes || results.size() > maxResults)
-    return Status::error("expects " + countPhrase(minRes, maxResults) +
-                         " results, got " + std::to_string(results.size()));
-  for (size_t i = 0; i < minRes; ++i)
-    if (!results[i])
-      return Status::error("result " + std::to_string(i) +
-                           " is required but absent (-1)");
-  return Status::ok();
-}
-
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
@@ -105,8 +78,6 @@ std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
 }
 
 Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &step = info.operand(0), &r = info.result(0);
   if (step.dtype != DType::I64 || step.rank() != 0)
     return Status::error("step " + step.str() +
@@ -209,8 +180,6 @@ std::vector<int64_t> collectiveAxes(const KernelInfo &info) {
 }
 
 Status readIotaGeometry(const KernelInfo &info, IotaGeometry *out) {
-  if (Status s = info.checkArity(0, 0, 1); !s)
-    return s;
   const TensorType &r = info.result(0);
   int64_t dim = info.params<schema::Kernel::k_iota>().dim;
   if (dim < 0 || dim >= r.rank() ||

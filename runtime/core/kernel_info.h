@@ -54,12 +54,9 @@ struct KernelInfo {
   /// never null there, and outlives the kernels.
   Communicator *comm = nullptr;
 
-  /// Checks operand and result counts: between \p minOperands and
-  /// \p maxOperands operands, those at positions >= minOperands optional
-  /// (absent or -1); likewise for results.
-  Status checkArity(size_t minOperands, size_t maxOperands, size_t maxResults,
-                    std::optional<size_t> minResults = std::nullopt) const;
-  /// The type of a present operand/result (checked by checkArity).
+  /// The type of a present operand/result. Counts and presence are
+  /// kernels.def's, checked by validateInstruction before any prepare
+  /// function runs: a kernel never restates them.
   const TensorType &operand(size_t i) const { return *operands[i]; }
   const TensorType &result(size_t i) const { return *results[i]; }
   bool hasOperand(size_t i) const {

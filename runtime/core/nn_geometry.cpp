@@ -222,10 +222,6 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
   // Operand positions: forward (q, k, v, bias?), backward (q, k, v, out, lse,
   // dout, bias?).
   size_t biasAt = backward ? 6 : 3;
-  if (Status s =
-          backward ? info.checkArity(6, 7, 3, 3) : info.checkArity(3, 4, 2, 2);
-      !s)
-    return s;
   const TensorType &q = info.operand(0), &k = info.operand(1),
                    &v = info.operand(2);
   std::string names =
@@ -306,10 +302,6 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
 
 Status readCrossEntropyGeometry(const KernelInfo &info, bool backward,
                                 CrossEntropyGeometry *p) {
-  if (Status s =
-          backward ? info.checkArity(6, 6, 1, 1) : info.checkArity(4, 4, 2, 2);
-      !s)
-    return s;
   const TensorType &x = info.operand(0);
   int64_t axis =
       backward ? info.params<schema::Kernel::k_cross_entropy_backward>().axis

@@ -79,8 +79,6 @@ Status checkScaledDim(const TensorType &small, const TensorType &big,
 } // namespace
 
 Status prepare_all_reduce(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   if (Status s = checkSameDType(x, y); !s)
     return s;
@@ -136,8 +134,6 @@ Status readSplit(const KernelInfo &info, const P &p, const TensorType &part,
 }
 
 Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   const auto &p = info.params<schema::Kernel::k_all_gather>();
   Split split;
@@ -188,8 +184,6 @@ Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   const auto &p = info.params<schema::Kernel::k_reduce_scatter>();
   Split split;
@@ -235,8 +229,6 @@ Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_shard_slice(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   const auto &p = info.params<schema::Kernel::k_shard_slice>();
   Split split;

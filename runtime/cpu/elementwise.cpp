@@ -209,8 +209,6 @@ KernelFn makeBinary(BinaryOp op, std::shared_ptr<ElementwiseGeometry> plan) {
 }
 
 Status prepareBinary(const KernelInfo &info, KernelFn *fn, BinaryOp op) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
   if (a.dtype != r.dtype || b.dtype != r.dtype)
@@ -299,8 +297,6 @@ KernelFn makeCompare(CmpOp op, std::shared_ptr<ElementwiseGeometry> plan) {
 }
 
 Status prepareCompare(const KernelInfo &info, KernelFn *fn, CmpOp op) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
   if (a.dtype != b.dtype)
@@ -333,8 +329,6 @@ Status prepareCompare(const KernelInfo &info, KernelFn *fn, CmpOp op) {
 enum class LogicOp { And, Or, Xor };
 
 Status prepareLogic(const KernelInfo &info, KernelFn *fn, LogicOp op) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
   if (a.dtype != DType::Bool || b.dtype != DType::Bool ||
@@ -376,8 +370,6 @@ Status prepareLogic(const KernelInfo &info, KernelFn *fn, LogicOp op) {
 //===----------------------------------------------------------------------===//
 
 Status checkUnary(const KernelInfo &info, bool allowInts) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (a.dtype != r.dtype || a.shape != r.shape)
     return Status::error("operand " + a.str() + " and result " + r.str() +
@@ -466,8 +458,6 @@ Status prepare_xor(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_not(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (a.dtype != DType::Bool || r.dtype != DType::Bool || a.shape != r.shape)
     return Status::error("operand " + a.str() + " and result " + r.str() +
@@ -478,8 +468,6 @@ Status prepare_not(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_select(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(3, 3, 1); !s)
-    return s;
   const TensorType &c = info.operand(0), &a = info.operand(1),
                    &b = info.operand(2), &r = info.result(0);
   if (c.dtype != DType::Bool)

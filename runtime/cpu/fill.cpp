@@ -19,8 +19,6 @@ template <typename T> KernelFn filler(int64_t count, T value) {
 } // namespace
 
 Status prepare_fill(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(0, 0, 1); !s)
-    return s;
   const TensorType &r = info.result(0);
   int64_t count = r.numElements();
   const schema::ScalarValue &value =

@@ -280,8 +280,6 @@ void runAvgPool(const PoolGeometry &p, const float *x, float *y) {
 }
 
 Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   PoolGeometry p;
   if (Status s = readPoolGeometry(info, info.operand(0), info.result(0),
                                   "operand", "result", isMax, &p);
@@ -302,8 +300,6 @@ Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
 } // namespace
 
 Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 3, 3, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   if (Status s = checkF32(x, "operand"); !s)
     return s;
@@ -381,8 +377,6 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(5, 5, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   if (Status s = checkF32(x, "operand"); !s)
     return s;
@@ -430,8 +424,6 @@ Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(2, 3, 1); !s)
-    return s;
   ConvGeometry p;
   if (Status s =
           readConvGeometry(info, info.operand(0), info.operand(1),

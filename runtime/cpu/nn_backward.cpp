@@ -324,8 +324,6 @@ void runAvgPoolBackward(const PoolGeometry &p, const float *dy, float *dx) {
 } // namespace
 
 Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   ConvGeometry p;
   if (Status s = readConvGeometry(
           info, info.result(0), info.operand(1), info.operand(0),
@@ -341,8 +339,6 @@ Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_conv2d_backward_filter(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   ConvGeometry p;
   if (Status s = readConvGeometry(info, info.operand(0), info.result(0),
                                   info.operand(1),
@@ -359,8 +355,6 @@ Status prepare_conv2d_backward_filter(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_max_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &r = info.result(0);
   PoolGeometry p;
   if (Status s = readPoolGeometry(info, x, info.operand(1), "input", "grad_out",
@@ -380,8 +374,6 @@ Status prepare_max_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_avg_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   PoolGeometry p;
   if (Status s = readPoolGeometry(info, info.result(0), info.operand(0),
                                   "grad_in (result)", "grad_out",

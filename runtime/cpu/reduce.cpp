@@ -155,8 +155,6 @@ KernelFn makeReduce(ReduceKind kind, std::shared_ptr<ReduceGeometry> plan) {
 
 Status prepareReduce(const KernelInfo &info, KernelFn *fn, ReduceKind kind,
                      const std::vector<int64_t> &axes) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (a.dtype != r.dtype)
     return Status::error("operand " + a.str() + " and result " + r.str() +
@@ -272,8 +270,6 @@ void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
 
 Status prepareSoftmax(const KernelInfo &info, KernelFn *fn, bool logSoftmax,
                       int64_t axis) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (a.dtype != DType::F32 || r.dtype != DType::F32 || a.shape != r.shape)
     return Status::error("operand " + a.str() + " and result " + r.str() +

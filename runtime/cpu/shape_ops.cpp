@@ -182,8 +182,6 @@ void stridedScatter(const StridedLoop &loop, const T *in, T *out) {
 } // namespace
 
 Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (a.shape != r.shape)
     return Status::error("operand " + a.str() + " and result " + r.str() +
@@ -218,8 +216,6 @@ Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_copy(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   // Element count rather than shape: copying out of a reshaped alias is the
   // point of this kernel.
@@ -236,8 +232,6 @@ Status prepare_copy(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (Status s = checkSameDType(a, r); !s)
     return s;
@@ -271,8 +265,6 @@ Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_broadcast(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   if (Status s = checkSameDType(a, r); !s)
     return s;
@@ -327,8 +319,6 @@ Status readStridedWindow(const P &attrs, const TensorType &whole,
 }
 
 Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   std::vector<int64_t> starts, steps;
   if (Status s = readStridedWindow(info.params<schema::Kernel::k_slice>(), a, r,
@@ -350,11 +340,6 @@ Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
-  // Any number of operands, at least one.
-  if (Status s =
-          info.checkArity(1, std::max<size_t>(1, info.operands.size()), 1);
-      !s)
-    return s;
   const TensorType &r = info.result(0);
   int64_t axis = info.params<schema::Kernel::k_concat>().axis;
   if (axis < 0 || axis >= r.rank())
@@ -426,8 +411,6 @@ Status localRows(const void *indices, bool wide, int64_t count, int64_t offset,
 }
 
 Status prepare_check_index(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &x = info.operand(0), &y = info.result(0);
   if ((x.dtype != DType::I32 && x.dtype != DType::I64) || x.dtype != y.dtype ||
       x.shape != y.shape)
@@ -456,8 +439,6 @@ Status prepare_check_index(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   const TensorType &data = info.operand(0), &idx = info.operand(1),
                    &r = info.result(0);
   if (Status s = checkSameDType(data, r); !s)
@@ -535,8 +516,6 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(1, 1, 1); !s)
-    return s;
   const TensorType &a = info.operand(0), &r = info.result(0);
   std::vector<int64_t> starts, steps;
   if (Status s =
@@ -592,8 +571,6 @@ Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
-  if (Status s = info.checkArity(2, 2, 1); !s)
-    return s;
   const TensorType &upd = info.operand(0), &idx = info.operand(1),
                    &r = info.result(0);
   if (upd.dtype != DType::F32 || r.dtype != DType::F32)
