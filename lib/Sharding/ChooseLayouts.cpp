@@ -23,7 +23,11 @@
 
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
+#include "cleave/Sharding/Passes.h"
 #include "cleave/Sharding/Sharding.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Regex.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/Parallel.h"
@@ -33,6 +37,11 @@
 #include <map>
 #include <mutex>
 #include <set>
+
+namespace mlir::cleave {
+#define GEN_PASS_DEF_CHOOSELAYOUTSPASS
+#include "cleave/Sharding/Passes.h.inc"
+} // namespace mlir::cleave
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -497,3 +506,166 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
     explainChoices(params, plan, finalScore, best, *alternatives);
   return plan;
 }
+
+//===----------------------------------------------------------------------===//
+// Layout rules (--plan)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// How a weight is used by its (first, i.e. forward) matmul: which of its
+/// dims is contracted. Looks through reshapes that only add leading 1s and
+/// through transposes (torch.onnx writes a Linear as Transpose + MatMul).
+std::optional<int64_t> contractedDim(BlockArgument param) {
+  auto type = cast<RankedTensorType>(param.getType());
+  if (type.getRank() != 2)
+    return std::nullopt;
+  MatmulOp first;
+  Value firstOperand;
+  bool firstFlipped = false;
+  SmallVector<std::pair<Value, bool>> work{
+      {param, false}}; // (value, transposed)
+  while (!work.empty()) {
+    auto [v, flipped] = work.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (auto r = dyn_cast<ReshapeOp>(user)) {
+        auto t = cast<RankedTensorType>(r.getType());
+        auto shape = t.getShape().take_back(2);
+        if (t.getRank() > 2 &&
+            (flipped ? shape == ArrayRef<int64_t>{type.getDimSize(1),
+                                                  type.getDimSize(0)}
+                     : shape == type.getShape()))
+          work.push_back({r.getResult(), flipped});
+        continue;
+      }
+      if (auto t = dyn_cast<TransposeOp>(user)) {
+        if (t.getPermutation().size() == 2 && t.getPermutation()[0] == 1)
+          work.push_back({t.getResult(), !flipped});
+        continue;
+      }
+      auto mm = dyn_cast<MatmulOp>(user);
+      if (mm && (!first || mm->isBeforeInBlock(first))) {
+        first = mm;
+        firstOperand = v;
+        firstFlipped = flipped;
+      }
+    }
+  }
+  if (!first)
+    return std::nullopt;
+  int64_t dim = first.getRhs() == firstOperand
+                    ? (first.getTransposeRhs() ? 1 : 0)
+                    : (first.getTransposeLhs() ? 0 : 1);
+  return firstFlipped ? 1 - dim : dim;
+}
+
+} // namespace
+
+LogicalResult mlir::cleave::readLayoutPlan(func::FuncOp func,
+                                           StringRef planFile, int64_t tp,
+                                           ParameterLayouts &layouts) {
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> file = openInputFile(planFile, &error);
+  if (!file)
+    return func.emitError("cannot read --plan '") << planFile << "': " << error;
+  SmallVector<StringRef> lines;
+  file->getBuffer().split(lines, '\n');
+  for (auto [n, raw] : llvm::enumerate(lines)) {
+    StringRef line = raw.split('#').first.trim();
+    if (line.empty())
+      continue;
+    auto [pattern, kind] = line.rsplit(' ');
+    pattern = pattern.trim();
+    kind = kind.trim();
+    auto where = [&]() { return planFile.str() + ":" + std::to_string(n + 1); };
+    if (pattern.empty() ||
+        !llvm::is_contained({"colwise", "rowwise", "replicate", "vocab"}, kind))
+      return func.emitError(where())
+             << ": expected 'REGEX KIND' with KIND colwise, rowwise, "
+                "replicate or vocab";
+    llvm::Regex regex(pattern);
+    std::string why;
+    if (!regex.isValid(why))
+      return func.emitError(where()) << ": bad regular expression: " << why;
+    bool any = false;
+    for (BlockArgument arg : func.getArguments()) {
+      auto name =
+          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParameterAttr);
+      if (!name || !regex.match(name.getValue()) ||
+          layouts.count(name.getValue()))
+        continue;
+      any = true;
+      auto type = cast<RankedTensorType>(arg.getType());
+      Layout l;
+      if (kind == "vocab") {
+        l = Layout::split(0);
+      } else if (kind != "replicate") {
+        std::optional<int64_t> contracted = contractedDim(arg);
+        if (type.getRank() == 1)
+          l = kind == "colwise" ? Layout::split(0) : Layout::replicated();
+        else if (!contracted)
+          return func.emitError(where())
+                 << ": parameter '" << name.getValue()
+                 << "' is not a matmul weight, so it has no " << kind.str()
+                 << " split";
+        else
+          l = Layout::split(kind == "rowwise" ? *contracted : 1 - *contracted);
+      }
+      // A dimension tp does not divide is split in padded chunks; one
+      // smaller than tp would leave ranks with nothing but padding.
+      if (l.isSplit() && type.getDimSize(l.dim) < tp)
+        return func.emitError(where())
+               << ": parameter '" << name.getValue() << "' of shape ["
+               << type.getShape() << "]: dimension " << l.dim << " of size "
+               << type.getDimSize(l.dim) << " is smaller than tp = " << tp;
+      layouts[name.getValue()] = l;
+    }
+    if (!any)
+      return func.emitError(where())
+             << ": '" << pattern << "' matches no parameter";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The cleave-choose-layouts pass
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct ChooseLayoutsPass
+    : public mlir::cleave::impl::ChooseLayoutsPassBase<ChooseLayoutsPass> {
+  using ChooseLayoutsPassBase::ChooseLayoutsPassBase;
+
+  void runOnOperation() override {
+    if (tp < 1) {
+      getOperation().emitError("tp must be at least 1");
+      return signalPassFailure();
+    }
+    MLIRContext *ctx = &getContext();
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      ParameterLayouts fixed;
+      if (!planFile.empty() &&
+          failed(readLayoutPlan(func, planFile, tp, fixed)))
+        return signalPassFailure();
+      FailureOr<ParameterLayouts> layouts =
+          chooseLayouts(func, tp, fixed, CostModel());
+      if (failed(layouts))
+        return signalPassFailure();
+      for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+        auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+        if (!name)
+          continue;
+        Layout l = layouts->lookup(name.getValue());
+        if (l.isSplit())
+          func.setArgAttr(i, kLayoutAttr,
+                          LayoutAttr::get(ctx, l.dim, l.blocks, l.granule,
+                                          /*dp_dim=*/-1));
+      }
+    }
+  }
+};
+
+} // namespace

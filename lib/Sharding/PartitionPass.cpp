@@ -20,52 +20,6 @@ using namespace mlir::cleave;
 
 namespace {
 
-/// How a weight is used by its (first, i.e. forward) matmul: which of its
-/// dims is contracted. Looks through reshapes that only add leading 1s and
-/// through transposes (torch.onnx writes a Linear as Transpose + MatMul).
-std::optional<int64_t> contractedDim(BlockArgument param) {
-  auto type = cast<RankedTensorType>(param.getType());
-  if (type.getRank() != 2)
-    return std::nullopt;
-  MatmulOp first;
-  Value firstOperand;
-  bool firstFlipped = false;
-  SmallVector<std::pair<Value, bool>> work{
-      {param, false}}; // (value, transposed)
-  while (!work.empty()) {
-    auto [v, flipped] = work.pop_back_val();
-    for (Operation *user : v.getUsers()) {
-      if (auto r = dyn_cast<ReshapeOp>(user)) {
-        auto t = cast<RankedTensorType>(r.getType());
-        auto shape = t.getShape().take_back(2);
-        if (t.getRank() > 2 &&
-            (flipped ? shape == ArrayRef<int64_t>{type.getDimSize(1),
-                                                  type.getDimSize(0)}
-                     : shape == type.getShape()))
-          work.push_back({r.getResult(), flipped});
-        continue;
-      }
-      if (auto t = dyn_cast<TransposeOp>(user)) {
-        if (t.getPermutation().size() == 2 && t.getPermutation()[0] == 1)
-          work.push_back({t.getResult(), !flipped});
-        continue;
-      }
-      auto mm = dyn_cast<MatmulOp>(user);
-      if (mm && (!first || mm->isBeforeInBlock(first))) {
-        first = mm;
-        firstOperand = v;
-        firstFlipped = flipped;
-      }
-    }
-  }
-  if (!first)
-    return std::nullopt;
-  int64_t dim = first.getRhs() == firstOperand
-                    ? (first.getTransposeRhs() ? 1 : 0)
-                    : (first.getTransposeLhs() ? 0 : 1);
-  return firstFlipped ? 1 - dim : dim;
-}
-
 struct PartitionPass
     : public mlir::cleave::impl::PartitionPassBase<PartitionPass> {
   using PartitionPassBase::PartitionPassBase;
@@ -81,72 +35,54 @@ struct PartitionPass
 
   /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
   LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
+
+  /// The layouts fixed before the search: --cleave-choose-layouts's, where
+  /// it ran, else --plan's.
+  LogicalResult fixedLayouts(func::FuncOp func, ParameterLayouts &layouts);
+
+  /// Per function, the layouts --cleave-choose-layouts recorded on its
+  /// parameters (taken off them: the rewrite records the local ones).
+  std::map<std::string, ParameterLayouts> chosenLayouts;
 };
+
+/// --cleave-choose-layouts's choice for \p func, read off (and removed
+/// from) its parameters: each recorded layout, and every other parameter
+/// replicated. Empty where none was recorded.
+ParameterLayouts takeChosenLayouts(func::FuncOp func) {
+  ParameterLayouts chosen;
+  SmallVector<StringRef> whole;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+    if (!name)
+      continue;
+    auto layout = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
+    if (!layout) {
+      whole.push_back(name.getValue());
+      continue;
+    }
+    func.removeArgAttr(i, kLayoutAttr);
+    chosen[name.getValue()] =
+        Layout::split(layout.getDim(), layout.getBlocks(), layout.getGranule());
+  }
+  if (!chosen.empty())
+    for (StringRef name : whole)
+      chosen[name] = Layout::replicated();
+  return chosen;
+}
 
 LogicalResult PartitionPass::readPlan(func::FuncOp func,
                                       ParameterLayouts &layouts) {
-  std::string error;
-  std::unique_ptr<llvm::MemoryBuffer> file = openInputFile(planFile, &error);
-  if (!file)
-    return func.emitError("cannot read --plan '") << planFile << "': " << error;
-  SmallVector<StringRef> lines;
-  file->getBuffer().split(lines, '\n');
-  for (auto [n, raw] : llvm::enumerate(lines)) {
-    StringRef line = raw.split('#').first.trim();
-    if (line.empty())
-      continue;
-    auto [pattern, kind] = line.rsplit(' ');
-    pattern = pattern.trim();
-    kind = kind.trim();
-    auto where = [&]() { return planFile + ":" + std::to_string(n + 1); };
-    if (pattern.empty() ||
-        !llvm::is_contained({"colwise", "rowwise", "replicate", "vocab"}, kind))
-      return func.emitError(where())
-             << ": expected 'REGEX KIND' with KIND colwise, rowwise, "
-                "replicate or vocab";
-    llvm::Regex regex(pattern);
-    std::string why;
-    if (!regex.isValid(why))
-      return func.emitError(where()) << ": bad regular expression: " << why;
-    bool any = false;
-    for (BlockArgument arg : func.getArguments()) {
-      auto name =
-          func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParameterAttr);
-      if (!name || !regex.match(name.getValue()) ||
-          layouts.count(name.getValue()))
-        continue;
-      any = true;
-      auto type = cast<RankedTensorType>(arg.getType());
-      Layout l;
-      if (kind == "vocab") {
-        l = Layout::split(0);
-      } else if (kind != "replicate") {
-        std::optional<int64_t> contracted = contractedDim(arg);
-        if (type.getRank() == 1)
-          l = kind == "colwise" ? Layout::split(0) : Layout::replicated();
-        else if (!contracted)
-          return func.emitError(where())
-                 << ": parameter '" << name.getValue()
-                 << "' is not a matmul weight, so it has no " << kind.str()
-                 << " split";
-        else
-          l = Layout::split(kind == "rowwise" ? *contracted : 1 - *contracted);
-      }
-      // A dimension tp does not divide is split in padded chunks; one
-      // smaller than tp would leave ranks with nothing but padding.
-      if (l.isSplit() && type.getDimSize(l.dim) < tp)
-        return func.emitError(where())
-               << ": parameter '" << name.getValue() << "' of shape ["
-               << type.getShape() << "]: dimension " << l.dim << " of size "
-               << type.getDimSize(l.dim)
-               << " is smaller than tp = " << static_cast<int64_t>(tp);
-      layouts[name.getValue()] = l;
-    }
-    if (!any)
-      return func.emitError(where())
-             << ": '" << pattern << "' matches no parameter";
+  return readLayoutPlan(func, planFile, tp, layouts);
+}
+
+LogicalResult PartitionPass::fixedLayouts(func::FuncOp func,
+                                          ParameterLayouts &layouts) {
+  if (auto it = chosenLayouts.find(func.getName().str());
+      it != chosenLayouts.end()) {
+    layouts = it->second;
+    return success();
   }
-  return success();
+  return planFile.empty() ? success() : readPlan(func, layouts);
 }
 
 void PartitionPass::runOnOperation() {
@@ -161,6 +97,9 @@ void PartitionPass::runOnOperation() {
                                     << " is not supported (stages are 0 to 3)";
     return signalPassFailure();
   }
+  for (auto func : module.getOps<func::FuncOp>())
+    if (ParameterLayouts chosen = takeChosenLayouts(func); !chosen.empty())
+      chosenLayouts[func.getName().str()] = std::move(chosen);
   // ZeRO on a dp x tp mesh: the tp layouts are chosen first (on the whole
   // step), so that the dp pass can split state along another dimension
   // and the tp pass then keeps them.
@@ -170,7 +109,7 @@ void PartitionPass::runOnOperation() {
       if (func.isExternal())
         continue;
       ParameterLayouts fixed;
-      if (!planFile.empty() && failed(readPlan(func, fixed)))
+      if (failed(fixedLayouts(func, fixed)))
         return signalPassFailure();
       FailureOr<ParameterLayouts> layouts =
           chooseLayouts(func, tp, fixed, CostModel());
@@ -247,7 +186,7 @@ void PartitionPass::partitionTensorParallel(
     if (given) {
       if (auto it = given->find(func.getName().str()); it != given->end())
         fixed = it->second;
-    } else if (!planFile.empty() && failed(readPlan(func, fixed))) {
+    } else if (failed(fixedLayouts(func, fixed))) {
       return signalPassFailure();
     }
     LayoutAlternatives alternatives;

@@ -1,9 +1,19 @@
-// The search's choice, with no --plan, on small train steps.
+// The search's choice, with no --plan, on small train steps:
+// --cleave-choose-layouts alone records it on the parameters (CHOSEN);
+// --cleave-partition takes it and rewrites the step, the same as when it
+// searches itself.
+// RUN: cleave-opt %s --split-input-file --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-choose-layouts=tp=4 | FileCheck %s --check-prefix=CHOSEN
+// RUN: cleave-opt %s --split-input-file --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-choose-layouts=tp=4 --cleave-partition=tp=4 | FileCheck %s
 // RUN: cleave-opt %s --split-input-file --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-partition=tp=4 | FileCheck %s
 
 // Large enough weights: Megatron's MLP is found (first weight split by its
 // output rows, second by its input columns), with one all-reduce forward,
 // and none backward (the input needs no gradient).
+// CHOSEN-LABEL: func.func @mlp
+// CHOSEN-SAME: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "up"}
+// CHOSEN-SAME: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "down"}
+// CHOSEN-NOT: cleave.all_reduce
+// CHOSEN: return
 // CHECK-LABEL: func.func @mlp
 // CHECK-SAME: tensor<128x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "up"}
 // CHECK-SAME: tensor<256x128xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "down"}
@@ -23,6 +33,9 @@ func.func @mlp(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf
 // -----
 
 // Tiny weights do not pay for an all-reduce: everything stays replicated.
+// CHOSEN-LABEL: func.func @tiny
+// CHOSEN-NOT: cleave.layout
+// CHOSEN: return
 // CHECK-LABEL: func.func @tiny
 // CHECK-NOT: cleave.layout
 // CHECK-NOT: cleave.all_reduce
@@ -40,6 +53,8 @@ func.func @tiny(%x: tensor<2x4xf32> {cleave.input = "x"}, %w: tensor<4x4xf32> {c
 // An embedding whose output only feeds elementwise ops and a sum: splitting
 // the hidden dimension needs just one scalar all-reduce, cheaper than the
 // vocabulary-parallel lookup's all-reduce of the activations.
+// CHOSEN-LABEL: func.func @embedding
+// CHOSEN-SAME: tensor<1024x64xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "table"}
 // CHECK-LABEL: func.func @embedding
 // CHECK-SAME: tensor<1024x16xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "table"}
 // CHECK: cleave.gather %{{.*}}, %{{.*}} axis = 0 : (tensor<1024x16xf32>, tensor<8x16xi64>) -> tensor<8x16x16xf32>
@@ -56,6 +71,9 @@ func.func @embedding(%ids: tensor<8x16xi64> {cleave.input = "ids"}, %table: tens
 // A norm's scale and bias feed an op that needs them whole. Storing them
 // split would save memory only, for an all-gather of the parameter every
 // step (ZeRO's trade): the search keeps them replicated however large.
+// CHOSEN-LABEL: func.func @norm_parameters
+// CHOSEN-NOT: cleave.layout
+// CHOSEN: return
 // CHECK-LABEL: func.func @norm_parameters
 // CHECK-NOT: cleave.layout
 // CHECK-NOT: cleave.all_gather

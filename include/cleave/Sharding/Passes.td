@@ -5,6 +5,47 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
+  let summary = "Chooses how each parameter is split over tp ranks, and records it";
+  let description = [{
+    The layout search of the partitioner on its own: each parameter of
+    every function is replicated or split along one dimension (in blocks
+    for a fused projection, by whole heads where tp does not divide them),
+    the layouts of `plan` rules fixed first, the rest chosen by scoring
+    candidate plans with a dry run of the partitioner over the whole train
+    step (alpha-beta communication time plus a charge for per-rank memory).
+    Nothing is rewritten: each split parameter's argument gets its
+    `cleave.layout` (the global tensor's), which `--cleave-partition` then
+    takes as fixed (every parameter without one replicated) instead of
+    searching. `--cleave-partition` alone runs the same search itself, and is what
+    the compile pipeline runs: the search's record of what each parameter's
+    other layouts would have cost goes into the reasons of the collectives
+    it causes, which recorded layouts do not carry.
+
+    Before (`tp=2`):
+    ```mlir
+    func.func @main(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf32> {cleave.parameter = "up"}, %down: tensor<256x512xf32> {cleave.parameter = "down"}) -> (tensor<f32> {cleave.loss}) {
+      %0 = cleave.matmul %x, %up {transpose_rhs} : (tensor<8x256xf32>, tensor<512x256xf32>) -> tensor<8x512xf32>
+      %1 = cleave.gelu %0 : tensor<8x512xf32>
+      %2 = cleave.matmul %1, %down {transpose_rhs} : (tensor<8x512xf32>, tensor<256x512xf32>) -> tensor<8x256xf32>
+      ...
+    }
+    ```
+    After (Megatron's MLP: `up` by its output rows, `down` by its input
+    columns):
+    ```mlir
+    func.func @main(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "up"}, %down: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "down"}) -> (tensor<f32> {cleave.loss}) {
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
+    Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
+           "File of `REGEX KIND` rules applied before the search">,
+  ];
+}
+
 def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   let summary = "Chooses parameter layouts and rewrites the train step per rank";
   let description = [{
@@ -15,7 +56,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     from `plan` rules where given (a file of `REGEX KIND` lines, KIND one of
     colwise, rowwise, replicate, vocab), the rest from a search that scores
     each candidate plan by a dry run of the partitioner over the whole train
-    step (alpha-beta communication time plus a charge for per-rank memory).
+    step (alpha-beta communication time plus a charge for per-rank memory);
+    layouts `--cleave-choose-layouts` recorded (`cleave.layout` on the
+    parameters) are taken as they are, and no search runs.
 
     The partitioner then walks the step once: every op picks, from its
     ShardingRuleOpInterface factors, the split that needs the least

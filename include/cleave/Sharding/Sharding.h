@@ -179,6 +179,12 @@ partition(func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
           const LayoutAlternatives *alternatives = nullptr,
           PartitionOptions options = {});
 
+/// Reads a --plan file's `REGEX KIND` rules (KIND colwise, rowwise,
+/// replicate or vocab) into layouts of \p func's parameters for \p tp
+/// ranks; errors name the file and line.
+LogicalResult readLayoutPlan(func::FuncOp func, StringRef planFile, int64_t tp,
+                             ParameterLayouts &layouts);
+
 /// Chooses parameter layouts for \p func: \p fixed ones (from --plan) stay,
 /// the others are searched to minimise communication plus the cost model's
 /// memory charge. Fills \p alternatives, when given, for the searched ones.
