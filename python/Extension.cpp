@@ -1,7 +1,7 @@
 //===- Extension.cpp - cleave._cleave: the package's native half ----------===//
 //
-// The compiler (tools/cleave/Driver.h) and the trainer (runtime/train) in
-// the Python process, no subprocess: compile, inspect and export, and a
+// The compiler (include/cleave/Driver/Driver.h) and the trainer (runtime/train)
+// in the Python process, no subprocess: compile, inspect and export, and a
 // Session holding one trainer per rank of this process (every rank on
 // threads, or this process's MPI rank). The pure-Python package (cleave/)
 // is the API users see; this module is its engine. Long calls release the

@@ -655,7 +655,7 @@ static rt::Status meshChoiceFlags(::cleave::driver::CompileOptions &o) {
   return rt::Status::ok();
 }
 
-/// Writes the bundle (tools/cleave/Compile.cpp): replaced whole or not at
+/// Writes the bundle (lib/Driver/Compile.cpp): replaced whole or not at
 /// all.
 static int runCompile(MLIRContext &ctx) {
   ::cleave::driver::CompileOptions o;
