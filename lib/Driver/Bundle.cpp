@@ -267,17 +267,8 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
     for (int64_t d : *dims)
       entry->mutable_type()->add_shape(d);
     if (auto layout = main.getArgAttrOfType<mlir::cleave::LayoutAttr>(
-            i, mlir::cleave::kLayoutAttr)) {
-      if (layout.getDpDim() >= 0)
-        entry->set_dp_split_dim(layout.getDpDim());
-      if (layout.isSplit()) {
-        entry->set_split_dim(layout.getDim());
-        if (layout.getBlocks() > 1)
-          entry->set_split_blocks(layout.getBlocks());
-        if (layout.getGranule() > 1)
-          entry->set_split_granule(layout.getGranule());
-      }
-    }
+            i, mlir::cleave::kLayoutAttr))
+      mlir::cleave::recordLayout(layout, *entry);
     trained[source] = true;
   }
 

@@ -326,7 +326,7 @@ rt::Status cleave::driver::inspectBundle(const std::string &bundle, bool json,
   return rt::Status::ok();
 }
 
-int runInspect(const std::string &bundle, bool json) {
+int cleave::driver::runInspect(const std::string &bundle, bool json) {
   std::string text;
   if (rt::Status s = cleave::driver::inspectBundle(bundle, json, &text); !s) {
     llvm::errs() << "cleave: error: " << s.message() << "\n";

@@ -401,17 +401,8 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     auto a = attrs ? attrs.getAs<StringAttr>(name) : StringAttr();
     return a ? a.str() : std::string();
   };
-  if (auto layout = attrs ? attrs.getAs<LayoutAttr>(kLayoutAttr) : nullptr) {
-    if (layout.getDpDim() >= 0)
-      b.set_dp_split_dim(layout.getDpDim());
-    if (layout.isSplit()) {
-      b.set_split_dim(layout.getDim());
-      if (layout.getBlocks() > 1)
-        b.set_split_blocks(layout.getBlocks());
-      if (layout.getGranule() > 1)
-        b.set_split_granule(layout.getGranule());
-    }
-  }
+  if (auto layout = attrs ? attrs.getAs<LayoutAttr>(kLayoutAttr) : nullptr)
+    recordLayout(layout, b);
   if (!attrs) {
     b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
   } else if (attrs.get(kLossAttr)) {

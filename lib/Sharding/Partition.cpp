@@ -1035,7 +1035,6 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
 /// feed cuts them).
 void Partitioner::recordSplits(ArrayRef<Layout> argLayouts,
                                ArrayRef<Layout> resultLayouts) {
-  Builder b(func.getContext());
   // Each dictionary is built whole and all are set at once (setArgAttr
   // rebuilds the array of every argument's dictionary per call).
   auto mark = [&](DictionaryAttr old, const Layout &l, bool dpSplit) {

@@ -8,8 +8,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 from ._export import export_module
 from ._model import (_check_loss_output, _forward_inputs, _input_specs,
-                     _file_keeps_its_opset, _is_default,
-                     _open_session)
+                     _file_keeps_its_opset, _open_session)
 from ._options import Options
 from ._native import ArgumentError, ArgumentTypeError, Error, _cleave
 from ._optim import SGD, AdamW
@@ -141,9 +140,7 @@ def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
              "loss": loss, "plan": plan, "seed": seed, "plan_only": plan_only,
              "dp": dp, "devices": devices,
              "memory_per_device": memory_per_device}
-    given = {k: v for k, v in named.items()
-             if options is None or not _is_default(v, getattr(Options, k))}
-    opts = Options.make(options, **given, **more_options)
+    opts = Options._of_call(options, named, more_options)
     if opts.output is None:
         raise ArgumentError("compile needs output=DIR, the bundle's folder")
     run = opts._run_options_set()

@@ -696,14 +696,9 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
 
     Returns a :class:`cleave.Model`. Errors raise :class:`cleave.Error`.
     """
-    named = {"tp": tp, "optimizer": optimizer, "loss": loss, "plan": plan,
-             "seed": seed}
-    # With options=, a named argument overrides the options' value only
-    # where it differs from its default (Python cannot tell tp=1 written
-    # out from tp left out).
-    given = {k: v for k, v in named.items()
-             if options is None or not _is_default(v, _NAMED_DEFAULTS[k])}
-    opts = Options.make(options, **given, **compile_options)
+    opts = Options._of_call(options, {"tp": tp, "optimizer": optimizer,
+                                      "loss": loss, "plan": plan,
+                                      "seed": seed}, compile_options)
     if opts.plan_only:
         raise ArgumentError("plan_only writes a bundle without weights, "
                             "which tensor_parallel cannot train: use "
@@ -749,15 +744,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
     return Model(session, bundle, sources, owned=work)
 
 
-_NAMED_DEFAULTS = {"tp": 1, "optimizer": None, "loss": "auto", "plan": None,
-                   "seed": 0}
-
-
 def _file_keeps_its_opset(opts: Options) -> None:
     if opts.opset != Options.opset:
         raise ArgumentError("opset applies to exporting a torch.nn.Module; "
                             "a model file keeps its own opset")
-
-
-def _is_default(value, default) -> bool:
-    return type(value) is type(default) and value == default

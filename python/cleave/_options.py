@@ -232,6 +232,20 @@ class Options:
             return cls(**fields)
         return dataclasses.replace(given, **fields) if fields else given
 
+    @classmethod
+    def _of_call(cls, given: Optional["Options"], named: dict,
+                 more: dict) -> "Options":
+        """A call's options: ``given`` (options=) with the call's named
+        arguments ``named`` and keywords ``more`` on top. Beside options=, a
+        named argument overrides only where it differs from its default
+        (Python cannot tell tp=1 written out from tp left out)."""
+        def is_default(name, value):
+            default = getattr(cls, name)
+            return type(value) is type(default) and value == default
+        if given is not None:
+            named = {k: v for k, v in named.items() if not is_default(k, v)}
+        return cls.make(given, **named, **more)
+
     def replace(self, **changes) -> "Options":
         """A copy with ``changes``, checked as a new Options is."""
         return Options.make(self, **changes)

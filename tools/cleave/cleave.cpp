@@ -844,7 +844,7 @@ int main(int argc, char **argv) {
   if (compileCmd)
     return runCompile(context);
   if (inspectCmd)
-    return runInspect(inspectPath, inspectJson);
+    return ::cleave::driver::runInspect(inspectPath, inspectJson);
   if (exportCmd)
     return runExport();
   if (runCmd)
