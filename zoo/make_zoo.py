@@ -21,6 +21,8 @@ For each model M and opset O it writes DIR/M-opsetO/:
   ref/sgd/NAME.npy      every parameter after one torch.optim.SGD step, and every
                         buffer after the forward
   ref/adamw/NAME.npy    the same for one torch.optim.AdamW step
+  ref/bf16_spread.json  with --bf16-spread: per tensor, how far PyTorch's bf16
+                        autocast step lands from its float32 step
   ref64/...             with --ref64 (always for --set vision): out/ (the forward's
                         outputs), loss, grad/, sgd/ and
                         adamw/ of the same step in float64
@@ -547,7 +549,11 @@ def reference(model0, spec, inputs, labels, optimizer, dtype, hp=None, variant=N
     if variant == "channels_last":
         model = model.to(memory_format=torch.channels_last)
         args = [a.to(memory_format=torch.channels_last) if a.dim() == 4 else a for a in args]
-    with torch.backends.mkldnn.flags(enabled=variant != "no_mkldnn"):
+    # "bf16": PyTorch's own mixed precision (autocast's bf16 matmuls and
+    # convolutions, float32 weights and optimizer), the distance a correct
+    # bf16 step may land from the float32 one.
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "bf16")
+    with torch.backends.mkldnn.flags(enabled=variant != "no_mkldnn"), autocast:
         return _step(model, spec, args, labels, optimizer, dtype, hp)
 
 
@@ -607,6 +613,24 @@ def float32_spread(model0, spec, inputs, labels, refs, ref64):
             for n in s64:
                 spread[opt + "/" + n] = max(spread[opt + "/" + n], rel_err(s32[n], s64[n]))
     return dict(spread)
+
+
+def bf16_spread(model0, spec, inputs, labels, refs):
+    """Per tensor, how far PyTorch's bf16 autocast step lands from its float32
+    step (same keys as float32_spread): check_zoo.py allows a backend's bf16
+    step a small multiple of it against the float32 step. A fixed tolerance
+    would be unsound: on a batch of 8 Fashion-MNIST images the MLP's fc2
+    gradient moves by 29% under bf16 in PyTorch itself."""
+    spread = {}
+    for opt in ("sgd", "adamw"):
+        l32, g32, s32 = refs[opt]
+        lb, gb, sb = reference(model0, spec, inputs, labels, opt, torch.float32, variant="bf16")
+        spread["loss"] = rel_err(lb, l32)
+        for n in g32:
+            spread["grad/" + n] = rel_err(gb[n], g32[n])
+        for n in s32:
+            spread[opt + "/" + n] = rel_err(sb[n], s32[n])
+    return spread
 
 
 def rel_err(a, b):
@@ -825,7 +849,7 @@ def save_torchscript(model0, inputs, name, d):
 
 
 def make_model(name, opsets, out_dir, check64, failures, torchscript=False,
-               with_ref64=False):
+               with_ref64=False, with_bf16=False):
     spec = ALL_SPECS[name]
     t0 = time.time()
     torch.manual_seed(spec.seed)
@@ -874,6 +898,7 @@ def make_model(name, opsets, out_dir, check64, failures, torchscript=False,
             ref64[opt] = reference(model0, spec, inputs, labels, opt, torch.float64)
         spread = float32_spread(model0, spec, inputs, labels, refs, ref64)
         forward64 = forward_outputs(model0, spec, inputs, torch.float64)
+    spread_bf16 = bf16_spread(model0, spec, inputs, labels, refs) if with_bf16 else None
     t_ref = time.time() - t0
 
     results = []
@@ -934,6 +959,9 @@ def make_model(name, opsets, out_dir, check64, failures, torchscript=False,
                 state = refs[opt][2]
                 for n in params + buffers:
                     save(os.path.join(d, "ref", opt, file_name(n) + ".npy"), state[n])
+            if spread_bf16 is not None:
+                with open(os.path.join(d, "ref", "bf16_spread.json"), "w") as f:
+                    json.dump(spread_bf16, f, indent=0)
             if ref64:
                 # The same step in float64: check_zoo.py then measures both
                 # float32 steps (PyTorch's and Cleave's) against it.
@@ -1039,6 +1067,10 @@ def main():
     ap.add_argument("--ref64", action="store_true",
                     help="also write ref64/: the step in float64 (always for --set "
                          "vision), which check_zoo.py then judges both float32 steps by")
+    ap.add_argument("--bf16-spread", action="store_true",
+                    help="also write ref/bf16_spread.json: how far PyTorch's bf16 "
+                         "autocast step lands from its float32 step, per tensor "
+                         "(check_zoo.py --precision bf16 judges by it)")
     ap.add_argument("--torchscript", action="store_true",
                     help="also write model.traced.pt and model.scripted.pt into each "
                          "model's highest-opset directory")
@@ -1063,7 +1095,7 @@ def main():
         failures = []
         for m in models:
             make_model(m, opsets, out, args.check64, failures, args.torchscript,
-                       args.ref64 or m in VISION)
+                       args.ref64 or m in VISION, args.bf16_spread)
         print(f"total {time.time() - t0:.1f}s")
         if failures:
             print("FAILED:\n  " + "\n  ".join(failures))
@@ -1076,6 +1108,8 @@ def main():
     key_args = [f"models={','.join(models)}", f"opsets={opsets}",
                 f"check64={args.check64}", f"threads={args.threads}",
                 f"ref64={args.ref64}", f"torchscript={args.torchscript}"]
+    if args.bf16_spread:  # older caches' keys stay as they were
+        key_args.append("bf16_spread=True")
     sys.exit(zoo_cache.cached(args.cache, key_args, args.out, generate))
 
 
