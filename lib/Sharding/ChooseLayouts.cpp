@@ -260,22 +260,26 @@ Blockings findBlockings(func::FuncOp func) {
   std::map<int64_t, std::set<int64_t>> &granules = out.granules;
   // Fused projections: a dimension of size D that the step slices into
   // B aligned pieces is a candidate for a split in B blocks.
-  func.walk([&](SliceOp slice) {
-    ArrayRef<int64_t> a =
-        cast<RankedTensorType>(slice.getInput().getType()).getShape();
-    ArrayRef<int64_t> b = slice.getType().getShape();
-    for (size_t d = 0; d < a.size(); ++d)
-      if (a[d] != b[d] && b[d] > 0 && slice.getSteps()[d] == 1 &&
-          a[d] % b[d] == 0 && slice.getStarts()[d] % b[d] == 0)
-        blockCounts[a[d]].insert(a[d] / b[d]);
-  });
   // ... or reshapes into [B, ...] (heads, or q/k/v stacked in front). The
   // extent after B is a granule: where tp does not divide B (25 heads on 4
   // ranks), each rank takes whole heads, the last ranks' chunks padded.
-  func.walk([&](ReshapeOp reshape) {
+  func.walk([&](Operation *op) {
+    std::optional<ShardingRule> rule = shardingRuleOf(op);
+    if (!rule || (rule->form != ShardingForm::Regroup &&
+                  (rule->form != ShardingForm::Window || !rule->window->takes)))
+      return;
     ArrayRef<int64_t> a =
-        cast<RankedTensorType>(reshape.getInput().getType()).getShape();
-    ArrayRef<int64_t> b = reshape.getType().getShape();
+        cast<RankedTensorType>(op->getOperand(0).getType()).getShape();
+    ArrayRef<int64_t> b =
+        cast<RankedTensorType>(op->getResult(0).getType()).getShape();
+    if (rule->form == ShardingForm::Window) {
+      const ShardingWindow &w = *rule->window;
+      for (size_t d = 0; d < a.size(); ++d)
+        if (a[d] != b[d] && b[d] > 0 && w.steps[d] == 1 && a[d] % b[d] == 0 &&
+            w.starts[d] % b[d] == 0)
+          blockCounts[a[d]].insert(a[d] / b[d]);
+      return;
+    }
     if (b.size() <= a.size())
       return;
     // A single input dim split into several: find it by matching prefixes.
@@ -513,50 +517,60 @@ FailureOr<ParameterLayouts> mlir::cleave::chooseLayouts(
 
 namespace {
 
-/// How a weight is used by its (first, i.e. forward) matmul: which of its
-/// dims is contracted. Looks through reshapes that only add leading 1s and
-/// through transposes (torch.onnx writes a Linear as Transpose + MatMul).
+/// How a weight is used by its first (the forward's) contraction: which of
+/// its dims is contracted. Looks through moves that keep its two dims
+/// last (reshapes that only add leading 1s, casts) and through 2-D
+/// permutations (torch.onnx writes a Linear as Transpose + MatMul).
 std::optional<int64_t> contractedDim(BlockArgument param) {
   auto type = cast<RankedTensorType>(param.getType());
   if (type.getRank() != 2)
     return std::nullopt;
-  MatmulOp first;
-  Value firstOperand;
+  Operation *first = nullptr;
+  int64_t firstDim = -1; // the contracted dim of the value it reads
   bool firstFlipped = false;
   SmallVector<std::pair<Value, bool>> work{
       {param, false}}; // (value, transposed)
+  ArrayRef<int64_t> shape = type.getShape();
+  SmallVector<int64_t, 2> flippedShape{shape[1], shape[0]};
   while (!work.empty()) {
     auto [v, flipped] = work.pop_back_val();
-    for (Operation *user : v.getUsers()) {
-      if (auto r = dyn_cast<ReshapeOp>(user)) {
-        auto t = cast<RankedTensorType>(r.getType());
-        auto shape = t.getShape().take_back(2);
-        if (t.getRank() > 2 &&
-            (flipped ? shape == ArrayRef<int64_t>{type.getDimSize(1),
-                                                  type.getDimSize(0)}
-                     : shape == type.getShape()))
-          work.push_back({r.getResult(), flipped});
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      std::optional<ShardingRule> rule = shardingRuleOf(user);
+      if (!rule)
+        continue;
+      if (rule->movesOperand && use.getOperandNumber() == 0) {
+        auto t = cast<RankedTensorType>(user->getResult(0).getType());
+        ArrayRef<int64_t> last = t.getShape().take_back(2);
+        if (rule->form == ShardingForm::Regroup && t.getRank() > 2 &&
+            last == ArrayRef<int64_t>(flipped ? flippedShape : shape))
+          work.push_back({user->getResult(0), flipped});
+        // A 2-D move: the factor of dim 0 lands on dim 1 (a transpose) or
+        // stays (a cast).
+        if (rule->form == ShardingForm::Einsum && t.getRank() == 2 &&
+            cast<RankedTensorType>(v.getType()).getRank() == 2)
+          for (const ShardingFactor &f : rule->factors)
+            if (f.operandDims[0] == 0 && f.resultDims[0] >= 0)
+              work.push_back({user->getResult(0),
+                              f.resultDims[0] == 1 ? !flipped : flipped});
         continue;
       }
-      if (auto t = dyn_cast<TransposeOp>(user)) {
-        if (t.getPermutation().size() == 2 && t.getPermutation()[0] == 1)
-          work.push_back({t.getResult(), !flipped});
+      if (!rule->contraction || (first && !user->isBeforeInBlock(first)))
         continue;
-      }
-      auto mm = dyn_cast<MatmulOp>(user);
-      if (mm && (!first || mm->isBeforeInBlock(first))) {
-        first = mm;
-        firstOperand = v;
+      unsigned i = use.getOperandNumber();
+      int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
+      for (const ShardingFactor &f : rule->factors) {
+        if (f.kind != ShardingFactor::Kind::Reduction || f.operandDims[i] < 0)
+          continue;
+        first = user;
+        firstDim = f.operandDims[i] - (rank - 2);
         firstFlipped = flipped;
       }
     }
   }
-  if (!first)
+  if (!first || firstDim < 0 || firstDim > 1)
     return std::nullopt;
-  int64_t dim = first.getRhs() == firstOperand
-                    ? (first.getTransposeRhs() ? 1 : 0)
-                    : (first.getTransposeLhs() ? 0 : 1);
-  return firstFlipped ? 1 - dim : dim;
+  return firstFlipped ? 1 - firstDim : firstDim;
 }
 
 } // namespace

@@ -77,7 +77,8 @@ std::string describe(Operation *op) {
 /// (the transposed weight of a backward matmul).
 bool isParameterValue(Value v, const PartitionIndex::Impl &index) {
   while (Operation *def = v.getDefiningOp()) {
-    if (!isa<ReshapeOp, TransposeOp, BroadcastOp, CastOp>(def))
+    std::optional<ShardingRule> rule = shardingRuleOf(def);
+    if (!rule || !rule->movesOperand)
       return false;
     v = def->getOperand(0);
   }
@@ -85,10 +86,22 @@ bool isParameterValue(Value v, const PartitionIndex::Impl &index) {
   return index.argIsParameter[arg.getArgNumber()];
 }
 
+/// Whether some operand of \p op is a parameter (seen through moves).
+bool readsParameter(Operation *op, const PartitionIndex::Impl &index) {
+  return llvm::any_of(op->getOperands(),
+                      [&](Value v) { return isParameterValue(v, index); });
+}
+
+/// Whether \p rule looks rows up in a table that is its operand 0 (a
+/// gather, not a scatter into its result).
+bool readsTable(const std::optional<ShardingRule> &rule) {
+  return rule && rule->lookup && !rule->lookup->intoResult;
+}
+
 /// Whether the value \p op reduces comes from a weight's product: looks
-/// up through elementwise ops to the first matmul or gather on each path
-/// (the vocab-parallel loss reduces the LM head's logits; a softmax over
-/// scores reduces a product of two activations).
+/// up through elementwise ops to the first contraction or lookup on each
+/// path (the vocab-parallel loss reduces the LM head's logits; a softmax
+/// over scores reduces a product of two activations).
 bool reducesWeightProduct(Operation *op, const PartitionIndex::Impl &index) {
   llvm::SmallPtrSet<Operation *, 16> seen;
   SmallVector<Operation *> work{op};
@@ -96,15 +109,14 @@ bool reducesWeightProduct(Operation *op, const PartitionIndex::Impl &index) {
     Operation *at = work.pop_back_val();
     if (!seen.insert(at).second)
       continue;
-    if (auto mm = dyn_cast<MatmulOp>(at); mm && at != op) {
-      if (isParameterValue(mm.getLhs(), index) ||
-          isParameterValue(mm.getRhs(), index))
+    std::optional<ShardingRule> rule = shardingRuleOf(at);
+    if (rule && rule->contraction && at != op) {
+      if (readsParameter(at, index))
         return true;
       continue;
     }
-    if (auto gather = dyn_cast<GatherOp>(at))
-      if (isParameterValue(gather.getData(), index))
-        return true;
+    if (readsTable(rule) && isParameterValue(at->getOperand(0), index))
+      return true;
     for (Value v : at->getOperands())
       if (Operation *def = v.getDefiningOp())
         work.push_back(def);
@@ -386,16 +398,16 @@ std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
   // forward, column-parallel input gradient), a split table or a reduction
   // over a split vocabulary. Two activations contracted over a split
   // dimension (scores over a head's dimensions) are not.
-  auto matmul = dyn_cast<MatmulOp>(source);
-  bool megatron = matmul ? isParameterValue(matmul.getLhs(), index) ||
-                               isParameterValue(matmul.getRhs(), index)
-                         : isa<GatherOp, ScatterAddOp>(source) ||
-                               reducesWeightProduct(source, index);
+  std::optional<ShardingRule> rule = shardingRuleOf(source);
+  bool contraction = rule && rule->contraction;
+  bool megatron = contraction ? readsParameter(source, index)
+                              : (rule && rule->lookup) ||
+                                    reducesWeightProduct(source, index);
   return {"sums the partial results of " + describe(source) +
-              (matmul ? ", which contracts a split dimension" +
-                            std::string(megatron ? " with a weight"
-                                                 : " of two activations")
-               : isa<ReshapeOp>(source)
+              (contraction ? ", which contracts a split dimension" +
+                                 std::string(megatron ? " with a weight"
+                                                      : " of two activations")
+               : rule && rule->form == ShardingForm::Regroup
                    ? ", which cannot keep its operand's split (each rank "
                      "gives its chunk, zeros elsewhere)"
                    : ", which reduces over a split dimension") +
@@ -447,38 +459,33 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
   for (auto [old, now] : llvm::zip(op->getOperands(), operands))
     local.map(old, now);
   Operation *copy = builder.clone(*op, local);
-  // Ranks holding a slice of a gather's table (or of a scatter's result)
-  // shift the indices into their range and skip the others.
-  if (auto gather = dyn_cast<GatherOp>(op)) {
-    Layout data = layoutOf(idOf(gather.getData()));
-    if (data.isSplit() && data.dim == static_cast<int64_t>(gather.getAxis())) {
+  const ShardingRule *rule = e.rule >= 0 ? &index.rules[e.rule] : nullptr;
+  // Ranks holding a slice of a lookup's table (a gather's operand, a
+  // scatter's result) shift the indices into their range and skip the
+  // others.
+  if (rule && rule->lookup) {
+    Value table =
+        rule->lookup->intoResult ? op->getResult(0) : op->getOperand(0);
+    Layout l = rule->lookup->intoResult ? outs[0] : layoutOf(idOf(table));
+    if (l.isSplit() && l.dim == rule->lookup->axis) {
       copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({meshAxis}));
       copy->setAttr(kShardSizeAttr,
-                    builder.getI64IntegerAttr(
-                        typeOf(gather.getData()).getDimSize(data.dim)));
+                    builder.getI64IntegerAttr(typeOf(table).getDimSize(l.dim)));
     }
   }
-  if (auto scatter = dyn_cast<ScatterAddOp>(op))
-    if (outs[0].isSplit() &&
-        outs[0].dim == static_cast<int64_t>(scatter.getAxis())) {
-      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({meshAxis}));
-      copy->setAttr(kShardSizeAttr,
-                    builder.getI64IntegerAttr(
-                        typeOf(scatter.getResult()).getDimSize(outs[0].dim)));
-    }
   for (auto [i, r] : llvm::enumerate(copy->getResults())) {
     r.setType(localType(typeOf(op->getResult(i)), outs[i]));
     mapping.map(op->getResult(i), r);
   }
   // A mean over a split dimension: each rank's mean of its n rows, times
   // n / N, is its share of the global mean's sum (padding rows are zeros).
-  if (auto reduce = dyn_cast<ReduceOp>(op);
-      reduce && reduce.getKind() == ReduceKind::mean && outs[0].isPartial()) {
+  if (rule && rule->mean && outs[0].isPartial()) {
     int64_t local = 1, global = 1;
-    for (int64_t d : reduce.getDims()) {
-      local *= typeOf(operands[0]).getDimSize(d);
-      global *= typeOf(reduce.getInput()).getDimSize(d);
-    }
+    for (const ShardingFactor &f : rule->factors)
+      if (f.kind == ShardingFactor::Kind::Reduction) {
+        local *= typeOf(operands[0]).getDimSize(f.operandDims[0]);
+        global *= typeOf(op->getOperand(0)).getDimSize(f.operandDims[0]);
+      }
     if (local != global) {
       Value r = copy->getResult(0);
       auto type = typeOf(r);
@@ -647,7 +654,8 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
   // same size). A gradient that fans out (into the optimizer's moments) is
   // reduced before, for all of them.
   bool grows = false;
-  if (isa<MatmulOp, ScatterAddOp>(e.op) && cands.partialOperand >= 0)
+  if ((rule.contraction || (rule.lookup && rule.lookup->intoResult)) &&
+      cands.partialOperand >= 0)
     for (unsigned r = 0; r < e.numResults; ++r)
       grows |= bytesOf(e.firstResult + r) >
                bytesOf(operandId(e, cands.partialOperand));
@@ -674,17 +682,13 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
     if (!cands.splittable(f))
       continue;
     Cut cut = cands.cutOf(f);
-    // A gather or scatter sharded along its axis finds each rank's rows as
+    // A lookup sharded along its table's axis finds each rank's rows as
     // one chunk, not as blocks.
-    if (cut.blocks > 1) {
-      if (auto gather = dyn_cast<GatherOp>(e.op);
-          gather && f.operandDims[0] == static_cast<int64_t>(gather.getAxis()))
-        continue;
-      if (auto scatter = dyn_cast<ScatterAddOp>(e.op);
-          scatter && !f.resultDims.empty() &&
-          f.resultDims[0] == static_cast<int64_t>(scatter.getAxis()))
-        continue;
-    }
+    if (cut.blocks > 1 && rule.lookup &&
+        (rule.lookup->intoResult
+             ? !f.resultDims.empty() && f.resultDims[0] == rule.lookup->axis
+             : f.operandDims[0] == rule.lookup->axis))
+      continue;
     double cost = cands.cost(c, cut);
     if (cost < bestCost)
       best = c, bestCut = cut, bestCost = cost;
@@ -729,7 +733,7 @@ bool Partitioner::someUserNeedsWhole(int32_t id) const {
   for (uint32_t u = index.userStart[id]; u < index.userStart[id + 1]; ++u) {
     auto [k, operand] = index.users[u];
     const OpEntry &user = index.ops[k];
-    if (user.kind == Index::Kind::Reshape)
+    if (user.kind == Index::Kind::Regroup)
       continue;
     if (user.rule < 0)
       return true;
@@ -764,8 +768,9 @@ void Partitioner::padOperandsAndResults(const OpEntry &e,
                                         SmallVector<Value> &operands) {
   // A reduction over the padded factor must see its identity there; a
   // gather never reads the rows past the table's size.
+  const ShardingRule &rule = index.rules[e.rule];
   bool reduces = f.kind == ShardingFactor::Kind::Reduction;
-  if (reduces && !isa<GatherOp>(e.op)) {
+  if (reduces && !(rule.lookup && !rule.lookup->intoResult)) {
     for (unsigned i = 0; i < e.numOperands; ++i) {
       Pad want = i < f.operandPads.size() && f.operandPads[i]
                      ? identityOf(*f.operandPads[i])
@@ -795,10 +800,24 @@ void Partitioner::padOperandsAndResults(const OpEntry &e,
     allZero &= zero(i);
   }
   Pad out = Pad::Unknown;
-  if (isa<ScatterAddOp>(e.op) ||
-      (isa<MatmulOp, MulOp>(e.op) && anyZero && allZero) ||
-      (isa<AddOp, SubOp, ConcatOp>(e.op) && allCarry && allZero) ||
-      (isa<TransposeOp, NegOp, SliceOp>(e.op) && allZero))
+  bool zeros = false;
+  switch (rule.padFlow) {
+  case PadFlow::None:
+    break;
+  case PadFlow::Always:
+    zeros = true;
+    break;
+  case PadFlow::Product:
+    zeros = anyZero && allZero;
+    break;
+  case PadFlow::Sums:
+    zeros = allCarry && allZero;
+    break;
+  case PadFlow::Moves:
+    zeros = allZero;
+    break;
+  }
+  if (zeros)
     out = Pad::Zero;
   for (unsigned r = 0; r < e.numResults; ++r)
     if (f.resultDims[r] >= 0)
@@ -835,21 +854,17 @@ LogicalResult Partitioner::visit(const OpEntry &e) {
   });
   using Kind = Index::Kind;
   switch (e.kind) {
-  case Kind::Constant:
+  case Kind::Source:
     emit(e, {}, {Layout::replicated()});
     return success();
-  case Kind::Reshape:
-    return visitReshape(e);
-  case Kind::Slice:
-    if (succeeded(visitBlockSlice(e)))
+  case Kind::Regroup:
+    return visitRegroup(e);
+  case Kind::Window:
+    if (succeeded(visitBlockWindow(e, index.rules[e.rule])))
       return success();
     break;
-  case Kind::Concat:
-    if (succeeded(visitBlockConcat(e)))
-      return success();
-    break;
-  case Kind::SliceScatter:
-    if (succeeded(visitBlockSliceScatter(e)))
+  case Kind::Join:
+    if (succeeded(visitBlockJoin(e, index.rules[e.rule])))
       return success();
     break;
   case Kind::Ruled:

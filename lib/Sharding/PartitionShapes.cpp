@@ -1,9 +1,10 @@
 //===- PartitionShapes.cpp - Reshapes, blocks, padding ----------*- C++ -*-===//
 //
-// The partitioner's shape-moving ops: a reshape keeps a split where the
-// chunks stay whole rows of a dimension (heads, blocks, padding included),
-// the block slices of a fused projection and their adjoints stay local,
-// and the helpers that pad, trim, mask and embed local chunks.
+// The partitioner's shape-moving forms (ShardingForm): a regrouping keeps
+// a split where the chunks stay whole rows of a dimension (heads, blocks,
+// padding included), windows of whole blocks of a fused projection and
+// their adjoints stay local, joins of blocked splits give more blocks; and
+// the helpers that pad, trim, mask and embed local chunks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -165,8 +166,7 @@ Value Partitioner::mask(Value local, int32_t id, Layout l, Pad fill) {
   return out;
 }
 
-LogicalResult Partitioner::visitReshape(const OpEntry &e) {
-  auto op = cast<ReshapeOp>(e.op);
+LogicalResult Partitioner::visitRegroup(const OpEntry &e) {
   int32_t input = operandId(e, 0);
   Layout in = layoutOf(input);
   if (!in.isSplit()) {
@@ -178,8 +178,8 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
   // extents of the group's dims before the split one). It survives as a
   // split of the first output dim e of the group whose leading extents
   // divide O, with the rest of O as e's blocks.
-  ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
-  ArrayRef<int64_t> b = typeOf(op.getResult()).getShape();
+  ArrayRef<int64_t> a = typeOf(e.op->getOperand(0)).getShape();
+  ArrayRef<int64_t> b = typeOf(e.op->getResult(0)).getShape();
   size_t i = 0, j = 0;
   std::optional<Layout> target;
   while (i < a.size() && j < b.size()) {
@@ -272,20 +272,22 @@ LogicalResult Partitioner::visitReshape(const OpEntry &e) {
   return success();
 }
 
-template <typename OpT>
-LogicalResult Partitioner::visitBlockWindow(const OpEntry &e, OpT op) {
+LogicalResult Partitioner::visitBlockWindow(const OpEntry &e,
+                                            const ShardingRule &rule) {
   Layout in = layoutOf(operandId(e, 0));
-  if (!in.isSplit())
+  if (!in.isSplit() || !rule.window)
     return failure();
+  const ShardingWindow &w = *rule.window;
   int64_t d = in.dim;
-  ArrayRef<int64_t> a = typeOf(op.getInput()).getShape();
-  ArrayRef<int64_t> b = typeOf(op.getResult()).getShape();
+  Value input = e.op->getOperand(0), result = e.op->getResult(0);
+  ArrayRef<int64_t> a = typeOf(input).getShape();
+  ArrayRef<int64_t> b = typeOf(result).getShape();
   for (size_t i = 0; i < a.size(); ++i)
     if (static_cast<int64_t>(i) != d &&
-        (a[i] != b[i] || op.getStarts()[i] != 0 || op.getSteps()[i] != 1))
+        (a[i] != b[i] || w.starts[i] != 0 || w.steps[i] != 1))
       return failure();
-  int64_t block = a[d] / in.blocks, start = op.getStarts()[d];
-  if (op.getSteps()[d] != 1 || start % block || b[d] % block || b[d] == a[d])
+  int64_t block = a[d] / in.blocks, start = w.starts[d];
+  if (w.steps[d] != 1 || start % block || b[d] % block || b[d] == a[d])
     return failure();
   Layout out = Layout::split(d, b[d] / block, in.granule);
   layouts[e.firstResult] = canonicalFor(e.firstResult, out);
@@ -293,31 +295,26 @@ LogicalResult Partitioner::visitBlockWindow(const OpEntry &e, OpT op) {
   splitSource[e.firstResult] = splitSource[operandId(e, 0)];
   if (!rewrite)
     return success();
-  SmallVector<int64_t> starts(op.getStarts());
+  // The rank's op: the same window, its start moved to the local blocks.
+  SmallVector<int64_t> starts(w.starts.begin(), w.starts.end());
   starts[d] = start / block * in.chunk(block, tp);
-  Value local =
-      OpT::create(builder, op.getLoc(), localType(typeOf(op.getResult()), out),
-                  mapping.lookup(op.getInput()), starts, op.getSteps());
-  mapping.map(op.getResult(), local);
+  IRMapping local;
+  local.map(input, mapping.lookup(input));
+  Operation *copy = builder.clone(*e.op, local);
+  copy->setAttr(w.startsAttr, builder.getDenseI64ArrayAttr(starts));
+  copy->getResult(0).setType(localType(typeOf(result), out));
+  mapping.map(result, copy->getResult(0));
   return success();
 }
 
-LogicalResult Partitioner::visitBlockSlice(const OpEntry &e) {
-  return visitBlockWindow(e, cast<SliceOp>(e.op));
-}
-
-LogicalResult Partitioner::visitBlockSliceScatter(const OpEntry &e) {
-  return visitBlockWindow(e, cast<SliceScatterOp>(e.op));
-}
-
-LogicalResult Partitioner::visitBlockConcat(const OpEntry &e) {
-  auto op = cast<ConcatOp>(e.op);
-  int64_t axis = op.getAxis(), blocks = 0, block = -1;
+LogicalResult Partitioner::visitBlockJoin(const OpEntry &e,
+                                          const ShardingRule &rule) {
+  int64_t axis = rule.joinDim, blocks = 0, block = -1;
   SmallVector<Layout, 4> ins;
   bool zero = true;
   for (unsigned i = 0; i < e.numOperands; ++i) {
     Layout l = layoutOf(operandId(e, i));
-    int64_t size = typeOf(op->getOperand(i)).getDimSize(axis);
+    int64_t size = typeOf(e.op->getOperand(i)).getDimSize(axis);
     if (!l.isSplit() || l.dim != axis ||
         (block >= 0 &&
          (size / l.blocks != block || l.granule != ins[0].granule)))

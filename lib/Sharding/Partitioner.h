@@ -25,12 +25,13 @@
 namespace mlir::cleave {
 
 struct PartitionIndex::Impl {
+  /// How the partitioner visits an op: by its rule's form (ShardingForm),
+  /// by its factors, or whole; never by its kind.
   enum class Kind : uint8_t {
-    Constant,
-    Reshape,
-    Slice,
-    Concat,
-    SliceScatter,
+    Source, // no operands and no rule (a constant): replicated
+    Regroup,
+    Window,
+    Join,
     Ruled,
     Replicated
   };
@@ -99,25 +100,19 @@ struct PartitionIndex::Impl {
         operands.push_back(ids.lookup(v));
       for (Value r : op.getResults())
         add(r);
-      if (isa<ConstantOp>(op))
-        e.kind = Kind::Constant;
-      else if (isa<ReshapeOp>(op))
-        e.kind = Kind::Reshape;
-      else if (isa<SliceOp>(op))
-        e.kind = Kind::Slice;
-      else if (isa<ConcatOp>(op))
-        e.kind = Kind::Concat;
-      else if (isa<SliceScatterOp>(op))
-        e.kind = Kind::SliceScatter;
       if (auto ruled = dyn_cast<ShardingRuleOpInterface>(op)) {
         ShardingRule rule;
         if (succeeded(ruled.getShardingRule(rule))) {
           e.rule = rules.size();
+          e.kind = rule.form == ShardingForm::Regroup  ? Kind::Regroup
+                   : rule.form == ShardingForm::Window ? Kind::Window
+                   : rule.form == ShardingForm::Join   ? Kind::Join
+                                                       : Kind::Ruled;
           rules.push_back(std::move(rule));
-          if (e.kind == Kind::Replicated)
-            e.kind = Kind::Ruled;
         }
       }
+      if (e.rule < 0 && op.getNumOperands() == 0)
+        e.kind = Kind::Source;
       ops.push_back(e);
     }
     userStart.assign(values.size() + 1, 0);
@@ -452,20 +447,19 @@ private:
   std::vector<int32_t> embedOrigin;
 
   LogicalResult visit(const OpEntry &e);
-  LogicalResult visitReshape(const OpEntry &e);
-  /// A slice taking whole blocks of a dimension split in blocks (q out of a
-  /// fused qkv) stays local; fails (nothing emitted) otherwise.
-  LogicalResult visitBlockSlice(const OpEntry &e);
-  /// Concatenating along their split dimension values split so (dq, dk, dv
-  /// into the fused gradient) gives the blocked split; fails otherwise.
-  LogicalResult visitBlockConcat(const OpEntry &e);
-  /// The adjoint of visitBlockSlice: placing whole blocks into zeros.
-  LogicalResult visitBlockSliceScatter(const OpEntry &e);
-  /// Both: a slice taking whole blocks of its input's split dimension, or a
-  /// slice_scatter placing its input's whole blocks into zeros (padding
-  /// included) takes or places whole local blocks.
-  template <typename OpT>
-  LogicalResult visitBlockWindow(const OpEntry &e, OpT op);
+  /// ShardingForm::Regroup (a reshape): the split moves to the result
+  /// dimension that keeps it, else the value is gathered (or, a weight's
+  /// product, embedded as a partial sum).
+  LogicalResult visitRegroup(const OpEntry &e);
+  /// ShardingForm::Join: joining along their split dimension values split
+  /// so (dq, dk, dv into the fused gradient) gives the blocked split;
+  /// fails (nothing emitted) otherwise.
+  LogicalResult visitBlockJoin(const OpEntry &e, const ShardingRule &rule);
+  /// ShardingForm::Window: a window taking whole blocks of its input's
+  /// split dimension (q out of a fused qkv), or placing its input's whole
+  /// blocks into zeros (padding included), takes or places whole local
+  /// blocks; fails (nothing emitted) otherwise.
+  LogicalResult visitBlockWindow(const OpEntry &e, const ShardingRule &rule);
   struct Candidates;
   LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
   /// Whether an op reading partial value \p id cannot take it partial (no

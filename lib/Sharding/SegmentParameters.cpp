@@ -42,14 +42,18 @@ struct Link {
 
 /// The dimension of operand \p link.operand that result dimension \p d of
 /// \p link.op comes from, one to one (same extent, no mixing with other
-/// dimensions); nullopt where there is none.
+/// dimensions); nullopt where there is none. Read off the op's sharding
+/// rule: a parallel factor the operand carries (in a contraction, carries
+/// alone: a batch dimension of both operands is a piece of neither), or a
+/// regrouping that keeps the dimension whole.
 std::optional<int64_t> operandDim(Link link, int64_t d) {
   Operation *op = link.op;
   auto in = cast<RankedTensorType>(op->getOperand(link.operand).getType());
   auto out = cast<RankedTensorType>(op->getResult(0).getType());
-  if (auto t = dyn_cast<TransposeOp>(op))
-    return t.getPermutation()[d];
-  if (isa<ReshapeOp>(op)) {
+  std::optional<ShardingRule> rule = shardingRuleOf(op);
+  if (!rule)
+    return std::nullopt;
+  if (rule->form == ShardingForm::Regroup) {
     // The same extent after the same number of elements: the reshape only
     // regroups the dimensions around it.
     int64_t before = 1;
@@ -63,29 +67,25 @@ std::optional<int64_t> operandDim(Link link, int64_t d) {
     }
     return std::nullopt;
   }
-  if (auto mm = dyn_cast<MatmulOp>(op)) {
-    int64_t r = out.getRank();
-    // Rows come from the lhs, columns from the rhs; a batch dimension from
-    // both, so it is not a piece of one of them.
-    if (link.operand == 0 && d == r - 2)
-      return mm.getTransposeLhs() ? r - 1 : r - 2;
-    if (link.operand == 1 && d == r - 1)
-      return mm.getTransposeRhs() ? r - 2 : r - 1;
+  if (rule->form != ShardingForm::Einsum)
     return std::nullopt;
+  for (const ShardingFactor &f : rule->factors) {
+    if (f.kind != ShardingFactor::Kind::Parallel || f.resultDims[0] != d)
+      continue;
+    int64_t from = f.operandDims[link.operand];
+    if (from < 0 || in.getDimSize(from) != out.getDimSize(d))
+      return std::nullopt; // broadcast: the dimension is another operand's
+    if (rule->contraction &&
+        llvm::count_if(f.operandDims, [](int64_t x) { return x >= 0; }) > 1)
+      return std::nullopt;
+    return from;
   }
-  if (isa<AddOp, SubOp, MulOp>(op)) {
-    if (in.getDimSize(d) != out.getDimSize(d))
-      return std::nullopt; // broadcast: the dimension is the other operand's
-    return d;
-  }
-  if (isa<CastOp>(op))
-    return d;
   return std::nullopt;
 }
 
 /// The piece of a value a slice takes along one dimension.
 struct Piece {
-  SliceOp slice;
+  Operation *slice;
   int64_t start, size;
 };
 
@@ -97,12 +97,13 @@ std::optional<std::pair<int64_t, SmallVector<Piece>>> piecesOf(Value v) {
   std::optional<int64_t> dim;
   SmallVector<Piece> pieces;
   for (Operation *user : v.getUsers()) {
-    auto slice = dyn_cast<SliceOp>(user);
-    if (!slice)
+    std::optional<ShardingRule> rule = shardingRuleOf(user);
+    if (!rule || !rule->window || !rule->window->takes)
       return std::nullopt;
-    auto out = cast<RankedTensorType>(slice.getType());
+    const ShardingWindow &w = *rule->window;
+    auto out = cast<RankedTensorType>(user->getResult(0).getType());
     for (int64_t d = 0; d < type.getRank(); ++d) {
-      if (slice.getSteps()[d] != 1)
+      if (w.steps[d] != 1)
         return std::nullopt;
       if (out.getDimSize(d) == type.getDimSize(d))
         continue;
@@ -112,7 +113,7 @@ std::optional<std::pair<int64_t, SmallVector<Piece>>> piecesOf(Value v) {
     }
     if (!dim || out.getDimSize(*dim) == 0)
       return std::nullopt; // a slice of the whole value, or of nothing
-    pieces.push_back({slice, slice.getStarts()[*dim], out.getDimSize(*dim)});
+    pieces.push_back({user, w.starts[*dim], out.getDimSize(*dim)});
   }
   if (!dim || pieces.size() < 2)
     return std::nullopt;
@@ -213,27 +214,33 @@ void segment(func::FuncOp func, unsigned index, const Chain &chain) {
       int64_t d = chain.dims[k + 1];
       IRMapping map;
       map.map(link.op->getOperand(link.operand), cur);
-      // A bias added to the pieces is cut the same way (the pass segments
-      // it next); one broadcast along the dimension is used as it is.
+      // Another operand carrying the dimension (a bias added to the
+      // pieces) is cut the same way (the pass segments it next); one
+      // broadcast along it is used as it is.
+      std::optional<ShardingRule> rule = shardingRuleOf(link.op);
       for (auto [i, other] : llvm::enumerate(link.op->getOperands())) {
+        int64_t od = -1;
+        if (rule && rule->form == ShardingForm::Einsum)
+          for (const ShardingFactor &f : rule->factors)
+            if (f.kind == ShardingFactor::Kind::Parallel &&
+                f.resultDims[0] == d)
+              od = f.operandDims[i];
         auto t = cast<RankedTensorType>(other.getType());
-        if (i == link.operand || !isa<AddOp, SubOp, MulOp>(link.op) ||
-            t.getDimSize(d) == 1)
+        if (i == link.operand || od < 0 || t.getDimSize(od) == 1)
           continue;
         SmallVector<int64_t> starts(t.getRank(), 0), steps(t.getRank(), 1);
-        starts[d] = piece.start;
-        map.map(other,
-                SliceOp::create(b, link.op->getLoc(), withDim(t, d, piece.size),
-                                other, starts, steps));
+        starts[od] = piece.start;
+        map.map(other, SliceOp::create(b, link.op->getLoc(),
+                                       withDim(t, od, piece.size), other,
+                                       starts, steps));
       }
       Operation *copy = b.clone(*link.op, map);
       copy->getResult(0).setType(
           withDim(link.op->getResult(0).getType(), d, piece.size));
       cur = copy->getResult(0);
     }
-    SliceOp slice = piece.slice;
-    slice.getResult().replaceAllUsesWith(cur);
-    slice.erase();
+    piece.slice->getResult(0).replaceAllUsesWith(cur);
+    piece.slice->erase();
   }
   for (auto it = chain.links.rbegin(); it != chain.links.rend(); ++it)
     it->op->erase();

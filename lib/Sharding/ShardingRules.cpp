@@ -1,7 +1,9 @@
 //===- ShardingRules.cpp - Factor rules of the cleave ops -------*- C++ -*-===//
 //
-// ShardingRuleOpInterface models: each op as an einsum over factors. The
-// partitioner never switches on op kinds for these; a new op becomes
+// ShardingRuleOpInterface models: each op as an einsum over factors, with
+// the forms and roles (ShardingRule.h) an einsum cannot state. The
+// partitioner, the layout search and the sharding passes never switch on
+// op kinds (test/contract/sharding-op-names.test); a new op becomes
 // shardable by registering its rule here.
 //
 //===----------------------------------------------------------------------===//
@@ -84,15 +86,23 @@ struct Model
     LINEARITY;                                                                 \
     return success();                                                          \
   }
-CLEAVE_ELEMENTWISE_RULE(AddOp, r.additive = true)
-CLEAVE_ELEMENTWISE_RULE(SubOp, r.additive = true)
-CLEAVE_ELEMENTWISE_RULE(MulOp, r.scalingOperands.assign(2, true))
+CLEAVE_ELEMENTWISE_RULE(AddOp, r.additive = true; r.padFlow = PadFlow::Sums)
+CLEAVE_ELEMENTWISE_RULE(SubOp, r.additive = true; r.padFlow = PadFlow::Sums)
+CLEAVE_ELEMENTWISE_RULE(MulOp, r.scalingOperands.assign(2, true);
+                        r.padFlow = PadFlow::Product)
 CLEAVE_ELEMENTWISE_RULE(DivOp, r.scalingOperands[0] = true)
-CLEAVE_ELEMENTWISE_RULE(NegOp, r.scalingOperands[0] = true)
+CLEAVE_ELEMENTWISE_RULE(NegOp, r.scalingOperands[0] = true;
+                        r.padFlow = PadFlow::Moves)
 #undef CLEAVE_ELEMENTWISE_RULE
 
 template <typename OpTy> LogicalResult nonlinearRule(OpTy op, ShardingRule &r) {
   elementwise(op, r);
+  return success();
+}
+
+template <> LogicalResult rule(CastOp op, ShardingRule &r) {
+  elementwise(op, r);
+  r.movesOperand = true;
   return success();
 }
 
@@ -117,6 +127,8 @@ template <> LogicalResult rule(MatmulOp op, ShardingRule &r) {
   ShardingFactor &fk = addFactor(r, op, ta ? a[m] : a[n], Kind::Reduction);
   fk.operandDims = {ta ? m : n, tb ? n : m};
   r.scalingOperands = {true, true};
+  r.contraction = true;
+  r.padFlow = PadFlow::Product;
   return success();
 }
 
@@ -153,6 +165,7 @@ template <> LogicalResult rule(ReduceOp op, ShardingRule &r) {
   }
   r.scalingOperands[0] =
       op.getKind() == ReduceKind::sum || op.getKind() == ReduceKind::mean;
+  r.mean = op.getKind() == ReduceKind::mean;
   return success();
 }
 
@@ -343,12 +356,25 @@ template <> LogicalResult rule(TransposeOp op, ShardingRule &r) {
     f.resultDims[0] = llvm::find(perm, d) - perm.begin();
   }
   r.scalingOperands[0] = true;
+  r.movesOperand = true;
+  r.padFlow = PadFlow::Moves;
   return success();
 }
 
 template <> LogicalResult rule(BroadcastOp op, ShardingRule &r) {
   elementwise(op, r);
   r.scalingOperands[0] = true;
+  r.movesOperand = true;
+  return success();
+}
+
+/// No factors: a reshape's index map regroups dimensions, which the
+/// partitioner follows from the two shapes (ShardingForm::Regroup). A
+/// partial sum passes through it.
+template <> LogicalResult rule(ReshapeOp op, ShardingRule &r) {
+  r.form = ShardingForm::Regroup;
+  r.scalingOperands[0] = true;
+  r.movesOperand = true;
   return success();
 }
 
@@ -359,25 +385,38 @@ template <> LogicalResult rule(ConcatOp op, ShardingRule &r) {
       f.operandDims[i] = f.operandDims[0];
   r.factors[op.getAxis()].kind = Kind::Whole;
   r.additive = true;
+  r.form = ShardingForm::Join;
+  r.joinDim = op.getAxis();
+  r.padFlow = PadFlow::Sums;
   return success();
 }
 
 /// slice / slice_scatter: a dimension that is not taken whole must not be
-/// split (each rank would need a different window).
-template <typename OpTy> LogicalResult windowRule(OpTy op, ShardingRule &r) {
+/// split (each rank would need a different window), except in whole blocks
+/// of a blocked split (ShardingForm::Window).
+template <typename OpTy>
+LogicalResult windowRule(OpTy op, ShardingRule &r, bool takes) {
   identity(op, r);
   ArrayRef<int64_t> in = shapeOf(op.getInput()), out = shapeOf(op.getResult());
   for (size_t d = 0; d < in.size(); ++d)
     if (in[d] != out[d] || op.getStarts()[d] != 0 || op.getSteps()[d] != 1)
       r.factors[d].kind = Kind::Whole;
   r.scalingOperands[0] = true;
+  r.form = ShardingForm::Window;
+  ShardingWindow &w = r.window.emplace();
+  w.takes = takes;
+  w.starts.assign(op.getStarts().begin(), op.getStarts().end());
+  w.steps.assign(op.getSteps().begin(), op.getSteps().end());
+  w.startsAttr = op.getStartsAttrName().getValue();
+  // A slice of zeros is zeros; a slice_scatter's untouched result is too.
+  r.padFlow = takes ? PadFlow::Moves : PadFlow::None;
   return success();
 }
 template <> LogicalResult rule(SliceOp op, ShardingRule &r) {
-  return windowRule(op, r);
+  return windowRule(op, r, /*takes=*/true);
 }
 template <> LogicalResult rule(SliceScatterOp op, ShardingRule &r) {
-  return windowRule(op, r);
+  return windowRule(op, r, /*takes=*/false);
 }
 
 template <> LogicalResult rule(GatherOp op, ShardingRule &r) {
@@ -401,6 +440,7 @@ template <> LogicalResult rule(GatherOp op, ShardingRule &r) {
     f.operandDims[0] = d;
     f.resultDims[0] = out++;
   }
+  r.lookup = ShardingLookup{axis, /*intoResult=*/false};
   return success();
 }
 
@@ -425,6 +465,8 @@ template <> LogicalResult rule(ScatterAddOp op, ShardingRule &r) {
     f.resultDims[0] = d;
   }
   r.scalingOperands[0] = true;
+  r.lookup = ShardingLookup{axis, /*intoResult=*/true};
+  r.padFlow = PadFlow::Always; // rows no index names stay zero
   return success();
 }
 
@@ -606,10 +648,17 @@ CLEAVE_NONLINEAR(CosOp)
 CLEAVE_NONLINEAR(NotOp)
 CLEAVE_NONLINEAR(GeluOp)
 CLEAVE_NONLINEAR(LeakyReluOp)
-CLEAVE_NONLINEAR(CastOp)
 CLEAVE_NONLINEAR(CheckIndexOp)
 } // namespace
 #undef CLEAVE_NONLINEAR
+
+std::optional<ShardingRule> mlir::cleave::shardingRuleOf(Operation *op) {
+  auto ruled = dyn_cast_or_null<ShardingRuleOpInterface>(op);
+  ShardingRule rule;
+  if (!ruled || failed(ruled.getShardingRule(rule)))
+    return std::nullopt;
+  return rule;
+}
 
 void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, CleaveDialect *) {
@@ -620,8 +669,8 @@ void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
                     MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, AttentionOp,
                     AttentionBackwardOp, CrossEntropyOp, CrossEntropyBackwardOp,
                     LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
-                    ConcatOp, SliceOp, SliceScatterOp, GatherOp, ScatterAddOp,
-                    MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
+                    ReshapeOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
+                    ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
                     AvgPool2DBackwardOp, Conv2DOp, Conv2DBackwardInputOp,
                     Conv2DBackwardFilterOp, RandomUniformOp, CheckIndexOp,
                     AllReduceOp, AllGatherOp, ReduceScatterOp, ShardSliceOp>(

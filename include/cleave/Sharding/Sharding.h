@@ -198,6 +198,10 @@ chooseLayouts(func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
 /// Attaches the ShardingRuleOpInterface models of the cleave ops.
 void registerShardingRules(DialectRegistry &registry);
 
+/// \p op's sharding rule (ShardingRuleOpInterface), if it has one: what
+/// the passes read instead of an op's kind.
+std::optional<ShardingRule> shardingRuleOf(Operation *op);
+
 } // namespace mlir::cleave
 
 #endif // CLEAVE_SHARDING_SHARDING_H
