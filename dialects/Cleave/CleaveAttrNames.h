@@ -48,6 +48,13 @@ constexpr llvm::StringLiteral kMeshAxesAttr = "cleave.mesh_axes";
 /// mesh (a #cleave.layout: the dimension split over the first axis, its
 /// blocks and granule, and ZeRO's dimension over dp), absent when whole.
 constexpr llvm::StringLiteral kLayoutAttr = "cleave.layout";
+/// Function: the tp the layouts on its parameters were chosen for
+/// (--cleave-choose-layouts; i64): a parameter without cleave.layout is
+/// replicated. Parameter argument: what its cheapest other layout would
+/// have cost, in words (a string), for the reasons of the collectives the
+/// chosen one causes.
+constexpr llvm::StringLiteral kLayoutsForAttr = "cleave.layouts_for";
+constexpr llvm::StringLiteral kLayoutWhyAttr = "cleave.layout_why";
 /// Argument of a parameter that is one piece of a model tensor
 /// (cleave-segment-parameters): the tensor's name (a string), and the piece
 /// as [dim, offset, size] along that one dimension (array<i64>).

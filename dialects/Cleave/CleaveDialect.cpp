@@ -63,6 +63,8 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kMeshAttr, AttrValue::IntArray, OnOp},
     {kMeshAxesAttr, AttrValue::String, OnOp},
     {kLayoutAttr, AttrValue::Layout, OnArg | OnResult},
+    {kLayoutsForAttr, AttrValue::Int, OnOp},
+    {kLayoutWhyAttr, AttrValue::String, OnArg},
     {kSegmentOfAttr, AttrValue::String, OnArg},
     {kSegmentAttr, AttrValue::IntArray, OnArg},
     {kPhaseAttr, AttrValue::String, OnOp},

@@ -52,6 +52,16 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
   }
+  // The layouts are chosen on the whole step, then the step partitioned
+  // by them. Plain dp x tp chooses the tp layouts on the per-dp-rank step
+  // instead, inside the partitioner (after its dp rewrite), whose
+  // activations are a dp-th of these.
+  if (options.tp > 1 && (options.dp == 1 || options.zero > 0)) {
+    ChooseLayoutsPassOptions choose;
+    choose.tp = options.tp;
+    choose.planFile = options.planFile;
+    pm.addPass(createChooseLayoutsPass(choose));
+  }
   // With tp 1 only to check a --plan's rules (or a ZeRO stage's mesh).
   if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
       !options.planFile.empty()) {

@@ -664,10 +664,13 @@ struct ChooseLayoutsPass
       if (!planFile.empty() &&
           failed(readLayoutPlan(func, planFile, tp, fixed)))
         return signalPassFailure();
+      LayoutAlternatives alternatives;
       FailureOr<ParameterLayouts> layouts =
-          chooseLayouts(func, tp, fixed, CostModel());
+          chooseLayouts(func, tp, fixed, CostModel(), &alternatives);
       if (failed(layouts))
         return signalPassFailure();
+      Builder b(ctx);
+      func->setAttr(kLayoutsForAttr, b.getI64IntegerAttr(tp));
       for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
         auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
         if (!name)
@@ -677,6 +680,9 @@ struct ChooseLayoutsPass
           func.setArgAttr(i, kLayoutAttr,
                           LayoutAttr::get(ctx, l.dim, l.blocks, l.granule,
                                           /*dp_dim=*/-1));
+        if (auto it = alternatives.find(name.getValue());
+            it != alternatives.end())
+          func.setArgAttr(i, kLayoutWhyAttr, b.getStringAttr(it->second));
       }
     }
   }

@@ -41,20 +41,35 @@ struct PartitionPass
   LogicalResult fixedLayouts(func::FuncOp func, ParameterLayouts &layouts);
 
   /// Per function, the layouts --cleave-choose-layouts recorded on its
-  /// parameters (taken off them: the rewrite records the local ones).
+  /// parameters, and why (taken off them: the rewrite records the local
+  /// ones).
   std::map<std::string, ParameterLayouts> chosenLayouts;
+  std::map<std::string, LayoutAlternatives> chosenAlternatives;
 };
 
 /// --cleave-choose-layouts's choice for \p func, read off (and removed
-/// from) its parameters: each recorded layout, and every other parameter
-/// replicated. Empty where none was recorded.
-ParameterLayouts takeChosenLayouts(func::FuncOp func) {
+/// from) it and its parameters: each recorded layout and why, and every
+/// other parameter replicated. Empty where none was recorded; an error
+/// where it was chosen for another tp.
+FailureOr<ParameterLayouts> takeChosenLayouts(func::FuncOp func, int64_t tp,
+                                              LayoutAlternatives &why) {
   ParameterLayouts chosen;
+  bool recorded = func->hasAttr(kLayoutsForAttr);
+  if (auto forTp = func->getAttrOfType<IntegerAttr>(kLayoutsForAttr)) {
+    if (forTp.getInt() != tp)
+      return func.emitError("the layouts were chosen for tp=")
+             << forTp.getInt() << " (--cleave-choose-layouts), not tp=" << tp;
+    func->removeAttr(kLayoutsForAttr);
+  }
   SmallVector<StringRef> whole;
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
     if (!name)
       continue;
+    if (auto text = func.getArgAttrOfType<StringAttr>(i, kLayoutWhyAttr)) {
+      why[name.getValue()] = text.getValue().str();
+      func.removeArgAttr(i, kLayoutWhyAttr);
+    }
     auto layout = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
     if (!layout) {
       whole.push_back(name.getValue());
@@ -64,7 +79,7 @@ ParameterLayouts takeChosenLayouts(func::FuncOp func) {
     chosen[name.getValue()] =
         Layout::split(layout.getDim(), layout.getBlocks(), layout.getGranule());
   }
-  if (!chosen.empty())
+  if (!chosen.empty() || recorded)
     for (StringRef name : whole)
       chosen[name] = Layout::replicated();
   return chosen;
@@ -97,9 +112,16 @@ void PartitionPass::runOnOperation() {
                                     << " is not supported (stages are 0 to 3)";
     return signalPassFailure();
   }
-  for (auto func : module.getOps<func::FuncOp>())
-    if (ParameterLayouts chosen = takeChosenLayouts(func); !chosen.empty())
-      chosenLayouts[func.getName().str()] = std::move(chosen);
+  for (auto func : module.getOps<func::FuncOp>()) {
+    LayoutAlternatives why;
+    FailureOr<ParameterLayouts> chosen = takeChosenLayouts(func, tp, why);
+    if (failed(chosen))
+      return signalPassFailure();
+    if (!chosen->empty())
+      chosenLayouts[func.getName().str()] = std::move(*chosen);
+    if (!why.empty())
+      chosenAlternatives[func.getName().str()] = std::move(why);
+  }
   // ZeRO on a dp x tp mesh: the tp layouts are chosen first (on the whole
   // step), so that the dp pass can split state along another dimension
   // and the tp pass then keeps them.
@@ -193,6 +215,11 @@ void PartitionPass::partitionTensorParallel(
     PartitionOptions options;
     FailureOr<ParameterLayouts> layouts =
         chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
+    // Layouts --cleave-choose-layouts chose keep its reasons.
+    if (auto it = chosenAlternatives.find(func.getName().str());
+        it != chosenAlternatives.end())
+      for (auto &entry : it->second)
+        alternatives[entry.getKey()] = entry.getValue();
     options.meshAxis = meshAxis;
     if (failed(layouts) ||
         failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,

@@ -1,4 +1,7 @@
 // RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-partition=tp=4 | FileCheck %s
+// The layouts chosen by their own pass, as the pipeline does: the same
+// step, with the search's reasons (not "fixed by --plan").
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-choose-layouts=tp=4 --cleave-partition=tp=4 | FileCheck %s
 
 // A parallel block from two norms (GPT-NeoX): each branch's column-parallel
 // input gradient is a partial sum, and a LayerNorm backward is linear in
@@ -14,6 +17,7 @@
 // CHECK-NOT: cleave.all_reduce
 // CHECK: %[[ALL:.*]] = cleave.concat %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} axis = 0 : (tensor<128xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<512xf32>
 // CHECK: %[[SUM:.*]] = cleave.all_reduce  sum %[[ALL]] axes = [0] {cleave.phase = "optimizer", cleave.reason = "one bucket: the gradient of parameter
+// CHECK-SAME: the search keeps it R; every other layout of it gathers
 // CHECK: cleave.slice %[[SUM]] starts = [0] steps = [1] : tensor<512xf32> -> tensor<128xf32>
 // CHECK: cleave.slice %[[SUM]] starts = [128] steps = [1] : tensor<512xf32> -> tensor<128xf32>
 // CHECK: cleave.slice %[[SUM]] starts = [256] steps = [1] : tensor<512xf32> -> tensor<128xf32>

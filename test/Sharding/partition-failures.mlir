@@ -11,6 +11,9 @@
 // TP: tp and dp must be at least 1
 // RUN: not cleave-opt %s --cleave-partition="dp=3" 2>&1 | FileCheck %s --check-prefix=BATCH
 // BATCH: input "x" of type 'tensor<4x8xf32>': its batch of 4 rows does not divide over dp = 3 (give a batch that is a multiple of dp)
+// Layouts chosen for another tp are refused, not applied.
+// RUN: not cleave-opt %s --cleave-choose-layouts=tp=2 --cleave-partition="tp=4" 2>&1 | FileCheck %s --check-prefix=CHOSEN
+// CHOSEN: error: the layouts were chosen for tp=2 (--cleave-choose-layouts), not tp=4
 // A vector parameter has no matmul, so only colwise (split) or replicate.
 // RUN: cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/bias-rowwise.txt" | FileCheck %s --check-prefix=BIAS
 // BIAS: %arg2: tensor<16xf32> {cleave.parameter = "b"}

@@ -15,12 +15,14 @@ def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
     candidate plans with a dry run of the partitioner over the whole train
     step (alpha-beta communication time plus a charge for per-rank memory).
     Nothing is rewritten: each split parameter's argument gets its
-    `cleave.layout` (the global tensor's), which `--cleave-partition` then
-    takes as fixed (every parameter without one replicated) instead of
-    searching. `--cleave-partition` alone runs the same search itself, and is what
-    the compile pipeline runs: the search's record of what each parameter's
-    other layouts would have cost goes into the reasons of the collectives
-    it causes, which recorded layouts do not carry.
+    `cleave.layout` (the global tensor's), each parameter the search
+    weighed its `cleave.layout_why` (what its cheapest other layout would
+    have cost, for the reasons of the collectives the chosen one causes),
+    and the function `cleave.layouts_for` (the tp). `--cleave-partition`
+    then takes them as they are (every parameter without a layout
+    replicated) instead of searching; the compile pipeline runs the two in
+    turn (plain dp x tp excepted: its tp layouts are chosen on the
+    per-dp-rank step, inside the partitioner).
 
     Before (`tp=2`):
     ```mlir
@@ -34,7 +36,7 @@ def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
     After (Megatron's MLP: `up` by its output rows, `down` by its input
     columns):
     ```mlir
-    func.func @main(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "up"}, %down: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "down"}) -> (tensor<f32> {cleave.loss}) {
+    func.func @main(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.layout_why = "the search keeps it S(0); its cheapest other layout, R, would add ...", cleave.parameter = "up"}, %down: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.layout_why = "...", cleave.parameter = "down"}) -> (tensor<f32> {cleave.loss}) attributes {cleave.layouts_for = 2 : i64} {
       ...
     }
     ```
@@ -58,7 +60,8 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     each candidate plan by a dry run of the partitioner over the whole train
     step (alpha-beta communication time plus a charge for per-rank memory);
     layouts `--cleave-choose-layouts` recorded (`cleave.layout` on the
-    parameters) are taken as they are, and no search runs.
+    parameters, `cleave.layout_why` their reasons) are taken as they are,
+    and no search runs; layouts chosen for another tp are an error.
 
     The partitioner then walks the step once: every op picks, from its
     ShardingRuleOpInterface factors, the split that needs the least
