@@ -55,6 +55,10 @@ constexpr llvm::StringLiteral kLayoutAttr = "cleave.layout";
 /// chosen one causes.
 constexpr llvm::StringLiteral kLayoutsForAttr = "cleave.layouts_for";
 constexpr llvm::StringLiteral kLayoutWhyAttr = "cleave.layout_why";
+/// Function: how the search scored the layouts it recorded, which the
+/// partitioner then applies them by: comma-separated, of
+/// "embed_products" and "partial_fan_out" (PartitionOptions), or "".
+constexpr llvm::StringLiteral kPartitionHowAttr = "cleave.partition_how";
 /// Argument of a parameter that is one piece of a model tensor
 /// (cleave-segment-parameters): the tensor's name (a string), and the piece
 /// as [dim, offset, size] along that one dimension (array<i64>).

@@ -65,6 +65,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kLayoutAttr, AttrValue::Layout, OnArg | OnResult},
     {kLayoutsForAttr, AttrValue::Int, OnOp},
     {kLayoutWhyAttr, AttrValue::String, OnArg},
+    {kPartitionHowAttr, AttrValue::String, OnOp},
     {kSegmentOfAttr, AttrValue::String, OnArg},
     {kSegmentAttr, AttrValue::IntArray, OnArg},
     {kPhaseAttr, AttrValue::String, OnOp},

@@ -62,13 +62,18 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     choose.planFile = options.planFile;
     pm.addPass(createChooseLayoutsPass(choose));
   }
+  if (options.dp > 1 || options.zero != 0) {
+    PartitionDataPassOptions data;
+    data.dp = options.dp;
+    data.tp = options.tp;
+    data.zero = options.zero;
+    pm.addPass(createPartitionDataPass(data));
+  }
   // With tp 1 only to check a --plan's rules (or a ZeRO stage's mesh).
   if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
       !options.planFile.empty()) {
     PartitionPassOptions partition;
     partition.tp = options.tp;
-    partition.dp = options.dp;
-    partition.zero = options.zero;
     partition.planFile = options.planFile;
     pm.addPass(createPartitionPass(partition));
   }

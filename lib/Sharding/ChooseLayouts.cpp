@@ -26,6 +26,7 @@
 #include "cleave/Sharding/Passes.h"
 #include "cleave/Sharding/Sharding.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Regex.h"
 
@@ -665,12 +666,19 @@ struct ChooseLayoutsPass
           failed(readLayoutPlan(func, planFile, tp, fixed)))
         return signalPassFailure();
       LayoutAlternatives alternatives;
+      PartitionOptions how;
       FailureOr<ParameterLayouts> layouts =
-          chooseLayouts(func, tp, fixed, CostModel(), &alternatives);
+          chooseLayouts(func, tp, fixed, CostModel(), &alternatives, &how);
       if (failed(layouts))
         return signalPassFailure();
       Builder b(ctx);
       func->setAttr(kLayoutsForAttr, b.getI64IntegerAttr(tp));
+      SmallVector<StringRef, 2> words;
+      if (how.embedProducts)
+        words.push_back("embed_products");
+      if (how.partialFanOut)
+        words.push_back("partial_fan_out");
+      func->setAttr(kPartitionHowAttr, b.getStringAttr(llvm::join(words, ",")));
       for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
         auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
         if (!name)

@@ -26,12 +26,8 @@ struct PartitionPass
   void runOnOperation() override;
 
   /// Chooses the parameters' layouts on the tp axis (mesh axis
-  /// \p meshAxis) and rewrites every function for it.
-  /// \p given: the tp layouts per function, chosen already (ZeRO on a dp x
-  /// tp mesh); otherwise --plan's and the search's.
-  void partitionTensorParallel(
-      ModuleOp module, int64_t meshAxis,
-      const std::map<std::string, ParameterLayouts> *given = nullptr);
+  /// \p meshAxis), or takes those recorded, and rewrites every function.
+  void partitionTensorParallel(ModuleOp module, int64_t meshAxis);
 
   /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
   LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
@@ -45,16 +41,34 @@ struct PartitionPass
   /// ones).
   std::map<std::string, ParameterLayouts> chosenLayouts;
   std::map<std::string, LayoutAlternatives> chosenAlternatives;
+  /// ... and how the search scored them, which the rewrite follows.
+  std::map<std::string, PartitionOptions> chosenHow;
 };
 
 /// --cleave-choose-layouts's choice for \p func, read off (and removed
 /// from) it and its parameters: each recorded layout and why, and every
 /// other parameter replicated. Empty where none was recorded; an error
 /// where it was chosen for another tp.
-FailureOr<ParameterLayouts> takeChosenLayouts(func::FuncOp func, int64_t tp,
-                                              LayoutAlternatives &why) {
+FailureOr<ParameterLayouts>
+takeChosenLayouts(func::FuncOp func, int64_t tp, LayoutAlternatives &why,
+                  std::optional<PartitionOptions> &how) {
   ParameterLayouts chosen;
   bool recorded = func->hasAttr(kLayoutsForAttr);
+  if (auto words = func->getAttrOfType<StringAttr>(kPartitionHowAttr)) {
+    SmallVector<StringRef, 2> parts;
+    words.getValue().split(parts, ',', -1, /*KeepEmpty=*/false);
+    how.emplace();
+    for (StringRef w : parts) {
+      if (w == "embed_products")
+        how->embedProducts = true;
+      else if (w == "partial_fan_out")
+        how->partialFanOut = true;
+      else
+        return func.emitError("unknown partitioning option '")
+               << w << "' in " << kPartitionHowAttr;
+    }
+    func->removeAttr(kPartitionHowAttr);
+  }
   if (auto forTp = func->getAttrOfType<IntegerAttr>(kLayoutsForAttr)) {
     if (forTp.getInt() != tp)
       return func.emitError("the layouts were chosen for tp=")
@@ -71,11 +85,17 @@ FailureOr<ParameterLayouts> takeChosenLayouts(func::FuncOp func, int64_t tp,
       func.removeArgAttr(i, kLayoutWhyAttr);
     }
     auto layout = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
-    if (!layout) {
+    if (!layout || layout.getDim() < 0) {
       whole.push_back(name.getValue());
       continue;
     }
-    func.removeArgAttr(i, kLayoutAttr);
+    // ZeRO's split over dp (--cleave-partition-data ran first) stays.
+    if (layout.getDpDim() >= 0)
+      func.setArgAttr(
+          i, kLayoutAttr,
+          LayoutAttr::get(func.getContext(), -1, 1, 1, layout.getDpDim()));
+    else
+      func.removeArgAttr(i, kLayoutAttr);
     chosen[name.getValue()] =
         Layout::split(layout.getDim(), layout.getBlocks(), layout.getGranule());
   }
@@ -102,85 +122,44 @@ LogicalResult PartitionPass::fixedLayouts(func::FuncOp func,
 
 void PartitionPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (tp < 1 || dp < 1) {
-    module.emitError("tp and dp must be at least 1");
+  if (tp < 1) {
+    module.emitError("tp must be at least 1");
     return signalPassFailure();
   }
-  // ZeRO over a dp axis of 1 shards nothing: the plain step.
-  if (zero < 0 || zero > 3) {
-    module.emitError("ZeRO stage ") << static_cast<int64_t>(zero)
-                                    << " is not supported (stages are 0 to 3)";
-    return signalPassFailure();
-  }
+  // After --cleave-partition-data the arguments' layouts are its dp
+  // splits: only --cleave-choose-layouts's record is a choice to take.
+  auto axes = module->getAttrOfType<StringAttr>(kMeshAxesAttr);
+  bool afterData = axes && axes.getValue().starts_with("dp");
   for (auto func : module.getOps<func::FuncOp>()) {
+    if (afterData && !func->hasAttr(kLayoutsForAttr))
+      continue;
     LayoutAlternatives why;
-    FailureOr<ParameterLayouts> chosen = takeChosenLayouts(func, tp, why);
+    std::optional<PartitionOptions> how;
+    FailureOr<ParameterLayouts> chosen = takeChosenLayouts(func, tp, why, how);
     if (failed(chosen))
       return signalPassFailure();
+    if (how)
+      chosenHow[func.getName().str()] = *how;
     if (!chosen->empty())
       chosenLayouts[func.getName().str()] = std::move(*chosen);
     if (!why.empty())
       chosenAlternatives[func.getName().str()] = std::move(why);
   }
-  // ZeRO on a dp x tp mesh: the tp layouts are chosen first (on the whole
-  // step), so that the dp pass can split state along another dimension
-  // and the tp pass then keeps them.
-  std::map<std::string, ParameterLayouts> chosen;
-  if (dp > 1 && tp > 1 && zero > 0)
-    for (auto func : module.getOps<func::FuncOp>()) {
-      if (func.isExternal())
-        continue;
-      ParameterLayouts fixed;
-      if (failed(fixedLayouts(func, fixed)))
-        return signalPassFailure();
-      FailureOr<ParameterLayouts> layouts =
-          chooseLayouts(func, tp, fixed, CostModel());
-      if (failed(layouts))
-        return signalPassFailure();
-      chosen[func.getName().str()] = std::move(*layouts);
-    }
-  if (dp > 1) {
-    // Data parallelism first, on mesh axis 0: the batch factor split,
-    // weights replicated; each weight's gradient, a contraction over the
-    // batch, is summed over the ranks, and reductions over the batch (the
-    // loss's mean, BatchNorm's statistics) see the global batch. The tp
-    // axis (1) is then partitioned in the per-dp-rank program, whose dp
-    // collectives carry tp layouts through.
-    SmallVector<int64_t> shape{dp};
-    if (tp > 1)
-      shape.push_back(tp);
-    module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), shape));
-    module->setAttr(kMeshAxesAttr,
-                    StringAttr::get(&getContext(), tp > 1 ? "dp,tp" : "dp"));
-    PartitionOptions options;
-    options.splitInputs = true;
-    // ZeRO 2 reduces each gradient on its own, where it is final: a bucket
-    // would wait for the last of its gradients and hold them all.
-    options.bucketGradients = tp == 1 && zero < 2;
-    options.shardOptimizerState = zero >= 1;
-    options.scatterGradients = zero >= 2;
-    // Gradients summed where the backward pass finishes them, so the rest
-    // of it can hide the sums: in buckets on dp alone (an all-reduce moves
-    // twice its bytes; the bucket is the smallest whose latency is a tenth
-    // of that), one by one before a tp pass (which buckets would undo).
-    // ZeRO 2 and 3 reduce-scatter each gradient there instead.
-    CostModel cost;
-    int64_t bucket = bucketBytes >= 0
-                         ? static_cast<int64_t>(bucketBytes)
-                         : static_cast<int64_t>(cost.alpha / (0.2 * cost.beta));
-    options.earlyBucketBytes = zero >= 2 ? -1 : tp == 1 ? bucket : 0;
-    options.shardParameters = zero >= 3;
-    for (auto func : module.getOps<func::FuncOp>()) {
-      auto it = chosen.find(func.getName().str());
-      options.tensorLayouts = it == chosen.end() ? nullptr : &it->second;
-      if (!func.isExternal() &&
-          failed(partition(func, dp, {}, CostModel(), /*rewrite=*/true, nullptr,
-                           nullptr, options)))
-        return signalPassFailure();
+  // After --cleave-partition-data: tp is axis 1 of its dp x tp mesh, split
+  // in the per-dp-rank step, whose dp collectives carry tp layouts through.
+  if (afterData) {
+    ArrayRef<int64_t> mesh =
+        module->getAttrOfType<DenseI64ArrayAttr>(kMeshAttr).asArrayRef();
+    int64_t meshTp = mesh.size() > 1 ? mesh[1] : 1;
+    if (meshTp != tp) {
+      module.emitError("the mesh is ")
+          << mesh[0] << " x " << meshTp
+          << " (--cleave-partition-data), not one of tp="
+          << static_cast<int64_t>(tp);
+      return signalPassFailure();
     }
     if (tp > 1)
-      partitionTensorParallel(module, /*meshAxis=*/1,
-                              chosen.empty() ? nullptr : &chosen);
+      partitionTensorParallel(module, /*meshAxis=*/1);
     return;
   }
   module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
@@ -197,29 +176,26 @@ void PartitionPass::runOnOperation() {
   partitionTensorParallel(module, /*meshAxis=*/0);
 }
 
-void PartitionPass::partitionTensorParallel(
-    ModuleOp module, int64_t meshAxis,
-    const std::map<std::string, ParameterLayouts> *given) {
+void PartitionPass::partitionTensorParallel(ModuleOp module, int64_t meshAxis) {
   CostModel cost;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
     ParameterLayouts fixed;
-    if (given) {
-      if (auto it = given->find(func.getName().str()); it != given->end())
-        fixed = it->second;
-    } else if (failed(fixedLayouts(func, fixed))) {
+    if (failed(fixedLayouts(func, fixed)))
       return signalPassFailure();
-    }
+    // Layouts --cleave-choose-layouts chose are applied as it scored them,
+    // with its reasons; otherwise the search runs here.
+    std::string name = func.getName().str();
     LayoutAlternatives alternatives;
     PartitionOptions options;
-    FailureOr<ParameterLayouts> layouts =
-        chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
-    // Layouts --cleave-choose-layouts chose keep its reasons.
-    if (auto it = chosenAlternatives.find(func.getName().str());
-        it != chosenAlternatives.end())
-      for (auto &entry : it->second)
-        alternatives[entry.getKey()] = entry.getValue();
+    FailureOr<ParameterLayouts> layouts = fixed;
+    if (auto how = chosenHow.find(name); how != chosenHow.end()) {
+      options = how->second;
+      alternatives = chosenAlternatives[name];
+    } else {
+      layouts = chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
+    }
     options.meshAxis = meshAxis;
     if (failed(layouts) ||
         failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,

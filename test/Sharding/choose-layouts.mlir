@@ -12,7 +12,7 @@
 // CHOSEN-LABEL: func.func @mlp
 // CHOSEN-SAME: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.layout_why = "the search keeps it S(0); its cheapest other layout, R, would add {{[0-9.]+}} us per step (communication plus memory charge)", cleave.parameter = "up"}
 // CHOSEN-SAME: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.layout_why = "{{[^"]+}}", cleave.parameter = "down"}
-// CHOSEN-SAME: attributes {cleave.layouts_for = 4 : i64}
+// CHOSEN-SAME: attributes {cleave.layouts_for = 4 : i64, cleave.partition_how = "{{[a-z_,]*}}"}
 // CHOSEN-NOT: cleave.all_reduce
 // CHOSEN: return
 // CHECK-LABEL: func.func @mlp

@@ -8,8 +8,13 @@
 // RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/missing.txt" 2>&1 | FileCheck %s --check-prefix=FILE
 // FILE: cannot read --plan '{{.*}}missing.txt'
 // RUN: not cleave-opt %s --cleave-partition="tp=0" 2>&1 | FileCheck %s --check-prefix=TP
-// TP: tp and dp must be at least 1
-// RUN: not cleave-opt %s --cleave-partition="dp=3" 2>&1 | FileCheck %s --check-prefix=BATCH
+// TP: tp must be at least 1
+// RUN: not cleave-opt %s --cleave-partition-data="dp=0" 2>&1 | FileCheck %s --check-prefix=DP
+// DP: tp and dp must be at least 1
+// A mesh partition-data made for another tp is refused.
+// RUN: not cleave-opt %s --cleave-partition-data="dp=2 tp=2" --cleave-partition="tp=4" 2>&1 | FileCheck %s --check-prefix=MESH
+// MESH: error: the mesh is 2 x 2 (--cleave-partition-data), not one of tp=4
+// RUN: not cleave-opt %s --cleave-partition-data="dp=3" 2>&1 | FileCheck %s --check-prefix=BATCH
 // BATCH: input "x" of type 'tensor<4x8xf32>': its batch of 4 rows does not divide over dp = 3 (give a batch that is a multiple of dp)
 // Layouts chosen for another tp are refused, not applied.
 // RUN: not cleave-opt %s --cleave-choose-layouts=tp=2 --cleave-partition="tp=4" 2>&1 | FileCheck %s --check-prefix=CHOSEN

@@ -3,11 +3,11 @@
 // default the cost model's: 1.25 MB), so the sums can overlap the rest of
 // the backward pass. Here two gradients of 64 bytes (w2's is finished
 // first, as backward passes run) and one of 32 (b).
-// RUN: cleave-opt %s --cleave-partition="dp=2 gradient-bucket-bytes=64" | FileCheck %s --check-prefix=EACH
-// RUN: cleave-opt %s --cleave-partition="dp=2 gradient-bucket-bytes=100" | FileCheck %s --check-prefix=PAIR
-// RUN: cleave-opt %s --cleave-partition="dp=2" | FileCheck %s --check-prefix=ONE
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 gradient-bucket-bytes=64" | FileCheck %s --check-prefix=EACH
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 gradient-bucket-bytes=100" | FileCheck %s --check-prefix=PAIR
+// RUN: cleave-opt %s --cleave-partition-data="dp=2" | FileCheck %s --check-prefix=ONE
 // Before a tp pass each gradient is summed alone, where it is finished.
-// RUN: cleave-opt %s --cleave-partition="dp=2 tp=2" | FileCheck %s --check-prefix=MESH
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 tp=2" --cleave-partition="tp=2" | FileCheck %s --check-prefix=MESH
 
 // A bucket of 64 bytes is full with each weight's gradient: each summed
 // right after it; b's (32 bytes) goes when the last gradient is finished.

@@ -1,13 +1,13 @@
-// ZeRO over dp (--cleave-partition="dp=N zero=S"). Stage 1: the optimizer
+// ZeRO over dp (--cleave-partition-data="dp=N zero=S"). Stage 1: the optimizer
 // state is split along its first dimension dp divides; each rank updates
 // its shard from the all-reduced gradient, sliced, and the new parameter is
 // gathered. Stage 2: the gradient is reduce-scattered to that shard right
 // where the backward pass finishes it (before the ops that follow it), and
 // returned as the shard: no rank holds the whole reduced gradient.
-// RUN: cleave-opt %s --cleave-partition="dp=2 zero=1" | FileCheck %s --check-prefix=Z1
-// RUN: cleave-opt %s --cleave-partition="dp=2 zero=2" | FileCheck %s --check-prefix=Z2
-// RUN: cleave-opt %s --cleave-partition="dp=2 zero=3" | FileCheck %s --check-prefix=Z3
-// RUN: not cleave-opt %s --cleave-partition="dp=2 zero=4" 2>&1 | FileCheck %s --check-prefix=Z4
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 zero=1" | FileCheck %s --check-prefix=Z1
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 zero=2" | FileCheck %s --check-prefix=Z2
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 zero=3" | FileCheck %s --check-prefix=Z3
+// RUN: not cleave-opt %s --cleave-partition-data="dp=2 zero=4" 2>&1 | FileCheck %s --check-prefix=Z4
 
 // Z1-LABEL: func.func @step
 // Z1-SAME: %[[M:[a-z0-9]+]]: tensor<4x2xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.optimizer_state = ["w", "momentum_buffer"]}

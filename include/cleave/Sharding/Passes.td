@@ -18,9 +18,11 @@ def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
     `cleave.layout` (the global tensor's), each parameter the search
     weighed its `cleave.layout_why` (what its cheapest other layout would
     have cost, for the reasons of the collectives the chosen one causes),
-    and the function `cleave.layouts_for` (the tp). `--cleave-partition`
-    then takes them as they are (every parameter without a layout
-    replicated) instead of searching; the compile pipeline runs the two in
+    and the function `cleave.layouts_for` (the tp) and
+    `cleave.partition_how` (how the search scored them: whether a split a
+    reshape cannot keep becomes a partial sum, whether partial sums fan
+    out). `--cleave-partition` then applies them as they are (every
+    parameter without a layout replicated) instead of searching; the compile pipeline runs the two in
     turn (plain dp x tp excepted: its tp layouts are chosen on the
     per-dp-rank step, inside the partitioner).
 
@@ -36,7 +38,7 @@ def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
     After (Megatron's MLP: `up` by its output rows, `down` by its input
     columns):
     ```mlir
-    func.func @main(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.layout_why = "the search keeps it S(0); its cheapest other layout, R, would add ...", cleave.parameter = "up"}, %down: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.layout_why = "...", cleave.parameter = "down"}) -> (tensor<f32> {cleave.loss}) attributes {cleave.layouts_for = 2 : i64} {
+    func.func @main(%x: tensor<8x256xf32> {cleave.input = "x"}, %up: tensor<512x256xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.layout_why = "the search keeps it S(0); its cheapest other layout, R, would add ...", cleave.parameter = "up"}, %down: tensor<256x512xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.layout_why = "...", cleave.parameter = "down"}) -> (tensor<f32> {cleave.loss}) attributes {cleave.layouts_for = 2 : i64, cleave.partition_how = ""} {
       ...
     }
     ```
@@ -51,7 +53,8 @@ def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
 def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   let summary = "Chooses parameter layouts and rewrites the train step per rank";
   let description = [{
-    Tensor parallelism over a 1-D mesh of `tp` ranks (axis 0, "tp"). Each
+    Tensor parallelism over a 1-D mesh of `tp` ranks (axis 0, "tp"), or
+    over axis 1 of the dp x tp mesh `--cleave-partition-data` made. Each
     parameter is replicated or split along one dimension (in blocks for a
     fused projection, and by whole heads where tp does not divide them,
     each rank's chunk padded to the same extent); the layouts come
@@ -102,22 +105,77 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   }];
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
+    Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
+           "File of `REGEX KIND` rules applied before the search">,
+  ];
+}
+
+def PartitionDataPass : Pass<"cleave-partition-data", "ModuleOp"> {
+  let summary = "Splits the train step's batch over dp ranks, with ZeRO's state sharding";
+  let description = [{
+    Data parallelism on the mesh's first axis ("dp"): every data input
+    whose first dimension is the batch (the first dimension most inputs
+    share) is split along it, which `dp` must divide; parameters stay
+    replicated; a weight's gradient, a contraction over the batch, is a
+    partial sum reduced over the ranks, and a reduction over the batch (the
+    loss's mean, BatchNorm's statistics) sees the global batch (each rank's
+    mean scaled by its share of the rows, then summed).
+
+    Gradients are summed where the backward pass finishes them, so the rest
+    of it hides the sums: in buckets of at least `gradient-bucket-bytes`
+    (by default the smallest whose latency is a tenth of its transfer),
+    each reduced right after the gradient that fills it. ZeRO (`zero`):
+    stage 1 splits the optimizer state over dp (each rank updates its
+    shard, the parameters are gathered), 2 also reduce-scatters each
+    gradient where it is final, 3 also keeps the parameters split and
+    gathers them at each use.
+
+    With `tp` > 1 the mesh is dp x tp ("dp,tp") and `--cleave-partition`
+    then splits the per-dp-rank step over axis 1; gradients are reduced
+    one by one (a bucket's flattening would undo the tp splits), and ZeRO
+    splits the state along a dimension tp does not, reading the tp layouts
+    `--cleave-choose-layouts` recorded (or choosing them).
+
+    Before (`dp=2`):
+    ```mlir
+    func.func @step(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}, tensor<8x2xf32> {cleave.gradient = "w"}) {
+      %y = cleave.matmul %x, %w : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+      %l = cleave.reduce mean %y dims = [0, 1] : (tensor<4x2xf32>) -> tensor<f32>
+      ...
+    }
+    ```
+    After (each rank's two rows; the loss and the gradient summed over dp):
+    ```mlir
+    module attributes {cleave.mesh = array<i64: 2>, cleave.mesh_axes = "dp"} {
+      func.func @step(%x: tensor<2x8xf32> {cleave.input = "x", cleave.layout = #cleave.layout<dim = 0>}, %w: tensor<8x2xf32> {cleave.parameter = "w"}) -> ... {
+        %y = cleave.matmul %x, %w : (tensor<2x8xf32>, tensor<8x2xf32>) -> tensor<2x2xf32>
+        %m = cleave.reduce mean %y dims = [0, 1] : (tensor<2x2xf32>) -> tensor<f32>
+        %half = cleave.constant dense<5.000000e-01> : tensor<f32>
+        %share = cleave.mul %m, %half : (tensor<f32>, tensor<f32>) -> tensor<f32>
+        %l = cleave.all_reduce sum %share axes = [0] ... : tensor<f32>
+        ...
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"dp", "dp", "int64_t", /*default=*/"1",
+           "Data-parallel ranks: every data input is split along its batch "
+           "dimension, parameters replicated, gradients summed over them">,
+    Option<"tp", "tp", "int64_t", /*default=*/"1",
+           "Tensor-parallel ranks of the axis --cleave-partition splits "
+           "next (the mesh is dp x tp)">,
     Option<"zero", "zero", "int64_t", /*default=*/"0",
            "ZeRO stage over dp: 1 splits the optimizer state over the dp "
            "ranks (each updates its shard; the parameters are gathered); 2 "
            "also reduce-scatters each gradient as soon as it is final; 3 "
            "also keeps the parameters split, gathered at each use">,
-    Option<"dp", "dp", "int64_t", /*default=*/"1",
-           "Data-parallel ranks: every data input is split along its batch "
-           "dimension, parameters replicated, gradients summed over them">,
     Option<"bucketBytes", "gradient-bucket-bytes", "int64_t",
            /*default=*/"-1",
-           "Data parallelism: gradients are summed over dp in buckets of at "
-           "least this many bytes, each right after the gradient that fills "
-           "it (-1: the cost model's size, where a bucket's latency is a "
-           "tenth of its transfer)">,
-    Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
-           "File of `REGEX KIND` rules applied before the search">,
+           "Gradients are summed over dp in buckets of at least this many "
+           "bytes, each right after the gradient that fills it (-1: the "
+           "cost model's size, where a bucket's latency is a tenth of its "
+           "transfer)">,
   ];
 }
 

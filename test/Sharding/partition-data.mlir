@@ -1,12 +1,12 @@
-// Data parallelism (--cleave-partition="dp=N"): every data input is split
+// Data parallelism (--cleave-partition-data="dp=N"): every data input is split
 // along its batch, weights stay replicated; a mean over the batch is each
 // rank's share (its mean times its rows over the global rows) summed over
 // the ranks, so the loss is the global batch's; a weight's gradient, a
 // contraction over the batch, is summed over the ranks.
-// RUN: cleave-opt %s --cleave-partition="dp=2" | FileCheck %s
+// RUN: cleave-opt %s --cleave-partition-data="dp=2" | FileCheck %s
 // On a dp x tp mesh the dp axis is partitioned first (axis 0), then tp
 // (axis 1) in the per-dp-rank program: here w is too small to split.
-// RUN: cleave-opt %s --cleave-partition="dp=2 tp=2" | FileCheck %s --check-prefix=MESH
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 tp=2" --cleave-partition="tp=2" | FileCheck %s --check-prefix=MESH
 // MESH: module attributes {cleave.mesh = array<i64: 2, 2>, cleave.mesh_axes = "dp,tp"}
 // MESH: cleave.all_reduce sum {{.*}} axes = [0]
 
