@@ -153,7 +153,7 @@ run() {
   echo "{\"check\": \"zoo\", \"passed\": $pass, \"failed\": $fail}" >> "$log"
   fi
 
-  echo "== GPT train step: Cleave vs PyTorch ($((SECONDS - start)) s)"
+  { want gpt || want torch; } && echo "== GPT train step: Cleave vs PyTorch ($((SECONDS - start)) s)"
   local shape=gpt2 dims=("${gpt2[@]}") device=cuda precision=bf16 steps=30
   if [ $cpu = 1 ]; then shape=tiny; dims=("${tiny[@]}"); device=cpu; precision=f32; steps=4; fi
   local text=/tmp/cleave-check/text
@@ -212,6 +212,7 @@ PY
   done
   fi
   echo "== done in $((SECONDS - start)) s; full numbers in $log"
+  want gpt || want torch || return 0
   "$py" - "$log" "$shape" "$precision" > "$results/table.md" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"impl"' in l]

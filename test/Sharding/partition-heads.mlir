@@ -1,4 +1,13 @@
 // RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-partition=tp=4 | FileCheck %s
+// At tp=2 the search scores these with split products kept as partial sums
+// (cleave.partition_how = "embed_products"): chosen by its own pass and
+// applied as recorded, the step is the one the partitioner's own search
+// writes.
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-partition=tp=2 > %t.alone
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-choose-layouts=tp=2 | FileCheck %s --check-prefix=HOW
+// HOW: cleave.partition_how = "embed_products"
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=adamw lr=0.001" --canonicalize --cse --cleave-choose-layouts=tp=2 --cleave-partition=tp=2 > %t.composed
+// RUN: diff %t.alone %t.composed
 
 // 31 heads of width 4 that 4 ranks do not divide, from one fused q|k|v
 // weight: the search splits it by whole heads in each of its 3 blocks
