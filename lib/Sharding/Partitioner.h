@@ -1,7 +1,7 @@
 //===- Partitioner.h - The partitioner, shared by its parts -----*- C++ -*-===//
 //
 // Private to lib/Sharding: the step's index and the Partitioner, whose
-// definitions are split between Partition.cpp (the walk, the op rules, the
+// definitions are split between Partitioner.cpp (the walk, the op rules, the
 // collectives) and PartitionShapes.cpp (reshapes, block slices, and the
 // padding of split values).
 //
