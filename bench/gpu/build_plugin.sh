@@ -32,9 +32,11 @@ arch="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_
 # runtime/core/CMakeLists.txt's cleave_runtime_core (which it links).
 srcs=$(ls "$root"/runtime/cuda/{collectives,executor,matmul_cache,schedule}.cpp \
   "$root"/runtime/cuda/{attention,conv,cross_entropy,elementwise,fused,matmul,random,reduce,shape,support}.cu \
-  "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,reduce_plan,types}.cpp)
+  "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,reduce_plan,shape_rules,types}.cpp \
+  "$root"/runtime/kernels/*/shape.cpp)
+# Objects are named by their path below runtime/: every family has a shape.cpp.
 echo "$srcs" | xargs -P "$(nproc)" -I{} sh -c '
-  f={}; o='"$work"'/$(basename "$f").o
+  f={}; o='"$work"'/$(echo "${f#'"$root"'/runtime/}" | tr / _).o
   case "$f" in
     *.cu) '"$nvcc"' -std=c++17 -O3 --expt-relaxed-constexpr -Xcompiler=-fPIC,-fvisibility=hidden,-Wno-unknown-pragmas '"$arch $inc"' -c "$f" -o "$o" ;;
     *) '"$nvcc"' -std=c++17 -O2 -Xcompiler=-fPIC,-fvisibility=hidden,-Wno-unknown-pragmas '"$inc"' -c "$f" -o "$o" ;;

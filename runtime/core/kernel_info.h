@@ -50,8 +50,8 @@ struct KernelInfo {
   /// Absent optional operands (id -1) are std::nullopt.
   std::vector<std::optional<TensorType>> operands;
   std::vector<std::optional<TensorType>> results;
-  /// The mesh this program runs on, for collectives; set by the executor,
-  /// never null there, and outlives the kernels.
+  /// The mesh this program runs on, for collectives (and their shape
+  /// rules); set by the loader, never null there, and outlives the kernels.
   Communicator *comm = nullptr;
 
   /// The type of a present operand/result. Counts and presence are
@@ -126,8 +126,9 @@ std::string indexRangeError(const std::vector<int64_t> &shape, int64_t flat,
                             int64_t value, int64_t bound,
                             std::optional<int64_t> ignore);
 /// Checks \p info (kernel name, operand and result types) and \p attrs
-/// against kernels.def and decodes the attributes into info.decoded. The
-/// one validator of the schema, run for every backend.
+/// against kernels.def, decodes the attributes into info.decoded and runs
+/// the kernel's shape rule (core/shape_rules.h). The one validator of the
+/// schema, run for every backend: a prepare function binds what passed.
 Status validateInstruction(const std::map<std::string, Attr> &attrs,
                            KernelInfo &info);
 /// Decodes \p attrs into \p kernel's Params (validateInstruction's second

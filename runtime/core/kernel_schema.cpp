@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "core/kernel_info.h"
+#include "core/shape_rules.h"
 
 #include <set>
 
@@ -269,7 +270,9 @@ Status validateInstruction(const std::map<std::string, Attr> &attrs,
   if (Status s = checkValues(info.results, sig.results, "result", tied); !s)
     return s;
   info.kernelId = *kernel;
-  return decodeParams(*kernel, attrs, &info.decoded);
+  if (Status s = decodeParams(*kernel, attrs, &info.decoded); !s)
+    return s;
+  return checkShapeRule(info);
 }
 
 Status decodeParams(Kernel kernel, const std::map<std::string, Attr> &attrs,

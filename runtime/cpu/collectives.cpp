@@ -1,102 +1,26 @@
 //===- collectives.cpp - all_reduce, all_gather, reduce_scatter -----------===//
 //
-// The kernels check axes, dims and shapes against the communicator at load
-// time and pack/unpack non-leading dims around the communicator's flat
-// collectives (which concatenate per-rank chunks along dim 0).
+// Axes, dims and shapes are checked against the communicator by the shape
+// rules (runtime/kernels/collectives/shape.cpp); the kernels pack/unpack
+// non-leading dims around the communicator's flat collectives (which
+// concatenate per-rank chunks along dim 0).
 //
 //===----------------------------------------------------------------------===//
 
 #include "cpu/cpu_kernel.h"
 
 #include "cleave/runtime/comm.h"
+#include "kernels/collectives/split.h"
 
 #include <memory>
 
 namespace cleave::rt {
 
-namespace {
-
-Status readAxes(const KernelInfo &info, const std::vector<int64_t> &attr,
-                std::vector<int64_t> *axes) {
-  if (!info.comm)
-    return Status::error("no communicator for a collective");
-  *axes = attr;
-  if (Status s = info.comm->checkAxes(*axes); !s)
-    return Status::error("attribute 'axes': " + s.message());
-  return Status::ok();
-}
-
-Status checkSameDType(const TensorType &x, const TensorType &y) {
-  if (x.dtype != y.dtype)
-    return Status::error("operand " + x.str() + " and result " + y.str() +
-                         " must have the same dtype");
-  return Status::ok();
-}
-
-Status checkNumeric(const TensorType &x) {
-  if (x.dtype == DType::Bool)
-    return Status::error("operand " + x.str() +
-                         " must be f32, i32 or i64 (sums of bool are not "
-                         "supported)");
-  return Status::ok();
-}
-
-/// Checks attr dim against \p x.
-Status readDim(int64_t attr, const TensorType &x, int64_t *dim) {
-  *dim = attr;
-  if (*dim < 0 || *dim >= x.rank())
-    return Status::error("attribute 'dim' " + std::to_string(*dim) +
-                         " is out of range for operand " + x.str());
-  return Status::ok();
-}
-
-/// attr blocks (default 1): the split dimension is that many equal blocks,
-/// each split across the group; \p local (this rank's extent) must divide.
-Status readBlocks(int64_t attr, int64_t local, int64_t *blocks) {
-  *blocks = attr;
-  if (*blocks < 1 || local % *blocks)
-    return Status::error("attribute 'blocks' " + std::to_string(*blocks) +
-                         " does not divide the local extent " +
-                         std::to_string(local));
-  return Status::ok();
-}
-
-/// Checks that \p big is \p small with dim \p dim multiplied by \p groupSize.
-Status checkScaledDim(const TensorType &small, const TensorType &big,
-                      int64_t dim, int64_t groupSize, const std::string &what) {
-  bool ok = small.rank() == big.rank();
-  for (size_t d = 0; ok && d < small.shape.size(); ++d)
-    ok = big.shape[d] == (static_cast<int64_t>(d) == dim
-                              ? small.shape[d] * groupSize
-                              : small.shape[d]);
-  if (!ok)
-    return Status::error(what + " along dim " + std::to_string(dim) +
-                         " over a group of " + std::to_string(groupSize) +
-                         " ranks");
-  return Status::ok();
-}
-
-} // namespace
-
 Status prepare_all_reduce(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &y = info.result(0);
-  if (Status s = checkSameDType(x, y); !s)
-    return s;
-  if (x.shape != y.shape)
-    return Status::error("operand " + x.str() + " and result " + y.str() +
-                         " must have the same shape");
+  const TensorType &x = info.operand(0);
   const auto &p = info.params<schema::Kernel::k_all_reduce>();
-  std::vector<int64_t> axes;
-  if (Status s = readAxes(info, p.axes, &axes); !s)
-    return s;
-  int64_t code = p.reduction;
-  if (code < 0 || code > 2)
-    return Status::error("attribute 'reduction' " + std::to_string(code) +
-                         " is not 0 (sum), 1 (max) or 2 (min)");
-  auto reduction = static_cast<Reduction>(code);
-  if (x.dtype == DType::Bool && reduction == Reduction::Sum)
-    return Status::error("a sum of " + x.str() +
-                         " is not supported (bool reduces with max or min)");
+  std::vector<int64_t> axes = p.axes;
+  auto reduction = static_cast<Reduction>(p.reduction);
   Communicator *comm = info.comm;
   int64_t count = x.numElements();
   DType dtype = x.dtype;
@@ -109,48 +33,16 @@ Status prepare_all_reduce(const KernelInfo &info, KernelFn *fn) {
   return Status::ok();
 }
 
-/// The geometry of a collective that splits one dimension across its group:
-/// attrs axes and dim, and the group size. \p whole is \p part with that
-/// dimension multiplied by the group size (\p what names the mismatch).
-struct Split {
-  std::vector<int64_t> axes;
-  int64_t dim = 0;
-  int64_t group = 1;
-};
-
-/// \p P: the Params of all_gather, reduce_scatter or shard_slice.
-template <typename P>
-Status readSplit(const KernelInfo &info, const P &p, const TensorType &part,
-                 const TensorType &whole, const std::string &what,
-                 Split *split) {
-  if (Status s = checkSameDType(part, whole); !s)
-    return s;
-  if (Status s = readAxes(info, p.axes, &split->axes); !s)
-    return s;
-  if (Status s = readDim(p.dim, part, &split->dim); !s)
-    return s;
-  split->group = info.comm->groupSize(split->axes);
-  return checkScaledDim(part, whole, split->dim, split->group, what);
-}
-
 Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &y = info.result(0);
-  const auto &p = info.params<schema::Kernel::k_all_gather>();
-  Split split;
-  if (Status s = readSplit(info, p, x, y,
-                           "result " + y.str() + " is not operand " + x.str() +
-                               " gathered",
-                           &split);
-      !s)
+  const TensorType &x = info.operand(0);
+  CollectiveSplit split;
+  if (Status s = readCollectiveSplit(info, &split); !s)
     return s;
   const std::vector<int64_t> &axes = split.axes;
-  int64_t dim = split.dim, group = split.group;
+  int64_t dim = split.dim, group = split.group, blocks = split.blocks;
   Communicator *comm = info.comm;
   // x is [outer, rows]: `outer` blocks of `rowBytes` each; member k's block
   // o goes to y block o * group + k.
-  int64_t blocks = 1;
-  if (Status s = readBlocks(p.blocks, x.shape[dim], &blocks); !s)
-    return s;
   // With blocks, each block of every member is a row of its own.
   int64_t outer = product(x.shape, 0, dim) * blocks;
   size_t rowBytes = static_cast<size_t>(product(x.shape, dim, x.shape.size())) *
@@ -185,15 +77,8 @@ Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
 
 Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
   const TensorType &x = info.operand(0), &y = info.result(0);
-  const auto &p = info.params<schema::Kernel::k_reduce_scatter>();
-  Split split;
-  if (Status s = readSplit(info, p, y, x,
-                           "operand " + x.str() +
-                               " does not scatter to result " + y.str(),
-                           &split);
-      !s)
-    return s;
-  if (Status s = checkNumeric(x); !s)
+  CollectiveSplit split;
+  if (Status s = readCollectiveSplit(info, &split); !s)
     return s;
   const std::vector<int64_t> &axes = split.axes;
   int64_t dim = split.dim, group = split.group;
@@ -229,20 +114,13 @@ Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_shard_slice(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &y = info.result(0);
-  const auto &p = info.params<schema::Kernel::k_shard_slice>();
-  Split split;
-  if (Status s = readSplit(
-          info, p, y, x, "result " + y.str() + " is not a chunk of " + x.str(),
-          &split);
-      !s)
+  const TensorType &y = info.result(0);
+  CollectiveSplit split;
+  if (Status s = readCollectiveSplit(info, &split); !s)
     return s;
   const std::vector<int64_t> &axes = split.axes;
-  int64_t dim = split.dim, group = split.group;
+  int64_t dim = split.dim, group = split.group, blocks = split.blocks;
   int64_t k = info.comm->groupRank(axes);
-  int64_t blocks = 1;
-  if (Status s = readBlocks(p.blocks, y.shape[dim], &blocks); !s)
-    return s;
   int64_t outer = product(y.shape, 0, dim) * blocks;
   size_t rowBytes = static_cast<size_t>(product(y.shape, dim, y.shape.size())) *
                     dtypeSize(y.dtype) / blocks;

@@ -2,13 +2,12 @@
 //
 // Every kernel in kernels.def has a CPU "prepare" function. It sees an
 // instruction the schema's validator (core/kernel_schema.cpp) has already
-// checked: arity, dtypes and attributes, decoded into the kernel's Params.
-// prepare checks the shape rules once, at load time, and returns the
-// function that runs it. Run-time functions only see raw pointers, so
-// everything that could make them read or write out of bounds must be
-// rejected before they run. The CUDA backend relies on the same checks:
-// the host runs these prepare functions on every program before it hands
-// the program to the plugin (train/backend.cpp).
+// checked: arity, dtypes and attributes, decoded into the kernel's Params,
+// and the kernel's shape rule (core/shape_rules.h), which both backends
+// share. prepare binds, once, at load time, the function that runs it; it
+// refuses only what the CPU cannot run. Run-time functions see raw
+// pointers: what could make them read or write out of bounds is the shape
+// rules' to refuse, and data (indices) theirs to check as they run.
 //
 //===----------------------------------------------------------------------===//
 

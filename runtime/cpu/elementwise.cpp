@@ -211,13 +211,6 @@ KernelFn makeBinary(BinaryOp op, std::shared_ptr<ElementwiseGeometry> plan) {
 Status prepareBinary(const KernelInfo &info, KernelFn *fn, BinaryOp op) {
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
-  if (a.dtype != r.dtype || b.dtype != r.dtype)
-    return Status::error("operands " + a.str() + ", " + b.str() +
-                         " and result " + r.str() + " must share a dtype");
-  if (Status s = checkBroadcastable(a, r, "operand 0"); !s)
-    return s;
-  if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
-    return s;
   auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&a, &b}));
   switch (r.dtype) {
   case DType::F32:
@@ -299,15 +292,6 @@ KernelFn makeCompare(CmpOp op, std::shared_ptr<ElementwiseGeometry> plan) {
 Status prepareCompare(const KernelInfo &info, KernelFn *fn, CmpOp op) {
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
-  if (a.dtype != b.dtype)
-    return Status::error("operands " + a.str() + " and " + b.str() +
-                         " must share a dtype");
-  if (r.dtype != DType::Bool)
-    return Status::error("result " + r.str() + " must be bool");
-  if (Status s = checkBroadcastable(a, r, "operand 0"); !s)
-    return s;
-  if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
-    return s;
   auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&a, &b}));
   switch (a.dtype) {
   case DType::F32:
@@ -322,6 +306,9 @@ Status prepareCompare(const KernelInfo &info, KernelFn *fn, CmpOp op) {
   case DType::Bool:
     *fn = makeCompare<uint8_t, /*IsBool=*/true>(op, plan);
     break;
+  default: // Storage dtypes: kernels.def's kAny excludes them.
+    return Status::error(std::string("unsupported dtype ") +
+                         dtypeName(a.dtype));
   }
   return Status::ok();
 }
@@ -331,14 +318,6 @@ enum class LogicOp { And, Or, Xor };
 Status prepareLogic(const KernelInfo &info, KernelFn *fn, LogicOp op) {
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
-  if (a.dtype != DType::Bool || b.dtype != DType::Bool ||
-      r.dtype != DType::Bool)
-    return Status::error("operands " + a.str() + ", " + b.str() +
-                         " and result " + r.str() + " must be bool");
-  if (Status s = checkBroadcastable(a, r, "operand 0"); !s)
-    return s;
-  if (Status s = checkBroadcastable(b, r, "operand 1"); !s)
-    return s;
   auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&a, &b}));
   auto run = [plan](auto f) -> KernelFn {
     return [plan, f](const KernelArgs &args) {
@@ -369,20 +348,6 @@ Status prepareLogic(const KernelInfo &info, KernelFn *fn, LogicOp op) {
 // Unary
 //===----------------------------------------------------------------------===//
 
-Status checkUnary(const KernelInfo &info, bool allowInts) {
-  const TensorType &a = info.operand(0), &r = info.result(0);
-  if (a.dtype != r.dtype || a.shape != r.shape)
-    return Status::error("operand " + a.str() + " and result " + r.str() +
-                         " must have the same type");
-  bool ok = a.dtype == DType::F32 ||
-            (allowInts && (a.dtype == DType::I32 || a.dtype == DType::I64));
-  if (!ok)
-    return Status::error(
-        std::string("unsupported dtype ") + dtypeName(a.dtype) +
-        (allowInts ? " (expects f32, i32 or i64)" : " (expects f32)"));
-  return Status::ok();
-}
-
 template <typename T, typename F> KernelFn makeUnary(int64_t n, F f) {
   return [n, f](const KernelArgs &args) {
     unaryLoop(n, static_cast<const T *>(args.operands[0]),
@@ -394,8 +359,6 @@ template <typename T, typename F> KernelFn makeUnary(int64_t n, F f) {
 /// A float-only unary kernel computing \p f.
 template <typename F>
 Status prepareFloatUnary(const KernelInfo &info, KernelFn *fn, F f) {
-  if (Status s = checkUnary(info, /*allowInts=*/false); !s)
-    return s;
   *fn = makeUnary<float>(info.result(0).numElements(), f);
   return Status::ok();
 }
@@ -403,8 +366,6 @@ Status prepareFloatUnary(const KernelInfo &info, KernelFn *fn, F f) {
 /// A unary kernel on f32, i32 and i64; \p f is a generic lambda.
 template <typename F>
 Status prepareNumericUnary(const KernelInfo &info, KernelFn *fn, F f) {
-  if (Status s = checkUnary(info, /*allowInts=*/true); !s)
-    return s;
   int64_t n = info.result(0).numElements();
   switch (info.result(0).dtype) {
   case DType::F32:
@@ -458,10 +419,7 @@ Status prepare_xor(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_not(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &a = info.operand(0), &r = info.result(0);
-  if (a.dtype != DType::Bool || r.dtype != DType::Bool || a.shape != r.shape)
-    return Status::error("operand " + a.str() + " and result " + r.str() +
-                         " must be the same bool type");
+  const TensorType &r = info.result(0);
   *fn = makeUnary<uint8_t>(r.numElements(),
                            [](uint8_t x) -> uint8_t { return x == 0; });
   return Status::ok();
@@ -470,17 +428,6 @@ Status prepare_not(const KernelInfo &info, KernelFn *fn) {
 Status prepare_select(const KernelInfo &info, KernelFn *fn) {
   const TensorType &c = info.operand(0), &a = info.operand(1),
                    &b = info.operand(2), &r = info.result(0);
-  if (c.dtype != DType::Bool)
-    return Status::error("condition " + c.str() + " must be bool");
-  if (a.dtype != r.dtype || b.dtype != r.dtype)
-    return Status::error("operands " + a.str() + ", " + b.str() +
-                         " and result " + r.str() + " must share a dtype");
-  if (Status s = checkBroadcastable(c, r, "condition"); !s)
-    return s;
-  if (Status s = checkBroadcastable(a, r, "operand 1"); !s)
-    return s;
-  if (Status s = checkBroadcastable(b, r, "operand 2"); !s)
-    return s;
   auto plan = std::make_shared<ElementwiseGeometry>(makePlan(r, {&c, &a, &b}));
   // Selection only moves bits, so the element size is all that matters.
   auto make = [plan](auto tag) -> KernelFn {

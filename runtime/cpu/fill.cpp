@@ -23,10 +23,6 @@ Status prepare_fill(const KernelInfo &info, KernelFn *fn) {
   int64_t count = r.numElements();
   const schema::ScalarValue &value =
       info.params<schema::Kernel::k_fill>().value;
-  if (value.isFloat != (r.dtype == DType::F32))
-    return Status::error(std::string("attribute 'value' must be ") +
-                         (r.dtype == DType::F32 ? "a float" : "an integer") +
-                         " for result " + r.str());
   if (r.dtype == DType::F32) {
     *fn = filler<float>(count, static_cast<float>(value.f));
     return Status::ok();

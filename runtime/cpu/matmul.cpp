@@ -117,13 +117,6 @@ void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
-  if (a.dtype != DType::F32 || b.dtype != DType::F32 || r.dtype != DType::F32)
-    return Status::error("operands " + a.str() + ", " + b.str() +
-                         " and result " + r.str() + " must be f32");
-  if (r.rank() < 2 || a.rank() != r.rank() || b.rank() != r.rank())
-    return Status::error("operands " + a.str() + ", " + b.str() +
-                         " and result " + r.str() +
-                         " must share a rank of at least 2");
   MatmulGeometry plan;
   const auto &attrs = info.params<schema::Kernel::k_matmul>();
   bool ta = attrs.transpose_a, tb = attrs.transpose_b;
@@ -135,23 +128,11 @@ Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
   int64_t aRows = a.shape[rank - 2], aCols = a.shape[rank - 1];
   int64_t bRows = b.shape[rank - 2], bCols = b.shape[rank - 1];
   plan.k = ta ? aRows : aCols;
-  int64_t aM = ta ? aCols : aRows;
-  int64_t bK = tb ? bCols : bRows;
-  int64_t bN = tb ? bRows : bCols;
-  if (aM != plan.m || bK != plan.k || bN != plan.n)
-    return Status::error("shapes " + a.str() + (ta ? "^T" : "") + " x " +
-                         b.str() + (tb ? "^T" : "") +
-                         " do not multiply to result " + r.str());
   if (plan.m > INT32_MAX || plan.n > INT32_MAX || plan.k > INT32_MAX)
     return Status::error("matrix dims exceed the BLAS int range");
   std::vector<int64_t> rBatch(r.shape.begin(), r.shape.end() - 2);
   std::vector<int64_t> aBatch(a.shape.begin(), a.shape.end() - 2);
   std::vector<int64_t> bBatch(b.shape.begin(), b.shape.end() - 2);
-  for (size_t d = 0; d + 2 < rank; ++d)
-    if ((aBatch[d] != rBatch[d] && aBatch[d] != 1) ||
-        (bBatch[d] != rBatch[d] && bBatch[d] != 1))
-      return Status::error("batch dims of " + a.str() + " and " + b.str() +
-                           " do not broadcast to result " + r.str());
   plan.aOffsets = batchOffsets(aBatch, rBatch, aRows * aCols);
   plan.bOffsets = batchOffsets(bBatch, rBatch, bRows * bCols);
 

@@ -300,38 +300,12 @@ Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
 } // namespace
 
 Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &y = info.result(0);
-  if (Status s = checkF32(x, "operand"); !s)
-    return s;
-  if (y.dtype != DType::F32 || y.shape != x.shape)
-    return Status::error("result " + y.str() + " must have the type of " +
-                         x.str());
+  const TensorType &x = info.operand(0);
   const auto &attrs = info.params<schema::Kernel::k_layer_norm>();
   int64_t axis = attrs.axis;
   double epsilon = attrs.epsilon;
-  if (axis < 0 || axis >= x.rank())
-    return Status::error("attribute 'axis' " + std::to_string(axis) +
-                         " out of range for " + x.str());
-  std::vector<int64_t> normShape(x.shape.begin() + axis, x.shape.end());
-  for (size_t k = 1; k < 3; ++k) {
-    if (!info.hasOperand(k))
-      continue;
-    const TensorType &t = info.operand(k);
-    if (t.dtype != DType::F32 || t.shape != normShape)
-      return Status::error(std::string(k == 1 ? "scale " : "bias ") + t.str() +
-                           " must be f32 of x.shape[axis:]");
-  }
   int64_t outer = product(x.shape, 0, axis);
   int64_t inner = product(x.shape, axis, x.shape.size());
-  for (size_t k = 1; k < 3; ++k) {
-    if (!info.hasResult(k))
-      continue;
-    const TensorType &t = info.result(k);
-    if (t.dtype != DType::F32 || t.numElements() != outer)
-      return Status::error(std::string(k == 1 ? "mean " : "inv_std_dev ") +
-                           t.str() + " must be f32 with " +
-                           std::to_string(outer) + " elements");
-  }
   float eps = static_cast<float>(epsilon);
   *fn = [outer, inner, eps](const KernelArgs &args) {
     const auto *x = static_cast<const float *>(args.operands[0]);
@@ -377,24 +351,8 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &y = info.result(0);
-  if (Status s = checkF32(x, "operand"); !s)
-    return s;
-  if (x.rank() < 2)
-    return Status::error("operand " + x.str() + " must be [N, C, ...]");
-  if (y.dtype != DType::F32 || y.shape != x.shape)
-    return Status::error("result " + y.str() + " must have the type of " +
-                         x.str());
+  const TensorType &x = info.operand(0);
   int64_t channels = x.shape[1];
-  // Operand names (not written as the attention attribute scale is).
-  static const char *const names[] = {"", "scale operand", "bias", "mean",
-                                      "var"};
-  for (size_t k = 1; k < 5; ++k) {
-    const TensorType &t = info.operand(k);
-    if (t.dtype != DType::F32 || t.shape != std::vector<int64_t>{channels})
-      return Status::error(std::string(names[k]) + " " + t.str() +
-                           " must be f32[" + std::to_string(channels) + "]");
-  }
   double epsilon = info.params<schema::Kernel::k_batch_norm>().epsilon;
   int64_t n = x.shape[0];
   int64_t plane = product(x.shape, 2, x.shape.size());
@@ -430,13 +388,7 @@ Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
                            info.result(0), {"input", "weight", "result"}, &p);
       !s)
     return s;
-  if (info.hasOperand(2)) {
-    const TensorType &b = info.operand(2);
-    if (b.dtype != DType::F32 || b.shape != std::vector<int64_t>{p.f})
-      return Status::error("bias " + b.str() + " must be f32[" +
-                           std::to_string(p.f) + "]");
-    p.hasBias = true;
-  }
+  p.hasBias = info.hasOperand(2);
   *fn = [p](const KernelArgs &args) {
     return runConv(p, static_cast<const float *>(args.operands[0]),
                    static_cast<const float *>(args.operands[1]),

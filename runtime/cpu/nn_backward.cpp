@@ -355,15 +355,11 @@ Status prepare_conv2d_backward_filter(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_max_pool2d_backward(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &r = info.result(0);
   PoolGeometry p;
-  if (Status s = readPoolGeometry(info, x, info.operand(1), "input", "grad_out",
-                                  /*isMax=*/true, &p);
+  if (Status s = readPoolGeometry(info, info.operand(0), info.operand(1),
+                                  "input", "grad_out", /*isMax=*/true, &p);
       !s)
     return s;
-  if (r.dtype != DType::F32 || r.shape != x.shape)
-    return Status::error("grad_in (result) " + r.str() +
-                         " must have the type of the input " + x.str());
   *fn = [p](const KernelArgs &args) {
     runMaxPoolBackward(p, static_cast<const float *>(args.operands[0]),
                        static_cast<const float *>(args.operands[1]),

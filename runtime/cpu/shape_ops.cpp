@@ -19,13 +19,6 @@
 namespace cleave::rt {
 namespace {
 
-Status checkSameDType(const TensorType &a, const TensorType &r) {
-  if (a.dtype != r.dtype)
-    return Status::error("operand " + a.str() + " and result " + r.str() +
-                         " must share a dtype");
-  return Status::ok();
-}
-
 KernelFn makeStridedCopy(StridedLoop loop, size_t elemSize) {
   return [loop = std::move(loop), elemSize](const KernelArgs &args) {
     stridedCopy(loop, elemSize, args.operands[0], args.results[0]);
@@ -183,9 +176,6 @@ void stridedScatter(const StridedLoop &loop, const T *in, T *out) {
 
 Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  if (a.shape != r.shape)
-    return Status::error("operand " + a.str() + " and result " + r.str() +
-                         " must have the same shape");
   int64_t n = r.numElements();
   switch (a.dtype) {
 #define CLEAVE_CAST_FROM(D, T)                                                 \
@@ -196,9 +186,6 @@ Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
 #undef CLEAVE_CAST_FROM
   }
   if (info.params<schema::Kernel::k_cast>().range_checked) {
-    if (a.dtype != DType::F64 || r.dtype != DType::F32)
-      return Status::error("cast: range_checked is for f64 -> f32, not " +
-                           a.str() + " -> " + r.str());
     // A float64 input of a program that computes in f32: a finite value
     // beyond f32's range stops the step rather than becoming infinity.
     *fn = [cast = std::move(*fn), n](const KernelArgs &args) {
@@ -216,12 +203,7 @@ Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_copy(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &a = info.operand(0), &r = info.result(0);
-  // Element count rather than shape: copying out of a reshaped alias is the
-  // point of this kernel.
-  if (a.dtype != r.dtype || a.numElements() != r.numElements())
-    return Status::error("operand " + a.str() + " and result " + r.str() +
-                         " must have the same dtype and element count");
+  const TensorType &r = info.result(0);
   size_t bytes = static_cast<size_t>(r.numElements()) * dtypeSize(r.dtype);
   *fn = [bytes](const KernelArgs &args) {
     if (bytes && args.operands[0] != args.results[0])
@@ -233,32 +215,12 @@ Status prepare_copy(const KernelInfo &info, KernelFn *fn) {
 
 Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  if (Status s = checkSameDType(a, r); !s)
-    return s;
   const std::vector<int64_t> &perm =
       info.params<schema::Kernel::k_transpose>().perm;
-  if (perm.size() != a.shape.size())
-    return Status::error("attribute 'perm' needs " +
-                         std::to_string(a.shape.size()) + " ints, got " +
-                         std::to_string(perm.size()));
-  std::vector<bool> seen(perm.size(), false);
-  for (int64_t p : perm) {
-    if (p < 0 || p >= a.rank() || seen[p])
-      return Status::error("attribute 'perm' is not a permutation of " +
-                           std::to_string(a.rank()) + " dims");
-    seen[p] = true;
-  }
-  if (r.rank() != a.rank())
-    return Status::error("result " + r.str() + " does not have the rank of " +
-                         a.str());
   std::vector<int64_t> inStrides = contiguousStrides(a.shape);
   std::vector<int64_t> strides(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) {
-    if (r.shape[i] != a.shape[perm[i]])
-      return Status::error("result " + r.str() + " is not operand " + a.str() +
-                           " permuted by 'perm'");
+  for (size_t i = 0; i < perm.size(); ++i)
     strides[i] = inStrides[perm[i]];
-  }
   *fn = makeStridedCopy(StridedLoop::build(r.shape, {strides}),
                         dtypeSize(r.dtype));
   return Status::ok();
@@ -266,66 +228,30 @@ Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
 
 Status prepare_broadcast(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  if (Status s = checkSameDType(a, r); !s)
-    return s;
-  if (Status s = checkBroadcastable(a, r, "operand"); !s)
-    return s;
   *fn = makeStridedCopy(
       StridedLoop::build(r.shape, {broadcastStrides(a.shape, r.shape)}),
       dtypeSize(r.dtype));
   return Status::ok();
 }
 
-/// Reads attrs starts/steps of a strided window (`window` element i along
-/// dim d is `whole` element starts[d] + i * steps[d]) and checks that the
-/// window stays inside `whole`. Shared by slice and its adjoint, whose
-/// Params (\p P) share the fields.
+/// The starts and steps (default 1) of a strided window: element i of the
+/// window along dim d is element starts[d] + i * steps[d] of the whole,
+/// inside it by the kernel's shape rule. \p P: slice's or slice_scatter's
+/// Params.
 template <typename P>
-Status readStridedWindow(const P &attrs, const TensorType &whole,
-                         const TensorType &window, const char *kernel,
-                         const char *wholeRole, std::vector<int64_t> *starts,
-                         std::vector<int64_t> *steps) {
-  if (Status s = checkSameDType(whole, window); !s)
-    return s;
-  if (window.rank() != whole.rank())
-    return Status::error(window.str() + " does not have the rank of " +
-                         whole.str());
-  size_t rank = whole.shape.size();
+void readStridedWindow(const P &attrs, size_t rank,
+                       std::vector<int64_t> *starts,
+                       std::vector<int64_t> *steps) {
   *starts = attrs.starts;
   *steps = attrs.steps.value_or(std::vector<int64_t>(rank, 1));
-  if (starts->size() != rank || steps->size() != rank)
-    return Status::error("attributes 'starts' and 'steps' need " +
-                         std::to_string(rank) + " ints, one per dim of " +
-                         whole.str());
-  for (size_t d = 0; d < rank; ++d) {
-    int64_t step = (*steps)[d], first = (*starts)[d], last = 0;
-    if (step == 0)
-      return Status::error("attribute 'steps' has a zero step in dim " +
-                           std::to_string(d));
-    if (window.shape[d] == 0)
-      continue;
-    // Both ends of the walk along d must land inside `whole`.
-    bool overflow = __builtin_mul_overflow(window.shape[d] - 1, step, &last) ||
-                    __builtin_add_overflow(last, first, &last);
-    if (overflow || first < 0 || first >= whole.shape[d] || last < 0 ||
-        last >= whole.shape[d])
-      return Status::error(
-          std::string(kernel) + " of dim " + std::to_string(d) + " (start " +
-          std::to_string(first) + ", step " + std::to_string(step) + ", " +
-          std::to_string(window.shape[d]) + " elements) leaves " + wholeRole +
-          " " + whole.str());
-  }
-  return Status::ok();
 }
 
 Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  std::vector<int64_t> starts, steps;
-  if (Status s = readStridedWindow(info.params<schema::Kernel::k_slice>(), a, r,
-                                   "slice", "the operand", &starts, &steps);
-      !s)
-    return s;
   size_t rank = a.shape.size();
+  std::vector<int64_t> starts, steps;
+  readStridedWindow(info.params<schema::Kernel::k_slice>(), rank, &starts,
+                    &steps);
   std::vector<int64_t> inStrides = contiguousStrides(a.shape);
   std::vector<int64_t> strides(rank);
   int64_t base = 0;
@@ -342,29 +268,10 @@ Status prepare_slice(const KernelInfo &info, KernelFn *fn) {
 Status prepare_concat(const KernelInfo &info, KernelFn *fn) {
   const TensorType &r = info.result(0);
   int64_t axis = info.params<schema::Kernel::k_concat>().axis;
-  if (axis < 0 || axis >= r.rank())
-    return Status::error("attribute 'axis' " + std::to_string(axis) +
-                         " out of range for result " + r.str());
-  int64_t axisTotal = 0;
+  int64_t axisTotal = r.shape[axis];
   std::vector<int64_t> extents;
-  for (size_t k = 0; k < info.operands.size(); ++k) {
-    if (!info.operands[k])
-      return Status::error("operand " + std::to_string(k) + " is absent");
-    const TensorType &a = *info.operands[k];
-    bool ok = a.dtype == r.dtype && a.rank() == r.rank();
-    for (int64_t d = 0; ok && d < r.rank(); ++d)
-      ok = d == axis || a.shape[d] == r.shape[d];
-    if (!ok)
-      return Status::error("operand " + std::to_string(k) + " " + a.str() +
-                           " does not match result " + r.str() +
-                           " outside axis " + std::to_string(axis));
-    extents.push_back(a.shape[axis]);
-    axisTotal += a.shape[axis];
-  }
-  if (axisTotal != r.shape[axis])
-    return Status::error("operands' sizes along axis " + std::to_string(axis) +
-                         " sum to " + std::to_string(axisTotal) + ", result " +
-                         r.str() + " has " + std::to_string(r.shape[axis]));
+  for (size_t k = 0; k < info.operands.size(); ++k)
+    extents.push_back(info.operand(k).shape[axis]);
   int64_t outer = product(r.shape, 0, axis);
   size_t innerBytes =
       static_cast<size_t>(product(r.shape, axis + 1, r.shape.size())) *
@@ -411,12 +318,7 @@ Status localRows(const void *indices, bool wide, int64_t count, int64_t offset,
 }
 
 Status prepare_check_index(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0), &y = info.result(0);
-  if ((x.dtype != DType::I32 && x.dtype != DType::I64) || x.dtype != y.dtype ||
-      x.shape != y.shape)
-    return Status::error("check_index needs i32 or i64 indices and a result "
-                         "of their type, got " +
-                         x.str() + " -> " + y.str());
+  const TensorType &x = info.operand(0);
   const auto &attrs = info.params<schema::Kernel::k_check_index>();
   int64_t bound = attrs.bound;
   std::optional<int64_t> ignore = attrs.ignore;
@@ -439,25 +341,9 @@ Status prepare_check_index(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &data = info.operand(0), &idx = info.operand(1),
-                   &r = info.result(0);
-  if (Status s = checkSameDType(data, r); !s)
-    return s;
-  if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
-    return Status::error("indices " + idx.str() + " must be i32 or i64");
+  const TensorType &data = info.operand(0), &idx = info.operand(1);
   const auto &attrs = info.params<schema::Kernel::k_gather>();
   int64_t axis = attrs.axis;
-  if (axis < 0 || axis >= data.rank())
-    return Status::error("attribute 'axis' " + std::to_string(axis) +
-                         " out of range for data " + data.str());
-  std::vector<int64_t> expected(data.shape.begin(), data.shape.begin() + axis);
-  expected.insert(expected.end(), idx.shape.begin(), idx.shape.end());
-  expected.insert(expected.end(), data.shape.begin() + axis + 1,
-                  data.shape.end());
-  if (r.shape != expected)
-    return Status::error("result " + r.str() + " does not have the shape of " +
-                         "data " + data.str() + " gathered along axis " +
-                         std::to_string(axis) + " by " + idx.str());
   int64_t outer = product(data.shape, 0, axis);
   int64_t extent = data.shape[axis];
   int64_t count = idx.numElements();
@@ -517,13 +403,10 @@ Status prepare_gather(const KernelInfo &info, KernelFn *fn) {
 
 Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);
-  std::vector<int64_t> starts, steps;
-  if (Status s =
-          readStridedWindow(info.params<schema::Kernel::k_slice_scatter>(), r,
-                            a, "slice_scatter", "the result", &starts, &steps);
-      !s)
-    return s;
   size_t rank = a.shape.size();
+  std::vector<int64_t> starts, steps;
+  readStridedWindow(info.params<schema::Kernel::k_slice_scatter>(), rank,
+                    &starts, &steps);
   int64_t inCount = safeNumElements(a), outCount = safeNumElements(r);
   size_t elemSize = dtypeSize(r.dtype);
   size_t outBytes = static_cast<size_t>(outCount) * elemSize;
@@ -573,23 +456,8 @@ Status prepare_slice_scatter(const KernelInfo &info, KernelFn *fn) {
 Status prepare_scatter_add(const KernelInfo &info, KernelFn *fn) {
   const TensorType &upd = info.operand(0), &idx = info.operand(1),
                    &r = info.result(0);
-  if (upd.dtype != DType::F32 || r.dtype != DType::F32)
-    return Status::error("updates " + upd.str() + " and result " + r.str() +
-                         " must be f32");
-  if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
-    return Status::error("indices " + idx.str() + " must be i32 or i64");
   const auto &attrs = info.params<schema::Kernel::k_scatter_add>();
   int64_t axis = attrs.axis;
-  if (axis < 0 || axis >= r.rank())
-    return Status::error("attribute 'axis' " + std::to_string(axis) +
-                         " out of range for result " + r.str());
-  std::vector<int64_t> expected(r.shape.begin(), r.shape.begin() + axis);
-  expected.insert(expected.end(), idx.shape.begin(), idx.shape.end());
-  expected.insert(expected.end(), r.shape.begin() + axis + 1, r.shape.end());
-  if (upd.shape != expected)
-    return Status::error("updates " + upd.str() + " do not have the shape of " +
-                         "result " + r.str() + " gathered along axis " +
-                         std::to_string(axis) + " by indices " + idx.str());
   // As in gather, every index is checked, even when no update reads it.
   int64_t count = safeNumElements(idx);
   int64_t total = safeNumElements(r);

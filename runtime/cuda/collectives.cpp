@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/collectives.h"
+#include "kernels/collectives/split.h"
 
 #include <nccl.h>
 #include <type_traits>
@@ -68,41 +69,10 @@ Status copy2D(void *dst, size_t dstPitch, const void *src, size_t srcPitch,
                     "cudaMemcpy2DAsync");
 }
 
-/// attrs axes, dim and blocks (default 1) of a split collective.
-struct Split {
-  std::vector<int64_t> axes;
-  int64_t dim = 0, blocks = 1, group = 1;
-};
-
-/// Axes and dim of \p P (all_gather's, reduce_scatter's or shard_slice's
-/// Params), and blocks where it has them.
-template <typename P> void copySplit(const P &p, Split *split) {
-  split->axes = p.axes;
-  split->dim = p.dim;
-  if constexpr (!std::is_same_v<
-                    P, schema::Params<schema::Kernel::k_reduce_scatter>>)
-    split->blocks = p.blocks;
-}
-
+/// The split of a collective, read (and checked) as the shape rules read it.
+using Split = CollectiveSplit;
 Status readSplit(const KernelInfo &info, Split *split) {
-  using K = schema::Kernel;
-  if (!info.kernelId)
-    return Status::error("not a split collective");
-  switch (*info.kernelId) {
-  case K::k_all_gather:
-    copySplit(info.params<K::k_all_gather>(), split);
-    break;
-  case K::k_reduce_scatter:
-    copySplit(info.params<K::k_reduce_scatter>(), split);
-    break;
-  case K::k_shard_slice:
-    copySplit(info.params<K::k_shard_slice>(), split);
-    break;
-  default:
-    return Status::error("not a split collective");
-  }
-  split->group = info.comm->groupSize(split->axes);
-  return Status::ok();
+  return readCollectiveSplit(info, split);
 }
 
 } // namespace

@@ -4,9 +4,9 @@
 // CPU backend, kernel for kernel (kernels.def): before any CUDA prepare
 // function sees an instruction, the schema's validator (validateInstruction,
 // runtime/core/kernel_schema.cpp) has checked its arity, dtypes and
-// attributes, decoded into KernelInfo::decoded, and the CPU backend's
-// prepare function its shape rules, so the CUDA prepare functions only turn
-// a valid KernelInfo into a launch; they
+// attributes, decoded into KernelInfo::decoded, and its kernel's shape
+// rule (core/shape_rules.h, in the plugin itself), so the CUDA prepare
+// functions only turn a valid KernelInfo into a launch; they
 // still return an error for a valid instruction they cannot run (a rank above
 // kMaxRank, a size beyond what a launch can index).
 //

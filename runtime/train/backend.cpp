@@ -231,15 +231,16 @@ private:
 
 std::string cudaUnavailableReason() { return plugin().unavailable; }
 
-/// The program in the plugin: loaded and shape-checked on the host first,
-/// so that both backends refuse the same programs with the same words.
+/// The program in the plugin. The host loads it too, for its inputs' and
+/// outputs' types; the plugin's own load runs the same validator and shape
+/// rules (core/shape_rules.h), so both backends refuse the same programs
+/// with the same words, and no CPU kernel is bound for a CUDA run.
 static Status createPluginRunner(const plan::Program &program,
                                  Communicator *comm, Precision precision,
                                  std::unique_ptr<StepRunner> *result) {
   PlanView view(program);
   LoadedProgram loaded;
-  std::vector<KernelFn> unused;
-  if (Status s = bindCpuKernels(view.program(), comm, &loaded, &unused); !s)
+  if (Status s = loadProgram(view.program(), comm, nullptr, &loaded); !s)
     return s;
   const std::vector<int64_t> &shape = comm->meshShape();
   cleave_mesh mesh{comm->rank(), static_cast<int32_t>(shape.size()),

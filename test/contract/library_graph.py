@@ -106,16 +106,40 @@ def check_links(targets, edges):
     return failures
 
 
+def family_layer(name):
+    """The layer of a file of a kernel family's folder (runtime/kernels/F/):
+    cpu* is the CPU backend's, cuda* and *.cu the plugin's, the rest (shape
+    rules, shared math and geometry headers) the core's."""
+    if name.startswith("cpu"):
+        return "cpu"
+    if name.startswith("cuda") or name.endswith((".cu", ".cuh")):
+        return "cuda"
+    return "core"
+
+
+def included_layer(line):
+    """The layer of a runtime private header that `line` includes."""
+    m = re.match(r'\s*#\s*include\s+"(\w+)/([^"]+)"', line)
+    if not m:
+        return None
+    if m.group(1) == "kernels":
+        return family_layer(os.path.basename(m.group(2)))
+    return m.group(1) if m.group(1) in INCLUDES else None
+
+
 def check_includes(src):
     failures = []
     runtime = os.path.join(src, "runtime")
-    for layer, allowed in INCLUDES.items():
-        for path in sorted(glob.glob(os.path.join(runtime, layer, "*"))):
-            for n, line in enumerate(open(path, errors="replace"), 1):
-                m = re.match(r'\s*#\s*include\s+"(\w+)/[^"]+"', line)
-                if m and m.group(1) in INCLUDES and m.group(1) not in allowed:
-                    failures.append("%s:%d: the %s layer includes %s" % (
-                        os.path.relpath(path, src), n, layer, line.strip()))
+    files = [(layer, path) for layer in INCLUDES
+             for path in sorted(glob.glob(os.path.join(runtime, layer, "*")))]
+    files += [(family_layer(os.path.basename(path)), path) for path in
+              sorted(glob.glob(os.path.join(runtime, "kernels", "*", "*")))]
+    for layer, path in files:
+        for n, line in enumerate(open(path, errors="replace"), 1):
+            inc = included_layer(line)
+            if inc and inc not in INCLUDES[layer]:
+                failures.append("%s:%d: the %s layer includes %s" % (
+                    os.path.relpath(path, src), n, layer, line.strip()))
     return failures
 
 
@@ -130,8 +154,7 @@ def check_compiler_includes(src):
                     continue
                 path = os.path.join(dp, f)
                 for n, line in enumerate(open(path, errors="replace"), 1):
-                    m = re.match(r'\s*#\s*include\s+"(\w+)/[^"]+"', line)
-                    if m and m.group(1) in INCLUDES:
+                    if included_layer(line):
                         failures.append("%s:%d: the compiler includes %s" % (
                             os.path.relpath(path, src), n, line.strip()))
     return failures

@@ -1,0 +1,34 @@
+//===- split.h - What a split collective splits -----------------*- C++ -*-===//
+//
+// all_gather, reduce_scatter and shard_slice split one dimension of their
+// whole tensor across the group of ranks along 'axes'. Both backends read
+// the split through this reader, which the collectives' shape rules
+// (shape.cpp beside it) have checked against the instruction's types.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CLEAVE_RUNTIME_KERNELS_COLLECTIVES_SPLIT_H
+#define CLEAVE_RUNTIME_KERNELS_COLLECTIVES_SPLIT_H
+
+#include "core/kernel_info.h"
+
+namespace cleave::rt {
+
+struct CollectiveSplit {
+  std::vector<int64_t> axes;
+  /// The split dimension, of the per-rank part.
+  int64_t dim = 0;
+  /// attr blocks (1 where the kernel has none): the split dimension is that
+  /// many equal blocks, each split across the group.
+  int64_t blocks = 1;
+  /// Ranks in the group over axes.
+  int64_t group = 1;
+};
+
+/// Reads the split of an all_gather, reduce_scatter or shard_slice
+/// instruction (an error for any other kernel, or without a mesh).
+Status readCollectiveSplit(const KernelInfo &info, CollectiveSplit *split);
+
+} // namespace cleave::rt
+
+#endif // CLEAVE_RUNTIME_KERNELS_COLLECTIVES_SPLIT_H

@@ -1,0 +1,33 @@
+//===- shape.cpp - matmul's shape rule ------------------------------------===//
+
+#include "core/shape_rules.h"
+
+namespace cleave::rt {
+
+Status check_matmul(const KernelInfo &info) {
+  const TensorType &a = info.operand(0), &b = info.operand(1),
+                   &r = info.result(0);
+  if (r.rank() < 2 || a.rank() != r.rank() || b.rank() != r.rank())
+    return Status::error("operands " + a.str() + ", " + b.str() +
+                         " and result " + r.str() +
+                         " must share a rank of at least 2");
+  const auto &attrs = info.params<schema::Kernel::k_matmul>();
+  bool ta = attrs.transpose_a, tb = attrs.transpose_b;
+  size_t rank = r.shape.size();
+  int64_t aRows = a.shape[rank - 2], aCols = a.shape[rank - 1];
+  int64_t bRows = b.shape[rank - 2], bCols = b.shape[rank - 1];
+  int64_t m = ta ? aCols : aRows, k = ta ? aRows : aCols;
+  int64_t bK = tb ? bCols : bRows, n = tb ? bRows : bCols;
+  if (m != r.shape[rank - 2] || bK != k || n != r.shape[rank - 1])
+    return Status::error("shapes " + a.str() + (ta ? "^T" : "") + " x " +
+                         b.str() + (tb ? "^T" : "") +
+                         " do not multiply to result " + r.str());
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if ((a.shape[d] != r.shape[d] && a.shape[d] != 1) ||
+        (b.shape[d] != r.shape[d] && b.shape[d] != 1))
+      return Status::error("batch dims of " + a.str() + " and " + b.str() +
+                           " do not broadcast to result " + r.str());
+  return Status::ok();
+}
+
+} // namespace cleave::rt
