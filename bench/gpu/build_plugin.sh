@@ -28,10 +28,12 @@ cudalib=$cuda/lib64; [ -d "$cudalib" ] || cudalib=$cuda/lib
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 inc="-I$root/runtime/include -I$root/runtime -I$nccl_inc -I$cuda/include"
 arch="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
-# The sources of runtime/cuda/CMakeLists.txt's cleave_cuda and
+# The sources of runtime/cuda/CMakeLists.txt's cleave_cuda (with the kernel
+# families' cuda* files) and
 # runtime/core/CMakeLists.txt's cleave_runtime_core (which it links).
-srcs=$(ls "$root"/runtime/cuda/{collectives,executor,matmul_cache,schedule}.cpp \
-  "$root"/runtime/cuda/{attention,conv,cross_entropy,elementwise,fused,matmul,random,reduce,shape,support}.cu \
+srcs=$(ls "$root"/runtime/cuda/{executor,matmul_cache,schedule}.cpp \
+  "$root"/runtime/cuda/{fused,support}.cu \
+  "$root"/runtime/kernels/*/cuda*.cu "$root"/runtime/kernels/*/cuda*.cpp \
   "$root"/runtime/core/{communicator,fusion,kernel_info,kernel_schema,nn_geometry,program,reduce_plan,shape_rules,types}.cpp \
   "$root"/runtime/kernels/*/shape.cpp)
 # Objects are named by their path below runtime/: every family has a shape.cpp.

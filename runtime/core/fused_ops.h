@@ -56,7 +56,7 @@ CLEAVE_HOST_DEVICE inline int fusedArity(FusedCode c) {
 }
 
 /// The f32 result of op \p c on \p a (and \p b), as the CPU kernels compute
-/// it (runtime/cpu/elementwise.cpp).
+/// it (runtime/kernels/elementwise/cpu.cpp).
 CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
   switch (c) {
   case FusedCode::Add:

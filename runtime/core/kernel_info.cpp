@@ -14,6 +14,13 @@ int64_t TensorType::numElements() const {
   return product(shape, 0, shape.size());
 }
 
+int64_t safeNumElements(const TensorType &t) {
+  for (int64_t d : t.shape)
+    if (d == 0)
+      return 0;
+  return t.numElements();
+}
+
 std::string TensorType::str() const {
   std::ostringstream os;
   os << dtypeName(dtype) << "[";

@@ -143,6 +143,10 @@ const schema::KernelSignature &signatureOf(schema::Kernel kernel);
 // Shared helpers
 //===----------------------------------------------------------------------===//
 
+/// Element count of \p t, computed without overflow when a dim is 0 (other
+/// dims of an empty value are not bounded by the loader).
+int64_t safeNumElements(const TensorType &t);
+
 /// Row-major strides (in elements) of \p shape.
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t> &shape);
 

@@ -1,4 +1,4 @@
-//===- matmul.cu - Batched matrix multiplication through cuBLASLt ---------===//
+//===- cuda.cu - Batched matrix multiplication through cuBLASLt -----------===//
 //
 // Row-major C = op(A) op(B) is computed as the column-major product
 // C^T = op(B)^T op(A)^T, so no operand is ever copied for layout. Batches

@@ -1,4 +1,4 @@
-//===- shape.cu - Data movement kernels and casts -------------------------===//
+//===- cuda.cu - Data movement on the GPU ---------------------------------===//
 //
 // transpose, broadcast, slice, slice_scatter and concat are strided walks
 // (Walk) between a contiguous buffer and a strided one. They only depend on
@@ -12,7 +12,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
-#include "core/convert.h"
 #include "cuda/cuda_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -23,15 +22,6 @@
 
 namespace cleave::rt::cuda {
 namespace {
-
-/// Element count of \p t, computed without overflow when a dim is 0 (other
-/// dims of an empty value are not bounded by the loader).
-int64_t safeNumElements(const TensorType &t) {
-  for (int64_t d : t.shape)
-    if (d == 0)
-      return 0;
-  return t.numElements();
-}
 
 bool aligned(const void *p, int unit) {
   return reinterpret_cast<uintptr_t>(p) % unit == 0;
@@ -193,47 +183,6 @@ DeviceFn walkFn(Walk w, const char *kernel) {
   return [w, kernel](const KernelArgs &args, Context &ctx) {
     return runWalk(w, args.operands[0], args.results[0], ctx.stream, kernel);
   };
-}
-
-//===----------------------------------------------------------------------===//
-// Casts
-//===----------------------------------------------------------------------===//
-
-template <typename From, typename To>
-__global__ void castKernel(const typename StorageOf<From>::type *in,
-                           typename StorageOf<To>::type *out, int64_t n) {
-  CLEAVE_GRID_LOOP(i, n) { out[i] = convertValue<From, To>(in[i]); }
-}
-
-using CastLaunch = void (*)(const void *, void *, int64_t, cudaStream_t);
-
-template <typename From, typename To>
-void launchCast(const void *in, void *out, int64_t n, cudaStream_t s) {
-  castKernel<From, To><<<gridFor(n), kBlock, 0, s>>>(
-      static_cast<const typename StorageOf<From>::type *>(in),
-      static_cast<typename StorageOf<To>::type *>(out), n);
-}
-
-template <typename From> CastLaunch castTo(DType to) {
-  switch (to) {
-#define CLEAVE_CAST_TO(D, T)                                                   \
-  case D:                                                                      \
-    return &launchCast<From, T>;
-    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_TO)
-#undef CLEAVE_CAST_TO
-  }
-  return nullptr;
-}
-
-CastLaunch castFrom(DType from, DType to) {
-  switch (from) {
-#define CLEAVE_CAST_FROM(D, T)                                                 \
-  case D:                                                                      \
-    return castTo<T>(to);
-    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_FROM)
-#undef CLEAVE_CAST_FROM
-  }
-  return nullptr;
 }
 
 //===----------------------------------------------------------------------===//
@@ -535,53 +484,6 @@ Status windowWalk(const P &attrs, const TensorType &whole,
 }
 
 } // namespace
-
-Status prepare_cast(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &a = info.operand(0), &r = info.result(0);
-  int64_t n = safeNumElements(r);
-  if (n == 0) {
-    *fn = [](const KernelArgs &, Context &) { return Status::ok(); };
-    return Status::ok();
-  }
-  if (a.dtype == r.dtype && r.dtype != DType::Bool) {
-    // The identity on every value; bool -> bool still canonicalises bytes.
-    size_t bytes = static_cast<size_t>(n) * dtypeSize(r.dtype);
-    *fn = [bytes](const KernelArgs &args, Context &ctx) {
-      if (args.operands[0] == args.results[0])
-        return Status::ok();
-      return cudaStatus(cudaMemcpyAsync(args.results[0], args.operands[0],
-                                        bytes, cudaMemcpyDeviceToDevice,
-                                        ctx.stream),
-                        "cast");
-    };
-    return Status::ok();
-  }
-  if (info.params<schema::Kernel::k_cast>().range_checked)
-    return Status::error("cast: range-checked casts (float64 inputs) run on "
-                         "the CPU backend");
-  CastLaunch launch = castFrom(a.dtype, r.dtype);
-  if (!launch)
-    return Status::error("cast: unsupported dtypes " + a.str() + " -> " +
-                         r.str());
-  *fn = [launch, n](const KernelArgs &args, Context &ctx) {
-    launch(args.operands[0], args.results[0], n, ctx.stream);
-    return launchStatus("cast");
-  };
-  return Status::ok();
-}
-
-Status prepare_copy(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &r = info.result(0);
-  size_t bytes = static_cast<size_t>(safeNumElements(r)) * dtypeSize(r.dtype);
-  *fn = [bytes](const KernelArgs &args, Context &ctx) {
-    if (!bytes || args.operands[0] == args.results[0])
-      return Status::ok();
-    return cudaStatus(cudaMemcpyAsync(args.results[0], args.operands[0], bytes,
-                                      cudaMemcpyDeviceToDevice, ctx.stream),
-                      "copy");
-  };
-  return Status::ok();
-}
 
 Status prepare_transpose(const KernelInfo &info, DeviceFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);

@@ -1,4 +1,4 @@
-//===- elementwise.cpp - Elementwise, comparison and logical kernels ------===//
+//===- cpu.cpp - Elementwise, comparison and logical kernels --------------===//
 //
 // Same-shape operands take a flat loop the compiler can vectorise; broadcast
 // operands go through StridedLoop, whose coalesced inner dim usually has unit

@@ -1,6 +1,6 @@
-//===- collectives.cpp - all_reduce, all_gather, reduce_scatter on NCCL ---===//
+//===- cuda.cpp - all_reduce, all_gather, reduce_scatter on NCCL ----------===//
 //
-// Same geometry as the CPU kernels (runtime/cpu/collectives.cpp): NCCL
+// Same geometry as the CPU kernels (cpu.cpp beside this file): NCCL
 // concatenates per-rank chunks along dim 0, so a split along an inner dim is
 // packed into (or unpacked from) scratch with strided 2-D copies around it.
 //

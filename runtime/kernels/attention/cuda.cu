@@ -1,6 +1,6 @@
-//===- attention.cu - Fused attention and its backward on the GPU ---------===//
+//===- cuda.cu - Fused attention and its backward on the GPU --------------===//
 //
-// The correct fallback of the fused attention (runtime/cpu/attention.cpp
+// The correct fallback of the fused attention (cpu.cpp beside this file
 // documents the algorithm): one block per query row (forward, dq) or key row
 // (dk, dv), keys or queries taken 128 at a time with their probabilities in
 // shared memory, never a score matrix in global memory. Every output element

@@ -1,4 +1,4 @@
-//===- nn_backward.cpp - Adjoints of convolution and pooling --------------===//
+//===- cpu_backward.cpp - Adjoints of convolution and pooling -------------===//
 //
 // Both take a chunk of images at a time, their planes side by side (as the
 // forward conv does), so that small planes still give sgemm wide matrices:
@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cpu/nn_cpu.h"
+#include "kernels/conv_pool/cpu_nn.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
-//===- nn_cpu.h - Helpers of the CPU conv and pool kernels ------*- C++ -*-===//
+//===- cpu_nn.h - Helpers of the CPU conv and pool kernels ------*- C++ -*-===//
 
-#ifndef CLEAVE_RUNTIME_CPU_NN_CPU_H
-#define CLEAVE_RUNTIME_CPU_NN_CPU_H
+#ifndef CLEAVE_RUNTIME_KERNELS_CONV_POOL_CPU_NN_H
+#define CLEAVE_RUNTIME_KERNELS_CONV_POOL_CPU_NN_H
 
 #include "core/nn_geometry.h"
 #include "cpu/cpu_kernel.h"
@@ -64,4 +64,4 @@ void avgPoolTaps(const PoolGeometry &p, std::vector<int64_t> *rowTaps,
 
 } // namespace cleave::rt::nn
 
-#endif // CLEAVE_RUNTIME_CPU_NN_CPU_H
+#endif // CLEAVE_RUNTIME_KERNELS_CONV_POOL_CPU_NN_H

@@ -1,4 +1,4 @@
-//===- random.cu - Counter-based random number kernels --------------------===//
+//===- cuda_random.cu - Counter-based random number kernels ---------------===//
 //
 // random_uniform: element e of the (global) tensor is word e % 4 of the
 // Philox-4x32-10 block of counter (e / 4, step, stream) under key seed, with

@@ -1,4 +1,4 @@
-//===- shape_ops.cpp - Data movement kernels and casts --------------------===//
+//===- cpu.cpp - Data movement on the CPU ---------------------------------===//
 //
 // transpose, broadcast and slice are strided copies through StridedLoop, which
 // only depends on element size, so one instantiation per size serves every
@@ -22,31 +22,6 @@ namespace {
 KernelFn makeStridedCopy(StridedLoop loop, size_t elemSize) {
   return [loop = std::move(loop), elemSize](const KernelArgs &args) {
     stridedCopy(loop, elemSize, args.operands[0], args.results[0]);
-    return Status::ok();
-  };
-}
-
-template <typename From, typename To>
-void castLoop(int64_t n, const void *in, void *out) {
-  const auto *src = static_cast<const typename StorageOf<From>::type *>(in);
-  auto *dst = static_cast<typename StorageOf<To>::type *>(out);
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = convertValue<From, To>(src[i]);
-}
-
-template <typename From> KernelFn makeCast(DType to, int64_t n) {
-  void (*loop)(int64_t, const void *, void *) = nullptr;
-  switch (to) {
-#define CLEAVE_CAST_TO(D, T)                                                   \
-  case D:                                                                      \
-    loop = &castLoop<From, T>;                                                 \
-    break;
-    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_TO)
-#undef CLEAVE_CAST_TO
-  }
-  return [loop, n](const KernelArgs &args) {
-    loop(n, args.operands[0], args.results[0]);
     return Status::ok();
   };
 }
@@ -80,15 +55,6 @@ void gatherCopy(const uint8_t *data, const Index *indices, uint8_t *out,
     std::memcpy(out + t * rowBytes, data + (o * extent + v) * rowBytes,
                 rowBytes);
   }
-}
-
-/// Element count of \p t, computed without overflow when a dim is 0 (other
-/// dims of an empty value are not bounded by the loader).
-int64_t safeNumElements(const TensorType &t) {
-  for (int64_t d : t.shape)
-    if (d == 0)
-      return 0;
-  return t.numElements();
 }
 
 /// Normalised (non-negative) index j of \p indices, already range-checked.
@@ -173,45 +139,6 @@ void stridedScatter(const StridedLoop &loop, const T *in, T *out) {
 }
 
 } // namespace
-
-Status prepare_cast(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &a = info.operand(0), &r = info.result(0);
-  int64_t n = r.numElements();
-  switch (a.dtype) {
-#define CLEAVE_CAST_FROM(D, T)                                                 \
-  case D:                                                                      \
-    *fn = makeCast<T>(r.dtype, n);                                             \
-    break;
-    CLEAVE_FOR_EACH_DTYPE(CLEAVE_CAST_FROM)
-#undef CLEAVE_CAST_FROM
-  }
-  if (info.params<schema::Kernel::k_cast>().range_checked) {
-    // A float64 input of a program that computes in f32: a finite value
-    // beyond f32's range stops the step rather than becoming infinity.
-    *fn = [cast = std::move(*fn), n](const KernelArgs &args) {
-      const auto *x = static_cast<const double *>(args.operands[0]);
-      for (int64_t i = 0; i < n; ++i)
-        if (std::isfinite(x[i]) && std::isinf(static_cast<float>(x[i])))
-          return Status::error(
-              "float64 element " + std::to_string(i) + " (" +
-              std::to_string(x[i]) +
-              ") is beyond float32's range, in which the model computes");
-      return cast(args);
-    };
-  }
-  return Status::ok();
-}
-
-Status prepare_copy(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &r = info.result(0);
-  size_t bytes = static_cast<size_t>(r.numElements()) * dtypeSize(r.dtype);
-  *fn = [bytes](const KernelArgs &args) {
-    if (bytes && args.operands[0] != args.results[0])
-      std::memmove(args.results[0], args.operands[0], bytes);
-    return Status::ok();
-  };
-  return Status::ok();
-}
 
 Status prepare_transpose(const KernelInfo &info, KernelFn *fn) {
   const TensorType &a = info.operand(0), &r = info.result(0);

@@ -1,4 +1,4 @@
-//===- attention.cpp - Fused attention and its backward -------------------===//
+//===- cpu.cpp - Fused attention and its backward -------------------------===//
 //
 // FlashAttention's algorithm on the CPU: the scores exist only as one tile
 // of query rows by key columns at a time. The forward keeps a running

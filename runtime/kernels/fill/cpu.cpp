@@ -1,4 +1,4 @@
-//===- fill.cpp - The fill kernel -----------------------------------------===//
+//===- cpu.cpp - The fill kernel ------------------------------------------===//
 
 #include "cpu/cpu_kernel.h"
 

@@ -1,4 +1,4 @@
-//===- matmul.cpp - Batched matrix multiplication through cblas_sgemm -----===//
+//===- cpu.cpp - Batched matrix multiplication through cblas_sgemm --------===//
 //
 // Operands are used in place: transposition is passed to BLAS, and broadcast
 // batch dims only change which matrix each sgemm call reads.

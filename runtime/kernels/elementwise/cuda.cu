@@ -1,6 +1,6 @@
-//===- elementwise.cu - Elementwise, comparison, logical and fill kernels -===//
+//===- cuda.cu - Elementwise, comparison and logical kernels on the GPU ---===//
 //
-// The CUDA counterparts of runtime/cpu/elementwise.cpp and fill.cpp. Each
+// The CUDA counterparts of cpu.cpp beside this file. Each
 // functor uses the CPU kernel's formula (integer wrap-around, NaN handling,
 // bool truth as != 0) so that both backends agree. Same-shape operands take a
 // flat grid-stride loop; broadcast operands map each result index through an
@@ -110,10 +110,6 @@ __global__ void selectStrided(int64_t n, Indexer ix, bool narrow,
     operandOffsets<3>(ix, narrow, i, off);
     out[i] = c[off[0]] ? a[off[1]] : b[off[2]];
   }
-}
-
-template <typename T> __global__ void fillKernel(int64_t n, T value, T *out) {
-  CLEAVE_GRID_LOOP(i, n) { out[i] = value; }
 }
 
 /// A DeviceFn applying \p f to the n same-shape elements of operand 0.
@@ -480,16 +476,6 @@ Status prepareNumericUnary(const KernelInfo &info, DeviceFn *fn) {
   return Status::ok();
 }
 
-template <typename T> DeviceFn fillFn(int64_t n, T value) {
-  return [n, value](const KernelArgs &args, Context &ctx) -> Status {
-    if (n == 0)
-      return Status::ok();
-    fillKernel<<<gridFor(n), kBlock, 0, ctx.stream>>>(
-        n, value, static_cast<T *>(args.results[0]));
-    return launchStatus("fill");
-  };
-}
-
 } // namespace
 
 #define BINARY(NAME, OP)                                                       \
@@ -609,58 +595,6 @@ Status prepare_gelu(const KernelInfo &info, DeviceFn *fn) {
 Status prepare_leaky_relu(const KernelInfo &info, DeviceFn *fn) {
   double alpha = info.params<schema::Kernel::k_leaky_relu>().alpha;
   return prepareFloatUnary(info, fn, LeakyRelu{static_cast<float>(alpha)});
-}
-
-Status prepare_fill(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &r = info.result(0);
-  int64_t count = r.numElements();
-  const schema::ScalarValue &value =
-      info.params<schema::Kernel::k_fill>().value;
-  if (r.dtype == DType::F32) {
-    *fn = fillFn<float>(count, static_cast<float>(value.f));
-    return Status::ok();
-  }
-  int64_t v = value.i;
-  switch (r.dtype) {
-  case DType::I64:
-    *fn = fillFn<int64_t>(count, v);
-    break;
-  case DType::I32:
-    *fn = fillFn<int32_t>(count, static_cast<int32_t>(v));
-    break;
-  case DType::Bool:
-    *fn = fillFn<uint8_t>(count, v != 0);
-    break;
-  default:
-    return Status::error("fill: unsupported dtype");
-  }
-  return Status::ok();
-}
-
-template <typename T>
-__global__ void iotaKernel(T *out, int64_t count, int64_t inner,
-                           int64_t extent) {
-  CLEAVE_GRID_LOOP(i, count) { out[i] = static_cast<T>(i / inner % extent); }
-}
-
-Status prepare_iota(const KernelInfo &info, DeviceFn *fn) {
-  IotaGeometry g;
-  if (Status s = readIotaGeometry(info, &g); !s)
-    return s;
-  int64_t inner = g.inner, extent = g.extent, count = g.count;
-  bool wide = g.wide;
-  *fn = [=](const KernelArgs &args, Context &ctx) {
-    if (count == 0)
-      return Status::ok();
-    if (wide)
-      iotaKernel<<<gridFor(count), kBlock, 0, ctx.stream>>>(
-          static_cast<int64_t *>(args.results[0]), count, inner, extent);
-    else
-      iotaKernel<<<gridFor(count), kBlock, 0, ctx.stream>>>(
-          static_cast<int32_t *>(args.results[0]), count, inner, extent);
-    return launchStatus("iota");
-  };
-  return Status::ok();
 }
 
 } // namespace cleave::rt::cuda

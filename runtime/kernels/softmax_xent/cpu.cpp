@@ -1,4 +1,4 @@
-//===- cross_entropy.cpp - Fused cross-entropy statistics -----------------===//
+//===- cpu.cpp - Fused cross-entropy statistics ---------------------------===//
 //
 // One pass over each row of logits for both sums (forward) and one write of
 // the logits' gradient (backward), instead of the shifted logits, their

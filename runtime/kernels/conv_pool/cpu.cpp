@@ -1,7 +1,7 @@
-//===- nn.cpp - Normalisation, convolution and pooling kernels ------------===//
+//===- cpu.cpp - Convolution and pooling on the CPU -----------------------===//
 
 #include "core/kernel_math.h"
-#include "cpu/nn_cpu.h"
+#include "kernels/conv_pool/cpu_nn.h"
 
 #include <algorithm>
 #include <cmath>
@@ -298,88 +298,6 @@ Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
 }
 
 } // namespace
-
-Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0);
-  const auto &attrs = info.params<schema::Kernel::k_layer_norm>();
-  int64_t axis = attrs.axis;
-  double epsilon = attrs.epsilon;
-  int64_t outer = product(x.shape, 0, axis);
-  int64_t inner = product(x.shape, axis, x.shape.size());
-  float eps = static_cast<float>(epsilon);
-  *fn = [outer, inner, eps](const KernelArgs &args) {
-    const auto *x = static_cast<const float *>(args.operands[0]);
-    const auto *scale = static_cast<const float *>(args.operands[1]);
-    const auto *bias = static_cast<const float *>(args.operands[2]);
-    auto *y = static_cast<float *>(args.results[0]);
-    auto *meanOut = static_cast<float *>(args.results[1]);
-    auto *invStdOut = static_cast<float *>(args.results[2]);
-#pragma omp parallel for schedule(                                             \
-        static) if (outer > 1 && outer * inner > kParallelThreshold)
-    for (int64_t o = 0; o < outer; ++o) {
-      const float *row = x + o * inner;
-      float *out = y + o * inner;
-      // Double accumulation; the statistics themselves are rounded to f32
-      // before use, as they are also outputs.
-      double sum = 0;
-      for (int64_t i = 0; i < inner; ++i)
-        sum += row[i];
-      float mean = rowMean(sum, inner);
-      double sq = 0;
-      for (int64_t i = 0; i < inner; ++i) {
-        double d = static_cast<double>(row[i]) - mean;
-        sq += d * d;
-      }
-      float var = rowMean(sq, inner);
-      float invStd = invStdOf(var, eps);
-      for (int64_t i = 0; i < inner; ++i) {
-        float v = (row[i] - mean) * invStd;
-        if (scale)
-          v *= scale[i];
-        if (bias)
-          v += bias[i];
-        out[i] = v;
-      }
-      if (meanOut)
-        meanOut[o] = mean;
-      if (invStdOut)
-        invStdOut[o] = invStd;
-    }
-    return Status::ok();
-  };
-  return Status::ok();
-}
-
-Status prepare_batch_norm(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &x = info.operand(0);
-  int64_t channels = x.shape[1];
-  double epsilon = info.params<schema::Kernel::k_batch_norm>().epsilon;
-  int64_t n = x.shape[0];
-  int64_t plane = product(x.shape, 2, x.shape.size());
-  float eps = static_cast<float>(epsilon);
-  *fn = [n, channels, plane, eps](const KernelArgs &args) {
-    const auto *x = static_cast<const float *>(args.operands[0]);
-    const auto *scale = static_cast<const float *>(args.operands[1]);
-    const auto *bias = static_cast<const float *>(args.operands[2]);
-    const auto *mean = static_cast<const float *>(args.operands[3]);
-    const auto *var = static_cast<const float *>(args.operands[4]);
-    auto *y = static_cast<float *>(args.results[0]);
-    int64_t planes = n * channels;
-#pragma omp parallel for schedule(                                             \
-        static) if (planes > 1 && planes * plane > kParallelThreshold)
-    for (int64_t i = 0; i < planes; ++i) {
-      int64_t c = i % channels;
-      float invStd = invStdOf(var[c], eps);
-      float m = mean[c], s = scale[c], b = bias[c];
-      const float *src = x + i * plane;
-      float *dst = y + i * plane;
-      for (int64_t j = 0; j < plane; ++j)
-        dst[j] = (src[j] - m) * invStd * s + b;
-    }
-    return Status::ok();
-  };
-  return Status::ok();
-}
 
 Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
   ConvGeometry p;

@@ -1,6 +1,6 @@
-//===- cross_entropy.cu - Fused cross-entropy statistics on the GPU -------===//
+//===- cuda.cu - Fused cross-entropy statistics on the GPU ----------------===//
 //
-// runtime/cpu/cross_entropy.cpp's kernels: one block per row of logits,
+// cpu.cpp's kernels (beside this file): one block per row of logits,
 // its threads striding over the classes, the two sums reduced in double in
 // shared memory; the backward one thread per element.
 //

@@ -1,10 +1,9 @@
-//===- reduce.cu - Reductions, softmax and normalisation on the GPU -------===//
+//===- cuda.cu - The reductions on the GPU --------------------------------===//
 //
-// The GPU counterparts of runtime/cpu/reduce.cpp (reduce_*, softmax,
-// log_softmax) and of layer_norm and batch_norm in runtime/cpu/nn.cpp, with
-// the same accumulation types so results match the CPU backend to within
-// summation order: float sums, means and products accumulate in double,
-// integer ones in uint64_t (wrapping like the CPU), max/min propagate NaN.
+// The GPU counterparts of cpu.cpp beside it, with the same accumulation
+// types so results match the CPU backend to within summation order: float
+// sums, means and products accumulate in double, integer ones in uint64_t
+// (wrapping like the CPU), max/min propagate NaN.
 //
 // Reductions use the CPU's grouping of operand dims (adjacent dims of the
 // same kept/reduced status merged, unit dims dropped) and one of two layouts:
@@ -12,19 +11,16 @@
 //   outputs, so every step over the reduced dims reads contiguous memory;
 // - innermost group reduced ("run"): a thread (tiny reductions), a warp
 //   (short ones) or a block (long ones) reduces each output, combining by
-//   warp shuffles.
+//   warp shuffles (cuda/block_reduce.cuh).
 // When there are too few outputs to fill the GPU, the reduced range is split
 // across blocks that write partial accumulators to a scratch buffer owned by
 // the kernel; a second launch combines them in split order, so results are
 // deterministic.
 //
-// Softmax, log_softmax and layer_norm over contiguous rows give each row a
-// warp (rows up to kWarpRowLimit) or a block, looping over the row.
-//
 //===----------------------------------------------------------------------===//
 
 #include "core/kernel_math.h"
-#include "cuda/cuda_common.cuh"
+#include "cuda/block_reduce.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -34,82 +30,6 @@
 
 namespace cleave::rt::cuda {
 namespace {
-
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-/// Rows (or reductions) up to this many elements get one warp; longer ones a
-/// whole block of kBlock threads.
-constexpr int64_t kWarpRowLimit = 1024;
-/// Reductions of up to this many elements get one thread per output.
-constexpr int64_t kThreadRunLimit = 16;
-/// A few waves of blocks on an H200 (132 SMs): reductions with fewer output
-/// blocks than this split their reduced range.
-constexpr int64_t kTargetBlocks = 1024;
-/// Fewest reduced elements a thread handles per split; below it the extra
-/// launch and partial traffic cost more than the parallelism gains.
-constexpr int64_t kMinPerThread = 32;
-/// Largest gridDim.x a launch may use.
-constexpr int64_t kMaxGridX = std::numeric_limits<int32_t>::max();
-/// Largest gridDim.y.
-constexpr int64_t kMaxGridY = 65535;
-
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-Status gridError(const char *kernel, int64_t blocks) {
-  return Status::error(std::string(kernel) + ": " + std::to_string(blocks) +
-                       " blocks exceed the CUDA grid limit");
-}
-
-//===----------------------------------------------------------------------===//
-// Cooperative reductions
-//===----------------------------------------------------------------------===//
-
-/// Reduces \p v over the calling warp; every lane gets the result. The
-/// butterfly order is fixed, so the result is deterministic.
-template <typename Op, typename V> __device__ V warpAllReduce(V v) {
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1)
-    v = Op::merge(v, __shfl_xor_sync(kFullMask, v, offset));
-  return v;
-}
-
-/// Reduces \p v over the block (a multiple of kWarp threads, at most 1024);
-/// every thread gets the result. All threads must call it.
-template <typename Op, typename V> __device__ V blockAllReduce(V v) {
-  __shared__ V partial[kWarp];
-  v = warpAllReduce<Op>(v);
-  int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  // A previous call may still be reading `partial` in slower warps.
-  __syncthreads();
-  if (lane == 0)
-    partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / kWarp) ? partial[lane]
-                                                  : Op::identity();
-  return warpAllReduce<Op>(v);
-}
-
-/// A warp's or a block's all-reduce.
-template <bool kWarpGroup, typename Op, typename V>
-__device__ V groupAllReduce(V v) {
-  if constexpr (kWarpGroup)
-    return warpAllReduce<Op>(v);
-  else
-    return blockAllReduce<Op>(v);
-}
-
-/// Float max as std::max(acc, x) folds it on the CPU: NaN operands are
-/// skipped (the CPU's NaN shows up later, through exp).
-struct MaxOp {
-  __device__ static float identity() {
-    return -std::numeric_limits<float>::infinity();
-  }
-  __device__ static float merge(float a, float b) { return fmaxf(a, b); }
-};
-
-struct SumOp {
-  __device__ static double identity() { return 0.0; }
-  __device__ static double merge(double a, double b) { return a + b; }
-};
 
 //===----------------------------------------------------------------------===//
 // Reductions
@@ -541,214 +461,6 @@ Status prepareReduce(const KernelInfo &info, DeviceFn *fn, ReduceKind kind,
   return Status::ok();
 }
 
-//===----------------------------------------------------------------------===//
-// Softmax and log_softmax
-//===----------------------------------------------------------------------===//
-
-/// The CPU's max shift: a row of -inf shifts by 0 (so it becomes 0/0, NaN,
-/// like the reference frameworks); +inf stays.
-__device__ float softmaxShift(float maxValue) {
-  if (isinf(maxValue))
-    return maxValue > 0 ? maxValue : 0.0f;
-  return maxValue;
-}
-
-/// The row this thread works on, its lane in the row's group and the
-/// group's width: a warp per row (several rows per block) or a block per
-/// row. False for the surplus warps of the last block.
-template <bool kWarpRow>
-__device__ bool rowOfThread(int64_t outer, int64_t *row, int *lane,
-                            int *width) {
-  if constexpr (kWarpRow) {
-    *row = blockIdx.x * int64_t(blockDim.x / kWarp) + threadIdx.x / kWarp;
-    *lane = threadIdx.x % kWarp;
-    *width = kWarp;
-    return *row < outer;
-  }
-  *row = blockIdx.x;
-  *lane = threadIdx.x;
-  *width = blockDim.x;
-  return true;
-}
-
-/// Softmax over contiguous rows of \p extent: a warp per row (several rows
-/// per block) or a block per row.
-template <bool kWarpRow>
-__global__ void softmaxRowsKernel(const float *x, float *y, int64_t outer,
-                                  int64_t extent, bool logSoftmax) {
-  int64_t row;
-  int lane, width;
-  if (!rowOfThread<kWarpRow>(outer, &row, &lane, &width))
-    return;
-  const float *in = x + row * extent;
-  float *out = y + row * extent;
-  float maxValue = MaxOp::identity();
-  for (int64_t i = lane; i < extent; i += width)
-    maxValue = fmaxf(maxValue, in[i]);
-  float shift = softmaxShift(groupAllReduce<kWarpRow, MaxOp>(maxValue));
-  double sum = 0;
-  for (int64_t i = lane; i < extent; i += width)
-    sum += expf(in[i] - shift);
-  sum = groupAllReduce<kWarpRow, SumOp>(sum);
-  if (logSoftmax) {
-    // (x - max) - log(sum), as on the CPU, to keep log(sum)'s digits.
-    float logSum = static_cast<float>(log(sum));
-    for (int64_t i = lane; i < extent; i += width)
-      out[i] = (in[i] - shift) - logSum;
-  } else {
-    float scale = softmaxScale(sum);
-    for (int64_t i = lane; i < extent; i += width)
-      out[i] = expf(in[i] - shift) * scale;
-  }
-}
-
-/// Softmax along a non-innermost axis: a thread per (outer, inner) column;
-/// neighbouring threads read neighbouring inner elements.
-__global__ void softmaxColumnsKernel(const float *x, float *y, int64_t outer,
-                                     int64_t extent, int64_t inner,
-                                     bool logSoftmax) {
-  CLEAVE_GRID_LOOP(c, outer * inner) {
-    int64_t o = c / inner;
-    int64_t first = o * extent * inner + (c - o * inner);
-    const float *in = x + first;
-    float *out = y + first;
-    float maxValue = MaxOp::identity();
-    for (int64_t a = 0; a < extent; ++a)
-      maxValue = fmaxf(maxValue, in[a * inner]);
-    float shift = softmaxShift(maxValue);
-    double sum = 0;
-    for (int64_t a = 0; a < extent; ++a)
-      sum += expf(in[a * inner] - shift);
-    if (logSoftmax) {
-      float logSum = static_cast<float>(log(sum));
-      for (int64_t a = 0; a < extent; ++a)
-        out[a * inner] = (in[a * inner] - shift) - logSum;
-    } else {
-      float scale = softmaxScale(sum);
-      for (int64_t a = 0; a < extent; ++a)
-        out[a * inner] = expf(in[a * inner] - shift) * scale;
-    }
-  }
-}
-
-Status prepareSoftmax(const KernelInfo &info, DeviceFn *fn, bool logSoftmax,
-                      int64_t axis) {
-  const char *name = logSoftmax ? "log_softmax" : "softmax";
-  const TensorType &a = info.operand(0);
-  int64_t outer = product(a.shape, 0, axis);
-  int64_t extent = a.shape[axis];
-  int64_t inner = product(a.shape, axis + 1, a.shape.size());
-  bool warpRows = extent <= kWarpRowLimit;
-  int64_t blocks = warpRows ? ceilDiv(outer, kBlock / kWarp) : outer;
-  if (inner == 1 && blocks > kMaxGridX)
-    return gridError(name, blocks);
-  *fn = [=](const KernelArgs &args, Context &ctx) {
-    const auto *x = static_cast<const float *>(args.operands[0]);
-    auto *y = static_cast<float *>(args.results[0]);
-    if (outer * extent * inner == 0)
-      return Status::ok();
-    auto grid = static_cast<unsigned>(blocks);
-    if (inner != 1)
-      softmaxColumnsKernel<<<gridFor(outer * inner), kBlock, 0, ctx.stream>>>(
-          x, y, outer, extent, inner, logSoftmax);
-    else if (warpRows)
-      softmaxRowsKernel<true>
-          <<<grid, kBlock, 0, ctx.stream>>>(x, y, outer, extent, logSoftmax);
-    else
-      softmaxRowsKernel<false>
-          <<<grid, kBlock, 0, ctx.stream>>>(x, y, outer, extent, logSoftmax);
-    return launchStatus(name);
-  };
-  return Status::ok();
-}
-
-//===----------------------------------------------------------------------===//
-// Normalisation
-//===----------------------------------------------------------------------===//
-
-/// Layer norm over contiguous rows of \p inner. Statistics as on the CPU:
-/// double sums, the mean rounded to f32 before the variance pass, and the
-/// output products rounded one at a time (no FMA contraction), so y matches
-/// the CPU's operation order.
-template <bool kWarpRow>
-__global__ void layerNormKernel(const float *x, const float *scale,
-                                const float *bias, float *y, float *meanOut,
-                                float *invStdOut, int64_t outer, int64_t inner,
-                                float eps) {
-  int64_t row;
-  int lane, width;
-  if (!rowOfThread<kWarpRow>(outer, &row, &lane, &width))
-    return;
-  const float *in = x + row * inner;
-  float *out = y + row * inner;
-  double sum = 0;
-  for (int64_t i = lane; i < inner; i += width)
-    sum += in[i];
-  sum = groupAllReduce<kWarpRow, SumOp>(sum);
-  float mean = rowMean(sum, inner);
-  double sq = 0;
-  for (int64_t i = lane; i < inner; i += width) {
-    double d = static_cast<double>(in[i]) - mean;
-    sq += d * d;
-  }
-  sq = groupAllReduce<kWarpRow, SumOp>(sq);
-  float var = rowMean(sq, inner);
-  float invStd = invStdOf(var, eps);
-  for (int64_t i = lane; i < inner; i += width) {
-    float v = __fmul_rn(in[i] - mean, invStd);
-    if (scale)
-      v = __fmul_rn(v, scale[i]);
-    if (bias)
-      v = __fadd_rn(v, bias[i]);
-    out[i] = v;
-  }
-  if (lane != 0)
-    return;
-  if (meanOut)
-    meanOut[row] = mean;
-  if (invStdOut)
-    invStdOut[row] = invStd;
-}
-
-/// ((x - mean) * invStd) * scale + bias, rounded step by step like the CPU.
-__device__ float batchNormValue(float x, float mean, float invStd, float scale,
-                                float bias) {
-  return __fadd_rn(__fmul_rn(__fmul_rn(x - mean, invStd), scale), bias);
-}
-
-/// Batch norm with planes of at least half a block: blockIdx.y walks the
-/// (n, c) planes, so the channel and its inverse std are found once per
-/// plane instead of by two 64-bit divisions per element.
-__global__ void batchNormPlanesKernel(const float *x, const float *scale,
-                                      const float *bias, const float *mean,
-                                      const float *var, float *y,
-                                      int64_t planes, int64_t channels,
-                                      int64_t plane, float eps) {
-  for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-    int64_t c = p % channels;
-    float invStd = invStdOf(var[c], eps);
-    float m = mean[c], s = scale[c], b = bias[c];
-    const float *src = x + p * plane;
-    float *dst = y + p * plane;
-    for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < plane;
-         j += int64_t(gridDim.x) * blockDim.x)
-      dst[j] = batchNormValue(src[j], m, invStd, s, b);
-  }
-}
-
-/// Batch norm with small planes: a thread per element.
-__global__ void batchNormFlatKernel(const float *x, const float *scale,
-                                    const float *bias, const float *mean,
-                                    const float *var, float *y, int64_t total,
-                                    int64_t channels, int64_t plane,
-                                    float eps) {
-  CLEAVE_GRID_LOOP(i, total) {
-    int64_t c = (i / plane) % channels;
-    float invStd = invStdOf(var[c], eps);
-    y[i] = batchNormValue(x[i], mean[c], invStd, scale[c], bias[c]);
-  }
-}
-
 } // namespace
 
 Status prepare_reduce_sum(const KernelInfo &info, DeviceFn *fn) {
@@ -770,79 +482,6 @@ Status prepare_reduce_min(const KernelInfo &info, DeviceFn *fn) {
 Status prepare_reduce_prod(const KernelInfo &info, DeviceFn *fn) {
   return prepareReduce(info, fn, ReduceKind::Prod, "reduce_prod",
                        info.params<schema::Kernel::k_reduce_prod>().axes);
-}
-Status prepare_softmax(const KernelInfo &info, DeviceFn *fn) {
-  return prepareSoftmax(info, fn, /*logSoftmax=*/false,
-                        info.params<schema::Kernel::k_softmax>().axis);
-}
-Status prepare_log_softmax(const KernelInfo &info, DeviceFn *fn) {
-  return prepareSoftmax(info, fn, /*logSoftmax=*/true,
-                        info.params<schema::Kernel::k_log_softmax>().axis);
-}
-
-Status prepare_layer_norm(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &x = info.operand(0);
-  const auto &attrs = info.params<schema::Kernel::k_layer_norm>();
-  int64_t axis = attrs.axis;
-  double epsilon = attrs.epsilon;
-  int64_t outer = product(x.shape, 0, axis);
-  int64_t inner = product(x.shape, axis, x.shape.size());
-  bool warpRows = inner <= kWarpRowLimit;
-  int64_t blocks = warpRows ? ceilDiv(outer, kBlock / kWarp) : outer;
-  if (blocks > kMaxGridX)
-    return gridError("layer_norm", blocks);
-  float eps = static_cast<float>(epsilon);
-  *fn = [=](const KernelArgs &args, Context &ctx) {
-    if (outer == 0)
-      return Status::ok();
-    const auto *x = static_cast<const float *>(args.operands[0]);
-    const auto *scale = static_cast<const float *>(args.operands[1]);
-    const auto *bias = static_cast<const float *>(args.operands[2]);
-    auto *y = static_cast<float *>(args.results[0]);
-    auto *meanOut = static_cast<float *>(args.results[1]);
-    auto *invStdOut = static_cast<float *>(args.results[2]);
-    auto grid = static_cast<unsigned>(blocks);
-    if (warpRows)
-      layerNormKernel<true><<<grid, kBlock, 0, ctx.stream>>>(
-          x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
-    else
-      layerNormKernel<false><<<grid, kBlock, 0, ctx.stream>>>(
-          x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
-    return launchStatus("layer_norm");
-  };
-  return Status::ok();
-}
-
-Status prepare_batch_norm(const KernelInfo &info, DeviceFn *fn) {
-  const TensorType &x = info.operand(0);
-  double epsilon = info.params<schema::Kernel::k_batch_norm>().epsilon;
-  int64_t channels = x.shape[1];
-  int64_t planes = x.shape[0] * channels;
-  int64_t plane = product(x.shape, 2, x.shape.size());
-  float eps = static_cast<float>(epsilon);
-  *fn = [=](const KernelArgs &args, Context &ctx) {
-    if (planes * plane == 0)
-      return Status::ok();
-    const auto *x = static_cast<const float *>(args.operands[0]);
-    const auto *scale = static_cast<const float *>(args.operands[1]);
-    const auto *bias = static_cast<const float *>(args.operands[2]);
-    const auto *mean = static_cast<const float *>(args.operands[3]);
-    const auto *var = static_cast<const float *>(args.operands[4]);
-    auto *y = static_cast<float *>(args.results[0]);
-    // Planes narrower than half a block would idle most of its threads.
-    if (plane >= kBlock / 2) {
-      dim3 grid(static_cast<unsigned>(
-                    std::min<int64_t>(ceilDiv(plane, kBlock), kTargetBlocks)),
-                static_cast<unsigned>(std::min(planes, kMaxGridY)));
-      batchNormPlanesKernel<<<grid, kBlock, 0, ctx.stream>>>(
-          x, scale, bias, mean, var, y, planes, channels, plane, eps);
-    } else {
-      batchNormFlatKernel<<<gridFor(planes * plane), kBlock, 0, ctx.stream>>>(
-          x, scale, bias, mean, var, y, planes * plane, channels, plane, eps);
-    }
-    return launchStatus("batch_norm");
-  };
-  return Status::ok();
 }
 
 } // namespace cleave::rt::cuda

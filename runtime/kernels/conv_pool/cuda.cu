@@ -1,7 +1,7 @@
-//===- conv.cu - Convolution and pooling kernels and their adjoints -------===//
+//===- cuda.cu - Convolution and pooling kernels and their adjoints -------===//
 //
-// Direct kernels in place of the CPU backend's im2col + sgemm (nn.cpp,
-// nn_backward.cpp): the models are small CNNs, and a direct kernel needs no
+// Direct kernels in place of the CPU backend's im2col + sgemm (cpu.cpp,
+// cpu_backward.cpp): the models are small CNNs, and a direct kernel needs no
 // column scratch, which a captured step could not allocate. The geometry comes
 // from the readers in runtime/core/nn_geometry.{h,cpp}, so both
 // backends agree on it by construction.

@@ -1,4 +1,4 @@
-//===- collectives.cpp - all_reduce, all_gather, reduce_scatter -----------===//
+//===- cpu.cpp - all_reduce, all_gather, reduce_scatter -------------------===//
 //
 // Axes, dims and shapes are checked against the communicator by the shape
 // rules (runtime/kernels/collectives/shape.cpp); the kernels pack/unpack
