@@ -71,6 +71,10 @@ constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
 /// attribute where it is one of Megatron's own reductions.
 constexpr llvm::StringLiteral kReasonAttr = "cleave.reason";
 constexpr llvm::StringLiteral kMegatronAttr = "cleave.megatron";
+/// all_reduce of one gradient: the bucket (i64, unique in its function) the
+/// partitioner priced it in; --cleave-bucket-gradients sums each bucket's
+/// members as one flat tensor and drops the attribute.
+constexpr llvm::StringLiteral kBucketAttr = "cleave.bucket";
 /// Partitioned gather / scatter_add: the mesh axes (array<i64>) over which
 /// its table (result) is split along the gather axis, and the table's real
 /// extent (i64) when the ranks' chunks are padded.

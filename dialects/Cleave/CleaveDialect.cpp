@@ -71,6 +71,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kPhaseAttr, AttrValue::String, OnOp},
     {kReasonAttr, AttrValue::String, OnOp},
     {kMegatronAttr, AttrValue::Unit, OnOp},
+    {kBucketAttr, AttrValue::Int, OnOp},
     {kShardAxesAttr, AttrValue::IntArray, OnOp},
     {kShardSizeAttr, AttrValue::Int, OnOp},
     {kNoGradAttr, AttrValue::Unit, OnOp},

@@ -77,6 +77,9 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     partition.planFile = options.planFile;
     pm.addPass(createPartitionPass(partition));
   }
+  if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
+      !options.planFile.empty())
+    pm.addNestedPass<func::FuncOp>(createBucketGradientsPass());
   buildForwardPipeline(pm);
 }
 

@@ -697,3 +697,49 @@ struct ChooseLayoutsPass
 };
 
 } // namespace
+
+FailureOr<std::optional<RecordedLayouts>>
+mlir::cleave::readRecordedLayouts(func::FuncOp func, int64_t tp) {
+  RecordedLayouts rec;
+  bool recorded = false;
+  if (auto words = func->getAttrOfType<StringAttr>(kPartitionHowAttr)) {
+    recorded = true;
+    SmallVector<StringRef, 2> parts;
+    words.getValue().split(parts, ',', -1, /*KeepEmpty=*/false);
+    for (StringRef w : parts) {
+      if (w == "embed_products")
+        rec.how.embedProducts = true;
+      else if (w == "partial_fan_out")
+        rec.how.partialFanOut = true;
+      else
+        return func.emitError("unknown partitioning option '")
+               << w << "' in " << kPartitionHowAttr;
+    }
+  }
+  if (auto forTp = func->getAttrOfType<IntegerAttr>(kLayoutsForAttr)) {
+    if (forTp.getInt() != tp)
+      return func.emitError("the layouts were chosen for tp=")
+             << forTp.getInt() << " (--cleave-choose-layouts), not tp=" << tp;
+    recorded = true;
+  }
+  SmallVector<StringRef> whole;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+    if (!name)
+      continue;
+    if (auto text = func.getArgAttrOfType<StringAttr>(i, kLayoutWhyAttr))
+      rec.why[name.getValue()] = text.getValue().str();
+    auto layout = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
+    if (!layout || layout.getDim() < 0) {
+      whole.push_back(name.getValue());
+      continue;
+    }
+    rec.layouts[name.getValue()] =
+        Layout::split(layout.getDim(), layout.getBlocks(), layout.getGranule());
+  }
+  if (rec.layouts.empty() && !recorded)
+    return std::optional<RecordedLayouts>();
+  for (StringRef name : whole)
+    rec.layouts[name] = Layout::replicated();
+  return std::optional<RecordedLayouts>(std::move(rec));
+}

@@ -45,64 +45,38 @@ struct PartitionPass
   std::map<std::string, PartitionOptions> chosenHow;
 };
 
-/// --cleave-choose-layouts's choice for \p func, read off (and removed
-/// from) it and its parameters: each recorded layout and why, and every
-/// other parameter replicated. Empty where none was recorded; an error
-/// where it was chosen for another tp.
+/// --cleave-choose-layouts's choice for \p func (readRecordedLayouts), then
+/// removed from it and its parameters (the rewrite records the local
+/// layouts; ZeRO's split over dp, from --cleave-partition-data, stays).
+/// Empty where none was recorded.
 FailureOr<ParameterLayouts>
 takeChosenLayouts(func::FuncOp func, int64_t tp, LayoutAlternatives &why,
                   std::optional<PartitionOptions> &how) {
-  ParameterLayouts chosen;
-  bool recorded = func->hasAttr(kLayoutsForAttr);
-  if (auto words = func->getAttrOfType<StringAttr>(kPartitionHowAttr)) {
-    SmallVector<StringRef, 2> parts;
-    words.getValue().split(parts, ',', -1, /*KeepEmpty=*/false);
-    how.emplace();
-    for (StringRef w : parts) {
-      if (w == "embed_products")
-        how->embedProducts = true;
-      else if (w == "partial_fan_out")
-        how->partialFanOut = true;
-      else
-        return func.emitError("unknown partitioning option '")
-               << w << "' in " << kPartitionHowAttr;
-    }
-    func->removeAttr(kPartitionHowAttr);
-  }
-  if (auto forTp = func->getAttrOfType<IntegerAttr>(kLayoutsForAttr)) {
-    if (forTp.getInt() != tp)
-      return func.emitError("the layouts were chosen for tp=")
-             << forTp.getInt() << " (--cleave-choose-layouts), not tp=" << tp;
-    func->removeAttr(kLayoutsForAttr);
-  }
-  SmallVector<StringRef> whole;
+  FailureOr<std::optional<RecordedLayouts>> rec = readRecordedLayouts(func, tp);
+  if (failed(rec))
+    return failure();
+  if (func->hasAttr(kPartitionHowAttr))
+    how = (*rec) ? (*rec)->how : PartitionOptions();
+  func->removeAttr(kPartitionHowAttr);
+  func->removeAttr(kLayoutsForAttr);
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
-    auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
-    if (!name)
+    if (!func.getArgAttr(i, kParameterAttr))
       continue;
-    if (auto text = func.getArgAttrOfType<StringAttr>(i, kLayoutWhyAttr)) {
-      why[name.getValue()] = text.getValue().str();
-      func.removeArgAttr(i, kLayoutWhyAttr);
-    }
+    func.removeArgAttr(i, kLayoutWhyAttr);
     auto layout = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
-    if (!layout || layout.getDim() < 0) {
-      whole.push_back(name.getValue());
+    if (!layout || layout.getDim() < 0)
       continue;
-    }
-    // ZeRO's split over dp (--cleave-partition-data ran first) stays.
     if (layout.getDpDim() >= 0)
       func.setArgAttr(
           i, kLayoutAttr,
           LayoutAttr::get(func.getContext(), -1, 1, 1, layout.getDpDim()));
     else
       func.removeArgAttr(i, kLayoutAttr);
-    chosen[name.getValue()] =
-        Layout::split(layout.getDim(), layout.getBlocks(), layout.getGranule());
   }
-  if (!chosen.empty() || recorded)
-    for (StringRef name : whole)
-      chosen[name] = Layout::replicated();
-  return chosen;
+  if (!*rec)
+    return ParameterLayouts();
+  why = std::move((*rec)->why);
+  return std::move((*rec)->layouts);
 }
 
 LogicalResult PartitionPass::readPlan(func::FuncOp func,

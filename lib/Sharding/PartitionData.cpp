@@ -32,24 +32,13 @@ struct PartitionDataPass
 /// --cleave-choose-layouts recorded on \p func's parameters (left there for
 /// --cleave-partition), else the search's own.
 FailureOr<ParameterLayouts> tpLayouts(func::FuncOp func, int64_t tp) {
-  ParameterLayouts layouts;
-  if (auto forTp = func->getAttrOfType<IntegerAttr>(kLayoutsForAttr)) {
-    if (forTp.getInt() != tp)
-      return func.emitError("the layouts were chosen for tp=")
-             << forTp.getInt() << " (--cleave-choose-layouts), not tp=" << tp;
-    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
-      auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
-      if (!name)
-        continue;
-      auto l = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
-      layouts[name.getValue()] =
-          l && l.getDim() >= 0
-              ? Layout::split(l.getDim(), l.getBlocks(), l.getGranule())
-              : Layout::replicated();
-    }
-    return layouts;
-  }
-  return chooseLayouts(func, tp, layouts, CostModel());
+  FailureOr<std::optional<RecordedLayouts>> rec = readRecordedLayouts(func, tp);
+  if (failed(rec))
+    return failure();
+  if (*rec)
+    return std::move((*rec)->layouts);
+  ParameterLayouts none;
+  return chooseLayouts(func, tp, none, CostModel());
 }
 
 void PartitionDataPass::runOnOperation() {

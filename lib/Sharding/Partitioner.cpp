@@ -346,40 +346,26 @@ Value Partitioner::reduceGradients(int32_t id) {
     converted[whole] = out;
     return out;
   }
-  // Flattened, concatenated, reduced once and cut apart again.
-  SmallVector<Value> flat;
-  SmallVector<int64_t> sizes;
-  for (int32_t g : bucket) {
-    auto type = typeOf(index.values[g]);
-    sizes.push_back(type.getNumElements());
-    flat.push_back(ReshapeOp::create(
-        builder, loc, RankedTensorType::get({sizes.back()}, elem),
-        mapping.lookup(index.values[g])));
-  }
-  int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
-  auto allType = RankedTensorType::get({total}, elem);
-  Value all = ConcatOp::create(builder, loc, allType, flat, uint64_t(0));
-  all = AllReduceOp::create(builder, loc, ReduceKind::sum, all, axes);
+  // One all-reduce per member, each marked with the bucket:
+  // --cleave-bucket-gradients sums them as one flat tensor.
   std::string others;
   for (int32_t g : ArrayRef<int32_t>(bucket).drop_front())
     others +=
         (others.empty() ? "'" : ", '") + index.gradientOf.lookup(g).str() + "'";
-  tag(all.getDefiningOp(),
+  std::string reason =
       "one bucket: the gradient of parameter '" +
-          index.gradientOf.lookup(id).str() + "' and those of " + others +
-          " are partial sums on every rank (their uses see the values whole "
-          "but each rank's share of the results); for '" +
-          index.gradientOf.lookup(id).str() + "', " +
-          alternativeOf(index.gradientOf.lookup(id)),
-      false);
-  int64_t at = 0;
-  for (auto [g, n] : llvm::zip(bucket, sizes)) {
-    Value piece =
-        SliceOp::create(builder, loc, RankedTensorType::get({n}, elem), all,
-                        SmallVector<int64_t>{at}, SmallVector<int64_t>{1});
-    converted[key(g, Layout::replicated())] =
-        ReshapeOp::create(builder, loc, typeOf(index.values[g]), piece);
-    at += n;
+      index.gradientOf.lookup(id).str() + "' and those of " + others +
+      " are partial sums on every rank (their uses see the values whole "
+      "but each rank's share of the results); for '" +
+      index.gradientOf.lookup(id).str() + "', " +
+      alternativeOf(index.gradientOf.lookup(id));
+  IntegerAttr number = builder.getI64IntegerAttr(buckets++);
+  for (int32_t g : bucket) {
+    Value out = AllReduceOp::create(builder, loc, ReduceKind::sum,
+                                    mapping.lookup(index.values[g]), axes);
+    tag(out.getDefiningOp(), reason, false);
+    out.getDefiningOp()->setAttr(kBucketAttr, number);
+    converted[key(g, Layout::replicated())] = out;
   }
   return converted[whole];
 }
@@ -915,8 +901,15 @@ Layout Partitioner::stateLayout(RankedTensorType type, Layout param,
 
 FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   Block &body = func.getBody().front();
-  if (rewrite)
+  if (rewrite) {
     classifyPhases();
+    // Bucket numbers stay unique in the function across walks (the dp
+    // pass's, then the tp pass's) until --cleave-bucket-gradients merges.
+    func.walk([&](AllReduceOp op) {
+      if (auto n = op->getAttrOfType<IntegerAttr>(kBucketAttr))
+        buckets = std::max(buckets, n.getInt() + 1);
+    });
+  }
   auto layoutOfParameter = [&](StringRef name) {
     auto it = params.find(name);
     return it == params.end() ? Layout::replicated() : it->second;

@@ -259,6 +259,10 @@ private:
     if (alternatives)
       if (auto it = alternatives->find(param); it != alternatives->end())
         return it->second;
+    // The dp walk chooses no layout: the batch, not the parameter, is split.
+    if (splitInputs)
+      return "each dp rank holds it whole and sums its gradient over a "
+             "share of the batch";
     return "its layout was fixed by --plan";
   }
   /// Sets the phase and the reason on a collective just built.
@@ -282,6 +286,8 @@ private:
     return {(static_cast<uint64_t>(id) << 32) | code, l.granule};
   }
   std::string phase = "forward";
+  /// The next gradient bucket's number (kBucketAttr).
+  int64_t buckets = 0;
   /// forward: the loss depends on it; optimizer: it depends on optimizer
   /// state or the step, or only feeds new parameters; backward: the rest.
   llvm::DenseMap<Operation *, std::string> phaseOf;

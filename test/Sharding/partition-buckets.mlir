@@ -1,7 +1,7 @@
-// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-partition=tp=4 | FileCheck %s
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-partition=tp=4 --cleave-bucket-gradients | FileCheck %s
 // The layouts chosen by their own pass, as the pipeline does: the same
 // step, with the search's reasons (not "fixed by --plan").
-// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-choose-layouts=tp=4 --cleave-partition=tp=4 | FileCheck %s
+// RUN: cleave-opt %s --cleave-autodiff --cleave-optimizer="optimizer=sgd lr=0.1" --canonicalize --cse --cleave-choose-layouts=tp=4 --cleave-partition=tp=4 --cleave-bucket-gradients | FileCheck %s
 
 // A parallel block from two norms (GPT-NeoX): each branch's column-parallel
 // input gradient is a partial sum, and a LayerNorm backward is linear in

@@ -3,11 +3,15 @@
 // default the cost model's: 1.25 MB), so the sums can overlap the rest of
 // the backward pass. Here two gradients of 64 bytes (w2's is finished
 // first, as backward passes run) and one of 32 (b).
-// RUN: cleave-opt %s --cleave-partition-data="dp=2 gradient-bucket-bytes=64" | FileCheck %s --check-prefix=EACH
-// RUN: cleave-opt %s --cleave-partition-data="dp=2 gradient-bucket-bytes=100" | FileCheck %s --check-prefix=PAIR
-// RUN: cleave-opt %s --cleave-partition-data="dp=2" | FileCheck %s --check-prefix=ONE
+// The partition pass prices the buckets and marks each gradient's
+// all-reduce with its bucket; --cleave-bucket-gradients sums each bucket as
+// one.
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 gradient-bucket-bytes=64" --cleave-bucket-gradients | FileCheck %s --check-prefix=EACH
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 gradient-bucket-bytes=100" --cleave-bucket-gradients | FileCheck %s --check-prefix=PAIR
+// RUN: cleave-opt %s --cleave-partition-data="dp=2" --cleave-bucket-gradients | FileCheck %s --check-prefix=ONE
+// RUN: cleave-opt %s --cleave-partition-data="dp=2" | FileCheck %s --check-prefix=MARKS
 // Before a tp pass each gradient is summed alone, where it is finished.
-// RUN: cleave-opt %s --cleave-partition-data="dp=2 tp=2" --cleave-partition="tp=2" | FileCheck %s --check-prefix=MESH
+// RUN: cleave-opt %s --cleave-partition-data="dp=2 tp=2" --cleave-partition="tp=2" --cleave-bucket-gradients | FileCheck %s --check-prefix=MESH
 
 // A bucket of 64 bytes is full with each weight's gradient: each summed
 // right after it; b's (32 bytes) goes when the last gradient is finished.
@@ -34,6 +38,13 @@
 // ONE: %[[GB:.*]] = cleave.reduce sum %{{.*}} dims = [0] : (tensor<1x8xf32>) -> tensor<8xf32>
 // ONE: cleave.all_reduce sum %{{.*}} axes = [0] {{.*}}one bucket{{.*}} : tensor<40xf32>
 // ONE-NOT: cleave.all_reduce sum {{.*}} : tensor<{{4x4|8}}xf32>
+
+// Unmerged, the default's one bucket is three marked all-reduces, where
+// the last gradient (b's) is finished, in the bucket's order.
+// MARKS: %[[GB:.*]] = cleave.reduce sum %{{.*}} dims = [0] : (tensor<1x8xf32>) -> tensor<8xf32>
+// MARKS-NEXT: cleave.all_reduce sum %[[GB]] axes = [0] {cleave.bucket = 0 : i64, {{.*}}one bucket: the gradient of parameter 'b' and those of 'w2', 'w1'{{.*}}for 'b', each dp rank holds it whole{{.*}} : tensor<8xf32>
+// MARKS-NEXT: cleave.all_reduce sum %{{.*}} axes = [0] {cleave.bucket = 0 : i64, {{.*}} : tensor<4x4xf32>
+// MARKS-NEXT: cleave.all_reduce sum %{{.*}} axes = [0] {cleave.bucket = 0 : i64, {{.*}} : tensor<4x4xf32>
 
 // MESH: %[[G2:.*]] = cleave.matmul %{{.*}}, %{{.*}} {transpose_lhs}
 // MESH-NEXT: cleave.all_reduce sum %[[G2]] axes = [0]

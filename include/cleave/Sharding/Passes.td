@@ -72,7 +72,8 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     shapes, and `cleave.all_reduce` / `cleave.all_gather` /
     `cleave.shard_slice` are inserted where layouts meet. Partial sums stay
     pending through linear ops; replicated parameters' partial gradients
-    are reduced in one bucket. Every collective carries `cleave.reason`
+    are priced as one bucket and each marked `cleave.bucket`, for
+    `--cleave-bucket-gradients` to sum as one. Every collective carries `cleave.reason`
     (the op that needed it and what keeping the split would have cost) and,
     where it is one of Megatron's reductions, `cleave.megatron`. The result
     is one SPMD program: every rank
@@ -124,7 +125,9 @@ def PartitionDataPass : Pass<"cleave-partition-data", "ModuleOp"> {
     Gradients are summed where the backward pass finishes them, so the rest
     of it hides the sums: in buckets of at least `gradient-bucket-bytes`
     (by default the smallest whose latency is a tenth of its transfer),
-    each reduced right after the gradient that fills it. ZeRO (`zero`):
+    each reduced right after the gradient that fills it (one all-reduce per
+    gradient, marked `cleave.bucket`; `--cleave-bucket-gradients` merges
+    each bucket). ZeRO (`zero`):
     stage 1 splits the optimizer state over dp (each rank updates its
     shard, the parameters are gathered), 2 also reduce-scatters each
     gradient where it is final, 3 also keeps the parameters split and
@@ -177,6 +180,38 @@ def PartitionDataPass : Pass<"cleave-partition-data", "ModuleOp"> {
            "cost model's size, where a bucket's latency is a tenth of its "
            "transfer)">,
   ];
+}
+
+def BucketGradientsPass : Pass<"cleave-bucket-gradients", "func::FuncOp"> {
+  let summary = "Sums each gradient bucket the partitioner priced as one flat all-reduce";
+  let description = [{
+    The partition passes price gradient buckets (one latency per bucket is
+    what makes keeping a gradient partial until the backward pass finishes
+    it pay) and emit one `cleave.all_reduce` per gradient, each marked
+    `cleave.bucket = N`, the members of a bucket adjacent where its last
+    gradient is final. This pass sums each bucket of two or more as one:
+    the members' operands flattened and concatenated, one all-reduce (with
+    the bucket's phase and reason), cut apart and reshaped back for their
+    users; a bucket of one just loses its mark. Every member of a bucket
+    must be a sum over the same mesh axes of one element type.
+
+    Before (two gradients in bucket 0):
+    ```mlir
+    %a = cleave.all_reduce sum %g1 axes = [0] {cleave.bucket = 0 : i64, cleave.phase = "backward", cleave.reason = "one bucket: ..."} : tensor<4x4xf32>
+    %b = cleave.all_reduce sum %g2 axes = [0] {cleave.bucket = 0 : i64, cleave.phase = "backward", cleave.reason = "one bucket: ..."} : tensor<8xf32>
+    ```
+    After (one all-reduce of 24 floats):
+    ```mlir
+    %0 = cleave.reshape %g1 : tensor<4x4xf32> -> tensor<16xf32>
+    %1 = cleave.reshape %g2 : tensor<8xf32> -> tensor<8xf32>
+    %2 = cleave.concat %0, %1 axis = 0 : (tensor<16xf32>, tensor<8xf32>) -> tensor<24xf32>
+    %3 = cleave.all_reduce sum %2 axes = [0] {cleave.phase = "backward", cleave.reason = "one bucket: ..."} : tensor<24xf32>
+    %4 = cleave.slice %3 starts = [0] steps = [1] : tensor<24xf32> -> tensor<16xf32>
+    %a = cleave.reshape %4 : tensor<16xf32> -> tensor<4x4xf32>
+    %5 = cleave.slice %3 starts = [16] steps = [1] : tensor<24xf32> -> tensor<8xf32>
+    %b = cleave.reshape %5 : tensor<8xf32> -> tensor<8xf32>
+    ```
+  }];
 }
 
 def SegmentParametersPass : Pass<"cleave-segment-parameters", "func::FuncOp"> {

@@ -195,6 +195,23 @@ chooseLayouts(func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
               const CostModel &cost, LayoutAlternatives *alternatives = nullptr,
               PartitionOptions *options = nullptr);
 
+/// What --cleave-choose-layouts recorded on a function: every parameter's
+/// layout (replicated where none is recorded), why the searched ones were
+/// chosen, and how the search scored them.
+struct RecordedLayouts {
+  ParameterLayouts layouts;
+  LayoutAlternatives why;
+  PartitionOptions how;
+};
+
+/// Reads --cleave-choose-layouts's record off \p func, leaving it there:
+/// std::nullopt where none was recorded; an error where it was chosen for
+/// another tp, or names an unknown way of scoring. The passes that apply it
+/// (--cleave-partition-data for ZeRO's splits, --cleave-partition) share
+/// this one reader.
+FailureOr<std::optional<RecordedLayouts>> readRecordedLayouts(func::FuncOp func,
+                                                              int64_t tp);
+
 /// Attaches the ShardingRuleOpInterface models of the cleave ops.
 void registerShardingRules(DialectRegistry &registry);
 
