@@ -71,3 +71,44 @@ func.func @kept(%x: tensor<3x4xf32> {cleave.input = "x"}, %e: tensor<4x6xf32> {c
   %8 = cleave.slice %6 starts = [0, 4] steps = [1, 1] : tensor<3x6xf32> -> tensor<3x2xf32>
   return %1, %2, %4, %8, %7, %s : tensor<3x3xf32>, tensor<3x3xf32>, tensor<3x4xf32>, tensor<3x2xf32>, tensor<3x4xf32>, tensor<4x6xf32>
 }
+
+// -----
+
+// Any op whose rule keeps the sliced dimension parallel carries the split:
+// a GELU and a division by a per-column scale between the fused matmul and
+// the slices (the weight's columns and the scale are each cut in two).
+// CHECK-LABEL: func.func @through_elementwise
+// CHECK-SAME: tensor<4x6xf32> {cleave.parameter = "w[:, 0:6]", cleave.segment = array<i64: 1, 0, 6>, cleave.segment_of = "w"}
+// CHECK-SAME: tensor<4x2xf32> {cleave.parameter = "w[:, 6:8]", cleave.segment = array<i64: 1, 6, 2>, cleave.segment_of = "w"}
+// CHECK-SAME: tensor<1x6xf32> {cleave.parameter = "s[:, 0:6]", cleave.segment = array<i64: 1, 0, 6>, cleave.segment_of = "s"}
+// CHECK-SAME: tensor<1x2xf32> {cleave.parameter = "s[:, 6:8]", cleave.segment = array<i64: 1, 6, 2>, cleave.segment_of = "s"}
+// CHECK-DAG: cleave.gelu %{{.*}} : tensor<3x6xf32>
+// CHECK-DAG: cleave.gelu %{{.*}} : tensor<3x2xf32>
+// CHECK-NOT: cleave.slice
+// CHECK: return
+func.func @through_elementwise(%x: tensor<3x4xf32> {cleave.input = "x"}, %w: tensor<4x8xf32> {cleave.parameter = "w"}, %s: tensor<1x8xf32> {cleave.parameter = "s"}) -> (tensor<3x6xf32>, tensor<3x2xf32>) {
+  %0 = cleave.matmul %x, %w : (tensor<3x4xf32>, tensor<4x8xf32>) -> tensor<3x8xf32>
+  %1 = cleave.gelu %0 : tensor<3x8xf32>
+  %2 = cleave.div %1, %s : (tensor<3x8xf32>, tensor<1x8xf32>) -> tensor<3x8xf32>
+  %a = cleave.slice %2 starts = [0, 0] steps = [1, 1] : tensor<3x8xf32> -> tensor<3x6xf32>
+  %c = cleave.slice %2 starts = [0, 6] steps = [1, 1] : tensor<3x8xf32> -> tensor<3x2xf32>
+  return %a, %c : tensor<3x6xf32>, tensor<3x2xf32>
+}
+
+// -----
+
+// A softmax over the sliced dimension mixes the pieces: the weight stays
+// one parameter, and the slices stay.
+// CHECK-LABEL: func.func @across_softmax
+// CHECK-SAME: tensor<4x8xf32> {cleave.parameter = "w"}
+// CHECK-NOT: cleave.segment
+// CHECK: cleave.softmax
+// CHECK: cleave.slice
+// CHECK: cleave.slice
+func.func @across_softmax(%x: tensor<3x4xf32> {cleave.input = "x"}, %w: tensor<4x8xf32> {cleave.parameter = "w"}) -> (tensor<3x6xf32>, tensor<3x2xf32>) {
+  %0 = cleave.matmul %x, %w : (tensor<3x4xf32>, tensor<4x8xf32>) -> tensor<3x8xf32>
+  %1 = cleave.softmax %0 axis = 1 : tensor<3x8xf32>
+  %a = cleave.slice %1 starts = [0, 0] steps = [1, 1] : tensor<3x8xf32> -> tensor<3x6xf32>
+  %c = cleave.slice %1 starts = [0, 6] steps = [1, 1] : tensor<3x8xf32> -> tensor<3x2xf32>
+  return %a, %c : tensor<3x6xf32>, tensor<3x2xf32>
+}
