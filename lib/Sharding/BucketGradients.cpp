@@ -33,30 +33,48 @@ struct BucketGradientsPass
   void runOnOperation() override;
 };
 
-/// Checks that \p members can be summed as one: sums over the same axes, of
-/// one element type, in one block.
+/// The last of \p members in their block.
+AllReduceOp lastOf(SmallVectorImpl<AllReduceOp> &members) {
+  AllReduceOp last = members.front();
+  for (AllReduceOp op : members)
+    if (last->isBeforeInBlock(op))
+      last = op;
+  return last;
+}
+
+/// Checks that \p members can be summed as one after the last of them:
+/// sums over the same axes, of one element type, in one block, none of
+/// them read before that point (by another member or any other op).
 LogicalResult checkBucket(SmallVectorImpl<AllReduceOp> &members) {
   AllReduceOp first = members.front();
+  int64_t number = first->getAttrOfType<IntegerAttr>(kBucketAttr).getInt();
   Type elem = first.getType().getElementType();
   for (AllReduceOp op : members) {
     if (op.getKind() != ReduceKind::sum || op.getAxes() != first.getAxes() ||
         op.getType().getElementType() != elem ||
         op->getBlock() != first->getBlock())
       return op.emitError("gradient bucket ")
-             << op->getAttrOfType<IntegerAttr>(kBucketAttr).getInt()
+             << number
              << " mixes all-reduces: its members must be sums over the same "
                 "mesh axes, of one element type, in one block";
   }
+  AllReduceOp last = lastOf(members);
+  Block *block = last->getBlock();
+  for (AllReduceOp op : members)
+    for (Operation *user : op->getUsers()) {
+      Operation *at = block->findAncestorOpInBlock(*user);
+      if (!at || !last->isBeforeInBlock(at))
+        return user->emitError("reads a member of gradient bucket ")
+               << number << " before the bucket's last member: the bucket "
+               << "cannot be summed as one there";
+    }
   return success();
 }
 
 /// Replaces \p members by one all-reduce of their flattened concatenation,
 /// after the last of them (where every member's operand is defined).
 void mergeBucket(SmallVectorImpl<AllReduceOp> &members) {
-  AllReduceOp last = members.front();
-  for (AllReduceOp op : members)
-    if (last->isBeforeInBlock(op))
-      last = op;
+  AllReduceOp last = lastOf(members);
   OpBuilder builder(last->getContext());
   builder.setInsertionPointAfter(last);
   Location loc = members.front().getLoc();

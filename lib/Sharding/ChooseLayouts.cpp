@@ -698,24 +698,24 @@ struct ChooseLayoutsPass
 
 } // namespace
 
-FailureOr<std::optional<RecordedLayouts>>
-mlir::cleave::readRecordedLayouts(func::FuncOp func, int64_t tp) {
+FailureOr<RecordedLayouts> mlir::cleave::readRecordedLayouts(func::FuncOp func,
+                                                             int64_t tp) {
   RecordedLayouts rec;
-  bool recorded = false;
   if (auto words = func->getAttrOfType<StringAttr>(kPartitionHowAttr)) {
-    recorded = true;
     SmallVector<StringRef, 2> parts;
     words.getValue().split(parts, ',', -1, /*KeepEmpty=*/false);
+    rec.how.emplace();
     for (StringRef w : parts) {
       if (w == "embed_products")
-        rec.how.embedProducts = true;
+        rec.how->embedProducts = true;
       else if (w == "partial_fan_out")
-        rec.how.partialFanOut = true;
+        rec.how->partialFanOut = true;
       else
         return func.emitError("unknown partitioning option '")
                << w << "' in " << kPartitionHowAttr;
     }
   }
+  bool recorded = false;
   if (auto forTp = func->getAttrOfType<IntegerAttr>(kLayoutsForAttr)) {
     if (forTp.getInt() != tp)
       return func.emitError("the layouts were chosen for tp=")
@@ -737,9 +737,8 @@ mlir::cleave::readRecordedLayouts(func::FuncOp func, int64_t tp) {
     rec.layouts[name.getValue()] =
         Layout::split(layout.getDim(), layout.getBlocks(), layout.getGranule());
   }
-  if (rec.layouts.empty() && !recorded)
-    return std::optional<RecordedLayouts>();
-  for (StringRef name : whole)
-    rec.layouts[name] = Layout::replicated();
-  return std::optional<RecordedLayouts>(std::move(rec));
+  if (!rec.layouts.empty() || recorded)
+    for (StringRef name : whole)
+      rec.layouts[name] = Layout::replicated();
+  return rec;
 }

@@ -52,11 +52,10 @@ struct PartitionPass
 FailureOr<ParameterLayouts>
 takeChosenLayouts(func::FuncOp func, int64_t tp, LayoutAlternatives &why,
                   std::optional<PartitionOptions> &how) {
-  FailureOr<std::optional<RecordedLayouts>> rec = readRecordedLayouts(func, tp);
+  FailureOr<RecordedLayouts> rec = readRecordedLayouts(func, tp);
   if (failed(rec))
     return failure();
-  if (func->hasAttr(kPartitionHowAttr))
-    how = (*rec) ? (*rec)->how : PartitionOptions();
+  how = rec->how;
   func->removeAttr(kPartitionHowAttr);
   func->removeAttr(kLayoutsForAttr);
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
@@ -73,10 +72,8 @@ takeChosenLayouts(func::FuncOp func, int64_t tp, LayoutAlternatives &why,
     else
       func.removeArgAttr(i, kLayoutAttr);
   }
-  if (!*rec)
-    return ParameterLayouts();
-  why = std::move((*rec)->why);
-  return std::move((*rec)->layouts);
+  why = std::move(rec->why);
+  return std::move(rec->layouts);
 }
 
 LogicalResult PartitionPass::readPlan(func::FuncOp func,

@@ -32,11 +32,12 @@ struct PartitionDataPass
 /// --cleave-choose-layouts recorded on \p func's parameters (left there for
 /// --cleave-partition), else the search's own.
 FailureOr<ParameterLayouts> tpLayouts(func::FuncOp func, int64_t tp) {
-  FailureOr<std::optional<RecordedLayouts>> rec = readRecordedLayouts(func, tp);
+  FailureOr<RecordedLayouts> rec = readRecordedLayouts(func, tp);
   if (failed(rec))
     return failure();
-  if (*rec)
-    return std::move((*rec)->layouts);
+  // Only a choice made for the whole step (marked cleave.layouts_for).
+  if (func->hasAttr(kLayoutsForAttr))
+    return std::move(rec->layouts);
   ParameterLayouts none;
   return chooseLayouts(func, tp, none, CostModel());
 }

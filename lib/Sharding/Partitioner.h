@@ -259,7 +259,10 @@ private:
     if (alternatives)
       if (auto it = alternatives->find(param); it != alternatives->end())
         return it->second;
-    // The dp walk chooses no layout: the batch, not the parameter, is split.
+    // The dp walk chooses no layout: the batch is split, and ZeRO's state.
+    if (splitInputs &&
+        (shardOptimizerState || scatterGradients || shardParameters))
+      return "ZeRO splits its state over the dp ranks";
     if (splitInputs)
       return "each dp rank holds it whole and sums its gradient over a "
              "share of the batch";

@@ -38,3 +38,14 @@ func.func @not_a_sum(%g: tensor<4xf32>) -> tensor<4xf32> {
   %a = cleave.relu %g {cleave.bucket = 0 : i64} : tensor<4xf32>
   return %a : tensor<4xf32>
 }
+
+// -----
+
+// A member read before the bucket's last member cannot be summed there.
+func.func @read_early(%g1: tensor<4xf32>, %g2: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %a = cleave.all_reduce sum %g1 axes = [0] {cleave.bucket = 0 : i64} : tensor<4xf32>
+  // expected-error @+1 {{reads a member of gradient bucket 0 before the bucket's last member}}
+  %c = cleave.relu %a : tensor<4xf32>
+  %b = cleave.all_reduce sum %g2 axes = [0] {cleave.bucket = 0 : i64} : tensor<4xf32>
+  return %c, %b : tensor<4xf32>, tensor<4xf32>
+}

@@ -201,16 +201,17 @@ chooseLayouts(func::FuncOp func, int64_t tp, const ParameterLayouts &fixed,
 struct RecordedLayouts {
   ParameterLayouts layouts;
   LayoutAlternatives why;
-  PartitionOptions how;
+  /// Present where cleave.partition_how is.
+  std::optional<PartitionOptions> how;
 };
 
 /// Reads --cleave-choose-layouts's record off \p func, leaving it there:
-/// std::nullopt where none was recorded; an error where it was chosen for
-/// another tp, or names an unknown way of scoring. The passes that apply it
-/// (--cleave-partition-data for ZeRO's splits, --cleave-partition) share
-/// this one reader.
-FailureOr<std::optional<RecordedLayouts>> readRecordedLayouts(func::FuncOp func,
-                                                              int64_t tp);
+/// layouts empty where none was recorded (no cleave.layouts_for and no split
+/// #cleave.layout on a parameter), else every parameter's; an error where
+/// it was chosen for another tp, or names an unknown way of scoring. The
+/// passes that apply it (--cleave-partition-data for ZeRO's splits,
+/// --cleave-partition) share this one reader.
+FailureOr<RecordedLayouts> readRecordedLayouts(func::FuncOp func, int64_t tp);
 
 /// Attaches the ShardingRuleOpInterface models of the cleave ops.
 void registerShardingRules(DialectRegistry &registry);
