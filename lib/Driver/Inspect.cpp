@@ -58,6 +58,9 @@ struct BundleSummary {
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, gradientBytes = 0, stateBytes = 0,
           activationBytes = 0;
+  /// State that does not train (frozen weights, BatchNorm statistics), as
+  /// each rank holds it: the mesh chooser counts it too.
+  int64_t bufferBytes = 0;
   /// How --devices chose the mesh; null when the mesh was given.
   const pb::MeshChoice *choice = nullptr;
   /// Instructions per kernel of the step (attention and attention_backward
@@ -114,9 +117,14 @@ BundleSummary summarize(const pb::Plan &plan) {
     out.paramBytes += bytes;
     out.params.push_back(row);
   }
-  for (int i = 0; i < program.inputs_size(); ++i)
-    if (program.input_bindings(i).role() == pb::Binding::OPTIMIZER_STATE)
-      out.stateBytes += bytesOf(program.values(program.inputs(i)).type());
+  for (int i = 0; i < program.inputs_size(); ++i) {
+    pb::Binding::Role role = program.input_bindings(i).role();
+    int64_t bytes = bytesOf(program.values(program.inputs(i)).type());
+    if (role == pb::Binding::OPTIMIZER_STATE)
+      out.stateBytes += bytes;
+    else if (role == pb::Binding::BUFFER)
+      out.bufferBytes += bytes;
+  }
   // Gradients as the step returns them: each rank's shard under ZeRO 2.
   bool returnsGradients = false;
   for (int i = 0; i < program.output_bindings_size(); ++i)
@@ -246,6 +254,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
       llvm::json::Object{{"parameters", sum.paramBytes},
                          {"gradients", sum.gradientBytes},
                          {"optimizer_state", sum.stateBytes},
+                         {"buffers", sum.bufferBytes},
                          {"activations_peak", sum.activationBytes}};
   llvm::json::Object kernels;
   for (const auto &[name, count] : sum.kernels)
@@ -306,6 +315,8 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << "  parameters       " << sum.paramBytes << "\n"
      << "  gradients        " << sum.gradientBytes << "\n"
      << "  optimizer state  " << sum.stateBytes << "\n"
+     << "  buffers          " << sum.bufferBytes
+     << " (state that does not train: frozen weights, statistics)\n"
      << "  activations peak " << sum.activationBytes << "\n";
   if (sum.choice)
     printChoice(*sum.choice, os);
