@@ -16,17 +16,16 @@ import os
 import re
 import sys
 
+import kernel_schema  # beside this script
+
 ROLES = [("shape rule", "check_", ("shape.cpp",)),
          ("CPU kernel", "prepare_", ("cpu",)),
          ("CUDA kernel", "prepare_", ("cuda",))]
 
 
 def kernels(root):
-    text = open(os.path.join(root, "runtime", "plan", "kernels.def")).read()
-    names = re.findall(r"^\s*CLEAVE_KERNEL_BEGIN\((\w+)\)", text, re.M)
-    names += re.findall(r"^\s*CLEAVE_(?:UNARY|BINARY|REDUCE)\((\w+),", text,
-                        re.M)
-    return set(names) - {"K"}  # K: the shorthands' own parameter
+    """The kernels of kernels.def, as kernel_schema.py reads them."""
+    return kernel_schema.schema(root)[1]
 
 
 def defined(path, prefix, names):
