@@ -351,11 +351,13 @@ PYBIND11_MODULE(_cleave, m) {
         "cleave inspect [--json]");
   m.def(
       "export",
-      [](const std::string &source, const std::string &output) {
+      [](const std::string &source, const std::string &output,
+         bool trainableOnly) {
         py::gil_scoped_release release;
-        check(driver::exportModel(source, output));
+        check(driver::exportModel(source, output, trainableOnly));
       },
-      "cleave export SOURCE -o OUTPUT");
+      py::arg("source"), py::arg("output"), py::arg("trainable_only") = false,
+      "cleave export SOURCE -o OUTPUT [--trainable-only]");
   m.def("mpi_launched", &rt::launchedByMpi,
         "Whether an MPI launcher started this process");
   m.def("finalize_mpi", &rt::finalizeMpi, "MPI_Finalize, if MPI is active");

@@ -22,6 +22,10 @@ constexpr llvm::StringLiteral kInputAttr = "cleave.input";
 /// Argument: a parameter (weights: values outside the IR), by name; on a
 /// result, its updated value.
 constexpr llvm::StringLiteral kParameterAttr = "cleave.parameter";
+/// Argument, beside cleave.parameter: a weight that does not train (a frozen
+/// base under adapters, --freeze). It is split like any weight but has no
+/// gradient, no optimizer state and no updated value (a unit attribute).
+constexpr llvm::StringLiteral kFrozenAttr = "cleave.frozen";
 /// Result: a graph output, by name.
 constexpr llvm::StringLiteral kOutputAttr = "cleave.output";
 /// Non-trainable float state (BatchNorm running statistics); on an argument

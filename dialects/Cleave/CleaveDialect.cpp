@@ -54,6 +54,7 @@ struct AttrSpec {
 constexpr AttrSpec kAttrSpecs[] = {
     {kInputAttr, AttrValue::String, OnArg},
     {kParameterAttr, AttrValue::String, OnArg | OnResult},
+    {kFrozenAttr, AttrValue::Unit, OnArg},
     {kOutputAttr, AttrValue::String, OnResult},
     {kBufferAttr, AttrValue::String, OnArg | OnResult},
     {kStepAttr, AttrValue::Unit, OnArg},
@@ -204,10 +205,19 @@ LogicalResult CleaveDialect::verifyOperationAttribute(Operation *op,
 LogicalResult CleaveDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                       unsigned argIndex,
                                                       NamedAttribute attr) {
-  return verifyCleaveAttr(
-      attr, OnArg,
-      [&] { return op->emitOpError() << "argument " << argIndex << " "; },
-      functionType(op, argIndex, /*result=*/false));
+  auto error = [&] {
+    return op->emitOpError() << "argument " << argIndex << " ";
+  };
+  if (failed(verifyCleaveAttr(attr, OnArg, error,
+                              functionType(op, argIndex, /*result=*/false))))
+    return failure();
+  // Only a weight can be frozen: a frozen input or buffer means nothing.
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (attr.getName() == kFrozenAttr && function &&
+      !function.getArgAttr(argIndex, kParameterAttr))
+    return error() << "has '" << kFrozenAttr << "' but no '" << kParameterAttr
+                   << "'";
+  return success();
 }
 
 LogicalResult CleaveDialect::verifyRegionResultAttribute(Operation *op,

@@ -61,11 +61,17 @@ void AutodiffPass::runOnOperation() {
   SmallVector<BlockArgument> params;
   llvm::DenseSet<Value> varied, useful;
   for (BlockArgument arg : func.getArguments())
-    if (func.getArgAttr(arg.getArgNumber(), kParameterAttr)) {
+    if (isTrainedParameter(func, arg.getArgNumber())) {
       params.push_back(arg);
       if (isFloatTensor(arg))
         varied.insert(arg);
     }
+  if (params.empty()) {
+    func.emitOpError("has no weight that trains: every float32 initializer "
+                     "is frozen, or the model holds none (a weight stored in "
+                     "another dtype is read as a constant)");
+    return signalPassFailure();
+  }
   for (Operation &op : body.without_terminator()) {
     if (op.hasAttr(kNoGradAttr))
       continue;

@@ -158,7 +158,7 @@ void OptimizerPass::runOnOperation() {
   };
   SmallVector<BlockArgument> params;
   for (BlockArgument arg : func.getArguments())
-    if (func.getArgAttr(arg.getArgNumber(), kParameterAttr))
+    if (isTrainedParameter(func, arg.getArgNumber()))
       params.push_back(arg);
   for (BlockArgument p : params) {
     auto name =

@@ -189,10 +189,21 @@ rt::Status WeightSource::read(const std::string &name,
     if (!info)
       return rt::Status::error("--weights '" + file->path() +
                                "' has no tensor '" + name + "'");
-    if (info->shape != *dims || info->dtype != rt::DType::F32)
+    if (info->shape != *dims)
       return rt::Status::error("--weights '" + file->path() + "': tensor '" +
                                name + "' does not have the model's shape");
-    return file->read(*info, out);
+    // A checkpoint in its own float dtype (bf16, f16, f64) gives the f32
+    // master weights.
+    if (rt::Status s = file->read(*info, out); !s)
+      return s;
+    if (!rt::widenToF32(out))
+      return rt::Status::error(
+          "--weights '" + file->path() + "': tensor '" + name + "' is " +
+          rt::describeTensor(info->dtype, info->shape) +
+          (info->dtype == rt::DType::F64
+               ? ", with values beyond float32's range"
+               : ", not a float tensor the model's float32 weight can take"));
+    return rt::Status::ok();
   }
   return readFromModel(name, out);
 }
@@ -261,7 +272,9 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
     }
     entry->set_name(name.str());
     entry->set_key(name.str());
-    entry->set_role(param ? pb::Binding::PARAMETER : pb::Binding::BUFFER);
+    bool frozen = main.getArgAttr(i, mlir::cleave::kFrozenAttr) != nullptr;
+    entry->set_role(param && !frozen ? pb::Binding::PARAMETER
+                                     : pb::Binding::BUFFER);
     entry->mutable_type()->set_dtype(planDType(mlir::cleave::runtimeDType(
         cast<RankedTensorType>(arg.getType()).getElementType())));
     for (int64_t d : *dims)
@@ -523,12 +536,25 @@ rt::Status exportOnnx(const ExportSource &src, rt::StoreReader &reader,
 }
 } // namespace
 
-rt::Status exportModel(const std::string &source, const std::string &output) {
+rt::Status exportModel(const std::string &source, const std::string &output,
+                       bool trainableOnly) {
   ExportSource src;
   if (rt::Status s = openExportSource(source, &src); !s)
     return s;
   rt::StoreReader reader(src.dir, src.what, src.files);
   llvm::StringRef ext = llvm::sys::path::extension(output);
+  if (trainableOnly) {
+    // An ONNX model needs every weight; the adapters alone are a
+    // safetensors file, as PEFT saves them.
+    if (ext != ".safetensors")
+      return rt::Status::error("--trainable-only writes the tensors that "
+                               "train alone: name the output .safetensors");
+    llvm::erase_if(src.modelTensors, [](const rt::ModelTensor &t) {
+      return t.entries.front()->role() != pb::Binding::PARAMETER;
+    });
+    if (src.modelTensors.empty())
+      return rt::Status::error(src.what + " has no tensor that trains");
+  }
   if (ext == ".safetensors")
     return exportSafetensors(src, reader, output);
   if (ext != ".onnx")

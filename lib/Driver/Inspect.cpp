@@ -55,6 +55,9 @@ struct BundleSummary {
   /// The mesh's axes, outermost first: (name, size).
   std::vector<std::pair<std::string, int64_t>> mesh;
   std::vector<ParamRow> params;
+  /// What does not train (frozen weights, BatchNorm statistics), split as
+  /// the layout search chose like the parameters.
+  std::vector<ParamRow> buffers;
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, gradientBytes = 0, stateBytes = 0,
           activationBytes = 0;
@@ -79,14 +82,17 @@ BundleSummary summarize(const pb::Plan &plan) {
   std::map<std::string, rt::Split> split;
   std::map<std::string, int64_t> dpSplit; // ZeRO 3 on a dp x tp mesh
   for (const pb::Binding &b : program.input_bindings()) {
-    if (b.role() == pb::Binding::PARAMETER && b.has_split_dim())
+    bool weight =
+        b.role() == pb::Binding::PARAMETER || b.role() == pb::Binding::BUFFER;
+    if (weight && b.has_split_dim())
       split[b.name()] = rt::splitOf(b);
-    if (b.role() == pb::Binding::PARAMETER && b.has_dp_split_dim())
+    if (weight && b.has_dp_split_dim())
       dpSplit[b.name()] = b.dp_split_dim();
   }
 
   for (const pb::TensorEntry &t : plan.tensors()) {
-    if (t.role() != pb::Binding::PARAMETER)
+    bool trains = t.role() == pb::Binding::PARAMETER;
+    if (!trains && t.role() != pb::Binding::BUFFER)
       continue;
     ParamRow row{t.name(),
                  "replicated",
@@ -114,8 +120,12 @@ BundleSummary summarize(const pb::Plan &plan) {
       row.local[it->second] /= mesh.dp;
       bytes /= mesh.dp;
     }
-    out.paramBytes += bytes;
-    out.params.push_back(row);
+    if (trains) {
+      out.paramBytes += bytes;
+      out.params.push_back(row);
+    } else {
+      out.buffers.push_back(row);
+    }
   }
   for (int i = 0; i < program.inputs_size(); ++i) {
     pb::Binding::Role role = program.input_bindings(i).role();
@@ -227,19 +237,24 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   for (const auto &[axis, size] : sum.mesh)
     mesh[axis] = size;
   root["mesh"] = std::move(mesh);
-  llvm::json::Array ps;
-  for (const ParamRow &p : sum.params) {
-    llvm::json::Object o{{"name", p.name},
-                         {"shape", p.shape},
-                         {"sharding", p.sharding},
-                         {"local_shape", p.local}};
-    if (!p.segmentOf.empty())
-      o["segment_of"] = p.segmentOf;
-    if (p.dpSplitDim >= 0)
-      o["dp_split_dim"] = p.dpSplitDim;
-    ps.push_back(std::move(o));
-  }
-  root["parameters"] = std::move(ps);
+  auto rows = [](const std::vector<ParamRow> &list, bool trainable) {
+    llvm::json::Array ps;
+    for (const ParamRow &p : list) {
+      llvm::json::Object o{{"name", p.name},
+                           {"shape", p.shape},
+                           {"sharding", p.sharding},
+                           {"local_shape", p.local},
+                           {"trainable", trainable}};
+      if (!p.segmentOf.empty())
+        o["segment_of"] = p.segmentOf;
+      if (p.dpSplitDim >= 0)
+        o["dp_split_dim"] = p.dpSplitDim;
+      ps.push_back(std::move(o));
+    }
+    return ps;
+  };
+  root["parameters"] = rows(sum.params, true);
+  root["buffers"] = rows(sum.buffers, false);
   llvm::json::Array cs;
   for (const CollectiveRow &c : sum.collectives)
     cs.push_back(llvm::json::Object{{"kind", c.kind},
@@ -270,15 +285,23 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
   for (const auto &[axis, size] : sum.mesh)
     os << (&axis == &sum.mesh.front().first ? " " : ", ") << axis << " = "
        << size;
-  os << "\n\nparameters\n";
   size_t width = 4;
-  for (const ParamRow &p : sum.params)
-    width = std::max(width, p.name.size());
-  for (const ParamRow &p : sum.params)
-    os << "  " << llvm::left_justify(p.name, width) << "  "
-       << llvm::left_justify(shapeString(p.shape), 16) << "  "
-       << llvm::left_justify(p.sharding, 10) << "  " << shapeString(p.local)
-       << "\n";
+  for (const auto *list : {&sum.params, &sum.buffers})
+    for (const ParamRow &p : *list)
+      width = std::max(width, p.name.size());
+  auto table = [&](const std::vector<ParamRow> &list) {
+    for (const ParamRow &p : list)
+      os << "  " << llvm::left_justify(p.name, width) << "  "
+         << llvm::left_justify(shapeString(p.shape), 16) << "  "
+         << llvm::left_justify(p.sharding, 10) << "  " << shapeString(p.local)
+         << "\n";
+  };
+  os << "\n\nparameters\n";
+  table(sum.params);
+  if (!sum.buffers.empty()) {
+    os << "\nbuffers (do not train: frozen weights, statistics)\n";
+    table(sum.buffers);
+  }
   std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> sums;
   for (const CollectiveRow &c : sum.collectives) {
     auto &s = sums[{c.phase, c.kind}];

@@ -420,6 +420,11 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
   } else if (attrs.get(kGradientAttr)) {
     b.set_role(pb::Binding::GRADIENT);
     b.set_name(str(kGradientAttr));
+  } else if (attrs.get(kParameterAttr) && attrs.get(kFrozenAttr)) {
+    // A weight that does not train is loaded and saved as state, under the
+    // "b:" keys frozen weights have always had.
+    b.set_role(pb::Binding::BUFFER);
+    b.set_name(str(kParameterAttr));
   } else if (attrs.get(kParameterAttr)) {
     b.set_role(pb::Binding::PARAMETER);
     b.set_name(str(kParameterAttr));

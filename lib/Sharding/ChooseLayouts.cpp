@@ -61,9 +61,12 @@ struct Param {
   std::vector<size_t> positions;
 };
 
-/// What a value is used for, to \p depth levels of users: op names, operand
-/// positions and result types. Equal for the same weight of two layers.
-void signature(Value v, int depth, std::string &out) {
+/// What a value is used for in the forward pass (the ops up to \p forwardEnd),
+/// to \p depth levels of users: op names, operand positions and result
+/// types. Equal for the same weight of two layers. The backward pass is left
+/// out: the first layer's differs where nothing before it trains (no
+/// gradient of its input), which would give it decisions of its own.
+void signature(Value v, int depth, Operation *forwardEnd, std::string &out) {
   llvm::raw_string_ostream os(out);
   os << v.getType() << "{";
   if (depth > 0)
@@ -74,6 +77,8 @@ void signature(Value v, int depth, std::string &out) {
         os << "return";
         continue;
       }
+      if (forwardEnd && forwardEnd->isBeforeInBlock(user))
+        continue;
       os << user->getName() << "#" << use.getOperandNumber() << "<";
       // What the value is combined with (q's projection reads a norm, the
       // output projection the attention's result).
@@ -82,10 +87,38 @@ void signature(Value v, int depth, std::string &out) {
           os << def->getName() << ",";
       os << ">(";
       for (Value r : user->getResults())
-        signature(r, depth - 1, out);
+        signature(r, depth - 1, forwardEnd, out);
       os << ")";
     }
   os << "}";
+}
+
+/// The ops the forward pass takes \p v through, \p length of them: at each
+/// value its earliest user (the forward's; the backward's and the
+/// optimizer's come later), and that user's first result. It tells apart
+/// two weights that signature() sees alike because their differences lie
+/// deeper than its few levels: a LoRA B beside the query projection (its
+/// sum reshaped into heads) and one beside the output projection (its sum
+/// added to the residual), which need opposite layouts.
+void forwardChain(Value v, int length, std::string &out) {
+  llvm::raw_string_ostream os(out);
+  for (int step = 0; step < length && v; ++step) {
+    Operation *first = nullptr;
+    unsigned operand = 0;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (user->hasTrait<OpTrait::IsTerminator>())
+        continue;
+      if (!first || user->isBeforeInBlock(first)) {
+        first = user;
+        operand = use.getOperandNumber();
+      }
+    }
+    if (!first || first->getNumResults() == 0)
+      return;
+    os << first->getName() << "#" << operand << ";";
+    v = first->getResult(0);
+  }
 }
 
 /// Coordinate descent of \p plan under \p score (see chooseLayouts).
@@ -311,12 +344,21 @@ std::vector<Param> searchedParams(func::FuncOp func, int64_t tp,
   std::vector<Param> params;
   std::map<std::string, size_t> groupOf;
   size_t position = 0;
+  // The forward pass ends where the loss is computed: autodiff writes the
+  // backward after it.
+  Operation *forwardEnd = nullptr;
+  Operation *terminator = func.getBody().front().getTerminator();
+  for (unsigned i = 0; i < func.getNumResults(); ++i)
+    if (func.getResultAttr(i, kLossAttr))
+      forwardEnd = terminator->getOperand(i).getDefiningOp();
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
     if (!name || fixed.count(name.getValue()))
       continue;
     std::string sig;
-    signature(func.getArgument(i), 3, sig);
+    signature(func.getArgument(i), 3, forwardEnd, sig);
+    sig += "|";
+    forwardChain(func.getArgument(i), 6, sig);
     auto [it, fresh] = groupOf.try_emplace(sig, params.size());
     if (!fresh) {
       params[it->second].names.push_back(name.str());

@@ -959,10 +959,12 @@ FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
     // The runtime loads parameters and optimizer state zero-padded.
     pads[i] = Pad::Zero;
     argLayouts.push_back(l);
-    // Arguments are the first values of the index.
+    // Arguments are the first values of the index. A weight that trains
+    // also holds its gradient; a frozen one only itself.
     if (!param.empty())
-      result.memoryBytes += localBytes(static_cast<int32_t>(i), l) *
-                            (index.argIsParameter[i] ? 2 : 1);
+      result.memoryBytes +=
+          localBytes(static_cast<int32_t>(i), l) *
+          (index.argIsParameter[i] && !index.argIsFrozen[i] ? 2 : 1);
   }
 
   Block *newBody = nullptr;

@@ -57,6 +57,8 @@ struct PartitionIndex::Impl {
   /// whose optimizer state it is), empty for data, buffers and the step.
   std::vector<StringRef> argParameter;
   std::vector<uint8_t> argIsParameter;
+  /// Per argument: a parameter that does not train (no gradient).
+  std::vector<uint8_t> argIsFrozen;
   /// Per result: the parameter whose layout it is kept in (new parameters,
   /// gradients, optimizer state; empty for the loss and buffers) and the
   /// phase its collectives belong to.
@@ -87,6 +89,7 @@ struct PartitionIndex::Impl {
         param = cast<StringAttr>(state[0]).getValue();
       argParameter.push_back(param);
       argIsParameter.push_back(static_cast<bool>(name));
+      argIsFrozen.push_back(name && func.getArgAttr(i, kFrozenAttr));
     }
     for (Operation &op : func.getBody().front().without_terminator()) {
       OpEntry e{&op,

@@ -37,8 +37,8 @@ def to_numpy(value, what: str) -> np.ndarray:
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu()
             if value.dtype == torch.bfloat16:
-                raise Error(f"{what} is bfloat16, which numpy cannot hold; "
-                            "give float32")
+                # numpy has no bfloat16; float32 holds every value exactly.
+                value = value.float()
             return np.require(value.numpy(), requirements="C")
     except ImportError:
         pass
@@ -139,6 +139,9 @@ class Exported:
     inputs: List[str]               # graph inputs, in forward's order
     frozen: List[str]               # initializers that must not train
     scalars: List[str] = field(default_factory=list)  # 0-d parameters
+    # state_dict key -> the module's own dtype ("bfloat16", "float16") of a
+    # tensor the bundle holds in float32 (the master weights)
+    dtypes: Dict[str, str] = field(default_factory=dict)
     # state_dict key -> ("bundle", initializer) | ("module", tensor) |
     # ("counter", tensor): BatchNorm's num_batches_tracked, + steps
     sources: Dict[str, Tuple[str, object]] = field(default_factory=dict)
@@ -187,6 +190,24 @@ def _counters(module) -> Dict[str, object]:
     return out
 
 
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def float32_copy(module):
+    """A copy of ``module`` whose bfloat16 and float16 tensors are float32
+    (the master weights Cleave trains), and those tensors' dtypes by
+    state_dict key."""
+    import torch
+    low = {k: str(v.dtype).replace("torch.", "")
+           for k, v in module.state_dict().items()
+           if v.dtype in (torch.bfloat16, torch.float16)}
+    out = copy.deepcopy(module)
+    for t in list(out.parameters()) + list(out.buffers()):
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t.data = t.data.float()
+    return out, low
+
+
 def export_module(module, example_inputs: dict, directory: str,
                   opset: int = 17) -> Exported:
     """Exports \\p module into \\p directory; see the module docstring."""
@@ -202,6 +223,9 @@ def export_module(module, example_inputs: dict, directory: str,
     args, order = _ordered_arguments(module, tensors)
     state = module.state_dict(keep_vars=True)
     original = {k: v.detach().clone() for k, v in state.items()}
+    # A bfloat16 or float16 module trains on float32 master weights and gets
+    # its own dtype back (Model.state_dict).
+    to_export, low = float32_copy(module)
     trainable = {k for k, v in state.items()
                  if isinstance(v, torch.nn.Parameter) and v.requires_grad}
     counters = _counters(module)
@@ -215,7 +239,7 @@ def export_module(module, example_inputs: dict, directory: str,
         # tracing in general; the shapes are fixed here anyway.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(copy.deepcopy(module), args, buffer,
+            torch.onnx.export(to_export, args, buffer,
                               input_names=order, opset_version=opset,
                               do_constant_folding=False, training=mode)
     except Exception as e:  # the exporter raises many types
@@ -258,7 +282,10 @@ def export_module(module, example_inputs: dict, directory: str,
             exported.sources[key] = ("counter", counters[key])
         elif init is not None:
             exported.sources[key] = ("bundle", init)
-            weights[init] = original[key].numpy()
+            weights[init] = original[key].float().numpy() if key in low \
+                else original[key].numpy()
+            if key in low:
+                exported.dtypes[key] = low[key]
         else:
             exported.sources[key] = ("module", original[key])
     # Whatever is not a trainable parameter stays as it is (buffers; tables

@@ -6,11 +6,12 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ._export import (export_module, read_safetensors, to_numpy,
+from ._export import (LOW_PRECISION, export_module, float32_copy,
+                      read_safetensors, to_numpy,
                       write_safetensors)
 from ._native import (ArgumentError, ArgumentTypeError, Error, FileError,
                       _cleave, file_error)
@@ -58,8 +59,7 @@ def _check_loss_output(module, example_inputs, loss):
         return
     import torch
     with torch.no_grad():
-        import copy
-        out = copy.deepcopy(module)(**{k: torch.from_numpy(
+        out = float32_copy(module)[0](**{k: torch.from_numpy(
             to_numpy(v, f"example input '{k}'"))
             for k, v in example_inputs.items()})
     while isinstance(out, (tuple, list)) and out:
@@ -85,10 +85,13 @@ class Model:
     """
 
     def __init__(self, session, bundle: str, sources: Dict[str, tuple],
-                 owned: Optional[str] = None):
+                 owned: Optional[str] = None,
+                 dtypes: Optional[Dict[str, str]] = None):
         self._handle = session
         self._bundle = bundle
         self._sources = sources
+        # The module's own dtype of a tensor trained in float32.
+        self._dtypes = dict(dtypes or {})
         self._owned = owned  # a temporary directory to remove
         self._trained = dict(session.tensors())
         self._inputs = {n: (d, tuple(s)) for n, d, s in session.inputs()}
@@ -241,15 +244,23 @@ class Model:
 
     # -- state --------------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self, trainable_only: bool = False) -> Dict[str, Any]:
         """The module's parameters and buffers, whole and unsharded, under
         the module's own names: ``module.load_state_dict(model.state_dict())``
-        gives PyTorch the trained model."""
+        gives PyTorch the trained model. ``trainable_only``: only the tensors
+        that train (PEFT's adapter-only save; load it with ``strict=False``)."""
         import torch
+        if not isinstance(trainable_only, bool):
+            raise ArgumentTypeError("trainable_only must be True or False")
         out = {}
         for key, (kind, value) in self._sources.items():
+            if trainable_only and not (kind == "bundle" and
+                                       self._trained.get(value, False)):
+                continue
             if kind == "bundle":
                 out[key] = torch.from_numpy(self._session.read(value))
+                if key in self._dtypes:
+                    out[key] = out[key].to(getattr(torch, self._dtypes[key]))
             elif kind == "counter":
                 out[key] = value + self.steps_done
             else:
@@ -287,13 +298,16 @@ class Model:
         for target, a in writes:
             self._session.write(target, a)
 
-    def export(self, path: str) -> None:
+    def export(self, path: str, trainable_only: bool = False) -> None:
         """Writes the trained weights as the original ONNX model (path ending
         .onnx) or a safetensors file of them (.safetensors), as
-        ``cleave export`` does."""
+        ``cleave export`` does; ``trainable_only``: only the tensors that
+        train, as safetensors (``cleave export --trainable-only``)."""
+        if not isinstance(trainable_only, bool):
+            raise ArgumentTypeError("trainable_only must be True or False")
         with tempfile.TemporaryDirectory(prefix="cleave-export-") as d:
             written = self._session.save_checkpoint(d)
-            _cleave.export(written, os.fspath(path))
+            _cleave.export(written, os.fspath(path), trainable_only)
 
     def save_checkpoint(self, directory: str) -> str:
         """Writes a checkpoint that :meth:`Model.resume` continues from:
@@ -345,6 +359,8 @@ class Model:
         for key, (kind, value) in self._sources.items():
             if kind == "bundle":
                 sources[key] = {"kind": "bundle", "name": value}
+                if key in self._dtypes:
+                    sources[key]["dtype"] = self._dtypes[key]
                 continue
             sources[key] = {"kind": kind, "tensor": key}
             if isinstance(value, torch.Tensor) and \
@@ -366,7 +382,7 @@ class Model:
         name map is JSON, its tensors safetensors (a checkpoint of an older
         Cleave, module.pt, is read with torch.load(weights_only=True))."""
         directory = os.fspath(directory)
-        sources = _read_module_files(directory)
+        sources, dtypes = _read_module_files(directory)
         session = _open_session(os.path.join(directory, "bundle"),
                                 distributed, timeout, backend,
                                 resume=os.path.join(directory, "checkpoints"))
@@ -376,7 +392,8 @@ class Model:
                 raise Error(f"checkpoint '{directory}': {_MODULE_JSON} maps "
                             f"'{key}' to '{value}', which the bundle does "
                             "not hold")
-        return cls(session, os.path.join(directory, "bundle"), sources)
+        return cls(session, os.path.join(directory, "bundle"), sources,
+                   dtypes=dtypes)
 
     # -- what it is ---------------------------------------------------------
 
@@ -401,7 +418,9 @@ class Model:
             "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>"
             "</tr>".format(html.escape(p["name"]), p["shape"],
                            html.escape(p["sharding"]), p["local_shape"])
-            for p in info["parameters"])
+            for p in info["parameters"] + [
+                dict(b, name=b["name"] + " (does not train)")
+                for b in info.get("buffers", [])])
         coll = {}
         for c in info["collectives"]:
             key = (c["phase"], c["kind"])
@@ -543,10 +562,12 @@ def _replace_folder(new: str, target: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _read_module_files(directory: str) -> Dict[str, tuple]:
-    """The name map save_checkpoint wrote: module.json and
+def _read_module_files(directory: str) -> Tuple[Dict[str, tuple],
+                                                 Dict[str, str]]:
+    """The name map save_checkpoint wrote (module.json and
     module.safetensors, or an older Cleave's module.pt read without
-    running any of its pickle's code."""
+    running any of its pickle's code), and the module's own dtypes of the
+    tensors the bundle holds in float32."""
     import torch
     meta = os.path.join(directory, _MODULE_JSON)
     legacy = os.path.join(directory, "module.pt")
@@ -564,10 +585,16 @@ def _read_module_files(directory: str) -> Dict[str, tuple]:
             raise Error(f"{where}: {_MODULE_JSON} is not a Cleave name map "
                         f"(format {_MODULE_FORMAT})")
         tensors = read_safetensors(os.path.join(directory, _MODULE_TENSORS))
-        sources = {}
+        sources, dtypes = {}, {}
         for key, entry in doc["sources"].items():
             sources[key] = _module_source(where, key, entry, tensors)
-        return sources
+            if sources[key][0] == "bundle" and "dtype" in entry:
+                if entry["dtype"] not in LOW_PRECISION:
+                    raise Error(f"{where}: {_MODULE_JSON} gives '{key}' the "
+                                f"dtype {entry['dtype']!r}, which Cleave does "
+                                "not give back")
+                dtypes[key] = entry["dtype"]
+        return sources, dtypes
     if not os.path.exists(legacy):
         raise Error(f"'{directory}' is not a checkpoint written by "
                     f"Model.save_checkpoint (it has no {_MODULE_JSON})")
@@ -584,7 +611,7 @@ def _read_module_files(directory: str) -> Dict[str, tuple]:
               isinstance(v[1], torch.Tensor)))
             for k, v in sources.items()):
         raise Error(f"{where}: module.pt is not a Cleave name map")
-    return dict(sources)
+    return dict(sources), {}
 
 
 def _module_source(where: str, key: str, entry, tensors: dict) -> tuple:
@@ -715,7 +742,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         bundle = opts.output or os.path.join(work, "bundle")
         o = opts._native(work)
         o.output = bundle
-        sources = {}
+        sources, dtypes = {}, {}
         if isinstance(module, (str, os.PathLike)):
             _file_keeps_its_opset(opts)
             o.model = os.fspath(module)
@@ -733,6 +760,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
             o.frozen_names = exported.frozen
             o.scalar_parameters = exported.scalars
             sources = exported.sources
+            dtypes = exported.dtypes
         _cleave.compile(o)
         session = _open_session(bundle, distributed, opts.timeout,
                                 opts.backend, precision=opts.precision)
@@ -741,7 +769,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return Model(session, bundle, sources, owned=work)
+    return Model(session, bundle, sources, owned=work, dtypes=dtypes)
 
 
 def _file_keeps_its_opset(opts: Options) -> None:

@@ -5,7 +5,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/convert.h"
 #include "core/program.h"
+
+#include <cmath>
 
 namespace cleave::rt {
 
@@ -74,6 +77,39 @@ HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
   t.shape = std::move(shape);
   t.bytes.assign(static_cast<size_t>(t.numElements()) * dtypeSize(dtype), 0);
   return t;
+}
+
+bool widenToF32(HostTensor *t) {
+  if (t->dtype == DType::F32)
+    return true;
+  int64_t n = t->numElements();
+  std::vector<uint8_t> out(static_cast<size_t>(n) * sizeof(float));
+  float *dst = reinterpret_cast<float *>(out.data());
+  switch (t->dtype) {
+  case DType::F16:
+  case DType::BF16: {
+    const uint16_t *src = t->data<uint16_t>();
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = t->dtype == DType::F16 ? halfToFloat(src[i])
+                                      : bitsFloat(uint32_t(src[i]) << 16);
+    break;
+  }
+  case DType::F64: {
+    const double *src = t->data<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isfinite(src[i]) &&
+          std::fabs(src[i]) > double(std::numeric_limits<float>::max()))
+        return false;
+      dst[i] = static_cast<float>(src[i]);
+    }
+    break;
+  }
+  default:
+    return false;
+  }
+  t->dtype = DType::F32;
+  t->bytes = std::move(out);
+  return true;
 }
 
 std::string describeInstruction(size_t index, const std::string &kernel,

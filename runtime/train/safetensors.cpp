@@ -26,14 +26,32 @@ const char *safetensorsDType(DType dtype) {
     return "I32";
   case DType::Bool:
     return "BOOL";
+  case DType::F64:
+    return "F64";
+  case DType::F16:
+    return "F16";
+  case DType::BF16:
+    return "BF16";
+  case DType::I8:
+    return "I8";
+  case DType::I16:
+    return "I16";
+  case DType::U8:
+    return "U8";
+  case DType::U16:
+    return "U16";
+  case DType::U32:
+    return "U32";
   }
-  return "F32";
+  return "";
 }
 
 namespace {
 
 bool parseDType(const std::string &name, DType *dtype) {
-  for (DType d : {DType::F32, DType::I64, DType::I32, DType::Bool})
+  for (DType d :
+       {DType::F32, DType::I64, DType::I32, DType::Bool, DType::F64, DType::F16,
+        DType::BF16, DType::I8, DType::I16, DType::U8, DType::U16, DType::U32})
     if (name == safetensorsDType(d)) {
       *dtype = d;
       return true;

@@ -22,3 +22,13 @@ func.func @no_rule(%x: tensor<1x1x4x4xf32> {cleave.input = "x"}, %w: tensor<1x1x
   %2 = cleave.reduce sum %1 dims = [0, 1, 2, 3] : (tensor<1x1x4x4xf32>) -> tensor<f32>
   return %2 : tensor<f32>
 }
+
+// -----
+
+// Nothing trains when every weight is frozen.
+// expected-error @+1 {{has no weight that trains: every float32 initializer is frozen}}
+func.func @all_frozen(%x: tensor<4xf32> {cleave.input = "x"}, %w: tensor<4xf32> {cleave.parameter = "w", cleave.frozen}) -> (tensor<f32> {cleave.loss}) {
+  %0 = cleave.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %1 = cleave.reduce sum %0 dims = [0] : (tensor<4xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}

@@ -39,3 +39,18 @@ func.func @stop(%w: tensor<4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cle
   %1 = cleave.reduce sum %0 dims = [0] : (tensor<4xf32>) -> tensor<f32>
   return %1 : tensor<f32>
 }
+
+// -----
+
+// A frozen weight is read but gets no gradient; the trainable one beside it
+// does (a LoRA pair on a frozen base: W x + B (A x)).
+// CHECK-LABEL: func.func @frozen_base
+// CHECK-SAME: -> (tensor<f32> {cleave.loss}, tensor<4xf32> {cleave.gradient = "a"})
+// CHECK-NOT: cleave.gradient = "w"
+func.func @frozen_base(%x: tensor<4xf32> {cleave.input = "x"}, %w: tensor<4xf32> {cleave.parameter = "w", cleave.frozen}, %a: tensor<4xf32> {cleave.parameter = "a"}) -> (tensor<f32> {cleave.loss}) {
+  %0 = cleave.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %1 = cleave.mul %x, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %2 = cleave.add %0, %1 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %3 = cleave.reduce sum %2 dims = [0] : (tensor<4xf32>) -> tensor<f32>
+  return %3 : tensor<f32>
+}

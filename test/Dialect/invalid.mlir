@@ -254,6 +254,14 @@ func.func @parameter_not_named(%w: tensor<4xf32> {cleave.parameter = 1 : i64}) -
 
 // -----
 
+// Only a weight can be frozen.
+// expected-error @below {{argument 0 has 'cleave.frozen' but no 'cleave.parameter'}}
+func.func @frozen_input(%x: tensor<4xf32> {cleave.input = "x", cleave.frozen}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
 // expected-error @below {{result 0 has 'cleave.step' where it cannot stand (on a result)}}
 func.func @step_as_result(%s: tensor<i64>) -> (tensor<i64> {cleave.step}) {
   return %s : tensor<i64>

@@ -193,10 +193,16 @@ static cl::opt<std::string> exportOutput("o",
                                          cl::desc("OUTPUT.onnx or "
                                                   "OUTPUT.safetensors"),
                                          cl::Required, cl::sub(exportCmd));
+static cl::opt<bool> exportTrainableOnly(
+    "trainable-only",
+    cl::desc("Write only the tensors that train (adapters on a frozen base), "
+             "as OUTPUT.safetensors"),
+    cl::sub(exportCmd));
 static cl::list<std::string>
     freezePatterns("freeze",
                    cl::desc("Do not train initializers whose names match "
-                            "this regular expression (registered buffers)"),
+                            "this regular expression (frozen weights: split "
+                            "like the others, without gradient or state)"),
                    cl::value_desc("REGEX"), cl::sub(compileCmd));
 static cl::opt<bool> forward("forward", cl::desc("Run the forward pass only"),
                              cl::sub(runCmd));
@@ -745,7 +751,8 @@ static int runLaunch() {
 }
 
 static int runExport() {
-  if (rt::Status s = ::cleave::driver::exportModel(exportSource, exportOutput);
+  if (rt::Status s = ::cleave::driver::exportModel(exportSource, exportOutput,
+                                                   exportTrainableOnly);
       !s)
     return fail(s.message());
   return 0;

@@ -53,8 +53,11 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
 
 /// `cleave export SOURCE -o OUTPUT`: the trained (or initial) parameters and
 /// buffers of a checkpoint or bundle, whole, as the original ONNX model
-/// (OUTPUT.onnx) or a safetensors file of them under their names.
-rt::Status exportModel(const std::string &source, const std::string &output);
+/// (OUTPUT.onnx) or a safetensors file of them under their names;
+/// \p trainableOnly: only the tensors that train (PEFT's adapter-only
+/// save), as safetensors.
+rt::Status exportModel(const std::string &source, const std::string &output,
+                       bool trainableOnly = false);
 
 } // namespace cleave::driver
 

@@ -594,6 +594,9 @@ public:
   llvm::StringMap<std::string> producers;
   /// Initializers that are non-trainable state (BatchNorm statistics).
   llvm::StringSet<> buffers;
+  /// Weights --freeze matches: parameters that do not train, split like any
+  /// other weight (BatchNorm statistics it matches stay buffers).
+  llvm::StringSet<> frozen;
   /// New values of buffers computed by the graph, in order of computation.
   llvm::MapVector<StringRef, Value> bufferUpdates;
   func::FuncOp func;
@@ -604,8 +607,8 @@ public:
 private:
   /// The model's default-domain opset, checked against what Cleave knows.
   FailureOr<int64_t> readOpset(Location loc);
-  /// Checks --input names and marks the buffers: BatchNorm statistics and
-  /// what --freeze matches.
+  /// Checks --input names and marks the buffers (BatchNorm statistics) and
+  /// the frozen weights (what --freeze matches).
   LogicalResult markBuffers(const llvm::StringSet<> &initializerNames,
                             Location loc);
   /// The arguments of @main: graph inputs, then float initializers;
@@ -972,7 +975,8 @@ GraphImporter::markBuffers(const llvm::StringSet<> &initializerNames,
     bool any = false;
     for (const auto &t : graph.initializer())
       if (regex.match(t.name())) {
-        buffers.insert(t.name());
+        if (!buffers.contains(t.name()))
+          frozen.insert(t.name());
         any = true;
       }
     if (!any) {
@@ -1122,9 +1126,13 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   // All at once: setArgAttr makes a new array of every argument's
   // dictionary each call, so a model of N initializers took N^2 memory.
   SmallVector<DictionaryAttr> argAttrs;
-  for (auto &arg : argNames)
-    argAttrs.push_back(builder.getDictionaryAttr(
-        builder.getNamedAttr(arg.first, builder.getStringAttr(arg.second))));
+  for (auto &arg : argNames) {
+    SmallVector<NamedAttribute, 2> attrs{
+        builder.getNamedAttr(arg.first, builder.getStringAttr(arg.second))};
+    if (arg.first == kParameterAttr && frozen.contains(arg.second))
+      attrs.push_back(builder.getNamedAttr(kFrozenAttr, builder.getUnitAttr()));
+    argAttrs.push_back(builder.getDictionaryAttr(attrs));
+  }
   func.setAllArgAttrs(argAttrs);
   for (auto [i, arg] : llvm::enumerate(argNames)) {
     values[arg.second] = entry->getArgument(i);

@@ -96,7 +96,7 @@ private:
   std::map<std::string, std::string> metadata_;
 };
 
-/// "F32", "I64", "I32", "BOOL" (safetensors' names).
+/// "F32", "I64", "BF16", ... (safetensors' names).
 const char *safetensorsDType(DType dtype);
 
 /// Size and CRC-32 of the file at \p path, streaming it.

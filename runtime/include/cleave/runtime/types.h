@@ -47,6 +47,11 @@ struct HostTensor {
   }
 };
 
+/// Widens a float tensor of a storage dtype (f16, bf16: exactly; f64:
+/// rounded to nearest) to f32 in place; false, with \p t unchanged, when it
+/// is not a float tensor or an f64 value lies beyond f32's range.
+bool widenToF32(HostTensor *t);
+
 /// Success, or an error message meant for the user.
 class Status {
 public:

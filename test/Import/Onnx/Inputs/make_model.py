@@ -32,6 +32,22 @@ def mlp():
         [vi("x", F, ["batch", 4])], [vi("y", F, ["batch", 3])], [w, b])
 
 
+def mlp2():
+    # Two layers, 64 -> 128 -> 16: Megatron's column then row split at tp 2.
+    rng = np.random.default_rng(2)
+    init = lambda name, shape: numpy_helper.from_array(
+        (0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+    return model(
+        [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1,
+                          name="fc1"),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("Gemm", ["r", "fc2.weight", "fc2.bias"], ["y"], transB=1,
+                          name="fc2")],
+        [vi("x", F, ["batch", 64])], [vi("y", F, ["batch", 16])],
+        [init("fc1.weight", (128, 64)), init("fc1.bias", (128,)),
+         init("fc2.weight", (16, 128)), init("fc2.bias", (16,))])
+
+
 def shape_arith():
     # x [2, 3, 8] -> reshape to [2, 3, 2, 4] computed from Shape, as exporters do.
     c = lambda name, v: helper.make_node(

@@ -1,0 +1,160 @@
+"""Frozen weights are split like any other (issue 36): LoRA on a frozen
+Llama-style base at tp 2 and 4 against PyTorch's own AdamW steps.
+
+Each rank holds 1/tp of the base (inspect and the weight files agree), the
+searched plan's collectives are those of Megatron's base layouts with
+PEFT's adapter layouts (written out as a plan) and at most one [tokens, r]
+reduction per adapter, and the losses and adapters after 5 steps equal
+PyTorch's."""
+
+import copy
+import json
+import os
+import struct
+import sys
+
+import pytest
+import torch
+
+import cleave
+from lora import apply_lora
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "zoo"))
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+           "down_proj")
+R, STEPS = 8, 5
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+
+
+def lora_llama(form):
+    from idioms import Llama, lm_inputs
+    torch.manual_seed(5)
+    # 4 K/V heads: every projection splits by head at tp 4 as well.
+    module = Llama(kv_heads=4)
+    adapters = apply_lora(module, TARGETS, r=R, form=form)
+    return module, adapters, lambda g: dict(lm_inputs(96, g))
+
+
+def megatron_peft_plan(form):
+    """Megatron's layouts of the base and PEFT's of the adapters beside
+    them, as layout rules: what the search must find by itself."""
+    a, b = ("lora_A\\.weight", "lora_B\\.weight") if form == "linear" \
+        else ("A", "B")
+    return {
+        r"(q|k|v|gate|up)_proj\.base_layer\.weight": "colwise",
+        r"(o|down)_proj\.base_layer\.weight": "rowwise",
+        r"(q|k|v|gate|up)_proj\." + b + "$": "colwise",
+        r"(o|down)_proj\." + a + "$": "rowwise",
+        r"_proj\.(" + a + "|" + b + ")$": "replicate",
+        r"embed_tokens|lm_head": "vocab",
+    }
+
+
+def torch_steps(module, batches):
+    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad],
+                            **ADAMW)
+    losses = []
+    for batch in batches:
+        opt.zero_grad()
+        loss = module(**batch)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, module.state_dict()
+
+
+def weight_file_bytes(bundle):
+    """Tensor bytes in each rank's weight file (safetensors)."""
+    root = os.path.join(bundle, "weights")
+    sizes = []
+    for name in sorted(os.listdir(root)):
+        with open(os.path.join(root, name), "rb") as f:
+            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        sizes.append(sum(v["data_offsets"][1] - v["data_offsets"][0]
+                         for k, v in header.items() if k != "__metadata__"))
+    return sizes
+
+
+def collectives(info):
+    return sorted((c["phase"], c["kind"], c["bytes"])
+                  for c in info["collectives"])
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("form", ["linear", "matmul"])
+def test_lora_on_a_frozen_base(form, tp):
+    module, adapters, batch_fn = lora_llama(form)
+    reference = copy.deepcopy(module)
+    gen = torch.Generator().manual_seed(11)
+    batches = [batch_fn(gen) for _ in range(STEPS)]
+    model = cleave.tensor_parallel(module, batches[0], tp=tp, loss="auto",
+                                   optimizer=cleave.AdamW(**ADAMW))
+    info = model.inspect()
+
+    # What trains is the adapters; the base is frozen state, 1/tp per rank
+    # (the norm vectors stay whole: under 1% of it).
+    assert sorted(p["name"] for p in info["parameters"]) == sorted(adapters)
+    assert info["buffers"] and not any(b["trainable"] for b in info["buffers"])
+    base = [b for b in info["buffers"] if b["name"].endswith(".weight")]
+    whole = sum(4 * torch.Size(b["shape"]).numel() for b in base)
+    local = sum(4 * torch.Size(b["local_shape"]).numel() for b in base)
+    assert abs(local - whole / tp) <= 0.05 * whole / tp, (local, whole, tp)
+    # Each rank's weight file holds what inspect says the rank holds.
+    memory = info["memory_per_rank"]
+    assert weight_file_bytes(model.bundle) == \
+        [memory["parameters"] + memory["buffers"]] * tp
+
+    # The collectives of Megatron's and PEFT's layouts, found unaided: the
+    # base's, plus one [tokens, r] sum per adapter at most.
+    tokens = batches[0]["input_ids"].numel()
+    got = collectives(info)
+    want = collectives(cleave.tensor_parallel(
+        copy.deepcopy(reference), batches[0], tp=tp, loss="auto",
+        optimizer=cleave.AdamW(**ADAMW),
+        plan=megatron_peft_plan(form)).inspect())
+    assert got == want
+    assert all(kind == "all_reduce" for _, kind, _ in got)
+    assert sum(b == tokens * R * 4 for _, _, b in got) <= len(adapters) // 2
+
+    losses = [model.step(b) for b in batches]
+    want_losses, state = torch_steps(reference, batches)
+    assert losses == pytest.approx(want_losses, rel=1e-4)
+    sd = model.state_dict()
+    for name in adapters:
+        torch.testing.assert_close(sd[name], state[name], rtol=1e-4,
+                                   atol=1e-5, msg=name)
+    for name, value in state.items():
+        if name not in adapters:
+            assert torch.equal(sd[name], value), name
+
+
+def test_adapter_only_checkpoints(tmp_path):
+    """PEFT's adapter-only save: state_dict(trainable_only=True) and
+    export(..., trainable_only=True) hold the adapters and nothing else."""
+    from cleave._export import read_safetensors
+    module, adapters, batch_fn = lora_llama("linear")
+    batch = batch_fn(torch.Generator().manual_seed(3))
+    model = cleave.tensor_parallel(module, batch, tp=2, loss="auto",
+                                   optimizer=cleave.AdamW(**ADAMW))
+    model.step(batch)
+    full = model.state_dict()
+    only = model.state_dict(trainable_only=True)
+    assert sorted(only) == sorted(adapters)
+    for name, value in only.items():
+        assert torch.equal(value, full[name]), name
+    model.export(tmp_path / "adapters.safetensors", trainable_only=True)
+    saved = read_safetensors(str(tmp_path / "adapters.safetensors"))
+    assert sorted(saved) == sorted(adapters)
+    for name, value in saved.items():
+        assert (value == full[name].numpy()).all(), name
+    with pytest.raises(cleave.Error, match="name the output .safetensors"):
+        model.export(tmp_path / "adapters.onnx", trainable_only=True)
+    with pytest.raises(cleave.ArgumentTypeError):
+        model.state_dict(trainable_only="yes")
+    # PyTorch takes them back on top of its own frozen base.
+    fresh, _, _ = lora_llama("linear")
+    fresh.load_state_dict(only, strict=False)
+    assert torch.equal(fresh.layers[1].q_proj.lora_B.weight,
+                       full["layers.1.q_proj.lora_B.weight"])
