@@ -17,6 +17,8 @@
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <fstream>
@@ -162,7 +164,63 @@ rt::Status checkReplaceable(const std::string &target) {
 }
 
 rt::Status WeightSource::useSafetensors(const std::string &path) {
-  return rt::SafetensorsFile::open(path, &file);
+  weightsPath = path;
+  if (llvm::StringRef(path).ends_with(".json"))
+    return useIndex(path);
+  files.emplace_back();
+  if (rt::Status s = rt::SafetensorsFile::open(path, &files.back()); !s)
+    return s;
+  for (const rt::TensorInfo &t : files.back()->tensors())
+    fileOf[t.name] = 0;
+  return rt::Status::ok();
+}
+
+/// Hugging Face's sharded checkpoint: {"weight_map": {tensor: shard file}}.
+/// The index may come from someone else: its shard names must be files
+/// beside it, and each shard must hold what the index puts there.
+rt::Status WeightSource::useIndex(const std::string &path) {
+  std::string where = "--weights '" + path + "'";
+  auto text = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!text)
+    return rt::Status::error("cannot read " + where + ": " +
+                             text.getError().message());
+  llvm::Expected<llvm::json::Value> doc =
+      llvm::json::parse((*text)->getBuffer());
+  if (!doc) {
+    std::string why = llvm::toString(doc.takeError());
+    return rt::Status::error(where + " is not JSON: " + why);
+  }
+  const llvm::json::Object *map = nullptr;
+  if (const llvm::json::Object *root = doc->getAsObject())
+    map = root->getObject("weight_map");
+  if (!map)
+    return rt::Status::error(where + " is not a sharded checkpoint's index "
+                                     "(it has no weight_map object)");
+  std::string dir = llvm::sys::path::parent_path(path).str();
+  llvm::StringMap<size_t> opened;
+  for (const auto &[tensor, value] : *map) {
+    std::optional<llvm::StringRef> shard = value.getAsString();
+    if (!shard)
+      return rt::Status::error(where + ": the weight_map entry of '" +
+                               tensor.str() + "' is not a file name");
+    auto [it, fresh] = opened.try_emplace(*shard, files.size());
+    if (fresh) {
+      std::string full;
+      if (rt::Status s = rt::resolveStoredName(
+              dir.empty() ? "." : dir, shard->str(), where,
+              "the shard of '" + tensor.str() + "'", &full);
+          !s)
+        return s;
+      files.emplace_back();
+      if (rt::Status s = rt::SafetensorsFile::open(full, &files.back()); !s)
+        return s;
+    }
+    if (!files[it->second]->find(tensor.str()))
+      return rt::Status::error(where + " puts '" + tensor.str() + "' in '" +
+                               shard->str() + "', which does not hold it");
+    fileOf[tensor] = it->second;
+  }
+  return rt::Status::ok();
 }
 
 rt::Status WeightSource::readFromModel(const std::string &name,
@@ -184,11 +242,13 @@ rt::Status WeightSource::read(const std::string &name,
   FailureOr<std::vector<int64_t>> dims = model.initializerShape(name, error);
   if (failed(dims))
     return rt::Status::error(error);
-  if (file) {
-    const rt::TensorInfo *info = file->find(name);
-    if (!info)
-      return rt::Status::error("--weights '" + file->path() +
+  if (!weightsPath.empty()) {
+    auto where = fileOf.find(name);
+    if (where == fileOf.end())
+      return rt::Status::error("--weights '" + weightsPath +
                                "' has no tensor '" + name + "'");
+    const rt::SafetensorsFile *file = files[where->second].get();
+    const rt::TensorInfo *info = file->find(name);
     if (info->shape != *dims)
       return rt::Status::error("--weights '" + file->path() + "': tensor '" +
                                name + "' does not have the model's shape");

@@ -180,8 +180,9 @@ static cl::opt<bool>
              cl::sub(compileCmd));
 static cl::opt<std::string>
     weightsPath("weights",
-                cl::desc("Take the weights from this safetensors file (same "
-                         "names as the model's initializers)"),
+                cl::desc("Take the weights from this safetensors file, or "
+                         "a sharded checkpoint's index (.safetensors.index."
+                         "json), with the model's initializers' names"),
                 cl::value_desc("FILE"), cl::sub(compileCmd));
 static cl::SubCommand exportCmd("export",
                                 "Write a checkpoint's or bundle's weights "

@@ -18,12 +18,17 @@ class TensorEntry;
 namespace cleave::driver {
 
 /// Where `cleave compile` takes the weights from: the model's initializers
-/// (inline or external data), or a safetensors file with the same names.
+/// (inline or external data), or a safetensors checkpoint with the same
+/// names: one file, or Hugging Face's sharded form (an index and its shard
+/// files). Tensors are read one at a time, so a compile holds at most the
+/// largest.
 class WeightSource {
 public:
   WeightSource(mlir::MLIRContext &ctx, const mlir::cleave::OnnxModel &model)
       : ctx(ctx), model(model) {}
-  /// Uses \p path (--weights) instead of the initializers.
+  /// Uses \p path (--weights) instead of the initializers: a .safetensors
+  /// file, or a sharded checkpoint's index (NAME.safetensors.index.json,
+  /// whose weight_map names each tensor's shard, a file beside it).
   rt::Status useSafetensors(const std::string &path);
   rt::Status read(const std::string &name, rt::HostTensor *out) const;
   /// \p entry's initial value: its initializer, or its piece of one.
@@ -34,7 +39,12 @@ public:
 private:
   mlir::MLIRContext &ctx;
   const mlir::cleave::OnnxModel &model;
-  std::unique_ptr<rt::SafetensorsFile> file;
+  rt::Status useIndex(const std::string &path);
+  /// --weights as given (for messages), its files, and the file holding
+  /// each tensor (an index into files).
+  std::string weightsPath;
+  std::vector<std::unique_ptr<rt::SafetensorsFile>> files;
+  llvm::StringMap<size_t> fileOf;
 };
 
 /// Writes \p bundle atomically (a temporary directory swapped in): \p plan

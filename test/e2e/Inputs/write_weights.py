@@ -2,6 +2,9 @@
 checks what the bundles compiled from them hold (weights-dtypes.test).
 
 Usage: write_weights.py MODEL.onnx DIR    writes DIR/{bf16,f16,f64,i8,big}.safetensors
+                                          and DIR/sharded/: the bf16 tensors in two
+                                          shards with Hugging Face's index (and bad
+                                          indexes beside it)
        write_weights.py --check DIR       compares DIR/*-out.safetensors
 """
 import json
@@ -45,9 +48,10 @@ def main():
     if sys.argv[1] == "--check":
         d = sys.argv[2]
         want = {k: v for k, v in np.load(d + "/values.npz").items()}
-        for kind in ("bf16", "f16"):
+        for kind in ("bf16", "f16", "sharded"):
             got = read(f"{d}/{kind}-out.safetensors")
-            exact = all((got[k] == want[kind + ":" + k]).all() for k in got)
+            key = "bf16" if kind == "sharded" else kind
+            exact = all((got[k] == want[key + ":" + k]).all() for k in got)
             print(kind, "exact" if exact and got else "differs")
         got = read(f"{d}/f64-out.safetensors")
         ok = all((got[k] == want["f64:" + k].astype(np.float32)).all()
@@ -73,6 +77,22 @@ def main():
         files["big"][name] = ("F64", a.shape, np.full(a.shape, 1e300).tobytes())
     for kind, tensors in files.items():
         write(f"{d}/{kind}.safetensors", tensors)
+    # Hugging Face's sharded form: tensors spread over shard files, an
+    # index naming each one's shard.
+    import os
+    os.makedirs(f"{d}/sharded", exist_ok=True)
+    names = sorted(files["bf16"])
+    shards = {n: f"model-{1 + i % 2:05d}-of-00002.safetensors"
+              for i, n in enumerate(names)}
+    for shard in sorted(set(shards.values())):
+        write(f"{d}/sharded/{shard}",
+              {n: files["bf16"][n] for n in names if shards[n] == shard})
+    for name, weight_map in (
+            ("model", shards),
+            ("escape", dict(shards, **{names[0]: "../bf16.safetensors"})),
+            ("wrong", {n: "model-00001-of-00002.safetensors" for n in names})):
+        with open(f"{d}/sharded/{name}.safetensors.index.json", "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
     np.savez(f"{d}/values.npz", **values)
 
 
