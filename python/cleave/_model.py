@@ -298,16 +298,32 @@ class Model:
         for target, a in writes:
             self._session.write(target, a)
 
-    def export(self, path: str, trainable_only: bool = False) -> None:
+    def export(self, path: str, trainable_only: bool = False,
+               merge_adapters: bool = False) -> None:
         """Writes the trained weights as the original ONNX model (path ending
         .onnx) or a safetensors file of them (.safetensors), as
         ``cleave export`` does; ``trainable_only``: only the tensors that
-        train, as safetensors (``cleave export --trainable-only``)."""
-        if not isinstance(trainable_only, bool):
-            raise ArgumentTypeError("trainable_only must be True or False")
+        train, as safetensors (``cleave export --trainable-only``);
+        ``merge_adapters``: every low-rank adapter folded into its base
+        weight, W + s A B, and removed (PEFT's merge_and_unload), the
+        adapters found from the graph."""
+        for name, flag in (("trainable_only", trainable_only),
+                           ("merge_adapters", merge_adapters)):
+            if not isinstance(flag, bool):
+                raise ArgumentTypeError(f"{name} must be True or False")
+        if trainable_only and merge_adapters:
+            raise ArgumentError("trainable_only and merge_adapters exclude "
+                                "each other: merged adapters are gone")
+        path = os.fspath(path)
         with tempfile.TemporaryDirectory(prefix="cleave-export-") as d:
             written = self._session.save_checkpoint(d)
-            _cleave.export(written, os.fspath(path), trainable_only)
+            if not merge_adapters:
+                _cleave.export(written, path, trainable_only)
+                return
+            whole = os.path.join(d, "model.onnx")
+            _cleave.export(written, whole, False)
+            _write_merged(whole, path, set(self._trained),
+                          {n for n, trains in self._trained.items() if trains})
 
     def save_checkpoint(self, directory: str) -> str:
         """Writes a checkpoint that :meth:`Model.resume` continues from:
@@ -776,3 +792,29 @@ def _file_keeps_its_opset(opts: Options) -> None:
     if opts.opset != Options.opset:
         raise ArgumentError("opset applies to exporting a torch.nn.Module; "
                             "a model file keeps its own opset")
+
+
+def _write_merged(model_path: str, path: str, tensors: set,
+                  adapters: set) -> None:
+    """The exported model at ``model_path`` with its adapters folded into
+    their bases, written to ``path`` atomically: the model (.onnx) or the
+    bundle's ``tensors`` but the adapters (.safetensors)."""
+    import onnx
+    from ._merge import merge_adapters
+    if not path.endswith((".onnx", ".safetensors")):
+        raise Error(f"cannot tell the format of '{path}': name it .onnx or "
+                    ".safetensors")
+    model, _ = merge_adapters(onnx.load(model_path), adapters)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        if path.endswith(".onnx"):
+            onnx.save(model, tmp)
+        else:
+            import onnx.numpy_helper as nh
+            write_safetensors(tmp, {t.name: nh.to_array(t)
+                                    for t in model.graph.initializer
+                                    if t.name in tensors})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

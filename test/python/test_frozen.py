@@ -158,3 +158,68 @@ def test_adapter_only_checkpoints(tmp_path):
     fresh.load_state_dict(only, strict=False)
     assert torch.equal(fresh.layers[1].q_proj.lora_B.weight,
                        full["layers.1.q_proj.lora_B.weight"])
+
+
+@pytest.mark.parametrize("form", ["linear", "matmul"])
+def test_merge_adapters(form, tmp_path):
+    """export(..., merge_adapters=True): W + (alpha / r) B A in every base,
+    the adapters gone (PEFT's merge_and_unload), found from the graph; the
+    merged model's loss is the adapted model's."""
+    import onnx
+    import onnx.numpy_helper as nh
+    from cleave._export import read_safetensors
+    import lora
+    module, adapters, batch_fn = lora_llama(form)
+    gen = torch.Generator().manual_seed(8)
+    batches = [batch_fn(gen) for _ in range(3)]
+    model = cleave.tensor_parallel(module, batches[0], tp=2, loss="auto",
+                                   optimizer=cleave.AdamW(**ADAMW))
+    for b in batches[:2]:
+        model.step(b)
+    trained = copy.deepcopy(module)
+    trained.load_state_dict(model.state_dict())
+    want = {}
+    for name, m in trained.named_modules():
+        if isinstance(m, (lora.LoraLinear, lora.LoraMatmul)):
+            a, b = (m.lora_A.weight, m.lora_B.weight) \
+                if isinstance(m, lora.LoraLinear) else (m.A, m.B)
+            want[name + ".base_layer.weight"] = (
+                m.base_layer.weight.double() +
+                m.scaling * b.double() @ a.double())
+    assert len(want) == 14
+
+    path = str(tmp_path / "merged.onnx")
+    model.export(path, merge_adapters=True)
+    merged = onnx.load(path)
+    inits = {t.name: nh.to_array(t) for t in merged.graph.initializer}
+    assert not set(adapters) & set(inits)
+    for name, value in want.items():
+        np_value = torch.tensor(inits[name], dtype=torch.float64)
+        torch.testing.assert_close(np_value, value, rtol=1e-5, atol=1e-6,
+                                   msg=name)
+    # The merged model computes the adapted one's loss.
+    with torch.no_grad():
+        expected = trained(**batches[2]).item()
+    check = cleave.tensor_parallel(path, batches[2], tp=2, loss="auto",
+                                   optimizer=cleave.SGD(lr=1e-9))
+    assert check.step(batches[2]) == pytest.approx(expected, rel=1e-4)
+
+    model.export(tmp_path / "merged.safetensors", merge_adapters=True)
+    saved = read_safetensors(str(tmp_path / "merged.safetensors"))
+    assert set(saved) == set(model.state_dict()) - set(adapters)
+    for name in want:
+        assert (saved[name] == inits[name]).all(), name
+
+
+def test_merge_refuses_what_is_not_an_adapter(tmp_path):
+    import models
+    module, batch_fn, loss = models.build("frozen_mlp")
+    batch = batch_fn(torch.Generator().manual_seed(2))
+    model = cleave.tensor_parallel(module, {"x": batch["x"]}, loss=loss)
+    with pytest.raises(cleave.Error, match="is not part of a low-rank "
+                                           "product"):
+        model.export(tmp_path / "m.onnx", merge_adapters=True)
+    assert not os.path.exists(tmp_path / "m.onnx")
+    with pytest.raises(cleave.ArgumentError):
+        model.export(tmp_path / "m.safetensors", merge_adapters=True,
+                     trainable_only=True)
