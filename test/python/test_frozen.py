@@ -223,3 +223,30 @@ def test_merge_refuses_what_is_not_an_adapter(tmp_path):
     with pytest.raises(cleave.ArgumentError):
         model.export(tmp_path / "m.safetensors", merge_adapters=True,
                      trainable_only=True)
+
+
+def test_mesh_chooser_counts_the_split_frozen_base():
+    """The mesh chooser prices a candidate with the memory inspect reports
+    (the frozen base split under tp), so a budget that only tp's split base
+    fits makes it choose tp."""
+    module, _, batch_fn = lora_llama("linear")
+    batch = batch_fn(torch.Generator().manual_seed(11))
+    free = cleave.tensor_parallel(copy.deepcopy(module), batch, devices=2,
+                                  loss="auto", optimizer=cleave.AdamW(**ADAMW))
+    info = free.inspect()
+    m = info["memory_per_rank"]
+    chosen = [c for c in info["mesh_choice"]["candidates"] if c["chosen"]][0]
+    # The rank's share of the batch, and AdamW's step number (an i64).
+    inputs = sum(v.numel() * v.element_size() for v in batch.values()) \
+        // chosen["dp"] + 8
+    assert chosen["memory_bytes"] == \
+        m["parameters"] + m["buffers"] + m["optimizer_state"] + \
+        m["activations_peak"] + inputs
+    by_mesh = {(c["dp"], c["tp"]): c["memory_bytes"]
+               for c in info["mesh_choice"]["candidates"]}
+    budget = (by_mesh[(1, 2)] + by_mesh[(2, 1)]) // 2
+    assert by_mesh[(1, 2)] < budget < by_mesh[(2, 1)]
+    tight = cleave.tensor_parallel(module, batch, devices=2, loss="auto",
+                                   memory_per_device=budget,
+                                   optimizer=cleave.AdamW(**ADAMW))
+    assert tight.inspect()["mesh"] == {"tp": 2}
