@@ -175,6 +175,31 @@ rt::Status WeightSource::useSafetensors(const std::string &path) {
   return rt::Status::ok();
 }
 
+/// How deeply \p text nests arrays and objects (outside strings).
+/// llvm::json parses and frees recursively: an index of a million '[' would
+/// overflow the stack, so a deep one is refused before it is parsed.
+static int jsonDepth(llvm::StringRef text) {
+  int depth = 0, deepest = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 /// Hugging Face's sharded checkpoint: {"weight_map": {tensor: shard file}}.
 /// The index may come from someone else: its shard names must be files
 /// beside it, and each shard must hold what the index puts there.
@@ -184,6 +209,10 @@ rt::Status WeightSource::useIndex(const std::string &path) {
   if (!text)
     return rt::Status::error("cannot read " + where + ": " +
                              text.getError().message());
+  constexpr int kMaxDepth = 16; // an index is two levels deep
+  if (jsonDepth((*text)->getBuffer()) > kMaxDepth)
+    return rt::Status::error(where + " nests deeper than a sharded "
+                                     "checkpoint's index does");
   llvm::Expected<llvm::json::Value> doc =
       llvm::json::parse((*text)->getBuffer());
   if (!doc) {
@@ -203,14 +232,19 @@ rt::Status WeightSource::useIndex(const std::string &path) {
     if (!shard)
       return rt::Status::error(where + ": the weight_map entry of '" +
                                tensor.str() + "' is not a file name");
-    auto [it, fresh] = opened.try_emplace(*shard, files.size());
+    // Keyed by the resolved path: "a", "./a" and ".//a" are one shard,
+    // opened once.
+    std::string full;
+    if (rt::Status s =
+            rt::resolveStoredName(dir.empty() ? "." : dir, shard->str(), where,
+                                  "the shard of '" + tensor.str() + "'", &full);
+        !s)
+      return s;
+    llvm::SmallString<256> real;
+    if (llvm::sys::fs::real_path(full, real))
+      real = full;
+    auto [it, fresh] = opened.try_emplace(real, files.size());
     if (fresh) {
-      std::string full;
-      if (rt::Status s = rt::resolveStoredName(
-              dir.empty() ? "." : dir, shard->str(), where,
-              "the shard of '" + tensor.str() + "'", &full);
-          !s)
-        return s;
       files.emplace_back();
       if (rt::Status s = rt::SafetensorsFile::open(full, &files.back()); !s)
         return s;

@@ -425,6 +425,7 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
     // "b:" keys frozen weights have always had.
     b.set_role(pb::Binding::BUFFER);
     b.set_name(str(kParameterAttr));
+    b.set_frozen(true);
   } else if (attrs.get(kParameterAttr)) {
     b.set_role(pb::Binding::PARAMETER);
     b.set_name(str(kParameterAttr));

@@ -2,10 +2,16 @@
 merge_and_unload), found from the graph, not from names.
 
 An adapter is a branch ``X -> s * X A B`` added to a base ``X -> X W (+ b)``
-that reads the same ``X``, where A, B and W are constant matrices: weights
-read directly, through a 2-D Transpose (torch.onnx's Linear) or by Gemm
-(``transB``, ``alpha``), and ``s`` the product of the scalar constants the
-branch multiplies or divides by anywhere along it. The merged base holds
+that reads the same ``X`` (or its Dropout: merging folds the function as
+evaluated), where A, B and W are constant matrices: weights read
+directly, through a 2-D Transpose (torch.onnx's Linear) or by Gemm
+(``transB``, ``alpha``, a constant bias C on the base), and ``s`` the
+product of the scalar constants the branch multiplies or divides by
+anywhere along it. Weights that train and are no adapter stay (a head
+trained whole). What the merge changes must serve the adapter alone:
+a base weight, product or Transpose read elsewhere too is an error, not a
+merge. (X itself must not be a constant product: a Linear fed straight by
+another is not matched, and its adapter is reported.) The merged base holds
 ``W + s A B`` (in W's own layout); the adapter's nodes and weights go, and
 the Add becomes an Identity of the base's output, so every other name in
 the graph stays.
@@ -45,7 +51,9 @@ class _Graph:
 
     def scalar(self, name) -> Optional[float]:
         c = self.constant(name)
-        if c is None or c.size != 1 or name in self.inits:
+        # Rank 0 or 1 only: a [1, 1, 1] factor would broadcast the branch
+        # to a higher rank, which the base's output does not have.
+        if c is None or c.size != 1 or c.ndim > 1 or name in self.inits:
             return None  # an initializer of one element may be a weight
         return float(c.reshape(()))
 
@@ -55,9 +63,11 @@ class _Graph:
         if name in self.inits and self.inits[name].ndim == 2:
             return self.inits[name], name, False
         node = self.producer.get(name)
+        # A Transpose two products share would fold the adapter twice.
         if node is not None and node.op_type == "Transpose" and \
                 node.input[0] in self.inits and \
                 self.inits[node.input[0]].ndim == 2 and \
+                self.uses.get(name, 0) == 1 and \
                 _attr(node, "perm", [1, 0]) == [1, 0]:
             return self.inits[node.input[0]].T, node.input[0], True
         return None
@@ -83,6 +93,13 @@ def _branch(g: _Graph, value: str) -> _Branch:
     if node is None:
         return value, [], 1.0, []
     op, ins = node.op_type, list(node.input)
+    if op in ("Dropout", "Identity") and value == node.output[0]:
+        # PEFT's lora_dropout: merging folds the function as evaluated,
+        # without dropout.
+        x, ms, s, nodes = _branch(g, ins[0])
+        if ms:
+            return value, [], 1.0, []
+        return x, [], 1.0, nodes + [node]
     if op == "MatMul":
         m = g.matrix(ins[1])
         if m is not None:
@@ -114,6 +131,17 @@ def _base_branch(g: _Graph, value: str) -> _Branch:
             if g.constant(node.input[i]) is not None:
                 x, ms, s, nodes = _branch(g, node.input[j])
                 return x, ms, s, nodes + [node]
+    if node is not None and node.op_type == "Gemm" and \
+            len(node.input) == 3 and g.constant(node.input[2]) is not None \
+            and not _attr(node, "transA", 0):
+        # A biased Linear on a 2-D input: Gemm(X, W, b, transB=1).
+        m = g.matrix(node.input[1])
+        if m is not None:
+            if _attr(node, "transB", 0):
+                m = (m[0].T, m[1], not m[2])
+            x, ms, s, nodes = _branch(g, node.input[0])
+            return x, ms + [m], s * _attr(node, "alpha", 1.0), \
+                nodes + [node]
     return _branch(g, value)
 
 
@@ -121,7 +149,7 @@ def merge_adapters(model, adapters: Set[str]) -> Tuple[object, Set[str]]:
     """Folds every adapter of ``model`` (an onnx.ModelProto with its
     weights) whose weights are all in ``adapters`` (what trains) into its
     base; returns the model and the adapter weights it removed. Raises
-    Error where an adapter weight is not part of such a product."""
+    Error where an adapter cannot be folded, or there is none."""
     import onnx
     g = _Graph(model)
     # base weight -> (its merged [in, out] matrix, stored transposed)
@@ -131,7 +159,7 @@ def merge_adapters(model, adapters: Set[str]) -> Tuple[object, Set[str]]:
         if node.op_type != "Add":
             continue
         for base_in, lora_in in ((0, 1), (1, 0)):
-            x, base, s_base, _ = _base_branch(g, node.input[base_in])
+            x, base, s_base, base_nodes = _base_branch(g, node.input[base_in])
             y, lora, s_lora, lora_nodes = _branch(g, node.input[lora_in])
             if x != y or len(base) != 1 or len(lora) != 2 or \
                     base[0][1] in adapters or \
@@ -143,8 +171,9 @@ def merge_adapters(model, adapters: Set[str]) -> Tuple[object, Set[str]]:
                 continue
             # The adapter's nodes must serve it alone; so must the base
             # weight, which the merge changes for every reader.
-            if any(g.uses.get(o, 0) != 1 for n in lora_nodes for o in n.output) \
-                    or g.uses.get(wname, 0) != 1:
+            if any(g.uses.get(o, 0) != 1 for n in lora_nodes + base_nodes
+                   for o in n.output if n.op_type not in ("Dropout", "Identity")) \
+                    or g.uses.get(wname, 0) != 1 or wname in merged:
                 raise Error(f"merge_adapters: the adapter {aname!r}, "
                             f"{bname!r} beside {wname!r} shares its values "
                             "with other parts of the graph; it cannot be "
@@ -161,12 +190,12 @@ def merge_adapters(model, adapters: Set[str]) -> Tuple[object, Set[str]]:
             node.input.append(keep)
             g.uses[lora_value] -= 1
             break
-    stray = sorted(adapters - removed)
-    if stray:
-        raise Error(f"merge_adapters: {stray[0]!r} trains but is not part of "
-                    "a low-rank product (X A B, scaled by constants, added "
-                    "to X W of a frozen weight W): there is nothing to fold "
-                    "it into")
+    # Other weights that train stay as they are (PEFT's modules_to_save: a
+    # classifier head trained whole).
+    if not removed:
+        raise Error("merge_adapters: the model has no low-rank adapter (X A B "
+                    "of weights that train, scaled by constants, added to X W "
+                    "of a frozen weight W) to fold into its base")
     _drop_dead(model)
     inits = {t.name: t for t in model.graph.initializer}
     for name, (m, transposed) in merged.items():
@@ -187,10 +216,9 @@ def _drop_dead(model) -> None:
     outputs = {o.name for o in model.graph.output}
     while True:
         read = {i for n in model.graph.node for i in n.input} | outputs
-        dead = [n for n in model.graph.node
-                if not any(o in read for o in n.output)]
-        if not dead:
+        alive = [n for n in model.graph.node
+                 if any(o in read for o in n.output)]
+        if len(alive) == len(model.graph.node):
             return
-        alive = [n for n in model.graph.node if n not in dead]
         del model.graph.node[:]
         model.graph.node.extend(alive)

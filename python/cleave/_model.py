@@ -306,7 +306,7 @@ class Model:
         train, as safetensors (``cleave export --trainable-only``);
         ``merge_adapters``: every low-rank adapter folded into its base
         weight, W + s A B, and removed (PEFT's merge_and_unload), the
-        adapters found from the graph."""
+        adapters found from the graph; other weights that train stay."""
         for name, flag in (("trainable_only", trainable_only),
                            ("merge_adapters", merge_adapters)):
             if not isinstance(flag, bool):
@@ -808,7 +808,13 @@ def _write_merged(model_path: str, path: str, tensors: set,
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         if path.endswith(".onnx"):
-            onnx.save(model, tmp)
+            # Beyond 1 GiB of weights, ONNX's external data (protobuf
+            # messages stop at 2 GiB), as cleave export writes it.
+            size = sum(len(t.raw_data) for t in model.graph.initializer)
+            external = size > (1 << 30)
+            onnx.save_model(model, tmp, save_as_external_data=external,
+                            all_tensors_to_one_file=True,
+                            location=os.path.basename(path) + ".data")
         else:
             import onnx.numpy_helper as nh
             write_safetensors(tmp, {t.name: nh.to_array(t)

@@ -650,7 +650,9 @@ Status TrainSession::checkInputs() {
         (b.role() == pb::Binding::OPTIMIZER_STATE || options.randomWeights)) {
       value =
           HostTensor::zeros(executor->inputDType(i), executor->inputShape(i));
-      if (b.role() == pb::Binding::PARAMETER) {
+      // A frozen weight is random like the parameters (a LoRA base); the
+      // statistics stay zero.
+      if (b.role() == pb::Binding::PARAMETER || b.frozen()) {
         fillRandom(b.name(), &value);
         // The program relies on parameters being zero in their padding.
         auto entry = bundleEntry.find(key);

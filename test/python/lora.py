@@ -11,9 +11,12 @@ class LoraLinear(nn.Module):
     """PEFT's lora.Linear: the frozen base plus lora_B(lora_A(x)) scaled by
     alpha / r."""
 
-    def __init__(self, base: nn.Linear, r: int, alpha: float):
+    def __init__(self, base: nn.Linear, r: int, alpha: float,
+                 dropout: float = 0.0):
         super().__init__()
         self.base_layer = base
+        # PEFT's lora_dropout, on the adapter's input only.
+        self.lora_dropout = nn.Dropout(dropout) if dropout else nn.Identity()
         self.lora_A = nn.Linear(base.in_features, r, bias=False)
         self.lora_B = nn.Linear(r, base.out_features, bias=False)
         # PEFT starts B at zero; a random B makes A's gradient non-zero from
@@ -22,7 +25,8 @@ class LoraLinear(nn.Module):
         self.scaling = alpha / r
 
     def forward(self, x):
-        return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
+        return self.base_layer(x) + \
+            self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
 
 
 class LoraMatmul(nn.Module):

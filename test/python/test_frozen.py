@@ -216,8 +216,7 @@ def test_merge_refuses_what_is_not_an_adapter(tmp_path):
     module, batch_fn, loss = models.build("frozen_mlp")
     batch = batch_fn(torch.Generator().manual_seed(2))
     model = cleave.tensor_parallel(module, {"x": batch["x"]}, loss=loss)
-    with pytest.raises(cleave.Error, match="is not part of a low-rank "
-                                           "product"):
+    with pytest.raises(cleave.Error, match="has no low-rank adapter"):
         model.export(tmp_path / "m.onnx", merge_adapters=True)
     assert not os.path.exists(tmp_path / "m.onnx")
     with pytest.raises(cleave.ArgumentError):
@@ -250,3 +249,35 @@ def test_mesh_chooser_counts_the_split_frozen_base():
                                    memory_per_device=budget,
                                    optimizer=cleave.AdamW(**ADAMW))
     assert tight.inspect()["mesh"] == {"tp": 2}
+
+
+def test_merge_a_biased_linear_with_dropout(tmp_path):
+    """A Linear with bias on a 2-D input (torch.onnx writes Gemm(X, W, b))
+    and PEFT's lora_dropout on the adapter's input: merged all the same; a
+    head trained whole (PEFT's modules_to_save) stays as it is."""
+    import onnx
+    import onnx.numpy_helper as nh
+    from lora import LoraLinear
+    torch.manual_seed(3)
+    base = torch.nn.Linear(16, 12)
+    module = torch.nn.Sequential(LoraLinear(base, 4, 8, dropout=0.1),
+                                 torch.nn.ReLU(), torch.nn.Linear(12, 3))
+    module[0].base_layer.requires_grad_(False)
+    x = torch.randn(6, 16)
+    model = cleave.tensor_parallel(module, {"input": x}, loss="mse",
+                                   optimizer=cleave.SGD(lr=0.1))
+    model.step({"input": x, "labels": torch.randn(6, 3)})
+    sd = model.state_dict()
+    path = str(tmp_path / "merged.onnx")
+    model.export(path, merge_adapters=True)
+    merged = onnx.load(path)
+    inits = {t.name: nh.to_array(t) for t in merged.graph.initializer}
+    want = sd["0.base_layer.weight"].double() + \
+        2.0 * sd["0.lora_B.weight"].double() @ sd["0.lora_A.weight"].double()
+    torch.testing.assert_close(
+        torch.tensor(inits["0.base_layer.weight"], dtype=torch.float64), want,
+        rtol=1e-5, atol=1e-6)
+    assert "0.lora_A.weight" not in inits and \
+        not any(n.op_type == "Dropout" for n in merged.graph.node)
+    for name in ("0.base_layer.bias", "2.weight", "2.bias"):
+        assert torch.equal(torch.from_numpy(inits[name].copy()), sd[name])
