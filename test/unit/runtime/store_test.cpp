@@ -190,6 +190,55 @@ TEST(Safetensors, RoundTripAndDigest) {
   EXPECT_NE(outside.message().find("outside the file"), std::string::npos);
 }
 
+TEST(Safetensors, EveryDTypeRoundTripsAndFloatsWiden) {
+  fs::path dir = scratch("dtypes");
+  std::string path = (dir / "d.safetensors").string();
+  // bf16 and f16 bits of 1, -2.5 and 3.140625 / 65504; f64 with a value
+  // beyond f32's range; int8.
+  const uint16_t bf16[] = {0x3F80, 0xC020, 0x4049};
+  const uint16_t f16[] = {0x3C00, 0xC100, 0x7BFF};
+  const double f64[] = {1.0, -2.5, 1e300};
+  const int8_t i8[] = {1, -2, 3};
+  std::unique_ptr<SafetensorsWriter> w;
+  ASSERT_TRUE(SafetensorsWriter::create(path,
+                                        {{"b", DType::BF16, {3}},
+                                         {"h", DType::F16, {3}},
+                                         {"d", DType::F64, {3}},
+                                         {"i", DType::I8, {3}}},
+                                        {}, &w));
+  ASSERT_TRUE(w->write(bf16, sizeof bf16));
+  ASSERT_TRUE(w->write(f16, sizeof f16));
+  ASSERT_TRUE(w->write(f64, sizeof f64));
+  ASSERT_TRUE(w->write(i8, sizeof i8));
+  ASSERT_TRUE(w->finish(nullptr, nullptr));
+  std::unique_ptr<SafetensorsFile> f;
+  ASSERT_TRUE(SafetensorsFile::open(path, &f));
+  HostTensor b, h, d, i;
+  for (auto [name, t] : {std::pair<const char *, HostTensor *>{"b", &b},
+                         {"h", &h},
+                         {"d", &d},
+                         {"i", &i}}) {
+    ASSERT_NE(f->find(name), nullptr) << name;
+    ASSERT_TRUE(f->read(*f->find(name), t)) << name;
+  }
+  EXPECT_EQ(b.dtype, DType::BF16);
+  EXPECT_EQ(d.dtype, DType::F64);
+  // 16-bit floats widen exactly; f64 beyond f32 and integers do not.
+  ASSERT_TRUE(widenToF32(&b));
+  ASSERT_TRUE(widenToF32(&h));
+  EXPECT_EQ(b.dtype, DType::F32);
+  EXPECT_EQ(std::vector<float>(b.data<float>(), b.data<float>() + 3),
+            (std::vector<float>{1.0f, -2.5f, 3.140625f}));
+  EXPECT_EQ(std::vector<float>(h.data<float>(), h.data<float>() + 3),
+            (std::vector<float>{1.0f, -2.5f, 65504.0f}));
+  EXPECT_FALSE(widenToF32(&d));
+  EXPECT_EQ(d.dtype, DType::F64); // unchanged
+  d.data<double>()[2] = 0.1;
+  ASSERT_TRUE(widenToF32(&d));
+  EXPECT_EQ(d.data<float>()[2], 0.1f);
+  EXPECT_FALSE(widenToF32(&i));
+}
+
 TEST(Safetensors, WriterRejectsWrongByteCounts) {
   fs::path dir = scratch("counts");
   std::unique_ptr<SafetensorsWriter> w;
