@@ -366,9 +366,9 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
     }
     entry->set_name(name.str());
     entry->set_key(name.str());
-    bool frozen = main.getArgAttr(i, mlir::cleave::kFrozenAttr) != nullptr;
-    entry->set_role(param && !frozen ? pb::Binding::PARAMETER
-                                     : pb::Binding::BUFFER);
+    entry->set_role(mlir::cleave::isTrainedParameter(main, i)
+                        ? pb::Binding::PARAMETER
+                        : pb::Binding::BUFFER);
     entry->mutable_type()->set_dtype(planDType(mlir::cleave::runtimeDType(
         cast<RankedTensorType>(arg.getType()).getElementType())));
     for (int64_t d : *dims)

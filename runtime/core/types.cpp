@@ -90,8 +90,8 @@ bool widenToF32(HostTensor *t) {
   case DType::BF16: {
     const uint16_t *src = t->data<uint16_t>();
     for (int64_t i = 0; i < n; ++i)
-      dst[i] = t->dtype == DType::F16 ? halfToFloat(src[i])
-                                      : bitsFloat(uint32_t(src[i]) << 16);
+      dst[i] =
+          t->dtype == DType::F16 ? halfToFloat(src[i]) : bf16ToFloat(src[i]);
     break;
   }
   case DType::F64: {
