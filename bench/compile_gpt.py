@@ -17,7 +17,7 @@ RSS (from /usr/bin/time), and the step's collectives from `cleave inspect
 --json` (all-reduces per layer in forward and backward; Megatron's optimum
 is 2 and 2). --arch llama writes LLaMA's decoder (GQA, rotary, SwiGLU,
 RMSNorm; see gpt_onnx.py) and compiles it with `--freeze rotary`.
-LLaMA-3-8B at tp = 8:
+LLaMA-3-8B at tp = 8 (--precision bf16 for the mixed-precision plan):
 
     bench/compile_gpt.py --cleave build/bin/cleave --arch llama --layers 32 \
         --d 4096 --heads 32 --kv-heads 8 --mlp 14336 --vocab 128256 \
@@ -43,6 +43,9 @@ def main():
     gpt_onnx.add_shape_arguments(ap)
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--work", default="/tmp/cleave-bench")
+    ap.add_argument("--precision", default="f32",
+                    help="f32 or bf16 (cleave compile --precision); the "
+                    "per-rank memory from inspect is printed too")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     for layers in [int(x) for x in args.layers.split(",")]:
@@ -53,7 +56,8 @@ def main():
         bundle = os.path.join(args.work, f"gpt{layers}.bundle")
         r = subprocess.run(["/usr/bin/time", "-f", "%e %M", args.cleave, "compile",
                             gen.out, "-o", bundle, "--optimizer", "adamw",
-                            "--tp", str(args.tp), "--plan-only"]
+                            "--tp", str(args.tp), "--plan-only",
+                            "--precision", args.precision]
                            + (["--freeze", "rotary"] if args.arch == "llama" else []),
                            capture_output=True, text=True)
         if r.returncode:
@@ -68,6 +72,9 @@ def main():
         print(f"layers {layers:3d}  parameters {params:11d}  tp {args.tp}  "
               f"compile {float(seconds):6.2f} s  peak RSS {int(rss) // 1024} MiB  "
               f"[{summary}]", flush=True)
+        mem = info["memory_per_rank"]
+        print(f"  {args.precision} per rank: " + ", ".join(
+            f"{k} {v / 1e9:.2f} GB" for k, v in mem.items()), flush=True)
 
 
 if __name__ == "__main__":

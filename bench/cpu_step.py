@@ -52,15 +52,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def gpt_module(batch):
+def gpt(d, heads, mlp, vocab, seq, layers):
+    """A GPT of the GPU check's blocks (llm.c's layout, so the benchmarks
+    time one model) with a tied LM head, seeded 0."""
     import torch
     import torch.nn as nn
     sys.path.insert(0, os.path.join(HERE, "gpu"))
-    # The GPU check's block (llm.c's layout), so both benchmarks time one
-    # model.
     from torch_gpt import Block
-
-    d, heads, mlp, vocab, seq, layers = 256, 8, 1024, 512, 128, 4
 
     class GPT(nn.Module):
         def __init__(self):
@@ -80,7 +78,13 @@ def gpt_module(batch):
             return self.lm_head(self.ln_f(x))
 
     torch.manual_seed(0)
-    module = GPT()
+    return GPT()
+
+
+def gpt_module(batch):
+    import torch
+    vocab, seq = 512, 128
+    module = gpt(256, 8, 1024, vocab, seq, 4)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (batch, seq), generator=g)
     labels = torch.randint(0, vocab, (batch, seq), generator=g)
@@ -210,18 +214,24 @@ def median_ms(result, warmup):
     return 1e3 * statistics.median(result["seconds"][warmup:])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
+def timing_arguments(doc, steps):
+    """The step-timing flags this benchmark and bench/bf16_step.py share."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="all",
-                    choices=["all"] + sorted(MODELS))
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json")
     ap.add_argument("--cleave", default=os.path.join(ROOT, "build", "bin",
                                                      "cleave"))
+    return ap
+
+
+def main():
+    ap = timing_arguments(__doc__, 12)
+    ap.add_argument("--model", default="all",
+                    choices=["all"] + sorted(MODELS))
     ap.add_argument("--profile", action="store_true",
                     help="print cleave run --profile's report too")
     ap.add_argument("--worker", help=argparse.SUPPRESS)

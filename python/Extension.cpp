@@ -342,6 +342,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("plan", &driver::CompileOptions::planFile)
       .def_readwrite("weights", &driver::CompileOptions::weightsFile)
       .def_readwrite("plan_only", &driver::CompileOptions::planOnly)
+      .def_readwrite("precision", &driver::CompileOptions::precision)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
       .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames)
       .def_readwrite("scalar_parameters",

@@ -98,6 +98,9 @@ constexpr llvm::StringLiteral kArenaBytesAttr = "cleave.arena_bytes";
 constexpr llvm::StringLiteral kOnnxOpsetAttr = "cleave.onnx_opset";
 /// Op, printed by --cleave-print-sharding-rules for tests (a string).
 constexpr llvm::StringLiteral kShardingRuleAttr = "cleave.sharding_rule";
+/// Function: the half-precision type its matmuls and convolutions run in
+/// ("bf16" or "fp16"), set by --cleave-mixed-precision; absent: f32.
+constexpr llvm::StringLiteral kPrecisionAttr = "cleave.precision";
 
 } // namespace mlir::cleave
 

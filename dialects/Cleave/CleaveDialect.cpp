@@ -80,6 +80,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kArenaBytesAttr, AttrValue::Int, OnOp},
     {kOnnxOpsetAttr, AttrValue::Int, OnOp},
     {kShardingRuleAttr, AttrValue::String, OnOp},
+    {kPrecisionAttr, AttrValue::String, OnOp},
 };
 
 const char *describe(AttrValue v) {

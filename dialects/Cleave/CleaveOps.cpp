@@ -181,6 +181,18 @@ LogicalResult CastOp::verify() {
 OpFoldResult CastOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
     return getInput();
+  // x -> wider float -> x's type is x: widening a float is exact (bf16 and
+  // f16 to f32 or f64, f32 to f64), so the round trip changes nothing.
+  auto inner = getInput().getDefiningOp<CastOp>();
+  if (!inner || inner.getInput().getType() != getType())
+    return {};
+  auto from = dyn_cast<FloatType>(elementTypeOf(getResult()));
+  auto mid = dyn_cast<FloatType>(elementTypeOf(getInput()));
+  bool exact = from && mid && (mid.isF32() || mid.isF64()) &&
+               (from.isBF16() || from.isF16() || from.isF32()) &&
+               mid.getWidth() > from.getWidth();
+  if (exact)
+    return inner.getInput();
   return {};
 }
 

@@ -17,6 +17,10 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
+#include <set>
+
+#include <map>
+#include <set>
 
 namespace pb = ::cleave::plan;
 namespace rt = ::cleave::rt;
@@ -64,12 +68,71 @@ struct BundleSummary {
   /// State that does not train (frozen weights, BatchNorm statistics), as
   /// each rank holds it: the mesh chooser counts it too.
   int64_t bufferBytes = 0;
+  /// ZeRO 2 returns each rank's gradient shard; else they are counted at
+  /// the parameters' size.
+  bool gradientsReturned = false;
+  /// "f32", or the mixed precision the step was compiled with.
+  std::string precision = "f32";
   /// How --devices chose the mesh; null when the mesh was given.
   const pb::MeshChoice *choice = nullptr;
   /// Instructions per kernel of the step (attention and attention_backward
   /// show whether the fusion happened).
   std::map<std::string, int64_t> kernels;
 };
+
+/// Mixed precision, counted as ZeRO's paper and Megatron count it: a weight
+/// the step reads through a bf16 copy is that copy under parameters (and
+/// its gradient, made by bf16 products, at the same size), its f32 master
+/// is optimizer state, and the copies leave the arena's figure (they live
+/// there) so that the rows still add up to what the rank holds.
+void countHalfCopies(const pb::Program &program, BundleSummary &out) {
+  // A weight is often read transposed (x W^T as ONNX spells it) and
+  // reshaped (a view: no instruction, the bytes of the last value written
+  // at its arena offset): its copy is of the moved value.
+  std::map<int32_t, int32_t> movedFrom;
+  std::map<int64_t, int32_t> lastAt; // arena offset -> value written there
+  std::set<int32_t> produced;
+  std::map<int32_t, int64_t> copyBytes; // weight value -> its copy's bytes
+  for (const pb::Instruction &inst : program.instructions()) {
+    for (int32_t id : inst.operands()) {
+      const pb::Value &v = program.values(id < 0 ? 0 : id);
+      if (id >= 0 && !produced.count(id) && v.storage() == pb::Value::ARENA)
+        if (auto it = lastAt.find(v.offset()); it != lastAt.end())
+          movedFrom.emplace(id, it->second);
+    }
+    for (int32_t id : inst.results()) {
+      produced.insert(id);
+      if (program.values(id).storage() == pb::Value::ARENA)
+        lastAt[program.values(id).offset()] = id;
+    }
+    if (inst.kernel() == "transpose" && inst.operands_size() == 1)
+      movedFrom[inst.results(0)] = inst.operands(0);
+    if (inst.kernel() != "cast" || inst.operands_size() != 1)
+      continue;
+    int dtype = program.values(inst.results(0)).type().dtype();
+    if (dtype != pb::BF16 && dtype != pb::F16)
+      continue;
+    int32_t source = inst.operands(0);
+    for (auto it = movedFrom.find(source); it != movedFrom.end();
+         it = movedFrom.find(source))
+      source = it->second;
+    copyBytes[source] += bytesOf(program.values(inst.results(0)).type());
+  }
+  int64_t copies = 0, masters = 0;
+  for (int i = 0; i < program.inputs_size(); ++i) {
+    auto it = copyBytes.find(program.inputs(i));
+    if (program.input_bindings(i).role() != pb::Binding::PARAMETER ||
+        it == copyBytes.end())
+      continue;
+    copies += it->second;
+    masters += bytesOf(program.values(program.inputs(i)).type());
+  }
+  out.paramBytes += copies - masters;
+  if (!out.gradientsReturned) // else they are the step's f32 results
+    out.gradientBytes += copies - masters;
+  out.stateBytes += masters;
+  out.activationBytes -= std::min(copies, out.activationBytes);
+}
 
 BundleSummary summarize(const pb::Plan &plan) {
   BundleSummary out;
@@ -144,6 +207,7 @@ BundleSummary summarize(const pb::Plan &plan) {
     }
   if (!returnsGradients)
     out.gradientBytes = out.paramBytes;
+  out.gradientsReturned = returnsGradients;
 
   for (const pb::Instruction &inst : program.instructions()) {
     ++out.kernels[inst.kernel()];
@@ -166,6 +230,10 @@ BundleSummary summarize(const pb::Plan &plan) {
          inst.location(), inst.reason(), bytes, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
+  if (!plan.train_config().precision().empty()) {
+    out.precision = plan.train_config().precision();
+    countHalfCopies(program, out);
+  }
   if (plan.has_mesh_choice())
     out.choice = &plan.mesh_choice();
   return out;
@@ -237,6 +305,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   for (const auto &[axis, size] : sum.mesh)
     mesh[axis] = size;
   root["mesh"] = std::move(mesh);
+  root["precision"] = sum.precision;
   auto rows = [](const std::vector<ParamRow> &list, bool trainable) {
     llvm::json::Array ps;
     for (const ParamRow &p : list) {
@@ -285,6 +354,10 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
   for (const auto &[axis, size] : sum.mesh)
     os << (&axis == &sum.mesh.front().first ? " " : ", ") << axis << " = "
        << size;
+  if (sum.precision != "f32")
+    os << "\nprecision: " << sum.precision
+       << " (matmuls and convolutions on rounded copies, accumulated in f32; "
+          "f32 master weights, optimizer state and reductions)";
   size_t width = 4;
   for (const auto *list : {&sum.params, &sum.buffers})
     for (const ParamRow &p : *list)
@@ -334,10 +407,14 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
       os << "  ... " << others.size() - kShown
          << " more; --json lists every collective with its reason\n";
   }
+  bool half = sum.precision != "f32";
   os << "\nmemory per rank (bytes)\n"
-     << "  parameters       " << sum.paramBytes << "\n"
+     << "  parameters       " << sum.paramBytes
+     << (half ? " (the " + sum.precision + " copies the products read)" : "")
+     << "\n"
      << "  gradients        " << sum.gradientBytes << "\n"
-     << "  optimizer state  " << sum.stateBytes << "\n"
+     << "  optimizer state  " << sum.stateBytes
+     << (half ? " (with the f32 master weights)" : "") << "\n"
      << "  buffers          " << sum.bufferBytes
      << " (state that does not train: frozen weights, statistics)\n"
      << "  activations peak " << sum.activationBytes << "\n";

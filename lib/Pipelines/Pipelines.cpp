@@ -48,6 +48,10 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   opt.beta2 = options.beta2;
   opt.eps = options.eps;
   fpm.addPass(createOptimizerPass(opt));
+  // On the whole step, before the layouts are chosen: the search prices
+  // the bf16 values (and the collectives that move them) at their size.
+  if (options.precision != "f32")
+    fpm.addPass(createMixedPrecisionPass({options.precision}));
   if (options.tp > 1 || options.dp > 1) {
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
@@ -98,6 +102,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
   Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
   Option<bool> fuse{*this, "fuse", llvm::cl::init(true)};
+  Option<std::string> precision{*this, "precision", llvm::cl::init("f32")};
 };
 } // namespace
 
@@ -112,6 +117,7 @@ void mlir::cleave::registerPipelines() {
         t.dp = o.dp;
         t.zero = o.zero;
         t.fuse = o.fuse;
+        t.precision = o.precision;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

@@ -208,8 +208,17 @@ Value Partitioner::convert(int32_t id, Layout to) {
     }
     full = reduceGradients(id);
   } else if (from.isPartial()) {
+    // Under mixed precision a sum of bf16 products crosses the wire in
+    // bf16, rounded once (Megatron's fused QKV input gradient is one bf16
+    // all-reduce); a partial that has met an f32 value (a residual) keeps
+    // f32, or each layer would round the residual stream.
+    Type wire = index.wireType && from.combine == ReduceKind::sum &&
+                        global.getElementType().isF32() &&
+                        isSumOfHalfProducts(v)
+                    ? index.wireType
+                    : Type();
     if (!counted) {
-      result.seconds += allReduceCost(bytesOf(id));
+      result.seconds += allReduceCost(wire ? bytesOf(id) / 2 : bytesOf(id));
       // An embedded split summed before anything shrank it to half is a
       // gather at more traffic: the same trade as one.
       if (int32_t origin = embedOrigin[id];
@@ -217,9 +226,17 @@ Value Partitioner::convert(int32_t id, Layout to) {
         result.gatheredProducts.push_back(splitSource[origin]);
     }
     if (rewrite) {
-      full = AllReduceOp::create(builder, loc, from.combine, local, axes);
+      Value sent = local;
+      auto localF32 = cast<RankedTensorType>(local.getType());
+      if (wire)
+        sent = CastOp::create(builder, loc,
+                              RankedTensorType::get(localF32.getShape(), wire),
+                              local);
+      full = AllReduceOp::create(builder, loc, from.combine, sent, axes);
       auto [reason, megatron] = reduceReason(id);
       tag(full.getDefiningOp(), reason, megatron);
+      if (wire)
+        full = CastOp::create(builder, loc, localF32, full);
     }
     // Reduced on the way to a split, the whole sum serves later users too.
     ConversionKey whole = key(id, Layout::replicated());

@@ -67,8 +67,16 @@ struct PartitionIndex::Impl {
   std::vector<uint8_t> resultIsGradient;
   /// Values the step returns as a parameter's gradient, by value id.
   llvm::DenseMap<int32_t, StringRef> gradientOf;
+  /// Under mixed precision (cleave.precision), the type an activation's
+  /// partial sum crosses the wire in (bf16: half the bytes, as Megatron's
+  /// bf16 all-reduces); null in f32. Gradient sums stay f32.
+  Type wireType;
 
   explicit Impl(func::FuncOp func) {
+    if (auto p = func->getAttrOfType<StringAttr>(kPrecisionAttr))
+      wireType = p.getValue() == "bf16"
+                     ? Type(BFloat16Type::get(func.getContext()))
+                     : Type(Float16Type::get(func.getContext()));
     auto add = [&](Value v) {
       ids[v] = values.size();
       values.push_back(v);

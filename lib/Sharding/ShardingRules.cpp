@@ -100,9 +100,56 @@ template <typename OpTy> LogicalResult nonlinearRule(OpTy op, ShardingRule &r) {
   return success();
 }
 
+} // namespace
+
+static bool isWidenedHalfProduct(Value v) {
+  auto widen = v.getDefiningOp<CastOp>();
+  if (!widen || !widen.getType().getElementType().isF32())
+    return false;
+  Type from =
+      cast<RankedTensorType>(widen.getInput().getType()).getElementType();
+  return (from.isBF16() || from.isF16()) &&
+         isa_and_present<MatmulOp, Conv2DOp, Conv2DBackwardInputOp,
+                         Conv2DBackwardFilterOp>(
+             widen.getInput().getDefiningOp());
+}
+
+bool mlir::cleave::isSumOfHalfProducts(Value v) {
+  // Iterative: a gradient may sum hundreds of contributions.
+  SmallVector<Value> pending{v};
+  while (!pending.empty()) {
+    Value x = pending.pop_back_val();
+    if (isWidenedHalfProduct(x))
+      continue;
+    Operation *def = x.getDefiningOp();
+    if (!isa_and_present<AddOp, SubOp>(def))
+      return false;
+    llvm::append_range(pending, def->getOperands());
+  }
+  return true;
+}
+
+namespace {
+
 template <> LogicalResult rule(CastOp op, ShardingRule &r) {
   elementwise(op, r);
   r.movesOperand = true;
+  // Widening is exact, so a partial sum may pass it; it does where the
+  // widened product is summed with other products (mixed precision's
+  // backward: an input's gradient from q, k and v, reduced once as
+  // Megatron's fused QKV does). A product read by anything else (the
+  // forward's residual add) is reduced in bf16 at the product, before it
+  // meets an f32 value; narrowing rounds, and stops a partial too.
+  Value widened = op.getResult();
+  bool summed = isWidenedHalfProduct(widened) && !widened.use_empty() &&
+                llvm::all_of(widened.getUsers(), [](Operation *user) {
+                  return isa<AddOp, SubOp>(user) &&
+                         llvm::all_of(user->getOperands(), isSumOfHalfProducts);
+                });
+  if (summed) {
+    r.scalingOperands[0] = true;
+    r.padFlow = PadFlow::Moves;
+  }
   return success();
 }
 

@@ -67,10 +67,21 @@ class Bundle:
         must be the bundle's tp if given (they run as threads of this
         process unless ``distributed``). ``checkpoint``: a directory that
         gets a checkpoint after the last step; ``resume`` continues one.
-        ``timeout``, ``backend`` and ``precision`` are
-        :class:`cleave.Options`' (checked as it checks them).
+        ``timeout`` and ``backend`` are :class:`cleave.Options`' (checked
+        as it checks them); ``precision="bf16"`` rounds an f32 bundle's
+        matmul operands on the CUDA backend (``cleave run --precision``; a
+        bundle's own mixed precision is compiled in).
         """
-        run = Options(timeout=timeout, backend=backend, precision=precision)
+        run = Options(timeout=timeout, backend=backend)
+        if not isinstance(precision, str):
+            raise ArgumentTypeError("precision must be a string, not "
+                                    f"{precision!r}")
+        if precision not in ("f32", "bf16"):
+            raise ArgumentError("precision must be 'f32' or 'bf16', not "
+                                f"{precision!r}")
+        if precision == "bf16" and backend == "cpu":
+            raise ArgumentError("precision='bf16' needs backend='cuda' (the "
+                                "CPU backend trains an f32 bundle in f32)")
         if ranks is not None and ranks != self.ranks:
             mesh = ", ".join(f"{k} = {v}" for k, v in self.mesh.items())
             raise Error(f"bundle '{self.directory}' is compiled for {mesh} "
@@ -94,7 +105,7 @@ class Bundle:
                                 run.backend,
                                 resume=os.fspath(resume) if resume else "",
                                 steps=steps, data=data,
-                                precision=run.precision)
+                                precision=precision)
         from ._model import Model
         model = Model(session, self.directory, {})
         losses = []

@@ -779,7 +779,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
             dtypes = exported.dtypes
         _cleave.compile(o)
         session = _open_session(bundle, distributed, opts.timeout,
-                                opts.backend, precision=opts.precision)
+                                opts.backend)
         if not sources:
             sources = {name: ("bundle", name) for name, _ in session.tensors()}
     except BaseException:

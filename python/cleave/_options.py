@@ -15,14 +15,14 @@ PathLike = Union[str, os.PathLike]
 
 _LOSSES = ("auto", "cross_entropy", "mse")
 _PLAN_KINDS = ("colwise", "rowwise", "replicate", "vocab")
-_PRECISIONS = ("f32", "bf16")
+_PRECISIONS = ("f32", "bf16", "fp16")
 _BACKENDS = ("cpu", "cuda", "auto")
 # torch.onnx exports opset 7 and later; the ceiling is what the installed
 # onnx package knows (read when an opset is checked, not at import).
 _MIN_OPSET = 7
 # Options that act on running a bundle, not on writing one: compile refuses
 # them rather than ignore them (cleave compile refuses --backend likewise).
-_RUN_FIELDS = ("timeout", "backend", "precision")
+_RUN_FIELDS = ("timeout", "backend")
 
 
 def _integer(name: str, value, low: int, high: Optional[int] = None,
@@ -142,14 +142,16 @@ class Options:
     ``plan`` (layout rules: a file of ``REGEX KIND`` lines or ``{regex:
     "colwise" | "rowwise" | "replicate" | "vocab"}``), ``freeze`` (regular
     expressions of more tensors not to train), ``seed`` (dropout's
-    streams), ``opset`` (the ONNX opset a module is exported at).
+    streams), ``opset`` (the ONNX opset a module is exported at),
+    ``precision`` (``"f32"``, or mixed precision ``"bf16"`` / ``"fp16"``:
+    the matmuls and convolutions read rounded copies and accumulate in
+    f32; master weights, optimizer state and reductions stay f32).
 
     The bundle: ``output`` (its folder; tensor_parallel uses a temporary
     one when None), ``plan_only`` (compile: no weights).
 
     The run: ``timeout`` (seconds a rank waits for its peers), ``backend``
-    (``"cpu"``, ``"cuda"`` or ``"auto"``), ``precision`` (``"f32"``, or
-    ``"bf16"`` matmul operands on the CUDA backend).
+    (``"cpu"``, ``"cuda"`` or ``"auto"``).
     """
 
     tp: int = 1
@@ -212,9 +214,10 @@ class Options:
         put("timeout", float(self.timeout))
         put("backend", _choice("backend", self.backend, _BACKENDS))
         put("precision", _choice("precision", self.precision, _PRECISIONS))
-        if self.precision == "bf16" and self.backend == "cpu":
-            raise ArgumentError("precision='bf16' needs backend='cuda' (the "
-                                "CPU backend trains in f32)")
+        if self.precision != "f32" and self.backend == "cuda":
+            raise ArgumentError(f"precision={self.precision!r} runs on the "
+                                "CPU backend; the CUDA backend does not run "
+                                "mixed-precision bundles yet")
 
     @classmethod
     def make(cls, given: Optional["Options"], **fields) -> "Options":
@@ -267,6 +270,7 @@ class Options:
             o.memory_per_device = self.memory_per_device or 0
         o.freeze = list(self.freeze)
         o.plan_only = self.plan_only
+        o.precision = self.precision
         if isinstance(self.plan, tuple):
             path = os.path.join(work, "plan.txt")
             with open(path, "w") as f:

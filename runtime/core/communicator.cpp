@@ -100,7 +100,19 @@ Status Communicator::checkReduction(const char *what, DType dtype,
   if (dtype == DType::Bool && reduction == Reduction::Sum)
     return Status::error(std::string(what) +
                          ": a sum of bool is not supported (use max or min)");
-  return Status::ok();
+  switch (dtype) {
+  case DType::F32:
+  case DType::I32:
+  case DType::I64:
+  case DType::Bool:
+  case DType::F16:
+  case DType::BF16:
+    return Status::ok();
+  default:
+    return Status::error(std::string(what) + ": cannot reduce " +
+                         dtypeName(dtype) +
+                         " (f32, i32, i64, bool, f16, bf16)");
+  }
 }
 
 namespace {

@@ -68,6 +68,10 @@ std::string maskPhrase(uint16_t mask) {
       names.push_back(name);
   if ((mask & kStorage) == kStorage)
     names.push_back("a storage dtype");
+  else
+    for (auto [bit, name] : {std::pair{kF16, "f16"}, std::pair{kBF16, "bf16"}})
+      if (mask & bit)
+        names.push_back(name);
   std::string out;
   for (size_t i = 0; i < names.size(); ++i)
     out += (i == 0                  ? ""

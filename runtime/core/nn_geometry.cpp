@@ -135,8 +135,11 @@ Status readConvGeometry(const KernelInfo &info, const TensorType &x,
                         const ConvRoles &roles, ConvGeometry *p) {
   std::string names = std::string(roles.x) + " " + x.str() + ", " + roles.w +
                       " " + w.str() + " and " + roles.y + " " + y.str();
-  if (x.dtype != DType::F32 || w.dtype != DType::F32 || y.dtype != DType::F32)
-    return Status::error(names + " must be f32");
+  // f32, or one half-precision dtype throughout (mixed precision).
+  bool half = x.dtype == DType::BF16 || x.dtype == DType::F16;
+  if ((x.dtype != DType::F32 && !half) || w.dtype != x.dtype ||
+      y.dtype != x.dtype)
+    return Status::error(names + " must be f32 (or all bf16, or all f16)");
   if (x.rank() != 4 || w.rank() != 4 || y.rank() != 4)
     return Status::error(names + " must be 4-D");
   for (const auto &[t, what] :

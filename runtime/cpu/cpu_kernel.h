@@ -56,6 +56,15 @@ using PrepareFn = Status (*)(const KernelInfo &, KernelFn *);
   Status prepare_##NAME(const KernelInfo &, KernelFn *);
 #include "plan/kernels.def"
 
+/// \p info's kernel run by its f32 loop (\p prepareF32) on widened copies
+/// of its bf16 / f16 operands, its results rounded back once (widen.cpp).
+Status prepareWidened(const KernelInfo &info, PrepareFn prepareF32,
+                      KernelFn *fn);
+
+/// matmul with bf16 / f16 operands and result, accumulated in f32: oneDNN,
+/// or widened where oneDNN has no implementation (cpu_half.cpp).
+Status prepareHalfMatmul(const KernelInfo &info, KernelFn *fn);
+
 /// A strided walk over a result of some shape, reading up to 3 operands with
 /// arbitrary (possibly 0 or negative) element strides. Dims are coalesced so
 /// that the inner loop is as long as possible.

@@ -87,6 +87,10 @@ Status cudaStatus(cudaError_t error, const char *what);
 /// Status of the launch just enqueued (cudaGetLastError).
 Status launchStatus(const char *kernel);
 
+/// The error of a kernel given bf16 / f16 values (a plan compiled with
+/// --precision): the CUDA backend runs f32 plans only, so far.
+Status halfPlanRefused(const char *kernel);
+
 } // namespace cleave::rt::cuda
 
 #endif // CLEAVE_RUNTIME_CUDA_CUDA_KERNEL_H

@@ -15,6 +15,14 @@ Status launchStatus(const char *kernel) {
   return cudaStatus(cudaGetLastError(), kernel);
 }
 
+Status halfPlanRefused(const char *kernel) {
+  return Status::error(std::string(kernel) +
+                       ": this plan was compiled with --precision bf16 or "
+                       "fp16, which the CUDA backend does not run yet; run it "
+                       "on the CPU backend, or compile in f32 and run with "
+                       "--precision bf16 (bf16 matmul operands)");
+}
+
 Status makeIndexer(const std::vector<int64_t> &resultShape,
                    const std::vector<std::vector<int64_t>> &operandStrides,
                    Indexer *out) {

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
+#include "core/convert.h"
 
 #include <csignal>
 #include <mpi.h>
@@ -31,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
 
 namespace cleave::rt {
@@ -61,13 +63,49 @@ MPI_Datatype mpiType(DType dtype) {
     return MPI_INT64_T;
   case DType::I32:
     return MPI_INT32_T;
+  case DType::F16:
+  case DType::BF16:
+    return MPI_UINT16_T;
   case DType::Bool:
     return MPI_UINT8_T;
+  default:
+    return MPI_BYTE;
   }
-  return MPI_BYTE;
 }
 
-MPI_Op mpiOp(Reduction reduction) {
+/// bf16 and f16 reductions (MPI has neither type): each pair widened to
+/// f32, combined, and rounded once, as NCCL combines them.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float), int Op>
+void halfReduce(void *in, void *inout, int *len, MPI_Datatype *) {
+  const auto *x = static_cast<const uint16_t *>(in);
+  auto *acc = static_cast<uint16_t *>(inout);
+  for (int i = 0; i < *len; ++i) {
+    float a = Widen(acc[i]), b = Widen(x[i]);
+    acc[i] = Narrow(Op == 0   ? a + b
+                    : Op == 1 ? std::max(a, b)
+                              : std::min(a, b));
+  }
+}
+
+MPI_Op mpiOp(Reduction reduction, DType dtype) {
+  if (dtype == DType::F16 || dtype == DType::BF16) {
+    // Created on first use (after MPI_Init) and kept for the process.
+    static MPI_Op ops[2][3];
+    static std::once_flag created;
+    std::call_once(created, [] {
+      MPI_User_function *fns[2][3] = {
+          {&halfReduce<halfToFloat, floatToHalf, 0>,
+           &halfReduce<halfToFloat, floatToHalf, 1>,
+           &halfReduce<halfToFloat, floatToHalf, 2>},
+          {&halfReduce<bf16ToFloat, floatToBf16, 0>,
+           &halfReduce<bf16ToFloat, floatToBf16, 1>,
+           &halfReduce<bf16ToFloat, floatToBf16, 2>}};
+      for (int d = 0; d < 2; ++d)
+        for (int r = 0; r < 3; ++r)
+          MPI_Op_create(fns[d][r], /*commute=*/1, &ops[d][r]);
+    });
+    return ops[dtype == DType::BF16][static_cast<int>(reduction)];
+  }
   switch (reduction) {
   case Reduction::Sum:
     return MPI_SUM;
@@ -375,9 +413,9 @@ Status MpiCommunicator::allReduce(void *buf, int64_t count, DType dtype,
   for (int64_t offset = 0; offset < count; offset += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - offset));
     MPI_Request request;
-    if (int rc =
-            MPI_Iallreduce(MPI_IN_PLACE, stage + offset * elem, n,
-                           mpiType(dtype), mpiOp(reduction), g.comm, &request);
+    if (int rc = MPI_Iallreduce(MPI_IN_PLACE, stage + offset * elem, n,
+                                mpiType(dtype), mpiOp(reduction, dtype), g.comm,
+                                &request);
         rc != MPI_SUCCESS)
       return mpiFailed(what, rc);
     if (Status s = wait(&request, what); !s)
@@ -460,7 +498,7 @@ Status MpiCommunicator::reduceScatter(const void *in, void *out,
   MPI_Request request;
   if (int rc = MPI_Ireduce_scatter_block(
           stage, result, static_cast<int>(countPerRank), mpiType(dtype),
-          MPI_SUM, g.comm, &request);
+          mpiOp(Reduction::Sum, dtype), g.comm, &request);
       rc != MPI_SUCCESS)
     return mpiFailed(what, rc);
   if (Status s = wait(&request, what); !s)

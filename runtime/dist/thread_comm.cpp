@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/comm.h"
+#include "core/convert.h"
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +91,18 @@ void reduceInto(T *acc, const T *x, int64_t n, Reduction reduction) {
   }
 }
 
+/// bf16 / f16: each pair widened, combined and rounded once.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void reduceHalf(uint16_t *acc, const uint16_t *x, int64_t n,
+                Reduction reduction) {
+  for (int64_t i = 0; i < n; ++i) {
+    float a = Widen(acc[i]), b = Widen(x[i]);
+    acc[i] = Narrow(reduction == Reduction::Sum   ? a + b
+                    : reduction == Reduction::Max ? std::max(a, b)
+                                                  : std::min(a, b));
+  }
+}
+
 /// acc (count elements) op= x.
 void reduceBytes(uint8_t *acc, const uint8_t *x, int64_t count, DType dtype,
                  Reduction reduction) {
@@ -103,6 +116,14 @@ void reduceBytes(uint8_t *acc, const uint8_t *x, int64_t count, DType dtype,
   case DType::I64:
     return reduceInto(reinterpret_cast<int64_t *>(acc),
                       reinterpret_cast<const int64_t *>(x), count, reduction);
+  case DType::F16:
+    return reduceHalf<halfToFloat, floatToHalf>(
+        reinterpret_cast<uint16_t *>(acc),
+        reinterpret_cast<const uint16_t *>(x), count, reduction);
+  case DType::BF16:
+    return reduceHalf<bf16ToFloat, floatToBf16>(
+        reinterpret_cast<uint16_t *>(acc),
+        reinterpret_cast<const uint16_t *>(x), count, reduction);
   default: // bool: max is or, min is and (checkReduction allows no sum)
     return reduceInto(acc, x, count, reduction);
   }

@@ -29,8 +29,13 @@ enum DTypeMask : uint16_t {
   kNumeric = kF32 | kI32 | kI64,
   kAny = kNumeric | kBool,
   /// The storage dtypes (f64, f16, bf16, i8, i16, u8, u16, u32), one bit
-  /// each from kF64 up: only cast reads them.
+  /// each from kF64 up: cast reads them all; the kernels of mixed precision
+  /// (matmul, convolutions, collectives) read f16 and bf16.
   kF64 = 16,
+  kF16 = 32,
+  kBF16 = 64,
+  kHalf = kF16 | kBF16,
+  kFloat = kF32 | kHalf,
   kStorage = 0xff0,
   kAll = kAny | kStorage,
   /// Not a dtype: the value must be a scalar (rank 0).

@@ -279,6 +279,22 @@ DType fromPlan(int planDType) {
     return DType::I32;
   case pb::BOOL:
     return DType::Bool;
+  case pb::F64:
+    return DType::F64;
+  case pb::F16:
+    return DType::F16;
+  case pb::BF16:
+    return DType::BF16;
+  case pb::I8:
+    return DType::I8;
+  case pb::I16:
+    return DType::I16;
+  case pb::U8:
+    return DType::U8;
+  case pb::U16:
+    return DType::U16;
+  case pb::U32:
+    return DType::U32;
   default:
     return DType::F32;
   }

@@ -61,3 +61,26 @@ func.func @uneven(%x: tensor<2x2x5xf32>) -> tensor<2x5x5xf32> {
   %c = cleave.concat %r0, %r1 axis = 1 : (tensor<2x2x5xf32>, tensor<2x3x5xf32>) -> tensor<2x5x5xf32>
   return %c : tensor<2x5x5xf32>
 }
+
+// -----
+
+// Widening a float is exact, so rounding it back is the value itself; the
+// other way round (f32 through bf16) loses bits and stays.
+// CHECK-LABEL: func.func @cast_round_trips
+// CHECK-SAME: (%[[H:.*]]: tensor<4xbf16>, %[[F:.*]]: tensor<4xf32>, %[[G:.*]]: tensor<4xf16>)
+// CHECK: %[[N:.*]] = cleave.cast %[[F]] : tensor<4xf32> -> tensor<4xbf16>
+// CHECK: %[[W:.*]] = cleave.cast %[[N]] : tensor<4xbf16> -> tensor<4xf32>
+// CHECK: %[[G16:.*]] = cleave.cast %[[G]] : tensor<4xf16> -> tensor<4xbf16>
+// CHECK: %[[G2:.*]] = cleave.cast %[[G16]] : tensor<4xbf16> -> tensor<4xf16>
+// CHECK: return %[[H]], %[[W]], %[[G]], %[[G2]]
+func.func @cast_round_trips(%h: tensor<4xbf16>, %f: tensor<4xf32>, %g: tensor<4xf16>) -> (tensor<4xbf16>, tensor<4xf32>, tensor<4xf16>, tensor<4xf16>) {
+  %0 = cleave.cast %h : tensor<4xbf16> -> tensor<4xf32>
+  %1 = cleave.cast %0 : tensor<4xf32> -> tensor<4xbf16>
+  %2 = cleave.cast %f : tensor<4xf32> -> tensor<4xbf16>
+  %3 = cleave.cast %2 : tensor<4xbf16> -> tensor<4xf32>
+  %4 = cleave.cast %g : tensor<4xf16> -> tensor<4xf64>
+  %5 = cleave.cast %4 : tensor<4xf64> -> tensor<4xf16>
+  %6 = cleave.cast %g : tensor<4xf16> -> tensor<4xbf16>
+  %7 = cleave.cast %6 : tensor<4xbf16> -> tensor<4xf16>
+  return %1, %3, %5, %7 : tensor<4xbf16>, tensor<4xf32>, tensor<4xf16>, tensor<4xf16>
+}

@@ -49,10 +49,10 @@ BAD = [
     ({"timeout": "60"}, TypeError, "timeout must be a number of seconds"),
     ({"backend": "gpu"}, ValueError, "backend must be 'cpu', 'cuda' or "
      "'auto', not 'gpu'"),
-    ({"precision": "fp8"}, ValueError, "precision must be 'f32' or 'bf16', "
-     "not 'fp8'"),
-    ({"precision": "bf16"}, ValueError, "precision='bf16' needs "
-     "backend='cuda'"),
+    ({"precision": "fp8"}, ValueError, "precision must be 'f32', 'bf16' or "
+     "'fp16', not 'fp8'"),
+    ({"precision": "bf16", "backend": "cuda"}, ValueError,
+     "precision='bf16' runs on the CPU backend"),
     ({"ranks": 2}, TypeError, "unknown option 'ranks'"),
     ({"flavour": 1}, TypeError, "unknown option 'flavour'"),
 ]

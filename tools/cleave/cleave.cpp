@@ -172,6 +172,13 @@ static cl::opt<bool>
                       "fused attention and cross_entropy ops: to compare "
                       "the two"),
              cl::sub(compileCmd));
+static cl::opt<std::string> compilePrecision(
+    "precision",
+    cl::desc("f32 (default), or mixed precision: bf16 (or fp16) copies of "
+             "the weights and activations feed every matmul and "
+             "convolution, accumulated in f32; f32 master weights, "
+             "optimizer state, reductions and update"),
+    cl::value_desc("f32|bf16|fp16"), cl::init("f32"), cl::sub(compileCmd));
 static cl::opt<bool>
     planOnly("plan-only",
              cl::desc("Write the plan without the weights (to inspect the "
@@ -719,6 +726,7 @@ static int runCompile(MLIRContext &ctx) {
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;
   o.fusion = !noFusion;
+  o.precision = compilePrecision;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
   rt::Status s = ::cleave::driver::compileBundle(ctx, o);
   if (s)

@@ -210,4 +210,46 @@ def OptimizerPass : Pass<"cleave-optimizer", "func::FuncOp"> {
   ];
 }
 
+def MixedPrecisionPass : Pass<"cleave-mixed-precision", "func::FuncOp"> {
+  let summary = "Runs a train step's matmuls and convolutions in bf16 or fp16";
+  let description = [{
+    The standard mixed-precision recipe on the whole step (forward,
+    backward and update, after `--cleave-optimizer`): every `matmul`,
+    `conv2d` and convolution adjoint with f32 operands reads bf16 (or f16)
+    copies of them, accumulates in f32 and rounds its result once to bf16,
+    which is widened back for the f32 ops that read it. So the weights stay
+    f32 masters (the update, the optimizer state and every reduction -
+    norm statistics, softmax, the loss, gradient sums - run in f32), each
+    weight is rounded once per step and its copy shared by forward and
+    backward, the activations saved for a matmul's backward are its bf16
+    operands, and a partial sum leaving a split contraction is reduced in
+    bf16 (half the bytes on the wire). A widened value rounded again is the
+    bf16 value itself (the cast folds), so a chain of products rounds once
+    per product, as PyTorch's autocast does. The function is marked
+    `cleave.precision`.
+
+    Before (`precision=bf16`):
+    ```mlir
+    func.func @main(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {cleave.parameter = "w"}) -> tensor<4x2xf32> {
+      %0 = cleave.matmul %x, %w : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+      return %0 : tensor<4x2xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x2xf32> {cleave.parameter = "w"}) -> tensor<4x2xf32> attributes {cleave.precision = "bf16"} {
+      %0 = cleave.cast %w : tensor<8x2xf32> -> tensor<8x2xbf16>
+      %1 = cleave.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+      %2 = cleave.matmul %1, %0 : (tensor<4x8xbf16>, tensor<8x2xbf16>) -> tensor<4x2xbf16>
+      %3 = cleave.cast %2 : tensor<4x2xbf16> -> tensor<4x2xf32>
+      return %3 : tensor<4x2xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"bf16\"",
+           "bf16 | fp16">,
+  ];
+}
+
 #endif // CLEAVE_AUTODIFF_PASSES_TD

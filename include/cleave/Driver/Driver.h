@@ -69,6 +69,9 @@ struct CompileOptions {
   std::vector<std::string> frozenNames;
   /// Scalar (0-d) float initializers to train as weights.
   std::vector<std::string> scalarParameters;
+  /// --precision: "f32", or mixed precision "bf16" / "fp16" (f32 masters,
+  /// the matmuls and convolutions on half-precision copies).
+  std::string precision = "f32";
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

@@ -32,6 +32,9 @@ struct TrainStepOptions {
   /// Form cleave.attention from the exporter's attention ops
   /// (--cleave-fuse-attention); off to compare with the unfused form.
   bool fuse = true;
+  /// "f32", or the mixed precision of --cleave-mixed-precision ("bf16",
+  /// "fp16").
+  std::string precision = "f32";
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

@@ -220,6 +220,12 @@ void registerShardingRules(DialectRegistry &registry);
 /// the passes read instead of an op's kind.
 std::optional<ShardingRule> shardingRuleOf(Operation *op);
 
+/// Whether \p v is a sum (adds and subs) of half-precision products widened
+/// to f32, as mixed precision's backward accumulates an input's gradient
+/// (the input gradients of q, k and v): such a partial sum passes through
+/// the widening casts and crosses the wire once, in bf16.
+bool isSumOfHalfProducts(Value v);
+
 } // namespace mlir::cleave
 
 #endif // CLEAVE_SHARDING_SHARDING_H

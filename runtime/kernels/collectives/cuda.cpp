@@ -32,10 +32,13 @@ ncclDataType_t ncclType(DType dtype) {
     return ncclInt32;
   case DType::I64:
     return ncclInt64;
-  case DType::Bool:
+  case DType::BF16:
+    return ncclBfloat16;
+  case DType::F16:
+    return ncclFloat16;
+  default: // bool
     return ncclUint8;
   }
-  return ncclUint8;
 }
 
 ncclRedOp_t ncclOp(Reduction r) {

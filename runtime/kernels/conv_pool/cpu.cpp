@@ -300,6 +300,8 @@ Status preparePool(const KernelInfo &info, KernelFn *fn, bool isMax) {
 } // namespace
 
 Status prepare_conv2d(const KernelInfo &info, KernelFn *fn) {
+  if (info.result(0).dtype != DType::F32) // mixed precision: widened
+    return prepareWidened(info, &prepare_conv2d, fn);
   ConvGeometry p;
   if (Status s =
           readConvGeometry(info, info.operand(0), info.operand(1),

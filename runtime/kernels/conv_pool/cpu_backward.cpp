@@ -324,6 +324,8 @@ void runAvgPoolBackward(const PoolGeometry &p, const float *dy, float *dx) {
 } // namespace
 
 Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
+  if (info.result(0).dtype != DType::F32) // mixed precision: widened
+    return prepareWidened(info, &prepare_conv2d_backward_input, fn);
   ConvGeometry p;
   if (Status s = readConvGeometry(
           info, info.result(0), info.operand(1), info.operand(0),
@@ -339,6 +341,8 @@ Status prepare_conv2d_backward_input(const KernelInfo &info, KernelFn *fn) {
 }
 
 Status prepare_conv2d_backward_filter(const KernelInfo &info, KernelFn *fn) {
+  if (info.result(0).dtype != DType::F32) // mixed precision: widened
+    return prepareWidened(info, &prepare_conv2d_backward_filter, fn);
   ConvGeometry p;
   if (Status s = readConvGeometry(info, info.operand(0), info.result(0),
                                   info.operand(1),

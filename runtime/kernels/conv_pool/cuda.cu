@@ -409,6 +409,8 @@ Status preparePool(const KernelInfo &info, DeviceFn *fn, bool isMax) {
 } // namespace
 
 Status prepare_conv2d(const KernelInfo &info, DeviceFn *fn) {
+  if (info.result(0).dtype != DType::F32)
+    return halfPlanRefused("conv2d");
   ConvGeometry p;
   if (Status s = nn::readConvGeometry(info, info.operand(0), info.operand(1),
                                       info.result(0),
@@ -430,6 +432,8 @@ Status prepare_conv2d(const KernelInfo &info, DeviceFn *fn) {
 }
 
 Status prepare_conv2d_backward_input(const KernelInfo &info, DeviceFn *fn) {
+  if (info.result(0).dtype != DType::F32)
+    return halfPlanRefused("conv2d_backward_input");
   // Operands (grad_out, weight); the result is grad_in.
   ConvGeometry p;
   if (Status s = nn::readConvGeometry(
@@ -451,6 +455,8 @@ Status prepare_conv2d_backward_input(const KernelInfo &info, DeviceFn *fn) {
 }
 
 Status prepare_conv2d_backward_filter(const KernelInfo &info, DeviceFn *fn) {
+  if (info.result(0).dtype != DType::F32)
+    return halfPlanRefused("conv2d_backward_filter");
   // Operands (input, grad_out); the result is grad_w.
   ConvGeometry p;
   if (Status s = nn::readConvGeometry(

@@ -444,6 +444,9 @@ Status prepare_select(const KernelInfo &info, KernelFn *fn) {
   case 1:
     *fn = make(uint8_t());
     break;
+  case 2: // mixed precision's bf16 / f16
+    *fn = make(uint16_t());
+    break;
   case 4:
     *fn = make(uint32_t());
     break;

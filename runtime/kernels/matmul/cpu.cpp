@@ -115,6 +115,8 @@ void sgemmTiled(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
 }
 
 Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
+  if (info.operand(0).dtype != DType::F32)
+    return prepareHalfMatmul(info, fn); // mixed precision's bf16 / f16
   const TensorType &a = info.operand(0), &b = info.operand(1),
                    &r = info.result(0);
   MatmulGeometry plan;

@@ -207,6 +207,8 @@ Status makeRunner(const KernelInfo &info, Runner *out) {
 } // namespace
 
 Status prepare_matmul(const KernelInfo &info, DeviceFn *fn) {
+  if (info.operand(0).dtype != DType::F32)
+    return halfPlanRefused("matmul");
   Runner run;
   if (Status s = makeRunner(info, &run); !s)
     return s;

@@ -1,0 +1,44 @@
+// RUN: cleave-opt %s --cleave-mixed-precision | FileCheck %s
+// RUN: cleave-opt %s --cleave-mixed-precision --canonicalize | FileCheck %s --check-prefix=CANON
+// RUN: not cleave-opt %s --cleave-mixed-precision="precision=fp8" 2>&1 | FileCheck %s --check-prefix=BAD
+
+// One rounded copy of the weight serves the forward product and the
+// backward's (the gradient of x reads w again); each product's result is
+// rounded once and widened for the f32 ops that read it; a product read by
+// another product passes its bf16 value on without a round trip; the f32
+// elementwise work is left alone.
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME: attributes {cleave.precision = "bf16"}
+// CHECK-DAG: %[[W:.*]] = cleave.cast %arg1 : tensor<8x8xf32> -> tensor<8x8xbf16>
+// CHECK-DAG: %[[X:.*]] = cleave.cast %arg0 : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK: %[[H:.*]] = cleave.matmul %[[X]], %[[W]] : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
+// CHECK: %[[HW:.*]] = cleave.cast %[[H]] : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK: %[[Y:.*]] = cleave.matmul %[[H]], %[[W]] : (tensor<4x8xbf16>, tensor<8x8xbf16>) -> tensor<4x8xbf16>
+// CHECK: cleave.cast %[[Y]] : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK: cleave.exp %[[HW]] : tensor<4x8xf32>
+// CHECK-NOT: cleave.cast %arg1
+// CANON-LABEL: func.func @mlp
+// CANON-COUNT-4: cleave.cast
+// CANON-NOT: cleave.cast
+func.func @mlp(%x: tensor<4x8xf32> {cleave.input = "x"}, %w: tensor<8x8xf32> {cleave.parameter = "w"}) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %h = cleave.matmul %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %y = cleave.matmul %h, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %e = cleave.exp %h : tensor<4x8xf32>
+  %s = cleave.add %y, %e : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %s, %y : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// Convolutions and their adjoints (bias included) run in bf16 too.
+// CHECK-LABEL: func.func @conv
+// CANON-LABEL: func.func @conv
+// CHECK: cleave.conv2d {{.*}} : (tensor<1x2x4x4xbf16>, tensor<3x2x3x3xbf16>, tensor<3xbf16>) -> tensor<1x3x4x4xbf16>
+// CHECK: cleave.conv2d_backward_input {{.*}} -> tensor<1x2x4x4xbf16>
+// CHECK: cleave.conv2d_backward_filter {{.*}} -> tensor<3x2x3x3xbf16>
+func.func @conv(%x: tensor<1x2x4x4xf32>, %w: tensor<3x2x3x3xf32>, %b: tensor<3xf32>, %g: tensor<1x3x4x4xf32>) -> (tensor<1x3x4x4xf32>, tensor<1x2x4x4xf32>, tensor<3x2x3x3xf32>) {
+  %y = cleave.conv2d %x, %w bias %b strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x2x4x4xf32>, tensor<3x2x3x3xf32>, tensor<3xf32>) -> tensor<1x3x4x4xf32>
+  %dx = cleave.conv2d_backward_input %g, %w strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x3x4x4xf32>, tensor<3x2x3x3xf32>) -> tensor<1x2x4x4xf32>
+  %dw = cleave.conv2d_backward_filter %x, %g strides = [1, 1] pads = [1, 1, 1, 1] dilations = [1, 1] groups = 1 : (tensor<1x2x4x4xf32>, tensor<1x3x4x4xf32>) -> tensor<3x2x3x3xf32>
+  return %y, %dx, %dw : tensor<1x3x4x4xf32>, tensor<1x2x4x4xf32>, tensor<3x2x3x3xf32>
+}
+
+// BAD: precision must be bf16 or fp16, not 'fp8'
