@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/convert.h"
 #include "core/host_device.h"
 
 namespace cleave::rt {
@@ -44,8 +45,13 @@ enum class FusedCode : uint8_t {
   Erf,
   Sigmoid,
   Relu,
-  /// a itself: broadcast and copy, which only move values.
+  /// a itself: broadcast and copy, which only move values, and a bf16 or
+  /// f16 input widened (a cast, its rounding done when it was stored).
   Identity,
+  /// a rounded to bf16 / f16 and back: a cast to half precision, whose
+  /// output is stored in that dtype (exactly, being already rounded).
+  RoundBf16,
+  RoundF16,
   /// a ? b : c, a being a bool condition loaded as 0 or 1.
   Select,
 };
@@ -115,6 +121,10 @@ CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
     return a < 0.0f ? 0.0f : a;
   case FusedCode::Identity:
     return a;
+  case FusedCode::RoundBf16:
+    return bf16ToFloat(floatToBf16(a));
+  case FusedCode::RoundF16:
+    return halfToFloat(floatToHalf(a));
   case FusedCode::Select: // three operands: see applySelect
     break;
   }

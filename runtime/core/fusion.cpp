@@ -49,16 +49,43 @@ bool broadcasts(const TensorType &operand, const TensorType &result) {
 
 bool isCompare(FusedCode c) { return c >= FusedCode::Eq && c <= FusedCode::Ge; }
 
-/// An f32 elementwise instruction (a comparison of f32 operands, bool)
-/// whose operands are of its result's shape, single elements, or broadcast
-/// to it.
+bool isHalf(DType d) { return d == DType::BF16 || d == DType::F16; }
+
+/// A cast between f32 and bf16 / f16 (mixed precision's): rounding, whose
+/// result is stored in half precision, or widening, whose operand is read
+/// from it.
+std::optional<FusedCode> castCode(const LoadedProgram &p,
+                                  const ProgramInstruction &inst) {
+  if (inst.info.kernel != "cast" || inst.operands.size() != 1 ||
+      inst.results.size() != 1 || inst.operands[0] < 0 || inst.results[0] < 0)
+    return std::nullopt;
+  DType from = p.values[inst.operands[0]].type.dtype;
+  DType to = p.values[inst.results[0]].type.dtype;
+  if (from == DType::F32 && isHalf(to))
+    return to == DType::BF16 ? FusedCode::RoundBf16 : FusedCode::RoundF16;
+  if (isHalf(from) && to == DType::F32)
+    return FusedCode::Identity;
+  return std::nullopt;
+}
+
+std::optional<FusedCode> codeOf(const LoadedProgram &p,
+                                const ProgramInstruction &inst) {
+  if (std::optional<FusedCode> c = castCode(p, inst))
+    return c;
+  return fusedCode(inst.info.kernel);
+}
+
+/// An f32 elementwise instruction (a comparison of f32 operands, bool; a
+/// cast between f32 and bf16 / f16) whose operands are of its result's
+/// shape, single elements, or broadcast to it.
 bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
-  std::optional<FusedCode> code = fusedCode(inst.info.kernel);
+  std::optional<FusedCode> code = codeOf(p, inst);
   if (!code || inst.results.size() != 1 || inst.results[0] < 0 ||
       inst.operands.size() != static_cast<size_t>(fusedArity(*code)))
     return false;
   const TensorType &r = p.values[inst.results[0]].type;
-  DType result = isCompare(*code) ? DType::Bool : DType::F32;
+  bool cast = inst.info.kernel == "cast";
+  DType result = isCompare(*code) ? DType::Bool : cast ? r.dtype : DType::F32;
   if (r.dtype != result || r.numElements() == 0)
     return false;
   for (size_t k = 0; k < inst.operands.size(); ++k) {
@@ -66,9 +93,11 @@ bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
     if (id < 0)
       return false;
     const TensorType &t = p.values[id].type;
-    // select's condition is bool; every other operand is f32.
-    DType want =
-        *code == FusedCode::Select && k == 0 ? DType::Bool : DType::F32;
+    // select's condition is bool; a widening cast reads bf16 / f16; every
+    // other operand is f32.
+    DType want = *code == FusedCode::Select && k == 0   ? DType::Bool
+                 : cast && *code == FusedCode::Identity ? t.dtype
+                                                        : DType::F32;
     if (t.dtype != want || (t.numElements() != 1 && !broadcasts(t, r)))
       return false;
   }
@@ -133,6 +162,9 @@ std::optional<Built> build(const LoadedProgram &p,
       b.inputs.push_back(id);
       const TensorType &t = p.values[id].type;
       b.program.inputIsBool.push_back(t.dtype == DType::Bool);
+      b.program.inputStorage.push_back(isHalf(t.dtype) ? t.dtype : DType::F32);
+      if (isHalf(t.dtype) && t.shape != shape.shape)
+        return std::nullopt; // the kernels read half inputs whole
       b.program.inputs.push_back(t.shape == shape.shape ? FusedInput::Full
                                  : t.numElements() == 1
                                      ? FusedInput::Scalar
@@ -142,7 +174,7 @@ std::optional<Built> build(const LoadedProgram &p,
   int next = static_cast<int>(b.inputs.size());
   for (size_t i : members) {
     const ProgramInstruction &inst = p.instructions[i];
-    FusedOp op{*fusedCode(inst.info.kernel), 0, 0, 0, 0};
+    FusedOp op{*codeOf(p, inst), 0, 0, 0, 0};
     op.a = static_cast<uint8_t>(reg.at(inst.operands[0]));
     op.b = inst.operands.size() > 1
                ? static_cast<uint8_t>(reg.at(inst.operands[1]))
@@ -160,7 +192,9 @@ std::optional<Built> build(const LoadedProgram &p,
     if (uses[id] > usesInside[id] || viewed[id]) {
       b.outputs.push_back(id);
       b.program.outputRegisters.push_back(static_cast<uint8_t>(reg.at(id)));
-      b.program.outputIsBool.push_back(p.values[id].type.dtype == DType::Bool);
+      DType d = p.values[id].type.dtype;
+      b.program.outputIsBool.push_back(d == DType::Bool);
+      b.program.outputStorage.push_back(isHalf(d) ? d : DType::F32);
     }
   }
   for (size_t r : reductions) {
@@ -195,9 +229,10 @@ std::optional<Built> build(const LoadedProgram &p,
     for (size_t k = 0; k < b.inputs.size(); ++k) {
       const ProgramValue &in = p.values[b.inputs[k]];
       bool same = b.program.inputs[k] == FusedInput::Full &&
-                  !b.program.inputIsBool[k] && o.type.dtype == DType::F32 &&
-                  in.storage == o.storage && in.offset == o.offset &&
-                  in.numBytes == o.numBytes;
+                  !b.program.inputIsBool[k] &&
+                  b.program.inputStorage[k] == DType::F32 &&
+                  o.type.dtype == DType::F32 && in.storage == o.storage &&
+                  in.offset == o.offset && in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
     }

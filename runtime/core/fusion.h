@@ -20,6 +20,7 @@
 #ifndef CLEAVE_RUNTIME_CORE_FUSION_H
 #define CLEAVE_RUNTIME_CORE_FUSION_H
 
+#include "cleave/runtime/types.h"
 #include "core/fused_ops.h"
 
 #include <cstdint>
@@ -64,6 +65,11 @@ struct FusedProgram {
   /// Per input: bool (1 byte, loaded as 0 or 1: select's condition) rather
   /// than f32.
   std::vector<uint8_t> inputIsBool;
+  /// Per input and per output: stored in bf16 or f16 (mixed precision's
+  /// values, widened when loaded and rounded when stored), else F32 (bool
+  /// ones are marked by inputIsBool / outputIsBool). A half input is read
+  /// by a widening cast, so it has the chain's shape (Full).
+  std::vector<DType> inputStorage, outputStorage;
   /// The result's dims, coalesced where every Broadcast input allows (outer
   /// first), and per input the element stride along each (Broadcast inputs
   /// only; empty for the others).

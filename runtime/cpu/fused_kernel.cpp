@@ -1,5 +1,6 @@
 //===- fused_kernel.cpp - The CPU kernel of fused_elementwise -------------===//
 
+#include "core/convert.h"
 #include "core/fusion.h"
 #include "core/reduce_plan.h"
 #include "cpu/cpu_kernel.h"
@@ -15,10 +16,10 @@ namespace {
 /// multi-index of \p base over \p dims, then runs along the innermost dim
 /// (one value repeated where it broadcasts, as a per-channel scale over an
 /// image plane does), an odometer between them.
-template <typename T>
+template <typename T, typename Widen>
 void loadBroadcast(const T *in, const std::vector<int64_t> &dims,
                    const std::vector<int64_t> &strides, int64_t base,
-                   int64_t len, float *out) {
+                   int64_t len, float *out, Widen widen) {
   int rank = static_cast<int>(dims.size());
   int64_t idx[FusedProgram::kMaxDims];
   int64_t offset = 0, rest = base;
@@ -32,10 +33,10 @@ void loadBroadcast(const T *in, const std::vector<int64_t> &dims,
   for (int64_t t = 0; t < len;) {
     int64_t run = std::min(len - t, inner - idx[last]);
     if (step == 0)
-      std::fill(out + t, out + t + run, static_cast<float>(in[offset]));
+      std::fill(out + t, out + t + run, widen(in[offset]));
     else
       for (int64_t u = 0; u < run; ++u)
-        out[t + u] = static_cast<float>(in[offset + u * step]);
+        out[t + u] = widen(in[offset + u * step]);
     t += run;
     offset += run * step;
     idx[last] += run;
@@ -46,6 +47,9 @@ void loadBroadcast(const T *in, const std::vector<int64_t> &dims,
     }
   }
 }
+
+float asFloat(float x) { return x; }
+float boolToFloat(uint8_t x) { return static_cast<float>(x); }
 
 /// How one op reads its operands: both as vectors, or one of a binary op's
 /// as a single f32 (a scalar input: the optimizers' hyperparameters, the
@@ -88,7 +92,8 @@ CpuPlan planCpu(const FusedProgram &f) {
   plan.fill.assign(numInputs, 0);
   plan.inPlace.assign(numInputs, 0);
   for (size_t k = 0; k < numInputs; ++k)
-    plan.inPlace[k] = f.inputs[k] == FusedInput::Full && !f.inputIsBool[k];
+    plan.inPlace[k] = f.inputs[k] == FusedInput::Full && !f.inputIsBool[k] &&
+                      f.inputStorage[k] == DType::F32;
   for (const FusedOp &op : f.ops) {
     int arity = fusedArity(op.code);
     OpMode mode = OpMode::Vectors;
@@ -130,17 +135,24 @@ void evalSegment(const FusedProgram &f, const CpuPlan &cp,
     if (f.inputIsBool[k]) {
       const auto *in = static_cast<const uint8_t *>(args.operands[k]);
       if (f.inputs[k] == FusedInput::Broadcast)
-        loadBroadcast(in, f.dims, f.strides[k], base, len, dst);
+        loadBroadcast(in, f.dims, f.strides[k], base, len, dst, boolToFloat);
       else
         for (int64_t t = 0; t < len; ++t)
           dst[t] = in[f.inputs[k] == FusedInput::Scalar ? 0 : base + t];
+      continue;
+    }
+    if (DType d = f.inputStorage[k]; d != DType::F32) {
+      // Read by a widening cast, whose operand has the chain's shape.
+      const auto *in = static_cast<const uint16_t *>(args.operands[k]) + base;
+      for (int64_t t = 0; t < len; ++t)
+        dst[t] = d == DType::BF16 ? bf16ToFloat(in[t]) : halfToFloat(in[t]);
       continue;
     }
     const float *in = static_cast<const float *>(args.operands[k]);
     if (cp.inPlace[k])
       r.reg[k] = in + base;
     else if (f.inputs[k] == FusedInput::Broadcast)
-      loadBroadcast(in, f.dims, f.strides[k], base, len, dst);
+      loadBroadcast(in, f.dims, f.strides[k], base, len, dst, asFloat);
     else if (cp.fill[k])
       std::fill(dst, dst + len, in[0]);
   }
@@ -182,6 +194,8 @@ void evalSegment(const FusedProgram &f, const CpuPlan &cp,
       CLEAVE_FUSED_CASE(Sigmoid)
       CLEAVE_FUSED_CASE(Relu)
       CLEAVE_FUSED_CASE(Identity)
+      CLEAVE_FUSED_CASE(RoundBf16)
+      CLEAVE_FUSED_CASE(RoundF16)
 #undef CLEAVE_FUSED_CASE
     case FusedCode::Select: {
       const float *cnd = r.reg[op.c];
@@ -197,6 +211,11 @@ void evalSegment(const FusedProgram &f, const CpuPlan &cp,
       auto *out = static_cast<uint8_t *>(args.results[o]) + base;
       for (int64_t t = 0; t < len; ++t)
         out[t] = v[t] != 0.0f;
+    } else if (DType d = f.outputStorage[o]; d != DType::F32) {
+      // Already rounded (RoundBf16 / RoundF16): the narrowing is exact.
+      auto *out = static_cast<uint16_t *>(args.results[o]) + base;
+      for (int64_t t = 0; t < len; ++t)
+        out[t] = d == DType::BF16 ? floatToBf16(v[t]) : floatToHalf(v[t]);
     } else {
       std::memcpy(static_cast<float *>(args.results[o]) + base, v,
                   sizeof(float) * len);

@@ -78,6 +78,10 @@ Status prepareFused(const FusedProgram &program, DeviceFn *fn) {
   // The device's loader fuses without reductions (fuseElementwise).
   if (!program.reductions.empty())
     return Status::error("fused chain with reductions");
+  for (const auto *storage : {&program.inputStorage, &program.outputStorage})
+    for (DType d : *storage)
+      if (d != DType::F32)
+        return halfPlanRefused("fused_elementwise");
   DeviceProgram p{};
   p.numInputs = static_cast<int>(program.inputs.size());
   p.rank = static_cast<int>(program.dims.size());

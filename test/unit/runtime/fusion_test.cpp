@@ -8,6 +8,7 @@
 #include "cleave/runtime/comm.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace cleave::rt::test {
 namespace {
@@ -375,6 +376,55 @@ TEST(Fusion, BroadcastAndCopyJoinChains) {
 }
 
 // Other dtypes and a change of shape end a chain.
+// Mixed precision's casts join chains: a bf16 input widened as it is
+// loaded, a value rounded to bf16 and stored in bf16 (and read on, rounded,
+// by the chain), an f16 one likewise, with the separate kernels' bits. The
+// casts of the smaller bias and scalar stay instructions of their own (a
+// chain's members share its shape) and their f32 results are read as
+// broadcast and scalar inputs.
+TEST(Fusion, HalfPrecisionCastsJoinChainsWithTheSameBits) {
+  ProgramBuilder b;
+  Shape s = {37, 129};
+  int x = b.input("x", DType::BF16, s), y = b.input("y", DType::F32, s);
+  int bias = b.input("bias", DType::BF16, {1, 129});
+  int k = b.input("k", DType::F16, {1, 1});
+  int wx = b.arena(DType::F32, s), wb = b.arena(DType::F32, {1, 129}),
+      wk = b.arena(DType::F32, {1, 1}), t0 = b.arena(DType::F32, s),
+      t1 = b.arena(DType::F32, s), r16 = b.arena(DType::BF16, s),
+      back = b.arena(DType::F32, s), t2 = b.arena(DType::F32, s),
+      h16 = b.arena(DType::F16, s);
+  b.instruction("cast", {x}, {wx});
+  b.instruction("cast", {bias}, {wb});
+  b.instruction("cast", {k}, {wk});
+  b.instruction("add", {wx, wb}, {t0});
+  b.instruction("mul", {t0, y}, {t1});
+  b.instruction("cast", {t1}, {r16});
+  b.instruction("cast", {r16}, {back});
+  b.instruction("mul", {back, wk}, {t2});
+  b.instruction("cast", {t2}, {h16});
+  b.output(r16, "rounded");
+  b.output(h16, "half");
+  b.output(t2, "wide");
+  EXPECT_EQ(loadedKernels(b.program),
+            (std::vector<std::string>{"cast", "cast", "fused_elementwise"}));
+  auto bf16 = [](const HostTensor &t) {
+    HostTensor out = HostTensor::zeros(DType::BF16, t.shape);
+    std::vector<float> v = values<float>(t);
+    auto *dst = reinterpret_cast<uint16_t *>(out.bytes.data());
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &v[i], 4);
+      dst[i] = static_cast<uint16_t>(u >> 16);
+    }
+    return out;
+  };
+  HostTensor k16 = HostTensor::zeros(DType::F16, {1, 1});
+  reinterpret_cast<uint16_t *>(k16.bytes.data())[0] = 0x3e00; // 1.5
+  std::vector<HostTensor> in = {bf16(randomF32(s, 1)), randomF32(s, 2),
+                                bf16(randomF32({1, 129}, 3)), k16};
+  expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
+}
+
 TEST(Fusion, OnlyF32ChainsOfOneShapeFuse) {
   ProgramBuilder b;
   int x = b.input("x", DType::F32, {4, 8});
