@@ -18,6 +18,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <functional>
+
 namespace mlir::cleave {
 #define GEN_PASS_DEF_MIXEDPRECISIONPASS
 #include "cleave/Autodiff/Passes.h.inc"
@@ -31,6 +33,10 @@ namespace {
 RankedTensorType withElement(Type type, Type element) {
   auto tensor = cast<RankedTensorType>(type);
   return RankedTensorType::get(tensor.getShape(), element);
+}
+
+Type elementTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
 }
 
 bool isF32Tensor(Value v) {
@@ -64,7 +70,7 @@ struct MixedPrecisionPass
     });
     // One rounded copy per value, shared by all its products.
     DenseMap<Value, Value> copies;
-    auto rounded = [&](Value v) -> Value {
+    std::function<Value(Value)> rounded = [&](Value v) -> Value {
       if (auto it = copies.find(v); it != copies.end())
         return it->second;
       // A product's widened result: its own low-precision value.
@@ -72,9 +78,22 @@ struct MixedPrecisionPass
           widen && getElementTypeOrSelf(widen.getInput().getType()) == low)
         return widen.getInput();
       OpBuilder b(ctx);
-      b.setInsertionPointAfterValue(v);
-      Value copy =
-          CastOp::create(b, v.getLoc(), withElement(v.getType(), low), v);
+      Operation *def = v.getDefiningOp();
+      Value copy;
+      if (isa_and_present<TransposeOp, ReshapeOp>(def)) {
+        // Rounding commutes with moving elements: round the source (a
+        // weight read as x W^T: its one copy, and a frozen weight's own
+        // bf16 value) and move half the bytes.
+        Value source = rounded(def->getOperand(0));
+        b.setInsertionPointAfter(def);
+        Operation *moved = b.clone(*def);
+        moved->setOperand(0, source);
+        moved->getResult(0).setType(withElement(v.getType(), low));
+        copy = moved->getResult(0);
+      } else {
+        b.setInsertionPointAfterValue(v);
+        copy = CastOp::create(b, v.getLoc(), withElement(v.getType(), low), v);
+      }
       copies[v] = copy;
       return copy;
     };
@@ -90,7 +109,45 @@ struct MixedPrecisionPass
       auto widened = CastOp::create(b, op->getLoc(), wide, result);
       result.replaceAllUsesExcept(widened, widened);
     }
+    holdFrozenInLowPrecision(func, low);
     func->setAttr(kPrecisionAttr, StringAttr::get(ctx, precision));
+  }
+
+  /// A frozen weight has no master to keep: the step holds it in bf16, and
+  /// its products read it as it is (a LoRA base at half the bytes, rounded
+  /// once when the bundle is written). One that only other ops read (a
+  /// norm's scale, a rotary table) stays f32.
+  void holdFrozenInLowPrecision(func::FuncOp func, Type low) {
+    Block &body = func.getBody().front();
+    bool changed = false;
+    for (BlockArgument arg : body.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      if (!func.getArgAttr(i, kFrozenAttr) || !isF32Tensor(arg))
+        continue;
+      SmallVector<CastOp> copies;
+      for (Operation *user : arg.getUsers())
+        if (auto c = dyn_cast<CastOp>(user);
+            c && elementTypeOf(c.getResult()) == low)
+          copies.push_back(c);
+      if (copies.empty())
+        continue;
+      Type wide = arg.getType();
+      arg.setType(withElement(wide, low));
+      changed = true;
+      OpBuilder b(&getContext());
+      b.setInsertionPointToStart(&body);
+      auto widened = CastOp::create(b, arg.getLoc(), wide, arg);
+      arg.replaceAllUsesExcept(widened, widened);
+      for (CastOp c : copies) {
+        c.getResult().replaceAllUsesWith(arg);
+        c.erase();
+      }
+      if (widened.use_empty())
+        widened.erase();
+    }
+    if (changed)
+      func.setType(FunctionType::get(&getContext(), body.getArgumentTypes(),
+                                     func.getResultTypes()));
   }
 };
 

@@ -42,8 +42,13 @@ pb::DType planDType(rt::DType d) {
     return pb::I32;
   case rt::DType::Bool:
     return pb::BOOL;
+  case rt::DType::BF16: // mixed precision's frozen weights
+    return pb::BF16;
+  case rt::DType::F16:
+    return pb::F16;
+  default:
+    return pb::F32;
   }
-  return pb::F32;
 }
 
 int onnxDType(rt::DType d) {
@@ -392,6 +397,10 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
       rt::HostTensor value;
       if (rt::Status s = weights.read(entry, &value); !s)
         return s;
+      // Mixed precision holds a frozen weight in bf16: rounded once here.
+      if (rt::DType held = rt::fromPlan(entry.type().dtype());
+          held != value.dtype)
+        rt::narrowFromF32(&value, held);
       if (rt::Status s = writer->add(value); !s)
         return s;
     }
@@ -591,6 +600,8 @@ rt::Status exportOnnx(const ExportSource &src, rt::StoreReader &reader,
     rt::HostTensor value;
     if (rt::Status s = readModelTensor(reader, *it->second, &value); !s)
       return s;
+    // A frozen weight held in bf16 goes back as the graph's float.
+    rt::widenToF32(&value);
     t.set_data_type(onnxDType(value.dtype));
     t.clear_raw_data();
     t.clear_float_data();

@@ -46,6 +46,9 @@ struct ParamRow {
   std::vector<int64_t> shape, local;
   std::string segmentOf;   // a piece of this model tensor
   int64_t dpSplitDim = -1; // ZeRO 3 on a dp x tp mesh: split over dp too
+  /// As the step holds it: f32, or bf16 for a frozen weight under mixed
+  /// precision.
+  std::string dtype = "f32";
 };
 struct CollectiveRow {
   std::string kind, phase, source, reason;
@@ -163,6 +166,7 @@ BundleSummary summarize(const pb::Plan &plan) {
                  {}};
     row.local = row.shape;
     row.segmentOf = t.segment_of();
+    row.dtype = rt::dtypeName(rt::fromPlan(t.type().dtype()));
     int64_t bytes = bytesOf(t.type());
     if (auto it = split.find(t.name()); it != split.end()) {
       rt::Split s = it->second;
@@ -309,11 +313,9 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   auto rows = [](const std::vector<ParamRow> &list, bool trainable) {
     llvm::json::Array ps;
     for (const ParamRow &p : list) {
-      llvm::json::Object o{{"name", p.name},
-                           {"shape", p.shape},
-                           {"sharding", p.sharding},
-                           {"local_shape", p.local},
-                           {"trainable", trainable}};
+      llvm::json::Object o{{"name", p.name},         {"shape", p.shape},
+                           {"sharding", p.sharding}, {"local_shape", p.local},
+                           {"dtype", p.dtype},       {"trainable", trainable}};
       if (!p.segmentOf.empty())
         o["segment_of"] = p.segmentOf;
       if (p.dpSplitDim >= 0)

@@ -112,6 +112,20 @@ bool widenToF32(HostTensor *t) {
   return true;
 }
 
+bool narrowFromF32(HostTensor *t, DType to) {
+  if (t->dtype != DType::F32 || (to != DType::BF16 && to != DType::F16))
+    return false;
+  int64_t n = t->numElements();
+  std::vector<uint8_t> out(static_cast<size_t>(n) * sizeof(uint16_t));
+  auto *dst = reinterpret_cast<uint16_t *>(out.data());
+  const float *src = t->data<float>();
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = to == DType::BF16 ? floatToBf16(src[i]) : floatToHalf(src[i]);
+  t->dtype = to;
+  t->bytes = std::move(out);
+  return true;
+}
+
 std::string describeInstruction(size_t index, const std::string &kernel,
                                 const std::string &location) {
   std::string s = "instruction " + std::to_string(index) + " ('" + kernel + "'";

@@ -121,6 +121,9 @@ void stridedCopy(const StridedLoop &loop, size_t elemSize, const void *in,
   case 1:
     return stridedCopyTyped(loop, static_cast<const uint8_t *>(in),
                             static_cast<uint8_t *>(out));
+  case 2: // mixed precision's bf16 / f16
+    return stridedCopyTyped(loop, static_cast<const uint16_t *>(in),
+                            static_cast<uint16_t *>(out));
   case 4:
     return stridedCopyTyped(loop, static_cast<const uint32_t *>(in),
                             static_cast<uint32_t *>(out));

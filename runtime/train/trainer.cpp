@@ -291,13 +291,18 @@ private:
 /// initialisation scale) from a generator seeded by the tensor's name, so
 /// every rank draws the same values for a replicated tensor.
 void fillRandom(const std::string &name, HostTensor *value) {
-  if (value->dtype != DType::F32)
+  DType held = value->dtype;
+  if (held != DType::F32 && held != DType::BF16 && held != DType::F16)
     return;
+  HostTensor wide = HostTensor::zeros(DType::F32, value->shape);
   std::mt19937_64 gen(std::hash<std::string>()(name));
   std::uniform_real_distribution<float> dist(-0.0346f, 0.0346f);
-  float *data = value->data<float>();
-  for (int64_t i = 0; i < value->numElements(); ++i)
+  float *data = wide.data<float>();
+  for (int64_t i = 0; i < wide.numElements(); ++i)
     data[i] = dist(gen);
+  if (held != DType::F32) // a frozen weight held in half precision
+    narrowFromF32(&wide, held);
+  *value = std::move(wide);
 }
 
 } // namespace
@@ -1013,6 +1018,7 @@ Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
   if (!leader || !present)
     return Status::ok();
   std::string file = sanitizeFileName(t.name) + (grads ? ".grad.npy" : ".npy");
+  widenToF32(&full); // a frozen weight held in bf16: numpy has no bfloat16
   return writeNpy((fs::path(options.dumpDir) / file).string(), full);
 }
 
@@ -1159,16 +1165,36 @@ Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {
     return Status::error("no checkpoint directory was given");
   return session_->save(session_->next, written);
 }
+// A frozen weight that mixed precision holds in bf16 is read and written
+// as f32 here (numpy has no bfloat16), rounded once on the way in.
 Status Trainer::readTensor(const std::string &name, HostTensor *value) {
-  return session_->readTensor(name, value);
+  if (Status s = session_->readTensor(name, value); !s)
+    return s;
+  widenToF32(value);
+  return Status::ok();
 }
 Status Trainer::writeTensor(const std::string &name, const HostTensor &value) {
-  return session_->writeTensor(name, value);
+  HostTensor held = value;
+  if (Status s = heldAs(name, &held); !s)
+    return s;
+  return session_->writeTensor(name, held);
 }
 Status Trainer::checkTensorWrite(const std::string &name,
                                  const HostTensor &value) const {
   ModelTensor t;
-  return session_->checkTensorWrite(name, value, &t);
+  HostTensor held = value;
+  if (Status s = heldAs(name, &held); !s)
+    return s;
+  return session_->checkTensorWrite(name, held, &t);
+}
+Status Trainer::heldAs(const std::string &name, HostTensor *value) const {
+  ModelTensor t;
+  if (Status s = session_->findTensor(name, &t); !s)
+    return s;
+  DType held = fromPlan(t.entries.front()->type().dtype());
+  if (value->dtype == DType::F32 && held != DType::F32)
+    narrowFromF32(value, held);
+  return Status::ok();
 }
 std::vector<std::pair<std::string, bool>> Trainer::tensorNames() const {
   std::vector<std::pair<std::string, bool>> names;

@@ -71,3 +71,53 @@ def test_fp16_without_loss_scaling_is_refused():
     with pytest.raises(cleave.Error, match="fp16 needs dynamic loss scaling"):
         cleave.tensor_parallel(module, example_of(batch), loss=loss,
                                precision="fp16")
+
+
+def test_frozen_base_is_held_in_bf16():
+    """LoRA on a frozen Llama base under precision="bf16" at tp 2: every
+    frozen weight a product reads is held in bf16 (no f32 master: the
+    bundle, each rank's share and the weight files at half the bytes), the
+    base comes back unchanged as its bf16 values, and the losses stay
+    within twice PyTorch autocast's distance from float32 (both on the
+    bf16-rounded base)."""
+    from test_frozen import ADAMW, lora_llama, torch_steps, weight_file_bytes
+    module, adapters, batch_fn = lora_llama("linear")
+    # The base as a bf16 checkpoint holds it: what both sides start from.
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name not in adapters:
+                p.copy_(p.to(torch.bfloat16).float())
+    gen = torch.Generator().manual_seed(3)
+    batches = [batch_fn(gen) for _ in range(10)]
+    f32_losses, _ = torch_steps(copy.deepcopy(module), batches)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16_losses, _ = torch_steps(copy.deepcopy(module), batches)
+    theirs = max(abs(a - b) for a, b in zip(bf16_losses, f32_losses))
+    assert theirs > 1e-5, "autocast changed nothing: the oracle is void"
+
+    base = dict(module.named_parameters())
+    model = cleave.tensor_parallel(copy.deepcopy(module), batches[0], tp=2,
+                                   loss="auto", optimizer=cleave.AdamW(**ADAMW),
+                                   precision="bf16")
+    info = model.inspect()
+    held = {b["name"]: b["dtype"] for b in info["buffers"]}
+    products = [n for n in held if n.endswith("_proj.base_layer.weight")]
+    assert len(products) == 7 * 2 and all(held[n] == "bf16" for n in products)
+    # Norm scales are read by no product: f32. Adapters train: f32 masters.
+    assert all(held[n] == "f32" for n in held if "norm" in n)
+    assert all(p["dtype"] == "f32" for p in info["parameters"])
+    size = {"f32": 4, "bf16": 2}
+    rank_bytes = sum(size[r["dtype"]] * torch.Size(r["local_shape"]).numel()
+                     for r in info["buffers"] + info["parameters"])
+    assert weight_file_bytes(model.bundle) == [rank_bytes] * 2
+    memory = info["memory_per_rank"]
+    assert memory["buffers"] + sum(
+        4 * torch.Size(p["local_shape"]).numel()
+        for p in info["parameters"]) == rank_bytes
+
+    ours = [model.step(b) for b in batches]
+    distance = max(abs(a - b) for a, b in zip(ours, f32_losses))
+    assert distance <= 2 * theirs, (distance, theirs)
+    sd = model.state_dict()
+    for name in products:
+        assert torch.equal(sd[name], base[name].detach()), name

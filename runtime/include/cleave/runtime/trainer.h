@@ -161,6 +161,9 @@ public:
 
 private:
   explicit Trainer(std::unique_ptr<TrainSession> session);
+  /// \p value (f32) rounded to the dtype the step holds tensor \p name in
+  /// (bf16 for a frozen weight under mixed precision).
+  Status heldAs(const std::string &name, HostTensor *value) const;
   std::unique_ptr<TrainSession> session_;
 };
 

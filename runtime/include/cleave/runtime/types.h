@@ -52,6 +52,11 @@ struct HostTensor {
 /// is not a float tensor or an f64 value lies beyond f32's range.
 bool widenToF32(HostTensor *t);
 
+/// Rounds an f32 tensor to \p to (bf16 or f16, to nearest even) in place:
+/// mixed precision's frozen weights, held at their own size. False, with
+/// \p t unchanged, for any other pair of dtypes.
+bool narrowFromF32(HostTensor *t, DType to);
+
 /// Success, or an error message meant for the user.
 class Status {
 public:
