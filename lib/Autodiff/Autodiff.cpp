@@ -29,8 +29,35 @@ bool isFloatTensor(Value v) {
   return t && isa<FloatType>(t.getElementType());
 }
 
+/// The backward's seed: 1, or under loss scaling GradScaler's scale, kept
+/// as its exponent over 2^16 (a new argument, the step's own optimizer
+/// state) so that the state's zero start is the usual initial scale.
+Value seedOf(func::FuncOp func, OpBuilder &b, Value loss, bool lossScale) {
+  auto lossType = cast<RankedTensorType>(loss.getType());
+  Type f = lossType.getElementType();
+  Location loc = loss.getLoc();
+  if (!lossScale)
+    return ConstantOp::create(
+        b, loc, DenseElementsAttr::get(lossType, b.getFloatAttr(f, 1.0)));
+  auto scalar = RankedTensorType::get({}, f);
+  unsigned index = func.getNumArguments();
+  (void)func.insertArgument(
+      index, scalar,
+      b.getDictionaryAttr(b.getNamedAttr(
+          kOptimizerStateAttr, b.getStrArrayAttr({"", "loss_scale"}))),
+      loc);
+  auto constant = [&](double v) {
+    return ConstantOp::create(
+        b, loc, DenseElementsAttr::get(scalar, b.getFloatAttr(f, v)));
+  };
+  Value exponent = AddOp::create(b, loc, func.getArgument(index), constant(16));
+  Value scale = PowOp::create(b, loc, constant(2.0), exponent);
+  return ReshapeOp::create(b, loc, lossType, scale);
+}
+
 struct AutodiffPass
     : public mlir::cleave::impl::AutodiffPassBase<AutodiffPass> {
+  using AutodiffPassBase::AutodiffPassBase;
   void runOnOperation() override;
 };
 
@@ -97,10 +124,7 @@ void AutodiffPass::runOnOperation() {
     Value &slot = grads[v];
     slot = slot ? AddOp::create(b, g.getLoc(), slot, g).getResult() : g;
   };
-  Type f = lossType.getElementType();
-  grads[loss] = ConstantOp::create(
-      b, loss.getLoc(),
-      DenseElementsAttr::get(lossType, b.getFloatAttr(f, 1.0)));
+  grads[loss] = seedOf(func, b, loss, lossScale);
 
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())

@@ -38,7 +38,10 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   fpm.addPass(createAppendLossPass({options.loss}));
   if (options.fuse)
     fpm.addPass(createFuseCrossEntropyPass());
-  fpm.addPass(createAutodiffPass());
+  // fp16's narrow range needs GradScaler's dynamic loss scaling; bf16 has
+  // f32's range and needs none.
+  bool lossScale = options.precision == "fp16";
+  fpm.addPass(createAutodiffPass({lossScale}));
   OptimizerPassOptions opt;
   opt.optimizer = options.optimizer;
   opt.lr = options.lr;
@@ -47,6 +50,7 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   opt.beta1 = options.beta1;
   opt.beta2 = options.beta2;
   opt.eps = options.eps;
+  opt.lossScale = lossScale;
   fpm.addPass(createOptimizerPass(opt));
   // On the whole step, before the layouts are chosen: the search prices
   // the bf16 values (and the collectives that move them) at their size.

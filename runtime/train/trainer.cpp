@@ -182,7 +182,8 @@ namespace {
 
 /// The checkpoint/bundle key of an optimizer state tensor.
 std::string optimizerKey(const std::string &name, const std::string &slot) {
-  return "optimizer/" + slot + "/" + name;
+  // The step's own state (no parameter's) is "optimizer/loss_scale".
+  return "optimizer/" + slot + (name.empty() ? "" : "/" + name);
 }
 
 std::string stateKeyOf(const pb::TensorEntry &e) {
@@ -544,6 +545,19 @@ Status TrainSession::buildTable() {
     if (b.role() != pb::Binding::OPTIMIZER_STATE)
       return Status::error(bundle() + " has no initial value for '" + b.name() +
                            "'");
+    if (b.name().empty()) {
+      // The step's own state (fp16's loss scale): a replicated scalar that
+      // starts at zero.
+      pb::TensorEntry e;
+      e.set_role(pb::Binding::OPTIMIZER_STATE);
+      e.set_slot(b.slot());
+      e.set_key(optimizerKey("", b.slot()));
+      e.mutable_type()->set_dtype(pb::F32);
+      for (int64_t d : executor->inputShape(i))
+        e.mutable_type()->add_shape(d);
+      table.push_back(e);
+      continue;
+    }
     pb::Binding param;
     param.set_role(pb::Binding::PARAMETER);
     param.set_name(b.name());

@@ -65,12 +65,52 @@ def test_bf16_stays_within_pytorch_autocasts_distance(name, tps):
             f"autocast {theirs:.3g}")
 
 
-def test_fp16_without_loss_scaling_is_refused():
-    module, batch_fn, loss = models.build("decoder")
-    batch = batch_fn(torch.Generator().manual_seed(1))
-    with pytest.raises(cleave.Error, match="fp16 needs dynamic loss scaling"):
-        cleave.tensor_parallel(module, example_of(batch), loss=loss,
-                               precision="fp16")
+def test_fp16_loss_scaling_skips_overflowing_steps():
+    """precision="fp16" scales the loss as GradScaler does (2^16 at first):
+    a step whose fp16 gradients overflow changes nothing (parameters, AdamW's
+    moments and its step count) and halves the scale, until the steps are
+    finite; from there the run is PyTorch's f32 AdamW started at that batch,
+    within twice autocast-bf16's distance from it (fp16 rounds finer)."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                                 torch.nn.Linear(64, 8))
+    gen = torch.Generator().manual_seed(1)
+    # Inputs of magnitude ~50: 2^16 times their weight gradients overflow.
+    batches = [{"input": 50 * torch.randn(32, 16, generator=gen),
+                "labels": torch.randint(0, 8, (32,), generator=gen)}
+               for _ in range(24)]
+    model = cleave.tensor_parallel(
+        copy.deepcopy(module), example_of(batches[0]), tp=2,
+        loss="cross_entropy", optimizer=cleave.AdamW(lr=3e-3),
+        precision="fp16")
+    losses, skipped = [], []
+    for batch in batches:
+        before = model.state_dict()
+        losses.append(model.step(batch))
+        after = model.state_dict()
+        skipped.append(all(torch.equal(before[k], after[k]) for k in before))
+    k = skipped.index(False)
+    assert k >= 1, "the first step should overflow at 2^16"
+    assert not any(skipped[k:]), skipped
+
+    def torch_run(bf16):
+        m = copy.deepcopy(module)
+        opt = adamw(m)
+        opt.param_groups[0]["lr"] = 3e-3
+        out = []
+        for batch in batches[k:]:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                value = models.torch_loss(m, batch, "cross_entropy")
+            value.float().backward()
+            opt.step()
+            out.append(value.item())
+        return out
+    f32, bf16 = torch_run(False), torch_run(True)
+    theirs = max(abs(a - b) for a, b in zip(bf16, f32))
+    ours = max(abs(a - b) for a, b in zip(losses[k:], f32))
+    print("fp16: skipped", k, "distance", ours, "autocast bf16", theirs)
+    assert ours <= 2 * theirs, (ours, theirs, k)
 
 
 def test_frozen_base_is_held_in_bf16():

@@ -159,6 +159,13 @@ def AutodiffPass : Pass<"cleave-autodiff", "func::FuncOp"> {
     }
     ```
   }];
+  let options = [
+    Option<"lossScale", "loss-scale", "bool", /*default=*/"false",
+           "Seed the backward with the dynamic loss scale 2^(16 + s) (s: "
+           "the step's cleave.optimizer_state [\"\", \"loss_scale\"], "
+           "starting at 0) instead of 1, as GradScaler scales the loss; "
+           "cleave-optimizer's loss-scale unscales and steps it">,
+  ];
 }
 
 def OptimizerPass : Pass<"cleave-optimizer", "func::FuncOp"> {
@@ -207,6 +214,12 @@ def OptimizerPass : Pass<"cleave-optimizer", "func::FuncOp"> {
     Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
     Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
     Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"lossScale", "loss-scale", "bool", /*default=*/"false",
+           "Dynamic loss scaling (torch.cuda.amp.GradScaler's, after "
+           "cleave-autodiff's loss-scale): the gradients are unscaled; a "
+           "step with an inf or NaN among them changes no parameter or "
+           "state (AdamW's step count included) and halves the scale; 2000 "
+           "finite steps in a row double it">,
   ];
 }
 
