@@ -4,10 +4,10 @@ bf16 autocast.
 bf16 rounds, so no run equals the float32 one: the oracle is PyTorch's own
 distance. PyTorch trains each model (the GQA decoder, the zoo's GPT-2 and
 LLaMA, a ConvNet, torchvision's ResNet-18) 20 AdamW steps in float32 and
-again under
-torch.autocast(bfloat16); Cleave's bf16 run, at tp 1, 2 and 4, must stay
-within twice PyTorch's bf16-vs-f32 divergence of PyTorch's float32 losses,
-and must differ from float32 (the precision is not silently ignored).
+again under torch.autocast(bfloat16); Cleave's bf16 run, at tp 1, 2 and 4,
+must stay within twice PyTorch's bf16-vs-f32 divergence of PyTorch's
+float32 losses, and must differ from float32 (the precision is not silently
+ignored).
 """
 
 import copy
