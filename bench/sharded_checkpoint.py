@@ -15,9 +15,13 @@ Usage: /usr/bin/python3 bench/sharded_checkpoint.py --cleave build/bin/cleave
 3. `cleave compile --weights INDEX --tp 2 --optimizer sgd` under
    /usr/bin/time: the compile's peak RSS against the largest tensor (the
    compiler reads one tensor at a time).
-4. `cleave launch -n 2 /usr/bin/time cleave run BUNDLE --steps 1`, then
+4. Loading alone: `cleave launch -n 2` of this script's --load-worker, on
+   each rank the Python package's session opened on the bundle (each rank
+   reads its own weights) and nothing run; each rank's peak RSS less the
+   interpreter's own before the load.
+5. `cleave launch -n 2 /usr/bin/time cleave run BUNDLE --steps 1`, then
    --steps N: each rank's peak RSS (its weights, their gradients and
-   the activations; loading alone is not isolated: --steps 0 is refused).
+   the activations).
 Prints one line per measurement and a table for docs/benchmarks.md.
 """
 import argparse
@@ -99,7 +103,23 @@ def timed(cmd, **kw):
     return r, time.time() - start
 
 
+def load_worker(bundle):
+    """One rank (under cleave launch): its peak RSS before and after the
+    session has loaded its weights, MB."""
+    import resource
+    root = os.path.dirname(HERE)
+    sys.path.insert(0, os.path.join(root, "build", "python"))
+    from cleave._model import _open_session
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    session = _open_session(bundle, True, 600.0, "cpu")
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"before": before, "after": after}), flush=True)
+    del session
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--load-worker":
+        return load_worker(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cleave", required=True)
@@ -154,6 +174,14 @@ def main():
     inits = {t.name for t in graph.initializer}
     for name in [i.name for i in graph.input if i.name not in inits]:
         np.save(os.path.join(inputs, name + ".npy"), ids)
+    r, secs = timed([cleave, "launch", "-n", "2", sys.executable,
+                     os.path.abspath(__file__), "--load-worker", bundle])
+    loads = [json.loads(line) for line in r.stdout.splitlines()
+             if line.startswith("{")]
+    for k, x in enumerate(loads):
+        print(f"rank load: peak RSS {x['after']:.0f} MB, "
+              f"{x['after'] - x['before']:.0f} MB over the interpreter's "
+              f"{x['before']:.0f} MB")
     rows = []
     for steps in (1, args.steps):
         r, secs = timed([cleave, "launch", "-n", "2", "/usr/bin/time", "-v",
@@ -170,6 +198,9 @@ def main():
     print(f"| compile peak RSS (largest tensor {largest / 2**20:.0f} MiB f32) "
           f"| {compile_rss:.0f} |")
     print(f"| each rank's weights (inspect) | {share / 2**20:.0f} |")
+    print("| rank peak RSS, loading only (over the interpreter's) | " +
+          " / ".join(f"{x['after']:.0f} ({x['after'] - x['before']:.0f})"
+                     for x in loads) + " |")
     for steps, rss, secs in rows:
         print(f"| rank peak RSS, --steps {steps} ({secs:.0f} s) | "
               f"{' / '.join(f'{x:.0f}' for x in rss)} |")

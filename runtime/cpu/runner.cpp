@@ -10,12 +10,12 @@ namespace {
 /// of being copied.
 class CpuRunner final : public StepRunner {
 public:
+  // Inputs are allocated when first needed, not here: the trainer loads
+  // the state into tensors of its own and moves them in, and zeros made
+  // here first would double a rank's weights while it loads.
   explicit CpuRunner(std::unique_ptr<Executor> executor)
       : executor_(std::move(executor)) {
     inputs_.resize(executor_->inputNames().size());
-    for (size_t i = 0; i < inputs_.size(); ++i)
-      inputs_[i] =
-          HostTensor::zeros(executor_->inputDType(i), executor_->inputShape(i));
   }
   Backend backend() const override { return Backend::Cpu; }
   Status carry(size_t input, size_t output) override {
@@ -35,6 +35,8 @@ public:
     return Status::ok();
   }
   Status run() override {
+    for (size_t i = 0; i < inputs_.size(); ++i)
+      allocate(i);
     if (Status s = executor_->run(inputs_, &outputs_, donated_); !s)
       return s;
     // The input's old buffer becomes the output's: the next run writes its
@@ -44,7 +46,10 @@ public:
     return Status::ok();
   }
   Status getInput(size_t i, HostTensor *value) override {
-    *value = inputs_.at(i);
+    if (i >= inputs_.size())
+      return Status::error("no input " + std::to_string(i));
+    allocate(i);
+    *value = inputs_[i];
     return Status::ok();
   }
   Status getOutput(size_t o, HostTensor *value) override {
@@ -74,6 +79,12 @@ public:
 
 private:
   std::unique_ptr<Executor> executor_;
+  /// Zeros for input \p i if nothing was set yet.
+  void allocate(size_t i) {
+    if (inputs_[i].shape.empty() && inputs_[i].bytes.empty())
+      inputs_[i] =
+          HostTensor::zeros(executor_->inputDType(i), executor_->inputShape(i));
+  }
   std::vector<HostTensor> inputs_, outputs_;
   std::vector<std::pair<size_t, size_t>> carried_, donated_;
 };
