@@ -21,6 +21,13 @@ namespace mlir::cleave {
 FailureOr<SmallVector<int64_t>>
 broadcastShapes(std::optional<Location> loc,
                 ArrayRef<ArrayRef<int64_t>> shapes);
+
+/// The products (matmul, conv2d and its adjoints): the ops mixed precision
+/// runs on bf16 / f16 operands, accumulating in f32.
+inline bool isProductOp(Operation *op) {
+  return isa_and_present<MatmulOp, Conv2DOp, Conv2DBackwardInputOp,
+                         Conv2DBackwardFilterOp>(op);
+}
 } // namespace mlir::cleave
 
 #endif // CLEAVE_DIALECT_CLEAVEOPS_H

@@ -1,5 +1,4 @@
-//===- MixedPrecision.cpp - bf16 / fp16 matmuls and convolutions -*- C++
-//-*-===//
+//===- MixedPrecision.cpp - bf16 / fp16 products --------------*- C++ -*-===//
 //
 // Rewrites the finished train step rather than the forward before
 // differentiation: the backward's products (the input and weight gradients)
@@ -63,9 +62,7 @@ struct MixedPrecisionPass
     }
     SmallVector<Operation *> products;
     func.walk([&](Operation *op) {
-      if (isa<MatmulOp, Conv2DOp, Conv2DBackwardInputOp,
-              Conv2DBackwardFilterOp>(op) &&
-          isF32Tensor(op->getResult(0)))
+      if (isProductOp(op) && isF32Tensor(op->getResult(0)))
         products.push_back(op);
     });
     // One rounded copy per value, shared by all its products.

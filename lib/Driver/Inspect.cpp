@@ -17,10 +17,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
-#include <set>
-
-#include <map>
-#include <set>
 
 namespace pb = ::cleave::plan;
 namespace rt = ::cleave::rt;
@@ -89,37 +85,16 @@ struct BundleSummary {
 /// is optimizer state, and the copies leave the arena's figure (they live
 /// there) so that the rows still add up to what the rank holds.
 void countHalfCopies(const pb::Program &program, BundleSummary &out) {
-  // A weight is often read transposed (x W^T as ONNX spells it) and
-  // reshaped (a view: no instruction, the bytes of the last value written
-  // at its arena offset): its copy is of the moved value.
-  std::map<int32_t, int32_t> movedFrom;
-  std::map<int64_t, int32_t> lastAt; // arena offset -> value written there
-  std::set<int32_t> produced;
+  // Mixed precision rounds a weight before it moves it (x W^T), so its
+  // copy is a cast of the weight itself.
   std::map<int32_t, int64_t> copyBytes; // weight value -> its copy's bytes
   for (const pb::Instruction &inst : program.instructions()) {
-    for (int32_t id : inst.operands()) {
-      const pb::Value &v = program.values(id < 0 ? 0 : id);
-      if (id >= 0 && !produced.count(id) && v.storage() == pb::Value::ARENA)
-        if (auto it = lastAt.find(v.offset()); it != lastAt.end())
-          movedFrom.emplace(id, it->second);
-    }
-    for (int32_t id : inst.results()) {
-      produced.insert(id);
-      if (program.values(id).storage() == pb::Value::ARENA)
-        lastAt[program.values(id).offset()] = id;
-    }
-    if (inst.kernel() == "transpose" && inst.operands_size() == 1)
-      movedFrom[inst.results(0)] = inst.operands(0);
     if (inst.kernel() != "cast" || inst.operands_size() != 1)
       continue;
     int dtype = program.values(inst.results(0)).type().dtype();
-    if (dtype != pb::BF16 && dtype != pb::F16)
-      continue;
-    int32_t source = inst.operands(0);
-    for (auto it = movedFrom.find(source); it != movedFrom.end();
-         it = movedFrom.find(source))
-      source = it->second;
-    copyBytes[source] += bytesOf(program.values(inst.results(0)).type());
+    if (dtype == pb::BF16 || dtype == pb::F16)
+      copyBytes[inst.operands(0)] +=
+          bytesOf(program.values(inst.results(0)).type());
   }
   int64_t copies = 0, masters = 0;
   for (int i = 0; i < program.inputs_size(); ++i) {

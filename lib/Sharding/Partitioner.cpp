@@ -214,7 +214,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
     // f32, or each layer would round the residual stream.
     Type wire = index.wireType && from.combine == ReduceKind::sum &&
                         global.getElementType().isF32() &&
-                        isSumOfHalfProducts(v)
+                        index.sumOfHalfProducts[id]
                     ? index.wireType
                     : Type();
     if (!counted) {

@@ -71,6 +71,9 @@ struct PartitionIndex::Impl {
   /// partial sum crosses the wire in (bf16: half the bytes, as Megatron's
   /// bf16 all-reduces); null in f32. Gradient sums stay f32.
   Type wireType;
+  /// Per value id, under mixed precision: isSumOfHalfProducts, found once
+  /// here rather than on each of the layout search's dry runs.
+  std::vector<uint8_t> sumOfHalfProducts;
 
   explicit Impl(func::FuncOp func) {
     if (auto p = func->getAttrOfType<StringAttr>(kPrecisionAttr))
@@ -161,6 +164,9 @@ struct PartitionIndex::Impl {
                             : func.getResultAttr(i, kLossAttr)   ? "forward"
                                                                  : "optimizer");
     }
+    if (wireType)
+      for (Value v : values)
+        sumOfHalfProducts.push_back(isSumOfHalfProducts(v));
   }
 };
 

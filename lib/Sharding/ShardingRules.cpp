@@ -109,9 +109,7 @@ static bool isWidenedHalfProduct(Value v) {
   Type from =
       cast<RankedTensorType>(widen.getInput().getType()).getElementType();
   return (from.isBF16() || from.isF16()) &&
-         isa_and_present<MatmulOp, Conv2DOp, Conv2DBackwardInputOp,
-                         Conv2DBackwardFilterOp>(
-             widen.getInput().getDefiningOp());
+         isProductOp(widen.getInput().getDefiningOp());
 }
 
 bool mlir::cleave::isSumOfHalfProducts(Value v) {

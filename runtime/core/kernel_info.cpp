@@ -84,6 +84,14 @@ std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
   return offsets;
 }
 
+bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride) {
+  *stride = offsets.size() > 1 ? offsets[1] - offsets[0] : 0;
+  for (size_t i = 0; i < offsets.size(); ++i)
+    if (offsets[i] != static_cast<int64_t>(i) * *stride)
+      return false;
+  return true;
+}
+
 Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
   const TensorType &step = info.operand(0), &r = info.result(0);
   if (step.dtype != DType::I64 || step.rank() != 0)

@@ -170,6 +170,10 @@ std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
                                   const std::vector<int64_t> &resultBatch,
                                   int64_t matrixSize);
 
+/// Whether batchOffsets' \p offsets are equally spaced from 0 (one strided
+/// batched call can run them), and the spacing in \p stride (0: shared).
+bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride);
+
 /// Where random_uniform's result lies in its global tensor, which fixes its
 /// values (philox.h): `rows` runs of `run` contiguous global elements, run r
 /// starting at base + sum_d index_d(r) * rowStrides[d], index(r) being r's

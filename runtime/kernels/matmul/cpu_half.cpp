@@ -30,15 +30,6 @@ dnnl::engine &cpuEngine() {
   return engine;
 }
 
-/// The common difference of \p offsets, if they are equally spaced from 0.
-bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride) {
-  *stride = offsets.size() > 1 ? offsets[1] - offsets[0] : 0;
-  for (size_t i = 0; i < offsets.size(); ++i)
-    if (offsets[i] != static_cast<int64_t>(i) * *stride)
-      return false;
-  return true;
-}
-
 struct HalfGeometry {
   bool transposeA = false, transposeB = false;
   int64_t m = 0, n = 0, k = 0;
@@ -120,11 +111,11 @@ struct HalfMatmul {
     }
     // User-managed scratch: concurrent ranks (threads) may run one plan's
     // kernels at once, and the library's own scratch is shared.
-    std::vector<uint8_t> scratch(scratchBytes());
+    std::unique_ptr<uint8_t[]> scratch(new uint8_t[scratchBytes()]);
     try {
       dnnl::engine &engine = cpuEngine();
       dnnl::stream stream(engine);
-      dnnl::memory sm(this->scratch, engine, scratch.data());
+      dnnl::memory sm(this->scratch, engine, scratch.get());
       for (int64_t i = 0; i < calls; ++i) {
         dnnl::memory am(this->a, engine,
                         const_cast<uint8_t *>(a) + g.aOffsets[i] * elem);
@@ -165,8 +156,7 @@ Status prepareHalfMatmul(const KernelInfo &info, KernelFn *fn) {
   try {
     mm->a = matrixDesc(g, g.m, g.k, g.transposeA, g.strideA, type);
     mm->b = matrixDesc(g, g.k, g.n, g.transposeB, g.strideB, type);
-    HalfGeometry c = g;
-    mm->c = matrixDesc(c, g.m, g.n, false, g.m * g.n, type);
+    mm->c = matrixDesc(g, g.m, g.n, false, g.m * g.n, type);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm->a, mm->b, mm->c),

@@ -41,15 +41,6 @@ struct Problem {
   int64_t strideA = 0, strideB = 0, strideC = 0;
 };
 
-/// The common difference of \p offsets if they are equally spaced.
-bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride) {
-  *stride = offsets.size() > 1 ? offsets[1] - offsets[0] : 0;
-  for (size_t i = 0; i < offsets.size(); ++i)
-    if (offsets[i] != static_cast<int64_t>(i) * *stride + offsets[0])
-      return false;
-  return offsets.empty() || offsets[0] == 0;
-}
-
 int alignmentOf(const void *p, int64_t byteStride) {
   auto bits =
       reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(byteStride);
