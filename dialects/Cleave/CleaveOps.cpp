@@ -184,7 +184,21 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
   // x -> wider float -> x's type is x: widening a float is exact (bf16 and
   // f16 to f32 or f64, f32 to f64), so the round trip changes nothing.
   auto inner = getInput().getDefiningOp<CastOp>();
-  if (!inner || inner.getInput().getType() != getType())
+  if (!inner)
+    return {};
+  // A small integer widened, then converted: one conversion (an int8
+  // weight's i8 -> i32 -> f32 is i8 -> f32, which the matmul then reads).
+  auto narrowInt = dyn_cast<IntegerType>(elementTypeOf(inner.getInput()));
+  auto midInt = dyn_cast<IntegerType>(elementTypeOf(getInput()));
+  Type to = elementTypeOf(getResult());
+  if (narrowInt && midInt && narrowInt.getWidth() <= 16 &&
+      narrowInt.getWidth() > 1 && midInt.getWidth() > narrowInt.getWidth() &&
+      (isa<FloatType>(to) ||
+       (to.isInteger() && to.getIntOrFloatBitWidth() >= midInt.getWidth()))) {
+    getInputMutable().assign(inner.getInput());
+    return getResult();
+  }
+  if (inner.getInput().getType() != getType())
     return {};
   auto from = dyn_cast<FloatType>(elementTypeOf(getResult()));
   auto mid = dyn_cast<FloatType>(elementTypeOf(getInput()));
@@ -199,6 +213,40 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
 //===----------------------------------------------------------------------===//
 // MatmulOp, ReduceOp, softmax, norms
 //===----------------------------------------------------------------------===//
+
+LogicalResult
+MatmulDequantOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &inferred) {
+  auto lhs = cast<RankedTensorType>(adaptor.getLhs().getType());
+  auto weight = cast<RankedTensorType>(adaptor.getWeight().getType());
+  Type w = weight.getElementType();
+  if (!lhs.getElementType().isF32())
+    return emitOptionalError(loc, "lhs must be f32, got ", lhs);
+  if (!w.isSignlessInteger(8) && !w.isBF16() && !w.isF16())
+    return emitOptionalError(loc, "weight must be i8, bf16 or f16, got ", w);
+  if (lhs.getRank() < 2 || weight.getRank() != 2)
+    return emitOptionalError(loc, "lhs must have rank >= 2 and the weight 2, ",
+                             "got ", lhs, " and ", weight);
+  int64_t rows = weight.getDimSize(0);
+  bool t = adaptor.getTransposeRhs();
+  int64_t k = t ? weight.getDimSize(1) : rows;
+  int64_t n = t ? rows : weight.getDimSize(1);
+  if (lhs.getShape().back() != k)
+    return emitOptionalError(loc, "contracting dimensions differ: ",
+                             lhs.getShape().back(), " and ", k);
+  if (Value s = adaptor.getScale()) {
+    auto scale = cast<RankedTensorType>(s.getType());
+    if (!scale.getElementType().isF32() || scale.getRank() != 1 ||
+        scale.getDimSize(0) != rows)
+      return emitOptionalError(loc, "scale must be f32 [", rows,
+                               "] (one per weight row), got ", scale);
+  }
+  SmallVector<int64_t> shape(lhs.getShape());
+  shape.back() = n;
+  inferred.push_back(RankedTensorType::get(shape, lhs.getElementType()));
+  return success();
+}
 
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
                                          std::optional<Location> loc,

@@ -215,6 +215,33 @@ def Cleave_MatmulOp : Cleave_Op<"matmul", [InferTypeOpAdaptor]> {
   }];
 }
 
+def Cleave_MatmulDequantOp : Cleave_Op<"matmul_dequant",
+    [InferTypeOpAdaptor]> {
+  let summary = "Matrix product with a weight-only quantized right operand";
+  let description = [{
+    `lhs [..., m, k] x (f32(weight) * scale[:, None])`: `weight` is a 2-D
+    int8 (or bf16 / f16) matrix `[rows, cols]` and `scale`, when present,
+    holds one f32 factor per row (a weight-only int8 checkpoint's
+    per-output-channel scale). The dequantized matrix is the right operand
+    as it is (`[k, n]`), or read transposed with `transpose_rhs`
+    (`[n, k]`, the `x W^T` of a Linear). The lhs's leading dims are rows of
+    one product. The kernel dequantizes the weight a block of rows at a
+    time, so the f32 matrix never exists whole; `--cleave-fuse-dequantize`
+    forms the op on a rank's finished program.
+
+    ```mlir
+    %0 = cleave.matmul_dequant %x, %q, %s {transpose_rhs} : (tensor<8x16x64xf32>, tensor<256x64xi8>, tensor<256xf32>) -> tensor<8x16x256xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$lhs, Cleave_Tensor:$weight,
+                   Optional<Cleave_FloatTensor>:$scale,
+                   UnitAttr:$transpose_rhs);
+  let results = (outs Cleave_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $weight (`,` $scale^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def Cleave_ReduceOp : Cleave_Op<"reduce", [InferTypeOpAdaptor]> {
   let summary = "Reduction over dimensions";
   let description = [{

@@ -46,6 +46,8 @@ pb::DType planDType(rt::DType d) {
     return pb::BF16;
   case rt::DType::F16:
     return pb::F16;
+  case rt::DType::I8: // weight-only quantized weights
+    return pb::I8;
   default:
     return pb::F32;
   }
@@ -275,6 +277,14 @@ rt::Status WeightSource::readFromModel(const std::string &name,
   return rt::Status::ok();
 }
 
+std::optional<rt::DType>
+WeightSource::storedDType(const std::string &name) const {
+  auto where = fileOf.find(name);
+  if (where == fileOf.end())
+    return std::nullopt;
+  return files[where->second]->find(name)->dtype;
+}
+
 rt::Status WeightSource::read(const std::string &name,
                               rt::HostTensor *out) const {
   std::string error;
@@ -291,6 +301,15 @@ rt::Status WeightSource::read(const std::string &name,
     if (info->shape != *dims)
       return rt::Status::error("--weights '" + file->path() + "': tensor '" +
                                name + "' does not have the model's shape");
+    // An int8 (weight-only quantized) weight is held as it is.
+    if (model.initializerDataType(name) == onnx::TensorProto::INT8) {
+      if (info->dtype != rt::DType::I8)
+        return rt::Status::error(
+            "--weights '" + file->path() + "': tensor '" + name + "' is " +
+            rt::describeTensor(info->dtype, info->shape) +
+            ", not the int8 tensor the model's quantized weight is");
+      return file->read(*info, out);
+    }
     // A checkpoint in its own float dtype (bf16, f16, f64) gives the f32
     // master weights.
     if (rt::Status s = file->read(*info, out); !s)

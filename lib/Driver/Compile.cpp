@@ -255,6 +255,18 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   for (const std::string &name : o.frozenNames)
     if (initializers.contains(name))
       options.frozen.push_back("^" + llvm::Regex::escape(name) + "$");
+  WeightSource weights(ctx, *model);
+  if (!o.weightsFile.empty()) {
+    if (rt::Status s = weights.useSafetensors(o.weightsFile); !s)
+      return s;
+    // A frozen weight the checkpoint holds in bf16 / f16 stays so (the
+    // importer applies it to frozen weights only).
+    for (const auto &t : model->proto().graph().initializer())
+      if (std::optional<rt::DType> d = weights.storedDType(t.name());
+          d && (*d == rt::DType::BF16 || *d == rt::DType::F16) &&
+          t.data_type() == onnx::TensorProto::FLOAT)
+        options.heldTypes[t.name()] = mlir::cleave::elementTypeOf(&ctx, *d);
+  }
   OwningOpRef<ModuleOp> module =
       mlir::cleave::importOnnx(&ctx, *model, options);
   if (!module)
@@ -289,10 +301,6 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   }
   recordConfig(mesh, train, plan);
   auto main = module->lookupSymbol<func::FuncOp>("main");
-  WeightSource weights(ctx, *model);
-  if (!o.weightsFile.empty())
-    if (rt::Status s = weights.useSafetensors(o.weightsFile); !s)
-      return s;
   return writeBundle(*model, weights, main, plan, o.output, o.planOnly);
 }
 

@@ -318,6 +318,11 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
         p.transpose_b = m.getTransposeRhs();
         return emit(inst, p);
       })
+      .Case<MatmulDequantOp>([&](MatmulDequantOp m) {
+        Params<K::k_matmul_dequant> p;
+        p.transpose_b = m.getTransposeRhs();
+        return emit(inst, p);
+      })
       .Case<ReduceOp>([&](ReduceOp r) { return emitReduce(r, inst); })
       .Case<SoftmaxOp, LogSoftmaxOp, AttentionOp, AttentionBackwardOp,
             CrossEntropyOp, CrossEntropyBackwardOp, LayerNormOp, BatchNormOp>(

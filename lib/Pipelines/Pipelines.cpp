@@ -19,6 +19,7 @@ using namespace mlir::cleave;
 void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  pm.addNestedPass<func::FuncOp>(createFuseDequantizePass());
   pm.addNestedPass<func::FuncOp>(createPlanBuffersPass());
 }
 

@@ -93,6 +93,22 @@ void signature(Value v, int depth, Operation *forwardEnd, std::string &out) {
   os << "}";
 }
 
+/// \p user's result is operand \p i (\p v, 2-D) dim for dim: an
+/// elementwise op that neither moves nor broadcasts it.
+bool keepsDims(const ShardingRule &rule, unsigned i, Value v, Operation *user) {
+  auto in = dyn_cast<RankedTensorType>(v.getType());
+  if (user->getNumResults() != 1 || !in || in.getRank() != 2 ||
+      cast<RankedTensorType>(user->getResult(0).getType()).getShape() !=
+          in.getShape())
+    return false;
+  for (int64_t d = 0; d < 2; ++d)
+    if (llvm::none_of(rule.factors, [&](const ShardingFactor &f) {
+          return f.operandDims[i] == d && f.resultDims[0] == d;
+        }))
+      return false;
+  return true;
+}
+
 /// The ops the forward pass takes \p v through, \p length of them: at each
 /// value its earliest user (the forward's; the backward's and the
 /// optimizer's come later), and that user's first result. It tells apart
@@ -102,7 +118,11 @@ void signature(Value v, int depth, Operation *forwardEnd, std::string &out) {
 /// added to the residual), which need opposite layouts.
 void forwardChain(Value v, int length, std::string &out) {
   llvm::raw_string_ostream os(out);
-  for (int step = 0; step < length && v; ++step) {
+  // Ops that keep the matrix as it is, dim for dim (an int8 weight's cast
+  // and scaling), do not count: the chain reaches as far past the product
+  // as a float weight's, so q and o projections stay apart.
+  int kept = 0;
+  for (int step = 0; step - kept < length && kept <= length && v; ++step) {
     Operation *first = nullptr;
     unsigned operand = 0;
     for (OpOperand &use : v.getUses()) {
@@ -117,6 +137,9 @@ void forwardChain(Value v, int length, std::string &out) {
     if (!first || first->getNumResults() == 0)
       return;
     os << first->getName() << "#" << operand << ";";
+    if (std::optional<ShardingRule> rule = shardingRuleOf(first);
+        rule && !rule->contraction && keepsDims(*rule, operand, v, first))
+      ++kept;
     v = first->getResult(0);
   }
 }
@@ -598,9 +621,16 @@ std::optional<int64_t> contractedDim(BlockArgument param) {
                               f.resultDims[0] == 1 ? !flipped : flipped});
         continue;
       }
-      if (!rule->contraction || (first && !user->isBeforeInBlock(first)))
-        continue;
       unsigned i = use.getOperandNumber();
+      if (!rule->contraction) {
+        // Scaled in place (an int8 weight times its per-row scales): the
+        // same matrix, dim for dim.
+        if (keepsDims(*rule, i, v, user))
+          work.push_back({user->getResult(0), flipped});
+        continue;
+      }
+      if (first && !user->isBeforeInBlock(first))
+        continue;
       int64_t rank = cast<RankedTensorType>(v.getType()).getRank();
       for (const ShardingFactor &f : rule->factors) {
         if (f.kind != ShardingFactor::Kind::Reduction || f.operandDims[i] < 0)

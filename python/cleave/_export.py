@@ -49,13 +49,22 @@ def to_numpy(value, what: str) -> np.ndarray:
                 f"{type(value).__name__}")
 
 
+@dataclass
+class Bfloat16:
+    """A bfloat16 tensor's bits (numpy has no bfloat16), written as BF16."""
+    bits: np.ndarray  # uint16
+
+
 def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
     """The safetensors format: a little-endian u64 header length, the JSON
     header (dtype, shape, byte offsets), the raw data."""
     header, offset, blobs = {}, 0, []
     for name, array in tensors.items():
-        array = np.require(array, requirements="C")
-        dtype = _NUMPY_DTYPES.get(str(array.dtype))
+        if isinstance(array, Bfloat16):
+            array, dtype = np.require(array.bits, requirements="C"), "BF16"
+        else:
+            array = np.require(array, requirements="C")
+            dtype = _NUMPY_DTYPES.get(str(array.dtype))
         if dtype is None:
             raise Error(f"tensor '{name}' has dtype {array.dtype}, which "
                         "Cleave cannot store")
@@ -208,6 +217,38 @@ def float32_copy(module):
     return out, low
 
 
+def _quantized_initializers(proto) -> set:
+    """The compiler's rule for int8 weights: int8 initializers of rank >= 2
+    whose every reader is a Cast to a float type."""
+    import onnx
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+              onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+    found = {t.name for t in proto.graph.initializer
+             if t.data_type == onnx.TensorProto.INT8 and len(t.dims) >= 2}
+    widened = set()
+    for node in proto.graph.node:
+        for name in node.input:
+            if name not in found:
+                continue
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            if node.op_type == "Cast" and node.domain in ("", "ai.onnx") \
+                    and to in floats:
+                widened.add(name)
+            else:
+                found.discard(name)
+    return found & widened
+
+
+def _held(value):
+    """A frozen bfloat16 / float16 tensor as the checkpoint holds it: the
+    compiler keeps such a weight in its own dtype (no master to train)."""
+    import torch
+    if value.dtype == torch.bfloat16:
+        return Bfloat16(value.contiguous().view(torch.int16).numpy().view(
+            np.uint16))
+    return value.numpy()
+
+
 def export_module(module, example_inputs: dict, directory: str,
                   opset: int = 17) -> Exported:
     """Exports \\p module into \\p directory; see the module docstring."""
@@ -258,6 +299,10 @@ def export_module(module, example_inputs: dict, directory: str,
     float_inits = {t.name for t in proto.graph.initializer
                    if t.data_type == onnx.TensorProto.FLOAT and
                    (t.dims or t.name in scalar_params)}
+    # int8 matrices read through a Cast to float: weight-only quantized
+    # weights, which the compiler holds as frozen int8 weights (its
+    # importer's rule; OnnxImporter.cpp markQuantized).
+    float_inits |= _quantized_initializers(proto)
     graph_inputs = [i.name for i in proto.graph.input
                     if i.name not in initializers]
     missing = [n for n in order if n not in graph_inputs]
@@ -282,8 +327,9 @@ def export_module(module, example_inputs: dict, directory: str,
             exported.sources[key] = ("counter", counters[key])
         elif init is not None:
             exported.sources[key] = ("bundle", init)
-            weights[init] = original[key].float().numpy() if key in low \
-                else original[key].numpy()
+            weights[init] = _held(original[key]) if key in low and \
+                key not in trainable else original[key].float().numpy() \
+                if key in low else original[key].numpy()
             if key in low:
                 exported.dtypes[key] = low[key]
         else:

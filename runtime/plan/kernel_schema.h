@@ -35,6 +35,7 @@ enum DTypeMask : uint16_t {
   kF16 = 32,
   kBF16 = 64,
   kHalf = kF16 | kBF16,
+  kI8 = 128,
   kFloat = kF32 | kHalf,
   kStorage = 0xff0,
   kAll = kAny | kStorage,

@@ -84,3 +84,21 @@ func.func @cast_round_trips(%h: tensor<4xbf16>, %f: tensor<4xf32>, %g: tensor<4x
   %7 = cleave.cast %6 : tensor<4xbf16> -> tensor<4xf16>
   return %1, %3, %5, %7 : tensor<4xbf16>, tensor<4xf32>, tensor<4xf16>, tensor<4xf16>
 }
+
+// -----
+
+// An int8 weight as the importer reads it (i8 -> i32, its compute type)
+// and the model's Cast to float: one conversion, i8 -> f32, which
+// --cleave-fuse-dequantize then finds. A narrowing in between is kept.
+// CHECK-LABEL: func @int8_widened
+// CHECK-NEXT: %[[F:.*]] = cleave.cast %arg0 : tensor<4xi8> -> tensor<4xf32>
+// CHECK-NEXT: %[[N:.*]] = cleave.cast %arg1 : tensor<4xi32> -> tensor<4xi8>
+// CHECK-NEXT: %[[G:.*]] = cleave.cast %[[N]] : tensor<4xi8> -> tensor<4xf32>
+// CHECK-NEXT: return %[[F]], %[[G]]
+func.func @int8_widened(%q: tensor<4xi8>, %i: tensor<4xi32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %w = cleave.cast %q : tensor<4xi8> -> tensor<4xi32>
+  %f = cleave.cast %w : tensor<4xi32> -> tensor<4xf32>
+  %n = cleave.cast %i : tensor<4xi32> -> tensor<4xi8>
+  %g = cleave.cast %n : tensor<4xi8> -> tensor<4xf32>
+  return %f, %g : tensor<4xf32>, tensor<4xf32>
+}

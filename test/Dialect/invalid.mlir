@@ -359,3 +359,30 @@ func.func @layout_not_typed(%w: tensor<8xf32> {cleave.layout = 0 : i64}) { retur
 // The four integers it replaced are gone.
 // expected-error @below {{argument 0 has unknown attribute 'cleave.split_dim'}}
 func.func @split_dim_gone(%w: tensor<8xf32> {cleave.split_dim = 0 : i64}) { return }
+
+// -----
+
+func.func @matmul_dequant_scale_per_column(%x: tensor<8x64xf32>, %q: tensor<32x64xi8>, %s: tensor<64xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{scale must be f32 [32] (one per weight row)}}
+  %0 = cleave.matmul_dequant %x, %q, %s {transpose_rhs} : (tensor<8x64xf32>, tensor<32x64xi8>, tensor<64xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_dequant_contraction(%x: tensor<8x64xf32>, %q: tensor<32x64xi8>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{contracting dimensions differ: 64 and 32}}
+  %0 = cleave.matmul_dequant %x, %q : (tensor<8x64xf32>, tensor<32x64xi8>) -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_dequant_weight_type(%x: tensor<8x64xf32>, %q: tensor<32x64xi32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{weight must be i8, bf16 or f16}}
+  %0 = cleave.matmul_dequant %x, %q {transpose_rhs} : (tensor<8x64xf32>, tensor<32x64xi32>) -> tensor<8x32xf32>
+  return
+}

@@ -54,3 +54,41 @@ def apply_lora(module: nn.Module, targets, r=8, alpha=16, form="linear"):
             if isinstance(sub, nn.Linear) and attr in targets:
                 setattr(child, attr, wrap(sub, r, alpha))
     return [n for n, p in module.named_parameters() if p.requires_grad]
+
+
+class Int8Linear(nn.Module):
+    """A weight-only int8 Linear with one scale per output channel (the
+    LLM.int8 / GPTQ int8 checkpoint form): int8 weights and float32 scales
+    stored, the float weight rebuilt as the product needs it."""
+
+    def __init__(self, base: nn.Linear, group: int = 0):
+        super().__init__()
+        w = base.weight.detach()
+        out, inp = w.shape
+        self.group = group or inp
+        blocks = w.reshape(out, inp // self.group, self.group)
+        scale = blocks.abs().amax(dim=2).clamp(min=1e-8) / 127
+        q = torch.round(blocks / scale[:, :, None]).clamp(-127, 127)
+        self.register_buffer("weight", q.reshape(out, inp).to(torch.int8))
+        self.register_buffer("weight_scale",
+                             scale if group else scale.reshape(out))
+        self.bias = base.bias
+
+    def dequantized(self):
+        w = self.weight.to(torch.float32)
+        if self.group == w.shape[1]:
+            return w * self.weight_scale.unsqueeze(1)
+        out, inp = w.shape
+        return (w.reshape(out, -1, self.group) *
+                self.weight_scale.unsqueeze(2)).reshape(out, inp)
+
+    def forward(self, x):
+        return nn.functional.linear(x, self.dequantized(), self.bias)
+
+
+def quantize_int8(module: nn.Module, group: int = 0):
+    """Every adapter's base Linear as an Int8Linear."""
+    for child in list(module.modules()):
+        if isinstance(child, (LoraLinear, LoraMatmul)):
+            child.base_layer = Int8Linear(child.base_layer, group)
+    return module

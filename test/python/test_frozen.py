@@ -28,11 +28,11 @@ R, STEPS = 8, 5
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
 
 
-def lora_llama(form):
+def lora_llama(form, **dims):
     from idioms import Llama, lm_inputs
     torch.manual_seed(5)
     # 4 K/V heads: every projection splits by head at tp 4 as well.
-    module = Llama(kv_heads=4)
+    module = Llama(kv_heads=4, **dims)
     adapters = apply_lora(module, TARGETS, r=R, form=form)
     return module, adapters, lambda g: dict(lm_inputs(96, g))
 
@@ -43,6 +43,9 @@ def megatron_peft_plan(form):
     a, b = ("lora_A\\.weight", "lora_B\\.weight") if form == "linear" \
         else ("A", "B")
     return {
+        # (An int8 base's per-output-channel scales, base_layer.weight_scale,
+        # match too: 1-D, split with a column-parallel weight's rows and
+        # whole beside a row-parallel one.)
         r"(q|k|v|gate|up)_proj\.base_layer\.weight": "colwise",
         r"(o|down)_proj\.base_layer\.weight": "rowwise",
         r"(q|k|v|gate|up)_proj\." + b + "$": "colwise",
@@ -63,6 +66,19 @@ def torch_steps(module, batches):
         opt.step()
         losses.append(loss.item())
     return losses, module.state_dict()
+
+
+def same_steps(model, reference, batches, adapters):
+    """STEPS steps of both; the losses and adapters agree (1e-4). Returns
+    both state_dicts."""
+    losses = [model.step(b) for b in batches]
+    want_losses, state = torch_steps(reference, batches)
+    assert losses == pytest.approx(want_losses, rel=1e-4)
+    sd = model.state_dict()
+    for name in adapters:
+        torch.testing.assert_close(sd[name], state[name], rtol=1e-4,
+                                   atol=1e-5, msg=name)
+    return sd, state
 
 
 def weight_file_bytes(bundle):
@@ -118,13 +134,7 @@ def test_lora_on_a_frozen_base(form, tp):
     assert all(kind == "all_reduce" for _, kind, _ in got)
     assert sum(b == tokens * R * 4 for _, _, b in got) <= len(adapters) // 2
 
-    losses = [model.step(b) for b in batches]
-    want_losses, state = torch_steps(reference, batches)
-    assert losses == pytest.approx(want_losses, rel=1e-4)
-    sd = model.state_dict()
-    for name in adapters:
-        torch.testing.assert_close(sd[name], state[name], rtol=1e-4,
-                                   atol=1e-5, msg=name)
+    sd, state = same_steps(model, reference, batches, adapters)
     for name, value in state.items():
         if name not in adapters:
             assert torch.equal(sd[name], value), name
@@ -281,3 +291,107 @@ def test_merge_a_biased_linear_with_dropout(tmp_path):
         not any(n.op_type == "Dropout" for n in merged.graph.node)
     for name in ("0.base_layer.bias", "2.weight", "2.bias"):
         assert torch.equal(torch.from_numpy(inits[name].copy()), sd[name])
+
+
+def compiled(module, batch_fn, tp):
+    """STEPS batches, and the module compiled at tp and inspected."""
+    gen = torch.Generator().manual_seed(11)
+    batches = [batch_fn(gen) for _ in range(STEPS)]
+    model = cleave.tensor_parallel(module, batches[0], tp=tp, loss="auto",
+                                   optimizer=cleave.AdamW(**ADAMW))
+    return batches, model, model.inspect()
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_lora_on_an_int8_base(tp):
+    """The same LoRA on a weight-only int8 base (per-output-channel scales,
+    lora.Int8Linear): each rank holds 1/tp of the int8 bytes, the plan
+    multiplies them without an f32 copy (matmul_dequant, forward and
+    backward), the collectives are Megatron's, and the losses and adapters
+    after 5 steps equal PyTorch's running the same dequantized matmul."""
+    from lora import quantize_int8
+    module, adapters, batch_fn = lora_llama("linear")
+    float_base = copy.deepcopy(module)
+    quantize_int8(module)
+    reference = copy.deepcopy(module)
+    batches, model, info = compiled(module, batch_fn, tp)
+
+    held = {b["name"]: b for b in info["buffers"]}
+    quantized = [n for n in held if n.endswith("_proj.base_layer.weight")]
+    assert len(quantized) == 7 * 2
+    assert all(held[n]["dtype"] == "i8" for n in quantized)
+    base = quantized + [n + "_scale" for n in quantized]
+    whole = sum(torch.Size(held[n]["shape"]).numel() for n in quantized)
+    local = sum(torch.Size(held[n]["local_shape"]).numel() for n in quantized)
+    assert abs(local - whole / tp) <= 0.05 * whole / tp, (local, whole, tp)
+    # A scale (one f32 per output channel, 1/64 of its weight's bytes here)
+    # is split with its weight's rows or kept whole: the search weighs the
+    # few bytes against nothing else.
+    for n in quantized:
+        assert held[n + "_scale"]["local_shape"] in (
+            held[n]["local_shape"][:1], held[n]["shape"][:1]), n
+    memory = info["memory_per_rank"]
+    assert weight_file_bytes(model.bundle) == \
+        [memory["parameters"] + memory["buffers"]] * tp
+    # Every base product (forward, and input gradient where one is needed)
+    # reads the int8 bytes: the products of the float base's plan, with no
+    # cast left to make an f32 copy.
+    kernels = info["kernels"]
+    floats = cleave.tensor_parallel(
+        float_base, batches[0], tp=tp, loss="auto",
+        optimizer=cleave.AdamW(**ADAMW)).inspect()["kernels"]
+    assert kernels["matmul_dequant"] >= len(quantized)
+    assert kernels["matmul"] + kernels["matmul_dequant"] == floats["matmul"]
+    assert kernels.get("cast", 0) == floats.get("cast", 0)
+
+    got = collectives(info)
+    want = collectives(cleave.tensor_parallel(
+        copy.deepcopy(reference), batches[0], tp=tp, loss="auto",
+        optimizer=cleave.AdamW(**ADAMW),
+        plan=megatron_peft_plan("linear")).inspect())
+    assert got == want
+
+    sd, state = same_steps(model, reference, batches, adapters)
+    for name in base:
+        assert sd[name].dtype == state[name].dtype, name
+        assert torch.equal(sd[name], state[name]), name
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_lora_on_a_bf16_base(tp):
+    """The LoRA model in bfloat16 (module.to(torch.bfloat16), as a PEFT
+    model on a bf16 checkpoint) trains in float32 (no precision= given):
+    the adapters on f32 masters, the frozen base held as its bf16 bytes,
+    1/tp per rank, and multiplied without an f32 copy. The losses and
+    adapters after 5 steps equal PyTorch's float32 steps on the same bf16
+    values (the same dequantized matmul), and state_dict gives bf16
+    back."""
+    module, adapters, batch_fn = lora_llama("linear")
+    module.to(torch.bfloat16)
+    reference = copy.deepcopy(module).float()
+    batches, model, info = compiled(module, batch_fn, tp)
+    held = {b["name"]: b for b in info["buffers"]}
+    assert held and all(b["dtype"] == "bf16" for b in held.values()
+                        if b["name"].endswith(".weight"))
+    assert all(p["dtype"] == "f32" for p in info["parameters"])
+    base = [n for n in held if n.endswith("_proj.base_layer.weight")]
+    whole = sum(torch.Size(held[n]["shape"]).numel() for n in base)
+    local = sum(torch.Size(held[n]["local_shape"]).numel() for n in base)
+    assert abs(local - whole / tp) <= 0.05 * whole / tp, (local, whole, tp)
+    memory = info["memory_per_rank"]
+    assert weight_file_bytes(model.bundle) == \
+        [memory["parameters"] + memory["buffers"]] * tp
+    assert info["kernels"]["matmul_dequant"] >= len(base)
+
+    losses = [model.step(b) for b in batches]
+    want_losses, state = torch_steps(reference, batches)
+    assert losses == pytest.approx(want_losses, rel=1e-4)
+    sd = model.state_dict()
+    for name in adapters:
+        assert sd[name].dtype == torch.bfloat16, name
+        # Both f32 masters rounded once to bf16: at most one step apart.
+        torch.testing.assert_close(sd[name].float(), state[name], rtol=8e-3,
+                                   atol=1e-5, msg=name)
+    for name in base:
+        assert sd[name].dtype == torch.bfloat16, name
+        assert torch.equal(sd[name].float(), state[name]), name

@@ -31,6 +31,8 @@ public:
   /// whose weight_map names each tensor's shard, a file beside it).
   rt::Status useSafetensors(const std::string &path);
   rt::Status read(const std::string &name, rt::HostTensor *out) const;
+  /// The dtype --weights stores \p name in, if it has it.
+  std::optional<rt::DType> storedDType(const std::string &name) const;
   /// \p entry's initial value: its initializer, or its piece of one.
   rt::Status read(const plan::TensorEntry &entry, rt::HostTensor *out) const;
   /// Initializer \p name from the model itself (not --weights).

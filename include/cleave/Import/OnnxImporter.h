@@ -66,6 +66,10 @@ struct OnnxImportOptions {
   /// temperature or gate). Others are literals of the graph, as exporters
   /// store them; the Python package names the module's 0-d parameters.
   std::vector<std::string> scalarParameters;
+  /// Frozen float weights a checkpoint holds in bf16 or f16 (name -> that
+  /// type): nothing trains them, so they keep its bytes and are widened
+  /// where they are read (a weight-only matmul reads them as they are).
+  llvm::StringMap<Type> heldTypes;
   /// A TorchScript archive's records may inflate to at most this many bytes
   /// in all (--max-archive-bytes); 0: 64 times the archive's size, at least
   /// 1 GiB. Checked on the zip directory before libtorch inflates anything.
@@ -101,6 +105,9 @@ public:
   /// The dims of initializer \p name, without reading its data.
   FailureOr<std::vector<int64_t>> initializerShape(const std::string &name,
                                                    std::string &error) const;
+  /// The ONNX data type of initializer \p name (TensorProto::DataType), 0
+  /// if there is none.
+  int32_t initializerDataType(const std::string &name) const;
   /// Reads initializer \p name (inline or external data).
   FailureOr<TensorData> readInitializer(MLIRContext *context,
                                         const std::string &name,

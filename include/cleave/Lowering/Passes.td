@@ -9,6 +9,39 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FuseDequantizePass : Pass<"cleave-fuse-dequantize", "func::FuncOp"> {
+  let summary = "Multiplies weight-only int8 weights without an f32 copy";
+  let description = [{
+    A frozen int8 weight (a weight-only quantized checkpoint: LLM.int8's or
+    GPTQ's int8 form with one scale per output channel) arrives as the
+    exporter wrote it: `cast` to f32, `mul` by the scale broadcast along the
+    rows, perhaps `transpose` and a `reshape` adding unit batch dims, then
+    `matmul`. As plain ops the f32 matrix would live in the arena from the
+    forward's product to the backward's, on every rank. This pass, run on a
+    rank's finished program just before buffer planning, replaces each
+    `matmul` whose right operand is such a chain by `cleave.matmul_dequant`
+    reading the int8 weight and its scale, whose kernel dequantizes a block
+    of rows at a time; the chain then has no user and goes. A bf16 or f16
+    weight widened to f32 is the same pattern without a scale. Any other
+    right operand, a scale that is not one per row, or a lhs read
+    transposed, is left as it is: still exact, only not fused.
+
+    Before:
+    ```mlir
+    %w = cleave.cast %q : tensor<256x64xi8> -> tensor<256x64xf32>
+    %s2 = cleave.reshape %s : tensor<256xf32> -> tensor<256x1xf32>
+    %d = cleave.mul %w, %s2 : (tensor<256x64xf32>, tensor<256x1xf32>) -> tensor<256x64xf32>
+    %t = cleave.transpose %d perm = [1, 0] : (tensor<256x64xf32>) -> tensor<64x256xf32>
+    %r = cleave.reshape %t : tensor<64x256xf32> -> tensor<1x64x256xf32>
+    %y = cleave.matmul %x, %r : (tensor<8x16x64xf32>, tensor<1x64x256xf32>) -> tensor<8x16x256xf32>
+    ```
+    After:
+    ```mlir
+    %y = cleave.matmul_dequant %x, %q, %s {transpose_rhs} : (tensor<8x16x64xf32>, tensor<256x64xi8>, tensor<256xf32>) -> tensor<8x16x256xf32>
+    ```
+  }];
+}
+
 def PlanBuffersPass : Pass<"cleave-plan-buffers", "func::FuncOp"> {
   let summary = "Assigns every tensor a static offset in one scratch arena";
   let description = [{

@@ -114,6 +114,13 @@ OnnxModel::initializerShape(const std::string &name, std::string &error) const {
   return failure();
 }
 
+int32_t OnnxModel::initializerDataType(const std::string &name) const {
+  for (const onnx::TensorProto &t : proto_->graph().initializer())
+    if (t.name() == name)
+      return t.data_type();
+  return 0;
+}
+
 FailureOr<TensorData> OnnxModel::readInitializer(MLIRContext *context,
                                                  const std::string &name,
                                                  std::string &error) const {
@@ -293,6 +300,10 @@ public:
   /// Weights --freeze matches: parameters that do not train, split like any
   /// other weight (BatchNorm statistics it matches stay buffers).
   llvm::StringSet<> frozen;
+  /// int8 matrices read only through a Cast to a float: weight-only
+  /// quantized weights (LLM.int8, GPTQ int8), frozen and split like any
+  /// weight at one byte an element rather than constants of the plan.
+  llvm::StringSet<> quantized;
   /// New values of buffers computed by the graph, in order of computation.
   llvm::MapVector<StringRef, Value> bufferUpdates;
   func::FuncOp func;
@@ -307,6 +318,9 @@ private:
   /// the frozen weights (what --freeze matches).
   LogicalResult markBuffers(const llvm::StringSet<> &initializerNames,
                             Location loc);
+  /// Fills `quantized`: int8 initializers of rank >= 2 whose every reader
+  /// is a Cast to a float type.
+  void markQuantized(const llvm::StringSet<> &initializerNames);
   /// The arguments of @main: graph inputs, then float initializers;
   /// other initializers become known constants.
   LogicalResult
@@ -660,6 +674,10 @@ GraphImporter::markBuffers(const llvm::StringSet<> &initializerNames,
         if (initializerNames.contains(node.input(i)))
           buffers.insert(node.input(i));
 
+  markQuantized(initializerNames);
+  for (StringRef name : quantized.keys())
+    frozen.insert(name);
+
   for (const std::string &pattern : options.frozen) {
     llvm::Regex regex(pattern);
     std::string why;
@@ -684,6 +702,39 @@ GraphImporter::markBuffers(const llvm::StringSet<> &initializerNames,
   return success();
 }
 
+void GraphImporter::markQuantized(const llvm::StringSet<> &initializerNames) {
+  const onnx::GraphProto &graph = model.proto().graph();
+  llvm::StringMap<bool> onlyWidened;
+  for (const auto &t : graph.initializer())
+    if (t.data_type() == ::onnx::TensorProto::INT8 && t.dims_size() >= 2)
+      onlyWidened[t.name()] = false;
+  if (onlyWidened.empty())
+    return;
+  llvm::StringSet<> otherUse;
+  for (const onnx::NodeProto &node : graph.node())
+    for (const std::string &in : node.input()) {
+      auto it = onlyWidened.find(in);
+      if (it == onlyWidened.end())
+        continue;
+      bool widens = false;
+      if (node.op_type() == "Cast" &&
+          (node.domain().empty() || node.domain() == "ai.onnx"))
+        for (const auto &a : node.attribute())
+          if (a.name() == "to") {
+            Type to = elementTypeFromOnnx(context, a.i());
+            widens = to && isa<FloatType>(to);
+          }
+      if (widens)
+        it->second = true;
+      else
+        otherUse.insert(in);
+    }
+  for (const auto &entry : onlyWidened)
+    if (entry.getValue() && !otherUse.contains(entry.getKey()) &&
+        initializerNames.contains(entry.getKey()))
+      quantized.insert(entry.getKey());
+}
+
 LogicalResult GraphImporter::declareArguments(
     const llvm::StringSet<> &initializerNames, Location loc,
     SmallVector<Type> &argTypes,
@@ -706,7 +757,9 @@ LogicalResult GraphImporter::declareArguments(
     Type element = elementTypeFromOnnx(context, t.data_type());
     SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
     bool scalarWeight = llvm::is_contained(options.scalarParameters, t.name());
-    if (element && element.isF32() && (!shape.empty() || scalarWeight)) {
+    bool weight =
+        element && element.isF32() && (!shape.empty() || scalarWeight);
+    if (weight || quantized.contains(t.name())) {
       // Weights are read when the bundle is written, but a model whose
       // data is missing, cut or of the wrong size is refused here.
       TensorSource src;
@@ -715,6 +768,9 @@ LogicalResult GraphImporter::declareArguments(
         emitError(loc) << "initializer '" << t.name() << "' " << error;
         return failure();
       }
+      if (Type held = options.heldTypes.lookup(t.name());
+          held && frozen.contains(t.name()))
+        element = held;
       argTypes.push_back(RankedTensorType::get(shape, element));
       argNames.push_back(
           {buffers.contains(t.name()) ? kBufferAttr : kParameterAttr,
@@ -853,7 +909,10 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     Type compute = computeTypeOf(type.getElementType());
     if (compute == type.getElementType())
       continue;
-    storageTypes[arg.second] = type.getElementType();
+    // A frozen weight held in bf16 is a float32 weight of the model: the
+    // ops that read it compute in f32 (no storage type to round to).
+    if (!options.heldTypes.count(arg.second))
+      storageTypes[arg.second] = type.getElementType();
     auto cast = CastOp::create(builder, loc, type.clone(compute),
                                entry->getArgument(i));
     if (type.getElementType().isF64())

@@ -5,12 +5,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/convert.h"
 #include "cpu/cpu_kernel.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 namespace cleave::rt {
 namespace {
@@ -155,6 +158,91 @@ Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
     runMatmul(plan, static_cast<const float *>(args.operands[0]),
               static_cast<const float *>(args.operands[1]),
               static_cast<float *>(args.results[0]));
+    return Status::ok();
+  };
+  return Status::ok();
+}
+
+} // namespace cleave::rt
+
+namespace cleave::rt {
+namespace {
+
+/// Rows [first, first + count) of \p w as f32 times their scales, into
+/// \p out (count x cols).
+template <typename T, typename Widen>
+void dequantizeRows(const T *w, const float *scale, int64_t first,
+                    int64_t count, int64_t cols, float *out, Widen widen) {
+#pragma omp parallel for if (count * cols > (int64_t(1) << 16))
+  for (int64_t r = 0; r < count; ++r) {
+    const T *src = w + (first + r) * cols;
+    float *dst = out + r * cols;
+    float s = scale ? scale[first + r] : 1.0f;
+    for (int64_t c = 0; c < cols; ++c)
+      dst[c] = widen(src[c]) * s;
+  }
+}
+
+void dequantize(DType dtype, const void *w, const float *scale, int64_t first,
+                int64_t count, int64_t cols, float *out) {
+  switch (dtype) {
+  case DType::I8:
+    return dequantizeRows(static_cast<const int8_t *>(w), scale, first, count,
+                          cols, out,
+                          [](int8_t v) { return static_cast<float>(v); });
+  case DType::BF16:
+    return dequantizeRows(static_cast<const uint16_t *>(w), scale, first, count,
+                          cols, out, bf16ToFloat);
+  default:
+    return dequantizeRows(static_cast<const uint16_t *>(w), scale, first, count,
+                          cols, out, halfToFloat);
+  }
+}
+
+} // namespace
+
+/// The weight is dequantized in blocks of rows (about 2 MiB of f32 each,
+/// whole multiples of 64 rows), each multiplied as it is made: the f32
+/// matrix never exists whole, and the scratch is one per thread, shared by
+/// every such product.
+Status prepare_matmul_dequant(const KernelInfo &info, KernelFn *fn) {
+  const TensorType &a = info.operand(0), &w = info.operand(1);
+  bool tb = info.params<schema::Kernel::k_matmul_dequant>().transpose_b;
+  bool scaled = info.hasOperand(2);
+  int64_t rows = w.shape[0], cols = w.shape[1];
+  int64_t k = a.shape.back(), m = a.numElements() / std::max<int64_t>(k, 1);
+  int64_t n = tb ? rows : cols;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+    return Status::error("matrix dims exceed the BLAS int range");
+  int64_t block =
+      std::max<int64_t>(64, (int64_t(1) << 19) / std::max<int64_t>(cols, 1));
+  block = std::min(rows, block / 64 * 64);
+  DType dtype = w.dtype;
+  *fn = [=](const KernelArgs &args) {
+    const auto *x = static_cast<const float *>(args.operands[0]);
+    const float *scale =
+        scaled ? static_cast<const float *>(args.operands[2]) : nullptr;
+    auto *out = static_cast<float *>(args.results[0]);
+    if (m == 0 || n == 0)
+      return Status::ok();
+    if (k == 0 || rows == 0) {
+      std::memset(out, 0, sizeof(float) * m * n);
+      return Status::ok();
+    }
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(block * cols));
+    const int64_t zero = 0;
+    for (int64_t first = 0; first < rows; first += block) {
+      int64_t count = std::min(block, rows - first);
+      dequantize(dtype, args.operands[1], scale, first, count, cols,
+                 scratch.data());
+      if (tb) // out[:, first:first+count] = x . block^T
+        sgemmTiled(false, true, m, count, k, 1, x, &zero, k, scratch.data(),
+                   &zero, k, out + first, 0, n);
+      else // out += x[:, first:first+count] . block
+        sgemmTiled(false, false, m, n, count, 1, x + first, &zero, k,
+                   scratch.data(), &zero, n, out, 0, n, first > 0);
+    }
     return Status::ok();
   };
   return Status::ok();

@@ -255,4 +255,12 @@ int64_t bf16ScratchElements(const KernelInfo &info) {
          info.operand(1).numElements();
 }
 
+/// Weight-only int8 bases run on the CPU backend only, so far: a plan
+/// that has them is refused here, before the first step, in one line.
+Status prepare_matmul_dequant(const KernelInfo &, DeviceFn *) {
+  return Status::error("matmul_dequant (a weight-only int8 or bf16 frozen "
+                       "base) has no CUDA kernel yet; run this bundle on the "
+                       "CPU backend");
+}
+
 } // namespace cleave::rt::cuda

@@ -30,4 +30,26 @@ Status check_matmul(const KernelInfo &info) {
   return Status::ok();
 }
 
+Status check_matmul_dequant(const KernelInfo &info) {
+  const TensorType &a = info.operand(0), &w = info.operand(1),
+                   &r = info.result(0);
+  bool tb = info.params<schema::Kernel::k_matmul_dequant>().transpose_b;
+  if (a.rank() < 2 || w.rank() != 2 || r.rank() != a.rank())
+    return Status::error("operand " + a.str() + " (rank >= 2), weight " +
+                         w.str() + " (rank 2) and result " + r.str() +
+                         " do not fit");
+  int64_t k = tb ? w.shape[1] : w.shape[0], n = tb ? w.shape[0] : w.shape[1];
+  std::vector<int64_t> want = a.shape;
+  want.back() = n;
+  if (a.shape.back() != k || r.shape != want)
+    return Status::error("shapes " + a.str() + " x " + w.str() +
+                         (tb ? "^T" : "") + " do not multiply to result " +
+                         r.str());
+  if (info.hasOperand(2) &&
+      (info.operand(2).rank() != 1 || info.operand(2).shape[0] != w.shape[0]))
+    return Status::error("scale " + info.operand(2).str() +
+                         " must hold one value per row of " + w.str());
+  return Status::ok();
+}
+
 } // namespace cleave::rt

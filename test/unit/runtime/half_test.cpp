@@ -161,3 +161,75 @@ TEST(HalfCollectives, SumsOverRanksRoundEachSumOnce) {
 }
 
 } // namespace
+
+namespace {
+
+/// matmul_dequant against a double-precision product with the weight
+/// dequantized by hand: int8 with per-row scales, or bf16 / f16 widened;
+/// \p cols wide enough that the kernel's 2 MiB blocks of rows split
+/// \p rows into several (the last one short).
+void checkDequantMatmul(DType wd, bool scaled, bool tb, int64_t rows,
+                        int64_t cols) {
+  int64_t k = tb ? cols : rows, n = tb ? rows : cols;
+  Shape aShape{2, 3, k}, rShape{2, 3, n};
+  HostTensor a = randomF32(aShape, 41);
+  HostTensor w = HostTensor::zeros(wd, {rows, cols});
+  std::mt19937 gen(42);
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::vector<double> deq(rows * cols);
+  HostTensor scale = randomF32({rows}, 43, 0.001f, 0.02f);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    float s = scaled ? scale.data<float>()[i / cols] : 1.0f;
+    if (wd == DType::I8) {
+      int v = q(gen);
+      w.data<int8_t>()[i] = static_cast<int8_t>(v);
+      deq[i] = double(float(v) * s);
+    } else {
+      uint16_t h = narrow(wd, float(q(gen)) / 64);
+      w.data<uint16_t>()[i] = h;
+      deq[i] = double(widen(wd, h) * s);
+    }
+  }
+  std::vector<std::optional<HostTensor>> operands{a, w};
+  if (scaled)
+    operands.push_back(scale);
+  HostTensor r = run1("matmul_dequant", operands, DType::F32, rShape,
+                      {{"transpose_b", {{tb}, {}}}});
+  std::vector<float> av = values<float>(a), got = values<float>(r);
+  for (int64_t i = 0; i < numel(rShape); ++i) {
+    int64_t row = i / n, j = i % n;
+    double sum = 0, magnitude = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      double term =
+          av[row * k + p] * (tb ? deq[j * cols + p] : deq[p * cols + j]);
+      sum += term;
+      magnitude += std::fabs(term);
+    }
+    ASSERT_LE(std::fabs(got[i] - sum), 1e-5 * magnitude + 1e-6)
+        << dtypeName(wd) << (tb ? " ^T" : "") << " element " << i << ": "
+        << got[i] << " vs " << sum;
+  }
+}
+
+} // namespace
+
+TEST(DequantMatmul, MatchesTheDequantizedProduct) {
+  for (bool tb : {true, false}) {
+    checkDequantMatmul(DType::I8, true, tb, 5, 7);
+    // 2^19 / 8192 = 64 rows a block: 150 rows are three blocks.
+    checkDequantMatmul(DType::I8, true, tb, 150, 8192);
+    checkDequantMatmul(DType::I8, false, tb, 150, 8192);
+    checkDequantMatmul(DType::BF16, false, tb, 70, 8192);
+    checkDequantMatmul(DType::F16, false, tb, 6, 9);
+  }
+}
+
+TEST(DequantMatmul, ScalesMustMatchTheRows) {
+  HostTensor a = randomF32({2, 4}, 1);
+  HostTensor w = HostTensor::zeros(DType::I8, {3, 4});
+  plan::Program p =
+      singleKernelProgram("matmul_dequant", {a, w, randomF32({4}, 2)},
+                          {{DType::F32, {2, 3}}}, {{"transpose_b", {{1}, {}}}});
+  EXPECT_NE(createError(p).find("one value per row"), std::string::npos)
+      << createError(p);
+}
