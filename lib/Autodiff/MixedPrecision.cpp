@@ -107,7 +107,57 @@ struct MixedPrecisionPass
       result.replaceAllUsesExcept(widened, widened);
     }
     holdFrozenInLowPrecision(func, low);
+    returnLowPrecisionGradients(func, low);
     func->setAttr(kPrecisionAttr, StringAttr::get(ctx, precision));
+  }
+
+  /// A weight's gradient made by one bf16 product (its widening, perhaps
+  /// reshaped or transposed) is returned as that bf16 value: it holds
+  /// nothing more in f32, so the step's gradients take half the bytes. The
+  /// widening moves after the reshapes and transposes, where the update
+  /// reads it (and the elementwise fusion folds it into the update's
+  /// loads). A gradient that sums several uses stays f32.
+  void returnLowPrecisionGradients(func::FuncOp func, Type low) {
+    Operation *ret = func.getBody().front().getTerminator();
+    SmallVector<Type> results(func.getResultTypes());
+    bool changed = false;
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      Value grad = ret->getOperand(i);
+      if (!func.getResultAttr(i, kGradientAttr) || !isF32Tensor(grad))
+        continue;
+      SmallVector<Operation *> moves;
+      Value v = grad;
+      while (isa_and_present<TransposeOp, ReshapeOp>(v.getDefiningOp())) {
+        moves.push_back(v.getDefiningOp());
+        v = v.getDefiningOp()->getOperand(0);
+      }
+      auto widen = v.getDefiningOp<CastOp>();
+      if (!widen || elementTypeOf(widen.getInput()) != low)
+        continue;
+      Value narrow = widen.getInput();
+      OpBuilder b(&getContext());
+      b.setInsertionPointAfterValue(grad);
+      for (Operation *move : llvm::reverse(moves)) {
+        Operation *moved = b.clone(*move);
+        moved->setOperand(0, narrow);
+        moved->getResult(0).setType(
+            withElement(move->getResult(0).getType(), low));
+        narrow = moved->getResult(0);
+      }
+      if (!moves.empty()) {
+        auto widened = CastOp::create(b, grad.getLoc(), grad.getType(), narrow);
+        grad.replaceAllUsesWith(widened.getResult());
+        for (Operation *move : moves) // the f32 moves, now unread
+          if (move->use_empty())
+            move->erase();
+      }
+      ret->setOperand(i, narrow);
+      results[i] = narrow.getType();
+      changed = true;
+    }
+    if (changed)
+      func.setType(FunctionType::get(
+          &getContext(), func.getBody().front().getArgumentTypes(), results));
   }
 
   /// A frozen weight has no master to keep: the step holds it in bf16, and

@@ -314,15 +314,22 @@ void Partitioner::reduceFinishedGradients(const OpEntry &e) {
       continue;
     }
     pendingBytes += bytesOf(id);
-    pendingGradient = id;
+    Type elem = typeOf(index.values[id]).getElementType();
+    auto it = llvm::find_if(pendingGradients,
+                            [&](const auto &p) { return p.first == elem; });
+    if (it == pendingGradients.end())
+      pendingGradients.push_back({elem, id});
+    else
+      it->second = id;
   }
   // The last bucket goes when the backward pass has finished every
   // gradient, full or not.
   bool last = finishedGradients == index.gradientOf.size();
-  if (pendingGradient < 0 || (pendingBytes < earlyBucketBytes && !last))
+  if (pendingGradients.empty() || (pendingBytes < earlyBucketBytes && !last))
     return;
-  reduceGradients(pendingGradient); // takes every gradient in the bucket
-  pendingGradient = -1;
+  for (auto [elem, pending] : pendingGradients)
+    reduceGradients(pending); // takes every gradient of its type
+  pendingGradients.clear();
   pendingBytes = 0;
 }
 

@@ -237,7 +237,9 @@ private:
   /// earlyBucketBytes: the bytes of gradients waiting in the open bucket,
   /// and one of them (-1: none).
   int64_t pendingBytes = 0;
-  int32_t pendingGradient = -1;
+  /// The latest finished gradient of each element type (mixed precision
+  /// returns bf16 and f32 ones): a bucket is one type, concatenated.
+  SmallVector<std::pair<Type, int32_t>, 2> pendingGradients;
   size_t finishedGradients = 0;
   /// Adds the gradients \p e finishes to the open bucket and reduces it
   /// once full (PartitionOptions::earlyBucketBytes).

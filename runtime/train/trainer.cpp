@@ -1109,11 +1109,12 @@ Status TrainSession::dump() {
     return s;
   if (options.steps > 0)
     for (int o = 0; o < program->output_bindings_size(); ++o)
-      if (program->output_bindings(o).role() == pb::Binding::GRADIENT)
-        if (Status s = executor->getOutput(
-                o, &lastGrads[program->output_bindings(o).name()]);
-            !s)
+      if (program->output_bindings(o).role() == pb::Binding::GRADIENT) {
+        HostTensor &grad = lastGrads[program->output_bindings(o).name()];
+        if (Status s = executor->getOutput(o, &grad); !s)
           return s;
+        widenToF32(&grad); // mixed precision returns a product's bf16
+      }
   std::error_code ec;
   if (leader)
     fs::create_directories(options.dumpDir, ec);

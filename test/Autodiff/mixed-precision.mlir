@@ -41,4 +41,24 @@ func.func @conv(%x: tensor<1x2x4x4xf32>, %w: tensor<3x2x3x3xf32>, %b: tensor<3xf
   return %y, %dx, %dw : tensor<1x3x4x4xf32>, tensor<1x2x4x4xf32>, tensor<3x2x3x3xf32>
 }
 
+// A gradient made by one product is returned as its bf16 value, moved
+// before it is widened (the update reads the widening); one that sums two
+// uses of the weight stays f32.
+// CHECK-LABEL: func.func @gradients
+// CHECK-SAME: -> (tensor<8x4xbf16> {cleave.gradient = "w"}, tensor<4x8xf32> {cleave.gradient = "v"}, tensor<8x4xf32>)
+// CHECK: %[[P:.*]] = cleave.matmul {{.*}} -> tensor<4x8xbf16>
+// CHECK: %[[T:.*]] = cleave.transpose %[[P]] perm = [1, 0] : (tensor<4x8xbf16>) -> tensor<8x4xbf16>
+// CHECK: %[[TW:.*]] = cleave.cast %[[T]] : tensor<8x4xbf16> -> tensor<8x4xf32>
+// CHECK: %[[U:.*]] = cleave.sub %arg3, %[[TW]]
+// CHECK: return %[[T]], %{{.*}}, %[[U]]
+func.func @gradients(%x: tensor<4x4xf32>, %g: tensor<4x8xf32>, %h: tensor<4x8xf32>, %w: tensor<8x4xf32>)
+    -> (tensor<8x4xf32> {cleave.gradient = "w"}, tensor<4x8xf32> {cleave.gradient = "v"}, tensor<8x4xf32>) {
+  %p = cleave.matmul %x, %g {transpose_lhs} : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t = cleave.transpose %p perm = [1, 0] : (tensor<4x8xf32>) -> tensor<8x4xf32>
+  %q = cleave.matmul %x, %h {transpose_lhs} : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sum = cleave.add %p, %q : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %u = cleave.sub %w, %t : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %t, %sum, %u : tensor<8x4xf32>, tensor<4x8xf32>, tensor<8x4xf32>
+}
+
 // BAD: precision must be bf16 or fp16, not 'fp8'

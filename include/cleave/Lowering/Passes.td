@@ -42,6 +42,47 @@ def FuseDequantizePass : Pass<"cleave-fuse-dequantize", "func::FuncOp"> {
   }];
 }
 
+def SinkWideningPass : Pass<"cleave-sink-widening", "func::FuncOp"> {
+  let summary = "Widens a bf16 value again where a far reader needs it";
+  let description = [{
+    Mixed precision stores a product's result in bf16 and widens it for the
+    f32 ops that read it. One widening shared by a forward op and the
+    backward op that reads the same value (the MLP's gate for its
+    activation's derivative, a product's output for the next norm) keeps
+    an f32 copy alive from the forward to the backward: the activations
+    are stored twice as wide as they are. This pass, run on a rank's
+    finished program after CSE (which would merge the copies back), gives
+    a reader of a widened bf16 or f16 value more than `near` (64) ops past
+    the last copy (the backward's, typically) a `cast` of its own placed
+    just before it, shared with the readers that follow within `near`: the
+    half-width value lives across the step, each f32 copy for a few ops,
+    and nearby readers still share one widening. An elementwise reader
+    fuses its copy into its loads (the runtime's chains widen half inputs
+    as they read them).
+
+    Before:
+    ```mlir
+    %w = cleave.cast %h : tensor<8xbf16> -> tensor<8xf32>
+    %a = cleave.exp %w : tensor<8xf32>
+    ... (more than 64 ops: the rest of the forward, the backward's start)
+    %b = cleave.mul %w, %g : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+    After:
+    ```mlir
+    %w0 = cleave.cast %h : tensor<8xbf16> -> tensor<8xf32>
+    %a = cleave.exp %w0 : tensor<8xf32>
+    ...
+    %w1 = cleave.cast %h : tensor<8xbf16> -> tensor<8xf32>
+    %b = cleave.mul %w1, %g : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+  }];
+  let options = [
+    Option<"near", "near", "int64_t", /*default=*/"64",
+           "Readers at most this many ops past a copy share it (readers "
+           "this close widen once; a copy lives this long at most)">,
+  ];
+}
+
 def PlanBuffersPass : Pass<"cleave-plan-buffers", "func::FuncOp"> {
   let summary = "Assigns every tensor a static offset in one scratch arena";
   let description = [{

@@ -1,0 +1,37 @@
+// RUN: cleave-opt %s --split-input-file --cleave-sink-widening="near=1" | FileCheck %s --enable-var-scope
+// RUN: cleave-opt %s --split-input-file --cleave-sink-widening | FileCheck %s --check-prefix=NEAR
+
+// A widened value read again past `near` ops (here 1) is widened again
+// there, so no f32 copy lives long; within 64 ops (the default) the
+// readers share the one copy.
+// NEAR-LABEL: func @shared
+// NEAR-COUNT-1: cleave.cast
+// NEAR-NOT: cleave.cast
+// CHECK-LABEL: func @shared
+// CHECK: %[[W0:.*]] = cleave.cast %arg0 : tensor<8xbf16> -> tensor<8xf32>
+// CHECK-NEXT: %[[A:.*]] = cleave.exp %[[W0]]
+// CHECK-NEXT: %[[B:.*]] = cleave.tanh %[[A]]
+// CHECK-NEXT: %[[W1:.*]] = cleave.cast %arg0 : tensor<8xbf16> -> tensor<8xf32>
+// CHECK-NEXT: %[[C:.*]] = cleave.mul %[[W1]], %[[B]]
+// CHECK-NEXT: return %[[C]], %[[W1]]
+func.func @shared(%h: tensor<8xbf16>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %w = cleave.cast %h : tensor<8xbf16> -> tensor<8xf32>
+  %a = cleave.exp %w : tensor<8xf32>
+  %b = cleave.tanh %a : tensor<8xf32>
+  %c = cleave.mul %w, %b : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %c, %w : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A rounding (f32 -> bf16) and a widening read once are left as they are.
+// CHECK-LABEL: func @left_alone
+// NEAR-LABEL: func @left_alone
+// CHECK-COUNT-2: cleave.cast
+// CHECK-NOT: cleave.cast
+func.func @left_alone(%x: tensor<8xf32>, %h: tensor<8xbf16>) -> (tensor<8xbf16>, tensor<8xbf16>, tensor<8xf32>) {
+  %r = cleave.cast %x : tensor<8xf32> -> tensor<8xbf16>
+  %w = cleave.cast %h : tensor<8xbf16> -> tensor<8xf32>
+  %e = cleave.exp %w : tensor<8xf32>
+  return %r, %r, %e : tensor<8xbf16>, tensor<8xbf16>, tensor<8xf32>
+}
