@@ -237,10 +237,14 @@ MatmulDequantOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                              lhs.getShape().back(), " and ", k);
   if (Value s = adaptor.getScale()) {
     auto scale = cast<RankedTensorType>(s.getType());
-    if (!scale.getElementType().isF32() || scale.getRank() != 1 ||
-        scale.getDimSize(0) != rows)
-      return emitOptionalError(loc, "scale must be f32 [", rows,
-                               "] (one per weight row), got ", scale);
+    int64_t cols = weight.getDimSize(1);
+    int64_t groups = scale.getRank() == 2 ? scale.getDimSize(1) : 1;
+    if (!scale.getElementType().isF32() || scale.getRank() < 1 ||
+        scale.getRank() > 2 || scale.getDimSize(0) != rows || groups < 1 ||
+        cols % groups != 0)
+      return emitOptionalError(
+          loc, "scale must be f32 [", rows, "] (one per weight row) or [", rows,
+          ", groups] (groups dividing ", cols, "), got ", scale);
   }
   SmallVector<int64_t> shape(lhs.getShape());
   shape.back() = n;

@@ -221,8 +221,9 @@ def Cleave_MatmulDequantOp : Cleave_Op<"matmul_dequant",
   let description = [{
     `lhs [..., m, k] x (f32(weight) * scale[:, None])`: `weight` is a 2-D
     int8 (or bf16 / f16) matrix `[rows, cols]` and `scale`, when present,
-    holds one f32 factor per row (a weight-only int8 checkpoint's
-    per-output-channel scale). The dequantized matrix is the right operand
+    holds one f32 factor per row (`[rows]`: a weight-only int8
+    checkpoint's per-output-channel scale) or per group of `cols / groups`
+    consecutive elements of a row (`[rows, groups]`: GPTQ's groups). The dequantized matrix is the right operand
     as it is (`[k, n]`), or read transposed with `transpose_rhs`
     (`[n, k]`, the `x W^T` of a Linear). The lhs's leading dims are rows of
     one product. The kernel dequantizes the weight a block of rows at a

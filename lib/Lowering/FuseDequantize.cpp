@@ -91,6 +91,62 @@ Value rowScale(Value s, int64_t rows, int64_t cols, Operation *user) {
       b, s.getLoc(), RankedTensorType::get({rows}, type.getElementType()), s);
 }
 
+/// The int8 [rows, cols] weight \p v is, widened and perhaps regrouped to
+/// [rows, groups, cols / groups] (before or after the widening).
+Value groupedInt8(Value v, int64_t rows, int64_t cols) {
+  auto isInt8Matrix = [&](Value q) {
+    auto t = cast<RankedTensorType>(q.getType());
+    return t.getElementType().isSignlessInteger(8) &&
+           t.getShape() == ArrayRef<int64_t>{rows, cols};
+  };
+  if (auto r = v.getDefiningOp<ReshapeOp>()) // regrouped after widening
+    if (Value w = widenedWeight(r.getInput()); w && isInt8Matrix(w))
+      return w;
+  auto c = v.getDefiningOp<CastOp>();
+  if (!c || !cast<RankedTensorType>(v.getType()).getElementType().isF32())
+    return {};
+  Value q = c.getInput();
+  if (auto r = q.getDefiningOp<ReshapeOp>()) // regrouped before
+    q = r.getInput();
+  return isInt8Matrix(q) ? q : Value();
+}
+
+/// \p rhs, [rows, cols], as an int8 weight times per-group scales: the
+/// exporter's `(w.reshape(rows, G, g) * scale[:, :, None]).reshape(rows,
+/// cols)` (GPTQ's groups). Returns the weight and sets \p scale ([rows,
+/// G], a view made before \p user).
+Value perGroup(Value rhs, Value &scale, Operation *user) {
+  ArrayRef<int64_t> shape = shapeOf(rhs);
+  auto regroup = rhs.getDefiningOp<ReshapeOp>();
+  if (!regroup)
+    return {};
+  ArrayRef<int64_t> grouped = shapeOf(regroup.getInput());
+  auto mul = regroup.getInput().getDefiningOp<MulOp>();
+  if (!mul || grouped.size() != 3 || grouped[0] != shape[0] ||
+      grouped[1] * grouped[2] != shape[1])
+    return {};
+  SmallVector<int64_t> perGroupShape{grouped[0], grouped[1], 1};
+  for (int i = 0; i < 2; ++i) {
+    Value w = groupedInt8(mul->getOperand(i), shape[0], shape[1]);
+    Value s = mul->getOperand(1 - i);
+    auto type = cast<RankedTensorType>(s.getType());
+    if (!w || type.getShape() != ArrayRef<int64_t>(perGroupShape) ||
+        !type.getElementType().isF32())
+      continue;
+    SmallVector<int64_t> flat{grouped[0], grouped[1]};
+    if (auto r = s.getDefiningOp<ReshapeOp>();
+        r && shapeOf(r.getInput()) == ArrayRef<int64_t>(flat)) {
+      scale = r.getInput();
+    } else {
+      OpBuilder b(user);
+      scale = ReshapeOp::create(
+          b, s.getLoc(), RankedTensorType::get(flat, type.getElementType()), s);
+    }
+    return w;
+  }
+  return {};
+}
+
 struct FuseDequantizePass
     : public mlir::cleave::impl::FuseDequantizePassBase<FuseDequantizePass> {
   void runOnOperation() override {
@@ -129,7 +185,10 @@ struct FuseDequantizePass
     ArrayRef<int64_t> shape = shapeOf(rhs);
     if (shape.size() != 2 || !unitBatch(shapeOf(m.getRhs())))
       return false;
-    Value weight = widenedWeight(rhs), scale;
+    Value scale;
+    Value weight = widenedWeight(rhs);
+    if (!weight)
+      weight = perGroup(rhs, scale, m);
     if (!weight) {
       auto mul = rhs.getDefiningOp<MulOp>();
       if (!mul)

@@ -93,19 +93,32 @@ void signature(Value v, int depth, Operation *forwardEnd, std::string &out) {
   os << "}";
 }
 
-/// \p user's result is operand \p i (\p v, 2-D) dim for dim: an
-/// elementwise op that neither moves nor broadcasts it.
-bool keepsDims(const ShardingRule &rule, unsigned i, Value v, Operation *user) {
+/// \p user's result is operand \p i (\p v, a matrix) dim for dim: an
+/// elementwise op that neither moves nor broadcasts it. Unless
+/// \p matrixOnly, \p v may also be a regrouped matrix, and may broadcast
+/// along its dims of 1 (a per-group scale, [rows, groups, 1], applied to
+/// its weight's [rows, groups, cols / groups]).
+bool keepsDims(const ShardingRule &rule, unsigned i, Value v, Operation *user,
+               bool matrixOnly = true) {
   auto in = dyn_cast<RankedTensorType>(v.getType());
-  if (user->getNumResults() != 1 || !in || in.getRank() != 2 ||
-      cast<RankedTensorType>(user->getResult(0).getType()).getShape() !=
-          in.getShape())
+  if (user->getNumResults() != 1 || !in || in.getRank() < 2 ||
+      (matrixOnly && in.getRank() != 2))
     return false;
-  for (int64_t d = 0; d < 2; ++d)
+  ArrayRef<int64_t> out =
+      cast<RankedTensorType>(user->getResult(0).getType()).getShape();
+  if (out.size() != in.getShape().size())
+    return false;
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    if (in.getDimSize(d) != out[d]) {
+      if (matrixOnly || in.getDimSize(d) != 1)
+        return false;
+      continue;
+    }
     if (llvm::none_of(rule.factors, [&](const ShardingFactor &f) {
           return f.operandDims[i] == d && f.resultDims[0] == d;
         }))
       return false;
+  }
   return true;
 }
 
@@ -119,8 +132,12 @@ bool keepsDims(const ShardingRule &rule, unsigned i, Value v, Operation *user) {
 void forwardChain(Value v, int length, std::string &out) {
   llvm::raw_string_ostream os(out);
   // Ops that keep the matrix as it is, dim for dim (an int8 weight's cast
-  // and scaling), do not count: the chain reaches as far past the product
-  // as a float weight's, so q and o projections stay apart.
+  // and scaling), do not count, nor does anything an integer weight meets
+  // before its product (its dequantization, however the exporter wrote
+  // it: per-group scales regroup it twice): the chain reaches as far past
+  // the product as a float weight's, so q and o projections stay apart.
+  bool dequantizing =
+      cast<RankedTensorType>(v.getType()).getElementType().isInteger();
   int kept = 0;
   for (int step = 0; step - kept < length && kept <= length && v; ++step) {
     Operation *first = nullptr;
@@ -137,8 +154,10 @@ void forwardChain(Value v, int length, std::string &out) {
     if (!first || first->getNumResults() == 0)
       return;
     os << first->getName() << "#" << operand << ";";
-    if (std::optional<ShardingRule> rule = shardingRuleOf(first);
-        rule && !rule->contraction && keepsDims(*rule, operand, v, first))
+    std::optional<ShardingRule> rule = shardingRuleOf(first);
+    dequantizing &= !(rule && rule->contraction);
+    if (dequantizing ||
+        (rule && !rule->contraction && keepsDims(*rule, operand, v, first)))
       ++kept;
     v = first->getResult(0);
   }
@@ -597,7 +616,6 @@ std::optional<int64_t> contractedDim(BlockArgument param) {
   SmallVector<std::pair<Value, bool>> work{
       {param, false}}; // (value, transposed)
   ArrayRef<int64_t> shape = type.getShape();
-  SmallVector<int64_t, 2> flippedShape{shape[1], shape[0]};
   while (!work.empty()) {
     auto [v, flipped] = work.pop_back_val();
     for (OpOperand &use : v.getUses()) {
@@ -608,8 +626,17 @@ std::optional<int64_t> contractedDim(BlockArgument param) {
       if (rule->movesOperand && use.getOperandNumber() == 0) {
         auto t = cast<RankedTensorType>(user->getResult(0).getType());
         ArrayRef<int64_t> last = t.getShape().take_back(2);
+        // (The matrix as it is now: a per-group scale's is its weight's.)
+        auto now = cast<RankedTensorType>(v.getType());
         if (rule->form == ShardingForm::Regroup && t.getRank() > 2 &&
-            last == ArrayRef<int64_t>(flipped ? flippedShape : shape))
+            now.getRank() == 2 && last == now.getShape())
+          work.push_back({user->getResult(0), flipped});
+        // A row's columns regrouped and back (per-group scales: [rows,
+        // cols] -> [rows, groups, cols / groups] -> [rows, cols]).
+        if (rule->form == ShardingForm::Regroup && !flipped &&
+            t.getShape()[0] == shape[0] && now.getShape()[0] == shape[0] &&
+            t.getNumElements() == now.getNumElements() &&
+            (t.getRank() == 2) != (now.getRank() == 2))
           work.push_back({user->getResult(0), flipped});
         // A 2-D move: the factor of dim 0 lands on dim 1 (a transpose) or
         // stays (a cast).
@@ -625,7 +652,7 @@ std::optional<int64_t> contractedDim(BlockArgument param) {
       if (!rule->contraction) {
         // Scaled in place (an int8 weight times its per-row scales): the
         // same matrix, dim for dim.
-        if (keepsDims(*rule, i, v, user))
+        if (keepsDims(*rule, i, v, user, /*matrixOnly=*/false))
           work.push_back({user->getResult(0), flipped});
         continue;
       }

@@ -92,6 +92,24 @@ bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride) {
   return true;
 }
 
+Status readDequantProduct(const KernelInfo &info, DequantProduct *out) {
+  const TensorType &a = info.operand(0), &w = info.operand(1);
+  DequantProduct p;
+  p.transposeB = info.params<schema::Kernel::k_matmul_dequant>().transpose_b;
+  p.scaled = info.hasOperand(2);
+  p.groups =
+      p.scaled && info.operand(2).rank() == 2 ? info.operand(2).shape[1] : 1;
+  p.rows = w.shape[0];
+  p.cols = w.shape[1];
+  p.k = a.shape.back();
+  p.m = a.numElements() / std::max<int64_t>(p.k, 1);
+  p.n = p.transposeB ? p.rows : p.cols;
+  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX)
+    return Status::error("matrix dims exceed the BLAS int range");
+  *out = p;
+  return Status::ok();
+}
+
 Status readRandomGeometry(const KernelInfo &info, RandomGeometry *out) {
   const TensorType &step = info.operand(0), &r = info.result(0);
   if (step.dtype != DType::I64 || step.rank() != 0)

@@ -174,6 +174,17 @@ std::vector<int64_t> batchOffsets(const std::vector<int64_t> &batch,
 /// batched call can run them), and the spacing in \p stride (0: shared).
 bool equallySpaced(const std::vector<int64_t> &offsets, int64_t *stride);
 
+/// matmul_dequant as one matrix product, for both backends: a [m, k] (the
+/// lhs's leading dims as rows) times the [rows, cols] weight dequantized,
+/// read as [k, n] (or [n, k] with transposeB); scales per row and group of
+/// cols / groups columns (groups 1: per row), when scaled.
+struct DequantProduct {
+  bool transposeB = false, scaled = false;
+  int64_t groups = 1, rows = 0, cols = 0, m = 0, n = 0, k = 0;
+};
+/// \p info's product; an error where a dim exceeds BLAS's int range.
+Status readDequantProduct(const KernelInfo &info, DequantProduct *out);
+
 /// Where random_uniform's result lies in its global tensor, which fixes its
 /// values (philox.h): `rows` runs of `run` contiguous global elements, run r
 /// starting at base + sum_d index_d(r) * rowStrides[d], index(r) being r's

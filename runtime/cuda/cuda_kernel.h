@@ -55,6 +55,10 @@ struct Context {
   /// of the largest operand pair).
   void *castScratch = nullptr;
   size_t castScratchBytes = 0;
+  /// Device scratch for the f32 weight a matmul_dequant dequantizes (4
+  /// bytes per element of the largest such weight).
+  void *dequantScratch = nullptr;
+  size_t dequantScratchBytes = 0;
   /// Device word: 0, or 1 + the index of the first instruction that met a
   /// data error, with the error code in errorFlag[1] (see reportError).
   int *errorFlag = nullptr;

@@ -142,7 +142,8 @@ private:
   int device_ = 0;
   cudaStream_t stream_ = nullptr, commStream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
-  void *arena_ = nullptr, *workspace_ = nullptr, *castScratch_ = nullptr;
+  void *arena_ = nullptr, *workspace_ = nullptr, *castScratch_ = nullptr,
+       *dequantScratch_ = nullptr;
   int *errorFlag_ = nullptr;
   std::vector<void *> constants_, inputs_;
   std::unique_ptr<MatmulCache> matmuls_;
@@ -188,8 +189,8 @@ CudaRunner::~CudaRunner() {
   for (const Carry &c : carried_)
     if (c.staging)
       cudaFree(c.staging);
-  for (void *p :
-       {arena_, workspace_, castScratch_, static_cast<void *>(errorFlag_)})
+  for (void *p : {arena_, workspace_, castScratch_, dequantScratch_,
+                  static_cast<void *>(errorFlag_)})
     if (p)
       cudaFree(p);
   if (lt_)
@@ -261,6 +262,19 @@ Status CudaRunner::allocate() {
                               2 * sizeof(int), "error flag");
       !s)
     return s;
+  int64_t dequantElements = 0;
+  for (const ProgramInstruction &inst : program_.instructions)
+    if (inst.info.kernel == "matmul_dequant")
+      dequantElements =
+          std::max(dequantElements, inst.info.operand(1).numElements());
+  if (dequantElements > 0) {
+    ctx_.dequantScratchBytes = static_cast<size_t>(dequantElements) * 4;
+    if (Status s = mallocZeroed(&dequantScratch_, ctx_.dequantScratchBytes,
+                                "dequantization scratch");
+        !s)
+      return s;
+    ctx_.dequantScratch = dequantScratch_;
+  }
   if (ctx_.bf16) {
     int64_t elements = 0;
     for (const ProgramInstruction &inst : program_.instructions)

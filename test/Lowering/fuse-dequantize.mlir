@@ -25,6 +25,24 @@ func.func @linear(%x: tensor<2x16x64xf32>, %dy: tensor<2x16x32xf32>,
 
 // -----
 
+// Per-group scales (GPTQ's groups, as torch.onnx writes them): the weight
+// regrouped to [rows, groups, cols / groups], scaled, and flattened back.
+// CHECK-LABEL: func @per_group
+// CHECK-SAME: (%[[X:.*]]: tensor<8x64xf32>, %[[Q:.*]]: tensor<32x64xi8>, %[[S:.*]]: tensor<32x4xf32>)
+// CHECK-NOT: cleave.mul
+// CHECK: cleave.matmul_dequant %[[X]], %[[Q]], %[[S]] {transpose_rhs} : (tensor<8x64xf32>, tensor<32x64xi8>, tensor<32x4xf32>) -> tensor<8x32xf32>
+func.func @per_group(%x: tensor<8x64xf32>, %q: tensor<32x64xi8>, %s: tensor<32x4xf32>) -> tensor<8x32xf32> {
+  %w = cleave.cast %q : tensor<32x64xi8> -> tensor<32x64xf32>
+  %g = cleave.reshape %w : tensor<32x64xf32> -> tensor<32x4x16xf32>
+  %s3 = cleave.reshape %s : tensor<32x4xf32> -> tensor<32x4x1xf32>
+  %d = cleave.mul %g, %s3 : (tensor<32x4x16xf32>, tensor<32x4x1xf32>) -> tensor<32x4x16xf32>
+  %f = cleave.reshape %d : tensor<32x4x16xf32> -> tensor<32x64xf32>
+  %y = cleave.matmul %x, %f {transpose_rhs} : (tensor<8x64xf32>, tensor<32x64xf32>) -> tensor<8x32xf32>
+  return %y : tensor<8x32xf32>
+}
+
+// -----
+
 // A frozen bf16 weight widened to f32: the same product, with no scale.
 // CHECK-LABEL: func @widened
 // CHECK: cleave.matmul_dequant %{{.*}}, %{{.*}} {transpose_rhs} : (tensor<8x64xf32>, tensor<32x64xbf16>) -> tensor<8x32xf32>

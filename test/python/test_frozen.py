@@ -303,16 +303,18 @@ def compiled(module, batch_fn, tp):
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_lora_on_an_int8_base(tp):
-    """The same LoRA on a weight-only int8 base (per-output-channel scales,
-    lora.Int8Linear): each rank holds 1/tp of the int8 bytes, the plan
-    multiplies them without an f32 copy (matmul_dequant, forward and
-    backward), the collectives are Megatron's, and the losses and adapters
-    after 5 steps equal PyTorch's running the same dequantized matmul."""
+@pytest.mark.parametrize("group", [0, 16])
+def test_lora_on_an_int8_base(tp, group):
+    """The same LoRA on a weight-only int8 base (lora.Int8Linear: scales per
+    output channel, or per group of 16 inputs as GPTQ's): each rank holds
+    1/tp of the int8 bytes, the plan multiplies them without an f32 copy
+    (matmul_dequant, forward and backward), the collectives are the float
+    base's (Megatron's), and the losses and adapters after 5 steps equal
+    PyTorch's running the same dequantized matmul."""
     from lora import quantize_int8
     module, adapters, batch_fn = lora_llama("linear")
     float_base = copy.deepcopy(module)
-    quantize_int8(module)
+    quantize_int8(module, group)
     reference = copy.deepcopy(module)
     batches, model, info = compiled(module, batch_fn, tp)
 
@@ -324,12 +326,15 @@ def test_lora_on_an_int8_base(tp):
     whole = sum(torch.Size(held[n]["shape"]).numel() for n in quantized)
     local = sum(torch.Size(held[n]["local_shape"]).numel() for n in quantized)
     assert abs(local - whole / tp) <= 0.05 * whole / tp, (local, whole, tp)
-    # A scale (one f32 per output channel, 1/64 of its weight's bytes here)
-    # is split with its weight's rows or kept whole: the search weighs the
-    # few bytes against nothing else.
+    # A scale (one f32 per output channel or group, 1/64 or 1/16 of its
+    # weight's bytes here) is split with its weight or kept whole: the
+    # search weighs the few bytes against nothing else.
     for n in quantized:
-        assert held[n + "_scale"]["local_shape"] in (
-            held[n]["local_shape"][:1], held[n]["shape"][:1]), n
+        scale, weight = held[n + "_scale"], held[n]
+        per_group = [weight["local_shape"][0],
+                     weight["local_shape"][1] // group] if group else \
+            weight["local_shape"][:1]
+        assert scale["local_shape"] in (per_group, scale["shape"]), n
     memory = info["memory_per_rank"]
     assert weight_file_bytes(model.bundle) == \
         [memory["parameters"] + memory["buffers"]] * tp
@@ -337,19 +342,17 @@ def test_lora_on_an_int8_base(tp):
     # reads the int8 bytes: the products of the float base's plan, with no
     # cast left to make an f32 copy.
     kernels = info["kernels"]
-    floats = cleave.tensor_parallel(
+    float_info = cleave.tensor_parallel(
         float_base, batches[0], tp=tp, loss="auto",
-        optimizer=cleave.AdamW(**ADAMW)).inspect()["kernels"]
+        optimizer=cleave.AdamW(**ADAMW)).inspect()
+    floats = float_info["kernels"]
     assert kernels["matmul_dequant"] >= len(quantized)
     assert kernels["matmul"] + kernels["matmul_dequant"] == floats["matmul"]
     assert kernels.get("cast", 0) == floats.get("cast", 0)
 
-    got = collectives(info)
-    want = collectives(cleave.tensor_parallel(
-        copy.deepcopy(reference), batches[0], tp=tp, loss="auto",
-        optimizer=cleave.AdamW(**ADAMW),
-        plan=megatron_peft_plan("linear")).inspect())
-    assert got == want
+    # The float base's collectives, which test_lora_on_a_frozen_base shows
+    # are Megatron's and PEFT's.
+    assert collectives(info) == collectives(float_info)
 
     sd, state = same_steps(model, reference, batches, adapters)
     for name in base:

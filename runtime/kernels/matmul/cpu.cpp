@@ -168,34 +168,38 @@ Status prepare_matmul(const KernelInfo &info, KernelFn *fn) {
 namespace cleave::rt {
 namespace {
 
-/// Rows [first, first + count) of \p w as f32 times their scales, into
-/// \p out (count x cols).
+/// Rows [first, first + count) of \p w as f32 times their scales (one per
+/// row and group of cols / groups columns), into \p out (count x cols).
 template <typename T, typename Widen>
-void dequantizeRows(const T *w, const float *scale, int64_t first,
-                    int64_t count, int64_t cols, float *out, Widen widen) {
+void dequantizeRows(const T *w, const float *scale, int64_t groups,
+                    int64_t first, int64_t count, int64_t cols, float *out,
+                    Widen widen) {
+  int64_t width = cols / groups;
 #pragma omp parallel for if (count * cols > (int64_t(1) << 16))
   for (int64_t r = 0; r < count; ++r) {
     const T *src = w + (first + r) * cols;
     float *dst = out + r * cols;
-    float s = scale ? scale[first + r] : 1.0f;
-    for (int64_t c = 0; c < cols; ++c)
-      dst[c] = widen(src[c]) * s;
+    for (int64_t g = 0; g < groups; ++g) {
+      float s = scale ? scale[(first + r) * groups + g] : 1.0f;
+      for (int64_t c = g * width; c < (g + 1) * width; ++c)
+        dst[c] = widen(src[c]) * s;
+    }
   }
 }
 
-void dequantize(DType dtype, const void *w, const float *scale, int64_t first,
-                int64_t count, int64_t cols, float *out) {
+void dequantize(DType dtype, const void *w, const float *scale, int64_t groups,
+                int64_t first, int64_t count, int64_t cols, float *out) {
   switch (dtype) {
   case DType::I8:
-    return dequantizeRows(static_cast<const int8_t *>(w), scale, first, count,
-                          cols, out,
+    return dequantizeRows(static_cast<const int8_t *>(w), scale, groups, first,
+                          count, cols, out,
                           [](int8_t v) { return static_cast<float>(v); });
   case DType::BF16:
-    return dequantizeRows(static_cast<const uint16_t *>(w), scale, first, count,
-                          cols, out, bf16ToFloat);
+    return dequantizeRows(static_cast<const uint16_t *>(w), scale, groups,
+                          first, count, cols, out, bf16ToFloat);
   default:
-    return dequantizeRows(static_cast<const uint16_t *>(w), scale, first, count,
-                          cols, out, halfToFloat);
+    return dequantizeRows(static_cast<const uint16_t *>(w), scale, groups,
+                          first, count, cols, out, halfToFloat);
   }
 }
 
@@ -206,18 +210,16 @@ void dequantize(DType dtype, const void *w, const float *scale, int64_t first,
 /// matrix never exists whole, and the scratch is one per thread, shared by
 /// every such product.
 Status prepare_matmul_dequant(const KernelInfo &info, KernelFn *fn) {
-  const TensorType &a = info.operand(0), &w = info.operand(1);
-  bool tb = info.params<schema::Kernel::k_matmul_dequant>().transpose_b;
-  bool scaled = info.hasOperand(2);
-  int64_t rows = w.shape[0], cols = w.shape[1];
-  int64_t k = a.shape.back(), m = a.numElements() / std::max<int64_t>(k, 1);
-  int64_t n = tb ? rows : cols;
-  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-    return Status::error("matrix dims exceed the BLAS int range");
+  DequantProduct p;
+  if (Status s = readDequantProduct(info, &p); !s)
+    return s;
+  bool tb = p.transposeB, scaled = p.scaled;
+  int64_t groups = p.groups, rows = p.rows, cols = p.cols, m = p.m, n = p.n,
+          k = p.k;
   int64_t block =
       std::max<int64_t>(64, (int64_t(1) << 19) / std::max<int64_t>(cols, 1));
   block = std::min(rows, block / 64 * 64);
-  DType dtype = w.dtype;
+  DType dtype = info.operand(1).dtype;
   *fn = [=](const KernelArgs &args) {
     const auto *x = static_cast<const float *>(args.operands[0]);
     const float *scale =
@@ -234,7 +236,7 @@ Status prepare_matmul_dequant(const KernelInfo &info, KernelFn *fn) {
     const int64_t zero = 0;
     for (int64_t first = 0; first < rows; first += block) {
       int64_t count = std::min(block, rows - first);
-      dequantize(dtype, args.operands[1], scale, first, count, cols,
+      dequantize(dtype, args.operands[1], scale, groups, first, count, cols,
                  scratch.data());
       if (tb) // out[:, first:first+count] = x . block^T
         sgemmTiled(false, true, m, count, k, 1, x, &zero, k, scratch.data(),

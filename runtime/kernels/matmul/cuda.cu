@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/convert.h"
 #include "cuda/cuda_common.cuh"
 #include "cuda/matmul_cache.h"
 
@@ -255,12 +256,80 @@ int64_t bf16ScratchElements(const KernelInfo &info) {
          info.operand(1).numElements();
 }
 
-/// Weight-only int8 bases run on the CPU backend only, so far: a plan
-/// that has them is refused here, before the first step, in one line.
-Status prepare_matmul_dequant(const KernelInfo &, DeviceFn *) {
-  return Status::error("matmul_dequant (a weight-only int8 or bf16 frozen "
-                       "base) has no CUDA kernel yet; run this bundle on the "
-                       "CPU backend");
+namespace {
+
+/// w [rows, cols] (int8, bf16 or f16) as f32 times its scales (per row, or
+/// per row and group of cols / groups columns), the CPU kernel's formula.
+template <typename T, typename Widen>
+__global__ void dequantizeWeight(const T *w, const float *scale, int64_t groups,
+                                 int64_t cols, float *out, int64_t n,
+                                 Widen widen) {
+  CLEAVE_GRID_LOOP(i, n) {
+    int64_t row = i / cols, group = (i % cols) / (cols / groups);
+    out[i] = widen(w[i]) * (scale ? scale[row * groups + group] : 1.0f);
+  }
+}
+
+struct WidenInt8 {
+  __device__ float operator()(int8_t v) const { return static_cast<float>(v); }
+};
+struct WidenBf16 {
+  __device__ float operator()(uint16_t v) const { return bf16ToFloat(v); }
+};
+struct WidenF16 {
+  __device__ float operator()(uint16_t v) const { return halfToFloat(v); }
+};
+
+} // namespace
+
+/// The weight is dequantized whole into the executor's scratch (the
+/// largest such weight, once per run) and multiplied by the f32 cuBLASLt
+/// path: a device holds one f32 copy at a time, where the CPU kernel's
+/// blocks hold 2 MiB.
+Status prepare_matmul_dequant(const KernelInfo &info, DeviceFn *fn) {
+  DequantProduct d;
+  if (Status s = readDequantProduct(info, &d); !s)
+    return s;
+  bool scaled = d.scaled;
+  int64_t groups = d.groups, cols = d.cols, n = d.rows * d.cols;
+  Runner run;
+  run.p.transB = d.transposeB;
+  run.p.m = d.m;
+  run.p.n = d.n;
+  run.p.k = d.k;
+  run.aOffsets = {0};
+  run.bOffsets = {0};
+  run.aElements = info.operand(0).numElements();
+  run.bElements = n;
+  DType dtype = info.operand(1).dtype;
+  *fn = [=](const KernelArgs &args, Context &ctx) {
+    if (static_cast<size_t>(n) * 4 > ctx.dequantScratchBytes)
+      return Status::error("dequantization scratch too small");
+    auto *f = static_cast<float *>(ctx.dequantScratch);
+    const float *scale =
+        scaled ? static_cast<const float *>(args.operands[2]) : nullptr;
+    if (dtype == DType::I8)
+      dequantizeWeight<<<gridFor(n), kBlock, 0, ctx.stream>>>(
+          static_cast<const int8_t *>(args.operands[1]), scale, groups, cols, f,
+          n, WidenInt8{});
+    else if (dtype == DType::BF16)
+      dequantizeWeight<<<gridFor(n), kBlock, 0, ctx.stream>>>(
+          static_cast<const uint16_t *>(args.operands[1]), scale, groups, cols,
+          f, n, WidenBf16{});
+    else
+      dequantizeWeight<<<gridFor(n), kBlock, 0, ctx.stream>>>(
+          static_cast<const uint16_t *>(args.operands[1]), scale, groups, cols,
+          f, n, WidenF16{});
+    if (Status s = launchStatus("matmul_dequant (dequantize)"); !s)
+      return s;
+    // The product of the exact f32 weight: --precision bf16's operand
+    // rounding would use the scratch the weight is in.
+    Context f32 = ctx;
+    f32.bf16 = false;
+    return run.run(static_cast<const float *>(args.operands[0]), f,
+                   static_cast<float *>(args.results[0]), f32);
+  };
+  return Status::ok();
 }
 
 } // namespace cleave::rt::cuda

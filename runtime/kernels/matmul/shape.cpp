@@ -45,10 +45,15 @@ Status check_matmul_dequant(const KernelInfo &info) {
     return Status::error("shapes " + a.str() + " x " + w.str() +
                          (tb ? "^T" : "") + " do not multiply to result " +
                          r.str());
-  if (info.hasOperand(2) &&
-      (info.operand(2).rank() != 1 || info.operand(2).shape[0] != w.shape[0]))
-    return Status::error("scale " + info.operand(2).str() +
-                         " must hold one value per row of " + w.str());
+  if (info.hasOperand(2)) {
+    const TensorType &s = info.operand(2);
+    int64_t groups = s.rank() == 2 ? s.shape[1] : 1;
+    if (s.rank() < 1 || s.rank() > 2 || s.shape[0] != w.shape[0] ||
+        groups < 1 || w.shape[1] % groups != 0)
+      return Status::error("scale " + s.str() +
+                           " must hold one value per row of " + w.str() +
+                           ", or per row and group of columns");
+  }
   return Status::ok();
 }
 

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/runtime/runner.h"
+#include "core/convert.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -410,6 +411,26 @@ void matmulCases(Cases &cs) {
     cs.add("matmul", {cs.f(m.a), cs.f(m.b)}, {R(kF32, m.r)}, attrs,
            m.bf16 ? "bf16" : "", /*junk=*/k0)
         .check = m.bf16 ? FloatCheck::Bf16 : FloatCheck::Near;
+  }
+  // A weight-only int8 base: per-row and per-group scales, both
+  // transpositions; a bf16 weight widened.
+  for (bool tb : {true, false}) {
+    Attrs attrs{{"transpose_b", ia({tb})}};
+    HostTensor q = HostTensor::zeros(DType::I8, {40, 48});
+    HostTensor codes = cs.i(kI32, {40, 48}, -127, 127);
+    for (int64_t i = 0; i < q.numElements(); ++i)
+      q.data<int8_t>()[i] = static_cast<int8_t>(codes.data<int32_t>()[i]);
+    Shape x = tb ? Shape{2, 16, 48} : Shape{2, 16, 40};
+    Shape r = tb ? Shape{2, 16, 40} : Shape{2, 16, 48};
+    cs.add("matmul_dequant", {cs.f(x), q, cs.f({40}, 0.001f, 0.02f)},
+           {R(kF32, r)}, attrs, "", /*junk=*/true);
+    cs.add("matmul_dequant", {cs.f(x), q, cs.f({40, 4}, 0.001f, 0.02f)},
+           {R(kF32, r)}, attrs, "per group");
+    HostTensor h = HostTensor::zeros(DType::BF16, {40, 48});
+    HostTensor v = cs.f({40, 48});
+    for (int64_t i = 0; i < h.numElements(); ++i)
+      h.data<uint16_t>()[i] = floatToBf16(v.data<float>()[i]);
+    cs.add("matmul_dequant", {cs.f(x), h}, {R(kF32, r)}, attrs, "bf16 weight");
   }
 }
 

@@ -165,11 +165,12 @@ TEST(HalfCollectives, SumsOverRanksRoundEachSumOnce) {
 namespace {
 
 /// matmul_dequant against a double-precision product with the weight
-/// dequantized by hand: int8 with per-row scales, or bf16 / f16 widened;
+/// dequantized by hand: int8 with per-row scales (\p groups 1) or per
+/// group of columns, or bf16 / f16 widened;
 /// \p cols wide enough that the kernel's 2 MiB blocks of rows split
 /// \p rows into several (the last one short).
 void checkDequantMatmul(DType wd, bool scaled, bool tb, int64_t rows,
-                        int64_t cols) {
+                        int64_t cols, int64_t groups = 1) {
   int64_t k = tb ? cols : rows, n = tb ? rows : cols;
   Shape aShape{2, 3, k}, rShape{2, 3, n};
   HostTensor a = randomF32(aShape, 41);
@@ -177,9 +178,13 @@ void checkDequantMatmul(DType wd, bool scaled, bool tb, int64_t rows,
   std::mt19937 gen(42);
   std::uniform_int_distribution<int> q(-127, 127);
   std::vector<double> deq(rows * cols);
-  HostTensor scale = randomF32({rows}, 43, 0.001f, 0.02f);
+  Shape scaleShape{rows};
+  if (groups > 1)
+    scaleShape.push_back(groups);
+  HostTensor scale = randomF32(scaleShape, 43, 0.001f, 0.02f);
   for (int64_t i = 0; i < rows * cols; ++i) {
-    float s = scaled ? scale.data<float>()[i / cols] : 1.0f;
+    int64_t row = i / cols, group = (i % cols) / (cols / groups);
+    float s = scaled ? scale.data<float>()[row * groups + group] : 1.0f;
     if (wd == DType::I8) {
       int v = q(gen);
       w.data<int8_t>()[i] = static_cast<int8_t>(v);
@@ -219,6 +224,8 @@ TEST(DequantMatmul, MatchesTheDequantizedProduct) {
     // 2^19 / 8192 = 64 rows a block: 150 rows are three blocks.
     checkDequantMatmul(DType::I8, true, tb, 150, 8192);
     checkDequantMatmul(DType::I8, false, tb, 150, 8192);
+    checkDequantMatmul(DType::I8, true, tb, 5, 12, 3);
+    checkDequantMatmul(DType::I8, true, tb, 150, 8192, 64);
     checkDequantMatmul(DType::BF16, false, tb, 70, 8192);
     checkDequantMatmul(DType::F16, false, tb, 6, 9);
   }
