@@ -63,6 +63,10 @@ int onnxDType(rt::DType d) {
     return onnx::TensorProto::INT32;
   case rt::DType::Bool:
     return onnx::TensorProto::BOOL;
+  case rt::DType::I8:
+    return onnx::TensorProto::INT8;
+  default:
+    break;
   }
   return onnx::TensorProto::FLOAT;
 }
@@ -509,13 +513,20 @@ rt::Status readModelTensor(rt::StoreReader &reader, const rt::ModelTensor &t,
   return rt::Status::ok();
 }
 
+/// A weight-only int8 weight (kept int8 wherever it is written).
+bool heldInt8(const rt::ModelTensor &t) {
+  return rt::fromPlan(t.entries.front()->type().dtype()) == rt::DType::I8;
+}
+
 rt::Status exportSafetensors(const ExportSource &src, rt::StoreReader &reader,
                              const std::string &output) {
   std::vector<rt::TensorInfo> infos;
   for (const rt::ModelTensor &t : src.modelTensors) {
     rt::TensorInfo info;
     info.name = t.name;
-    info.dtype = rt::DType::F32;
+    // An int8 weight is written as it is; a weight held in bf16 or f16
+    // goes back as the graph's float.
+    info.dtype = heldInt8(t) ? rt::DType::I8 : rt::DType::F32;
     info.shape = t.shape;
     infos.push_back(info);
   }
@@ -528,6 +539,8 @@ rt::Status exportSafetensors(const ExportSource &src, rt::StoreReader &reader,
     rt::HostTensor value;
     if (rt::Status s = readModelTensor(reader, t, &value); !s)
       return s;
+    if (!heldInt8(t))
+      rt::widenToF32(&value);
     if (rt::Status s = writer->write(value.bytes.data(), value.bytes.size());
         !s)
       return s;
@@ -619,8 +632,10 @@ rt::Status exportOnnx(const ExportSource &src, rt::StoreReader &reader,
     rt::HostTensor value;
     if (rt::Status s = readModelTensor(reader, *it->second, &value); !s)
       return s;
-    // A frozen weight held in bf16 goes back as the graph's float.
-    rt::widenToF32(&value);
+    // A frozen weight held in bf16 goes back as the graph's float; an int8
+    // one stays int8.
+    if (value.dtype != rt::DType::I8)
+      rt::widenToF32(&value);
     t.set_data_type(onnxDType(value.dtype));
     t.clear_raw_data();
     t.clear_float_data();

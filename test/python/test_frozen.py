@@ -361,7 +361,7 @@ def test_lora_on_an_int8_base(tp, group):
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_lora_on_a_bf16_base(tp):
+def test_lora_on_a_bf16_base(tp, tmp_path):
     """The LoRA model in bfloat16 (module.to(torch.bfloat16), as a PEFT
     model on a bf16 checkpoint) trains in float32 (no precision= given):
     the adapters on f32 masters, the frozen base held as its bf16 bytes,
@@ -398,3 +398,9 @@ def test_lora_on_a_bf16_base(tp):
     for name in base:
         assert sd[name].dtype == torch.bfloat16, name
         assert torch.equal(sd[name].float(), state[name]), name
+    # Exported as the graph's float32: the bf16 values, exactly.
+    from cleave._export import read_safetensors
+    model.export(str(tmp_path / "out.safetensors"))
+    out = read_safetensors(str(tmp_path / "out.safetensors"))
+    for name in base:
+        assert torch.equal(torch.from_numpy(out[name]), state[name]), name
