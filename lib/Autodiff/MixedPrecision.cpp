@@ -144,20 +144,36 @@ struct MixedPrecisionPass
             withElement(move->getResult(0).getType(), low));
         narrow = moved->getResult(0);
       }
+      Operation *widened = widen;
       if (!moves.empty()) {
-        auto widened = CastOp::create(b, grad.getLoc(), grad.getType(), narrow);
-        grad.replaceAllUsesWith(widened.getResult());
+        widened = CastOp::create(b, grad.getLoc(), grad.getType(), narrow);
+        grad.replaceAllUsesWith(widened->getResult(0));
         for (Operation *move : moves) // the f32 moves, now unread
           if (move->use_empty())
             move->erase();
       }
       ret->setOperand(i, narrow);
+      sinkToFirstReader(widened);
       results[i] = narrow.getType();
       changed = true;
     }
     if (changed)
       func.setType(FunctionType::get(
           &getContext(), func.getBody().front().getArgumentTypes(), results));
+  }
+
+  /// The gradient is widened where the update first reads it, after the
+  /// backward: until then it is the bf16 value alone, so a data-parallel
+  /// step sums the gradients in the backward's buckets rather than one by
+  /// one where each was widened.
+  static void sinkToFirstReader(Operation *widened) {
+    Operation *first = nullptr;
+    for (Operation *user : widened->getUsers())
+      if (!user->hasTrait<OpTrait::IsTerminator>() &&
+          (!first || user->isBeforeInBlock(first)))
+        first = user;
+    if (first)
+      widened->moveBefore(first);
   }
 
   /// A frozen weight has no master to keep: the step holds it in bf16, and

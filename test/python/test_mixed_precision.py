@@ -93,8 +93,10 @@ def test_bf16_stays_within_pytorch_autocasts_distance(name):
 def test_bf16_on_data_parallel_meshes(dp, tp, zero):
     """bf16 on dp x tp meshes under ZeRO 0-3 (the gradients the step
     returns are bf16, summed and scattered over dp ranks as such): within
-    twice autocast's distance from PyTorch's f32 run, and the returned
-    gradients at half their f32 bytes where a single product makes them."""
+    twice autocast's distance from PyTorch's f32 run, the returned
+    gradients at half their f32 bytes where a single product makes them,
+    and on dp alone the gradients summed in buckets as f32's are (one more:
+    a bucket holds one dtype)."""
     from test_tensor_parallel import example_of as forward_inputs
     module, batch_fn, loss = build("decoder")
     gen = torch.Generator().manual_seed(5)
@@ -102,18 +104,22 @@ def test_bf16_on_data_parallel_meshes(dp, tp, zero):
     f32 = torch_losses(module, batches, loss, bf16=False)
     bf16 = torch_losses(module, batches, loss, bf16=True)
     theirs = max(abs(a - b) for a, b in zip(bf16, f32))
-    sizes = {}
+    sizes, sums = {}, {}
     for precision in ("f32", "bf16"):
         model = cleave.tensor_parallel(
             copy.deepcopy(module), forward_inputs(batches[0], loss), tp=tp,
             dp=dp, zero=zero, loss=loss, optimizer=cleave.AdamW(lr=3e-3),
             precision=precision)
-        sizes[precision] = model.inspect()["memory_per_rank"]["gradients"]
+        info = model.inspect()
+        sizes[precision] = info["memory_per_rank"]["gradients"]
+        sums[precision] = len(info["collectives"])
         if precision == "bf16":
             ours = [model.step(b) for b in batches]
     distance = max(abs(a - b) for a, b in zip(ours, f32))
     assert 1e-5 < distance <= 2 * theirs, (distance, theirs)
     assert sizes["bf16"] < 0.6 * sizes["f32"], sizes
+    if tp == 1 and zero == 0:
+        assert sums["bf16"] <= sums["f32"] + 1, sums
 
 
 def test_fp16_loss_scaling_skips_overflowing_steps():
