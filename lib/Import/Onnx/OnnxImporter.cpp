@@ -321,6 +321,10 @@ private:
   /// Fills `quantized`: int8 initializers of rank >= 2 whose every reader
   /// is a Cast to a float type.
   void markQuantized(const llvm::StringSet<> &initializerNames);
+  /// Freezes each quantized weight's scales: the float initializers the
+  /// widened weight is multiplied by (through reshapes and unsqueezes),
+  /// part of the same checkpoint tensor; ONNX cannot say they are buffers.
+  void freezeScales(const llvm::StringSet<> &initializerNames);
   /// The arguments of @main: graph inputs, then float initializers;
   /// other initializers become known constants.
   LogicalResult
@@ -733,6 +737,48 @@ void GraphImporter::markQuantized(const llvm::StringSet<> &initializerNames) {
     if (entry.getValue() && !otherUse.contains(entry.getKey()) &&
         initializerNames.contains(entry.getKey()))
       quantized.insert(entry.getKey());
+  freezeScales(initializerNames);
+}
+
+void GraphImporter::freezeScales(const llvm::StringSet<> &initializerNames) {
+  const onnx::GraphProto &graph = model.proto().graph();
+  llvm::StringMap<const onnx::NodeProto *> producer;
+  llvm::StringMap<SmallVector<const onnx::NodeProto *>> readers;
+  for (const onnx::NodeProto &node : graph.node()) {
+    for (const std::string &out : node.output())
+      producer[out] = &node;
+    for (const std::string &in : node.input())
+      readers[in].push_back(&node);
+  }
+  auto isView = [](const onnx::NodeProto &n) {
+    return n.op_type() == "Reshape" || n.op_type() == "Unsqueeze" ||
+           n.op_type() == "Expand" || n.op_type() == "Cast";
+  };
+  // The widened weight, through regroupings, to the Mul that scales it; the
+  // other factor, through views, to its initializer.
+  SmallVector<std::string> work;
+  for (const auto &entry : quantized)
+    for (const onnx::NodeProto *cast : readers.lookup(entry.getKey()))
+      work.push_back(cast->output(0));
+  while (!work.empty()) {
+    std::string value = work.pop_back_val();
+    for (const onnx::NodeProto *user : readers.lookup(value)) {
+      if (user->op_type() == "Reshape" && user->input(0) == value) {
+        work.push_back(user->output(0));
+        continue;
+      }
+      if (user->op_type() != "Mul" || user->input_size() != 2)
+        continue;
+      std::string scale = user->input(user->input(0) == value ? 1 : 0);
+      while (const onnx::NodeProto *p = producer.lookup(scale)) {
+        if (!isView(*p))
+          break;
+        scale = p->input(0);
+      }
+      if (initializerNames.contains(scale) && !buffers.contains(scale))
+        frozen.insert(scale);
+    }
+  }
 }
 
 LogicalResult GraphImporter::declareArguments(
