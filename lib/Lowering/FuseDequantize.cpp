@@ -172,7 +172,7 @@ struct FuseDequantizePass
     while (!worklist.empty()) {
       Value v = worklist.pop_back_val();
       Operation *def = v.getDefiningOp();
-      if (!def || !def->use_empty() || !isPure(def))
+      if (!def || !isOpTriviallyDead(def))
         continue;
       worklist.append(def->operand_begin(), def->operand_end());
       def->erase();

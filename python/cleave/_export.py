@@ -327,9 +327,12 @@ def export_module(module, example_inputs: dict, directory: str,
             exported.sources[key] = ("counter", counters[key])
         elif init is not None:
             exported.sources[key] = ("bundle", init)
-            weights[init] = _held(original[key]) if key in low and \
-                key not in trainable else original[key].float().numpy() \
-                if key in low else original[key].numpy()
+            if key not in low:
+                weights[init] = original[key].numpy()
+            elif key in trainable:  # its float32 master
+                weights[init] = original[key].float().numpy()
+            else:
+                weights[init] = _held(original[key])
             if key in low:
                 exported.dtypes[key] = low[key]
         else:

@@ -734,8 +734,7 @@ void GraphImporter::markQuantized(const llvm::StringSet<> &initializerNames) {
         otherUse.insert(in);
     }
   for (const auto &entry : onlyWidened)
-    if (entry.getValue() && !otherUse.contains(entry.getKey()) &&
-        initializerNames.contains(entry.getKey()))
+    if (entry.getValue() && !otherUse.contains(entry.getKey()))
       quantized.insert(entry.getKey());
   freezeScales(initializerNames);
 }
