@@ -446,30 +446,36 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
     for (int32_t id : inst.results)
       if (id >= 0)
         produced[id] = true;
-  // Views sorted by offset, with the running maximum of their ends: the
-  // views starting before a value ends overlap it iff the largest end among
-  // them passes its start.
-  std::vector<std::pair<int64_t, int64_t>> views;
-  for (size_t v = 0; v < p.values.size(); ++v)
-    if (!produced[v] && p.values[v].storage == Storage::Arena &&
-        p.values[v].numBytes > 0)
-      views.push_back(
-          {p.values[v].offset, p.values[v].offset + p.values[v].numBytes});
-  std::sort(views.begin(), views.end());
-  std::vector<int64_t> maxEnd(views.size());
-  for (size_t k = 0; k < views.size(); ++k)
-    maxEnd[k] = std::max(views[k].second, k ? maxEnd[k - 1] : INT64_MIN);
   std::vector<bool> viewed(p.values.size(), false);
-  for (size_t v = 0; v < p.values.size(); ++v) {
-    const ProgramValue &value = p.values[v];
-    if (!produced[v] || value.storage != Storage::Arena || !value.numBytes)
-      continue;
-    int64_t end = value.offset + value.numBytes;
-    auto it = std::lower_bound(views.begin(), views.end(),
-                               std::make_pair(end, INT64_MIN));
-    size_t before = static_cast<size_t>(it - views.begin());
-    viewed[v] = before > 0 && maxEnd[before - 1] > value.offset;
-  }
+  // A view read by instruction \p at (or an output, at the end) reads the
+  // bytes the latest instructions before it wrote: those results are
+  // viewed. The arena reuses bytes, so a view of one value says nothing of
+  // the others that held its bytes at other times (marking them all kept
+  // most of a large program's intermediates out of fusion).
+  auto markWriters = [&](int32_t view, size_t at) {
+    const ProgramValue &w = p.values[view];
+    if (view < 0 || produced[view] || w.storage != Storage::Arena ||
+        !w.numBytes)
+      return;
+    for (size_t j = at; j-- > 0;) {
+      bool covered = false;
+      for (int32_t id : p.instructions[j].results) {
+        if (id < 0 || !overlap(p.values[id], w))
+          continue;
+        const ProgramValue &v = p.values[id];
+        viewed[id] = true;
+        covered = covered || (v.offset <= w.offset &&
+                              w.offset + w.numBytes <= v.offset + v.numBytes);
+      }
+      if (covered)
+        return;
+    }
+  };
+  for (size_t i = 0; i < p.instructions.size(); ++i)
+    for (int32_t id : p.instructions[i].operands)
+      markWriters(id, i);
+  for (int32_t id : p.outputs)
+    markWriters(id, p.instructions.size());
   return viewed;
 }
 

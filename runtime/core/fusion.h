@@ -90,10 +90,11 @@ struct FusedProgram {
 /// Per value: how many instruction operands and program outputs name it.
 std::vector<int> useCounts(const LoadedProgram &program);
 
-/// Per value: whether another value that no instruction produces (a view:
-/// a reshape shares its value's bytes) overlaps its arena bytes. A fusion
-/// that stops writing a value must not stop writing one whose bytes are
-/// read under another name.
+/// Per value: whether a value that no instruction produces (a view: a
+/// reshape shares its value's bytes) is read while it holds the value's
+/// bytes (the value is among the latest writers of the view's bytes before
+/// the read). A fusion that stops writing a value must not stop writing one
+/// whose bytes are read under another name.
 std::vector<bool> viewedValues(const LoadedProgram &program);
 
 /// Rewrites chains of fusable instructions of \p program into
