@@ -15,6 +15,7 @@
 
 #include "core/convert.h"
 #include "core/host_device.h"
+#include "core/vector_math.h"
 
 namespace cleave::rt {
 
@@ -97,7 +98,7 @@ CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
   case FusedCode::Abs:
     return ::fabsf(a);
   case FusedCode::Exp:
-    return ::expf(a);
+    return CLEAVE_VEC_MATH(Exp, exp)(a);
   case FusedCode::Log:
     return ::logf(a);
   case FusedCode::Sqrt:
@@ -107,15 +108,13 @@ CLEAVE_HOST_DEVICE inline float applyFused(FusedCode c, float a, float b) {
   case FusedCode::Reciprocal:
     return 1.0f / a;
   case FusedCode::Tanh:
-    return ::tanhf(a);
+    return CLEAVE_VEC_MATH(Tanh, tanh)(a);
   case FusedCode::Erf:
-    return ::erff(a);
+    return CLEAVE_VEC_MATH(Erf, erf)(a);
   case FusedCode::Sigmoid: {
     // exp of a non-positive argument only, so large |x| cannot overflow.
-    if (a >= 0)
-      return 1.0f / (1.0f + ::expf(-a));
-    float e = ::expf(a);
-    return e / (1.0f + e);
+    float e = CLEAVE_VEC_MATH(Exp, exp)(-::fabsf(a));
+    return a >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
   }
   case FusedCode::Relu:
     return a < 0.0f ? 0.0f : a;

@@ -15,19 +15,21 @@
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "core/vector_math.h"
 
 namespace cleave::rt {
 
 /// GELU, exact: x * Phi(x), Phi through erf (torch's approximate='none').
 CLEAVE_HOST_DEVICE inline float geluErf(float x) {
-  return 0.5f * x * (1.0f + ::erff(x * 0.70710678118654752f));
+  return 0.5f * x *
+         (1.0f + CLEAVE_VEC_MATH(Erf, erf)(x * 0.70710678118654752f));
 }
 
 /// GELU, tanh approximation (torch's approximate='tanh').
 CLEAVE_HOST_DEVICE inline float geluTanh(float x) {
   constexpr float kSqrt2OverPi = 0.79788456080286536f;
   float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + ::tanhf(inner));
+  return 0.5f * x * (1.0f + CLEAVE_VEC_MATH(Tanh, tanh)(inner));
 }
 
 /// leaky_relu with slope \p alpha below zero.

@@ -3,6 +3,7 @@
 #include "core/convert.h"
 #include "core/fusion.h"
 #include "core/reduce_plan.h"
+#include "core/vector_math.h"
 #include "cpu/cpu_kernel.h"
 
 #include <algorithm>
@@ -124,9 +125,11 @@ struct Registers {
 /// Runs the chain over elements [base, base + len) (len <= kChunk): loads
 /// the inputs (full f32 ones read where they are), runs the ops, writes the
 /// outputs. Afterwards r.reg[k] holds register k's values.
-void evalSegment(const FusedProgram &f, const CpuPlan &cp,
-                 const KernelArgs &args, const float *scalars, int64_t base,
-                 int64_t len, Registers &r) {
+/// Per instruction set, everything it calls inlined (flatten): the ops'
+/// loops are its time.
+CLEAVE_CLONES __attribute__((flatten)) void
+evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
+            const float *scalars, int64_t base, int64_t len, Registers &r) {
   size_t numInputs = f.inputs.size();
   for (int k = 0; k < f.numRegisters; ++k)
     r.reg[k] = r.regs[k];
@@ -184,19 +187,29 @@ void evalSegment(const FusedProgram &f, const CpuPlan &cp,
       CLEAVE_FUSED_CASE(Ge)
       CLEAVE_FUSED_CASE(Neg)
       CLEAVE_FUSED_CASE(Abs)
-      CLEAVE_FUSED_CASE(Exp)
       CLEAVE_FUSED_CASE(Log)
       CLEAVE_FUSED_CASE(Sqrt)
       CLEAVE_FUSED_CASE(Rsqrt)
       CLEAVE_FUSED_CASE(Reciprocal)
-      CLEAVE_FUSED_CASE(Tanh)
-      CLEAVE_FUSED_CASE(Erf)
-      CLEAVE_FUSED_CASE(Sigmoid)
       CLEAVE_FUSED_CASE(Relu)
       CLEAVE_FUSED_CASE(Identity)
       CLEAVE_FUSED_CASE(RoundBf16)
       CLEAVE_FUSED_CASE(RoundF16)
 #undef CLEAVE_FUSED_CASE
+    // Unary ops read a register; these loops are compiled per instruction
+    // set (core/vector_math.cpp).
+    case FusedCode::Exp:
+      expArray(a, 0.0f, d, len);
+      break;
+    case FusedCode::Tanh:
+      tanhArray(a, d, len);
+      break;
+    case FusedCode::Erf:
+      erfArray(a, d, len);
+      break;
+    case FusedCode::Sigmoid:
+      sigmoidArray(a, d, len);
+      break;
     case FusedCode::Select: {
       const float *cnd = r.reg[op.c];
       for (int64_t t = 0; t < len; ++t)

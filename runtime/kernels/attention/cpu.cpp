@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "core/nn_geometry.h"
+#include "core/vector_math.h"
 #include "cpu/cpu_kernel.h"
 
 #include <cmath>
@@ -96,12 +97,12 @@ void forwardBlock(const AttentionGeometry &g, const HeadView &view, int64_t i0,
         std::fill(row, row + cols, 0.0f);
         continue;
       }
-      float rescale = std::exp(maxima[r] - m);
+      float rescale = vecExp(maxima[r] - m);
+      // The exponentials first (a loop per instruction set), then their sum.
+      expArray(row, m, row, cols);
       float sum = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) {
-        row[c] = std::exp(row[c] - m);
+      for (int64_t c = 0; c < cols; ++c)
         sum += row[c];
-      }
       sums[r] = sums[r] * rescale + sum;
       maxima[r] = m;
       if (rescale != 1.0f)
@@ -145,8 +146,7 @@ void backwardHead(const AttentionGeometry &g, const HeadView &view,
         continue; // the whole tile masked
       scoreTile(g, view, i0, rows, j0, cols, p);
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          p[r * cols + c] = std::exp(p[r * cols + c] - lse[i0 + r]);
+        expArray(p + r * cols, lse[i0 + r], p + r * cols, cols);
       // dv_j += p^T dout_i; dp = dout_i v_j^T.
       sgemmSerial(true, false, cols, g.dv, rows, 1.0f, p, cols,
                   dout + i0 * g.dv, g.dv, 1.0f, dv + j0 * g.dv, g.dv);

@@ -9,12 +9,17 @@
 //===----------------------------------------------------------------------===//
 
 #include "core/nn_geometry.h"
+#include "core/vector_math.h"
 #include "cpu/cpu_kernel.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cleave::rt {
 namespace {
+
+/// Classes whose exponentials are computed before they are summed.
+constexpr int64_t kBlock = 256;
 
 using nn::CrossEntropyGeometry;
 
@@ -44,12 +49,22 @@ Status prepare_cross_entropy(const KernelInfo &info, KernelFn *fn) {
       float m = shift[r];
       int64_t label = labelAt(labels, g.wide, r);
       double sum = 0, picked = 0;
-      for (int64_t c = 0; c < g.classes; ++c) {
-        float v = row[c * g.inner] - m;
-        sum += std::exp(v);
-        if (labelAt(ids, g.wide, c) == label)
-          picked += v;
+      // The exponentials a block at a time (a loop per instruction set),
+      // then their sum in order.
+      float e[kBlock];
+      for (int64_t c0 = 0; c0 < g.classes; c0 += kBlock) {
+        int64_t n = std::min(kBlock, g.classes - c0);
+        if (g.inner == 1)
+          expArray(row + c0, m, e, n);
+        else
+          for (int64_t c = 0; c < n; ++c)
+            e[c] = vecExp(row[(c0 + c) * g.inner] - m);
+        for (int64_t c = 0; c < n; ++c)
+          sum += e[c];
       }
+      for (int64_t c = 0; c < g.classes; ++c)
+        if (labelAt(ids, g.wide, c) == label)
+          picked += row[c * g.inner] - m;
       sumExp[r] = static_cast<float>(sum);
       target[r] = static_cast<float>(picked);
     }
@@ -77,13 +92,17 @@ Status prepare_cross_entropy_backward(const KernelInfo &info, KernelFn *fn) {
       int64_t base = o * g.classes * g.inner + i;
       float m = shift[r], gs = gSum[r], gt = gTarget[r];
       int64_t label = labelAt(labels, g.wide, r);
-      for (int64_t c = 0; c < g.classes; ++c) {
-        int64_t at = base + c * g.inner;
-        float d = gs * std::exp(x[at] - m);
-        if (labelAt(ids, g.wide, c) == label)
-          d += gt;
-        dx[at] = d;
+      if (g.inner == 1) {
+        expArray(x + base, m, dx + base, g.classes);
+        for (int64_t c = 0; c < g.classes; ++c)
+          dx[base + c] *= gs;
+      } else {
+        for (int64_t c = 0; c < g.classes; ++c)
+          dx[base + c * g.inner] = gs * vecExp(x[base + c * g.inner] - m);
       }
+      for (int64_t c = 0; c < g.classes; ++c)
+        if (labelAt(ids, g.wide, c) == label)
+          dx[base + c * g.inner] += gt;
     }
     return Status::ok();
   };

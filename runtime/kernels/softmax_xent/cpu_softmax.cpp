@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "core/kernel_math.h"
+#include "core/vector_math.h"
 #include "cpu/cpu_kernel.h"
 
 #include <algorithm>
@@ -30,13 +31,12 @@ void softmaxRows(const float *x, float *y, int64_t outer, int64_t extent,
     // zero shift it becomes 0/0, NaN like the reference frameworks.
     if (std::isinf(maxValue))
       maxValue = maxValue > 0 ? maxValue : 0.0f;
+    // The exponentials first (a loop per instruction set), then their sum
+    // in order.
+    expArray(row, maxValue, out, extent);
     double sum = 0;
-    for (int64_t i = 0; i < extent; ++i) {
-      float e = std::exp(row[i] - maxValue);
-      if (!logSoftmax)
-        out[i] = e;
-      sum += e;
-    }
+    for (int64_t i = 0; i < extent; ++i)
+      sum += out[i];
     if (logSoftmax) {
       // (x - max) - log(sum), not x - (max + log(sum)): with large logits
       // the sum of max and log(sum) would round away the log's digits.
@@ -67,13 +67,12 @@ void softmaxStrided(const float *x, float *y, int64_t outer, int64_t extent,
     for (int64_t j = 0; j < inner; ++j)
       if (std::isinf(maxValue[j]))
         maxValue[j] = maxValue[j] > 0 ? maxValue[j] : 0.0f;
-    for (int64_t a = 0; a < extent; ++a)
-      for (int64_t j = 0; j < inner; ++j) {
-        float e = std::exp(in[a * inner + j] - maxValue[j]);
-        if (!logSoftmax)
-          out[a * inner + j] = e;
-        sum[j] += e;
-      }
+    for (int64_t a = 0; a < extent; ++a) {
+      for (int64_t j = 0; j < inner; ++j)
+        out[a * inner + j] = vecExp(in[a * inner + j] - maxValue[j]);
+      for (int64_t j = 0; j < inner; ++j)
+        sum[j] += out[a * inner + j];
+    }
     for (int64_t j = 0; j < inner; ++j)
       sum[j] = logSoftmax ? std::log(sum[j]) : 1.0 / sum[j];
     for (int64_t a = 0; a < extent; ++a)
