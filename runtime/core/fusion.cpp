@@ -453,9 +453,10 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
   // the others that held its bytes at other times (marking them all kept
   // most of a large program's intermediates out of fusion).
   auto markWriters = [&](int32_t view, size_t at) {
+    if (view < 0 || produced[view])
+      return; // an absent optional operand, or no view
     const ProgramValue &w = p.values[view];
-    if (view < 0 || produced[view] || w.storage != Storage::Arena ||
-        !w.numBytes)
+    if (w.storage != Storage::Arena || !w.numBytes)
       return;
     for (size_t j = at; j-- > 0;) {
       bool covered = false;
