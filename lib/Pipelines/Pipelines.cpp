@@ -20,6 +20,7 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addNestedPass<func::FuncOp>(createFuseDequantizePass());
+  pm.addNestedPass<func::FuncOp>(createFoldTransposesPass());
   pm.addNestedPass<func::FuncOp>(createSinkWideningPass());
   pm.addNestedPass<func::FuncOp>(createPlanBuffersPass());
 }

@@ -253,12 +253,18 @@ def test_mesh_chooser_counts_the_split_frozen_base():
         m["activations_peak"] + inputs
     by_mesh = {(c["dp"], c["tp"]): c["memory_bytes"]
                for c in info["mesh_choice"]["candidates"]}
-    budget = (by_mesh[(1, 2)] + by_mesh[(2, 1)]) // 2
-    assert by_mesh[(1, 2)] < budget < by_mesh[(2, 1)]
+    # Just over what tp needs: below every dp candidate, ZeRO's included
+    # (the chooser tries those under a budget).
+    budget = int(by_mesh[(1, 2)] * 1.02)
+    assert budget < by_mesh[(2, 1)]
     tight = cleave.tensor_parallel(module, batch, devices=2, loss="auto",
                                    memory_per_device=budget,
                                    optimizer=cleave.AdamW(**ADAMW))
     assert tight.inspect()["mesh"] == {"tp": 2}
+    dp = [c for c in tight.inspect()["mesh_choice"]["candidates"]
+          if c["tp"] == 1]
+    assert dp and all("refused" in c and c["memory_bytes"] > budget
+                      for c in dp), dp
 
 
 def test_merge_a_biased_linear_with_dropout(tmp_path):

@@ -42,6 +42,35 @@ def FuseDequantizePass : Pass<"cleave-fuse-dequantize", "func::FuncOp"> {
   }];
 }
 
+def FoldTransposesPass : Pass<"cleave-fold-transposes", "func::FuncOp"> {
+  let summary = "Products read transposed operands as they are";
+  let description = [{
+    torch.onnx without constant folding (the Python package's export)
+    writes nn.Linear's `x W^T` as `MatMul(x, Transpose(W))`, and the
+    backward's input gradient reads the same transpose: as plain ops, every
+    weight (or its bf16 copy) is transposed into the arena every step. This
+    pass, run on a rank's finished program before buffer planning, makes a
+    `matmul` whose operand is a `transpose` of its last two dims, perhaps
+    seen through a `reshape` that only adds unit dims in front, read the
+    transpose's operand instead with `transpose_lhs` / `transpose_rhs`
+    flipped; the transpose, then unread, goes. Other permutations
+    (attention's heads) and other reshapes stay. Run after the layouts are
+    chosen: the search groups parameters by their forward chains.
+
+    Before:
+    ```mlir
+    %t = cleave.transpose %w perm = [1, 0] : (tensor<6x4xf32>) -> tensor<4x6xf32>
+    %r = cleave.reshape %t : tensor<4x6xf32> -> tensor<1x4x6xf32>
+    %y = cleave.matmul %x, %r : (tensor<2x3x4xf32>, tensor<1x4x6xf32>) -> tensor<2x3x6xf32>
+    ```
+    After:
+    ```mlir
+    %r = cleave.reshape %w : tensor<6x4xf32> -> tensor<1x6x4xf32>
+    %y = cleave.matmul %x, %r {transpose_rhs} : (tensor<2x3x4xf32>, tensor<1x6x4xf32>) -> tensor<2x3x6xf32>
+    ```
+  }];
+}
+
 def SinkWideningPass : Pass<"cleave-sink-widening", "func::FuncOp"> {
   let summary = "Widens a bf16 value again where a far reader needs it";
   let description = [{
