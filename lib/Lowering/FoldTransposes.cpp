@@ -85,11 +85,40 @@ struct FoldTransposeIntoMatmul : OpRewritePattern<MatmulOp> {
   }
 };
 
+/// transpose(matmul(a, b)) of the last two dims, through a reshape that
+/// only drops unit dims in front, is matmul(b, a) with each operand's
+/// transposition flipped ((AB)^T = B^T A^T, batch dims included): a weight's
+/// gradient, made as W^T's by the backward of x W^T, is written as W's.
+struct FoldTransposeOfMatmul : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!swapsLastTwo(op.getPermutation()))
+      return failure();
+    Value input = op.getInput();
+    auto reshape = input.getDefiningOp<ReshapeOp>();
+    Value product = reshape ? reshape.getInput() : input;
+    auto matmul = product.getDefiningOp<MatmulOp>();
+    if (!matmul || !product.hasOneUse() || (reshape && !input.hasOneUse()) ||
+        (reshape && !prependsUnitDims(shapeOf(input), shapeOf(product))))
+      return failure();
+    Value result = MatmulOp::create(rewriter, matmul.getLoc(), matmul.getRhs(),
+                                    matmul.getLhs(), !matmul.getTransposeRhs(),
+                                    !matmul.getTransposeLhs());
+    if (reshape)
+      result =
+          ReshapeOp::create(rewriter, reshape.getLoc(), op.getType(), result);
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
 struct FoldTransposesPass
     : public mlir::cleave::impl::FoldTransposesPassBase<FoldTransposesPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<FoldTransposeIntoMatmul>(&getContext());
+    patterns.add<FoldTransposeIntoMatmul, FoldTransposeOfMatmul>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

@@ -21,6 +21,7 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
   pm.addNestedPass<func::FuncOp>(createFuseDequantizePass());
   pm.addNestedPass<func::FuncOp>(createFoldTransposesPass());
+  pm.addNestedPass<func::FuncOp>(createJoinScatteredSlicesPass());
   pm.addNestedPass<func::FuncOp>(createSinkWideningPass());
   pm.addNestedPass<func::FuncOp>(createPlanBuffersPass());
 }

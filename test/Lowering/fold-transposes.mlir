@@ -45,3 +45,30 @@ func.func @other_transposes_stay(%q: tensor<2x4x3x8xf32>, %k: tensor<2x4x3x8xf32
   %y = cleave.matmul %x, %r : (tensor<2x3x12xf32>, tensor<1x12x2xf32>) -> tensor<2x3x2xf32>
   return %s, %y : tensor<2x3x4x4xf32>, tensor<2x3x2xf32>
 }
+
+// -----
+
+// The weight's gradient of x W^T comes out as W^T's, [1, in, out], and is
+// transposed back: the product is made as W's instead.
+// CHECK-LABEL: func.func @weight_gradient
+// CHECK-SAME: (%[[X:.*]]: tensor<1x12x4xbf16>, %[[G:.*]]: tensor<1x12x6xbf16>)
+// CHECK-NEXT: %[[P:.*]] = cleave.matmul %[[G]], %[[X]] {transpose_lhs} : (tensor<1x12x6xbf16>, tensor<1x12x4xbf16>) -> tensor<1x6x4xbf16>
+// CHECK-NEXT: %[[R:.*]] = cleave.reshape %[[P]] : tensor<1x6x4xbf16> -> tensor<6x4xbf16>
+// CHECK-NEXT: return %[[R]]
+func.func @weight_gradient(%x: tensor<1x12x4xbf16>, %g: tensor<1x12x6xbf16>) -> tensor<6x4xbf16> {
+  %p = cleave.matmul %x, %g {transpose_lhs} : (tensor<1x12x4xbf16>, tensor<1x12x6xbf16>) -> tensor<1x4x6xbf16>
+  %r = cleave.reshape %p : tensor<1x4x6xbf16> -> tensor<4x6xbf16>
+  %t = cleave.transpose %r perm = [1, 0] : (tensor<4x6xbf16>) -> tensor<6x4xbf16>
+  return %t : tensor<6x4xbf16>
+}
+
+// -----
+
+// A product read by another op too is kept as it is.
+// CHECK-LABEL: func.func @product_read_twice
+// CHECK: cleave.transpose
+func.func @product_read_twice(%x: tensor<12x4xf32>, %g: tensor<12x6xf32>) -> (tensor<6x4xf32>, tensor<4x6xf32>) {
+  %p = cleave.matmul %x, %g {transpose_lhs} : (tensor<12x4xf32>, tensor<12x6xf32>) -> tensor<4x6xf32>
+  %t = cleave.transpose %p perm = [1, 0] : (tensor<4x6xf32>) -> tensor<6x4xf32>
+  return %t, %p : tensor<6x4xf32>, tensor<4x6xf32>
+}

@@ -53,9 +53,12 @@ def FoldTransposesPass : Pass<"cleave-fold-transposes", "func::FuncOp"> {
     `matmul` whose operand is a `transpose` of its last two dims, perhaps
     seen through a `reshape` that only adds unit dims in front, read the
     transpose's operand instead with `transpose_lhs` / `transpose_rhs`
-    flipped; the transpose, then unread, goes. Other permutations
-    (attention's heads) and other reshapes stay. Run after the layouts are
-    chosen: the search groups parameters by their forward chains.
+    flipped; the transpose, then unread, goes. A transpose of a product
+    read by nothing else (the weight's gradient, made as W^T's by the
+    backward of x W^T) becomes the product of the operands swapped, each
+    read the other way ((AB)^T = B^T A^T). Other permutations (attention's
+    heads) and other reshapes stay. Run after the layouts are chosen: the
+    search groups parameters by their forward chains.
 
     Before:
     ```mlir
@@ -67,6 +70,35 @@ def FoldTransposesPass : Pass<"cleave-fold-transposes", "func::FuncOp"> {
     ```mlir
     %r = cleave.reshape %w : tensor<6x4xf32> -> tensor<1x6x4xf32>
     %y = cleave.matmul %x, %r {transpose_rhs} : (tensor<2x3x4xf32>, tensor<1x6x4xf32>) -> tensor<2x3x6xf32>
+    ```
+  }];
+}
+
+def JoinScatteredSlicesPass
+    : Pass<"cleave-join-scattered-slices", "func::FuncOp"> {
+  let summary = "A sum of slices placed side by side becomes a concat";
+  let description = [{
+    The backward of a fused projection's split (GPT-2's c_attn into q, k and
+    v; a gate/up projection into its halves) places each piece's gradient
+    into zeros of the whole (`slice_scatter`) and adds the placed pieces:
+    each `slice_scatter` writes the whole tensor, each `add` reads two and
+    writes one, where the gradient is the pieces side by side. This pass,
+    run on a rank's finished program, replaces an `add` tree (its inner
+    adds read by the tree alone) whose leaves are `slice_scatter`s with unit
+    steps, windows along one dim that tile the result exactly, by the
+    pieces' `concat` in window order: one write. Any other sum stays.
+
+    Before:
+    ```mlir
+    %a = cleave.slice_scatter %q starts = [0, 0] steps = [1, 1] : tensor<4x2xf32> -> tensor<4x6xf32>
+    %b = cleave.slice_scatter %k starts = [0, 2] steps = [1, 1] : tensor<4x2xf32> -> tensor<4x6xf32>
+    %c = cleave.slice_scatter %v starts = [0, 4] steps = [1, 1] : tensor<4x2xf32> -> tensor<4x6xf32>
+    %s = cleave.add %a, %b : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+    %g = cleave.add %s, %c : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+    ```
+    After:
+    ```mlir
+    %g = cleave.concat %q, %k, %v axis = 1 : (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) -> tensor<4x6xf32>
     ```
   }];
 }
