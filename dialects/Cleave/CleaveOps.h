@@ -28,6 +28,18 @@ inline bool isProductOp(Operation *op) {
   return isa_and_present<MatmulOp, Conv2DOp, Conv2DBackwardInputOp,
                          Conv2DBackwardFilterOp>(op);
 }
+
+/// Whether transpose permutation \p perm swaps the last two dims and keeps
+/// the others: what matmul's transpose_lhs / transpose_rhs read for free.
+inline bool swapsLastTwo(ArrayRef<int64_t> perm) {
+  int64_t r = static_cast<int64_t>(perm.size());
+  if (r < 2 || perm[r - 2] != r - 1 || perm[r - 1] != r - 2)
+    return false;
+  for (int64_t i = 0; i + 2 < r; ++i)
+    if (perm[i] != i)
+      return false;
+  return true;
+}
 } // namespace mlir::cleave
 
 #endif // CLEAVE_DIALECT_CLEAVEOPS_H

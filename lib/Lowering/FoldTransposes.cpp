@@ -28,17 +28,6 @@ ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
-/// Whether \p perm swaps the last two dimensions and keeps the others.
-bool swapsLastTwo(ArrayRef<int64_t> perm) {
-  int64_t r = static_cast<int64_t>(perm.size());
-  if (r < 2 || perm[r - 2] != r - 1 || perm[r - 1] != r - 2)
-    return false;
-  for (int64_t i = 0; i + 2 < r; ++i)
-    if (perm[i] != i)
-      return false;
-  return true;
-}
-
 /// Whether \p to is \p from with unit dimensions in front.
 bool prependsUnitDims(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
   if (to.size() < from.size())

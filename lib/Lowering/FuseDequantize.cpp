@@ -46,14 +46,8 @@ Value peelViews(Value v, bool &transposed) {
         return v;
       v = r.getInput();
     } else if (auto t = dyn_cast_or_null<TransposeOp>(def)) {
-      ArrayRef<int64_t> perm = t.getPermutation();
-      size_t rank = perm.size();
-      if (rank < 2 || !unitBatch(out) || perm[rank - 2] != int64_t(rank - 1) ||
-          perm[rank - 1] != int64_t(rank - 2))
+      if (!unitBatch(out) || !swapsLastTwo(t.getPermutation()))
         return v;
-      for (size_t d = 0; d + 2 < rank; ++d)
-        if (perm[d] != int64_t(d))
-          return v;
       v = t.getInput();
       transposed = !transposed;
     } else {

@@ -1,8 +1,8 @@
-//===- JoinScatteredSlices.cpp - Sums of placed slices as concat -*- C++
-//-*-===//
+//===- JoinScatteredSlices.cpp - Placed slices as concat ---*- C++ -*-===//
 //
 // On a rank's finished program: the layout search prices slice_scatter and
-// add by their own rules, and this rewrite changes no value it sees.
+// add by their own rules. The values are the sum's (a -0 piece stays -0
+// where adding the zeros made it +0).
 //
 //===----------------------------------------------------------------------===//
 

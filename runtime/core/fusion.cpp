@@ -4,7 +4,6 @@
 #include "core/reduce_plan.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
