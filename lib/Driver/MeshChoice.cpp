@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 namespace pb = ::cleave::plan;
 namespace rt = ::cleave::rt;
@@ -66,6 +67,28 @@ double flopsOf(const pb::Program &p, const pb::Instruction &inst) {
     return 2.0 * numel(y) * (static_cast<double>(numel(w)) / w.shape(0));
   }
   return 0;
+}
+
+/// Bytes of the results a step returns that no input takes back: a new
+/// parameter, buffer or optimizer state replaces its input (the CPU backend
+/// writes it there; CUDA's second buffer is issue 38's in-place update), a
+/// gradient, the loss or a model output is held beside the inputs.
+int64_t countedOutputBytes(const pb::Program &p) {
+  auto key = [](const pb::Binding &b) {
+    return std::to_string(b.role()) + "/" + b.name() + "/" + b.slot();
+  };
+  std::set<std::string> inputs;
+  for (const pb::Binding &b : p.input_bindings())
+    inputs.insert(key(b));
+  int64_t bytes = 0;
+  for (int i = 0; i < p.outputs_size(); ++i) {
+    const pb::Value &v = p.values(p.outputs(i));
+    bool carried =
+        i < p.output_bindings_size() && inputs.count(key(p.output_bindings(i)));
+    if (v.storage() == pb::Value::OUTPUT && v.index() == i && !carried)
+      bytes += bytesOf(v.type());
+  }
+  return bytes;
 }
 
 } // namespace
@@ -155,11 +178,13 @@ estimateStep(const pb::Program &program,
   }
   for (auto &[axis, t] : byAxis)
     out.communicationByAxis.push_back({axis, t});
-  // Per rank: every input (weights, optimizer state, the rank's batch) and
-  // the arena of everything the step computes (gradients included).
+  // Per rank: every input (weights, optimizer state, the rank's batch), the
+  // arena of everything the step computes, and the results it returns
+  // beside its inputs (gradients, the loss); a new parameter or state is
+  // written over the old one (see countedOutputBytes).
   for (int32_t id : program.inputs())
     out.memoryBytes += bytesOf(typeOf(program, id));
-  out.memoryBytes += program.arena_bytes();
+  out.memoryBytes += program.arena_bytes() + countedOutputBytes(program);
   return out;
 }
 

@@ -464,6 +464,7 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
   program.set_arena_bytes(arena.getInt());
 
   llvm::DenseMap<Value, int32_t> ids;
+  llvm::DenseMap<Value, unsigned> outputs = plannedOutputs(func);
   auto addValue = [&](Value v, pb::Value::Storage storage, int64_t offset,
                       int32_t index) -> FailureOr<int32_t> {
     auto type = cast<RankedTensorType>(v.getType());
@@ -566,7 +567,11 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
     }
     for (auto [result, offset] :
          llvm::zip(op.getResults(), offsets.asArrayRef())) {
-      FailureOr<int32_t> id = addValue(result, pb::Value::ARENA, offset, 0);
+      auto output = outputs.find(result);
+      FailureOr<int32_t> id =
+          output == outputs.end()
+              ? addValue(result, pb::Value::ARENA, offset, 0)
+              : addValue(result, pb::Value::OUTPUT, 0, output->second);
       if (failed(id))
         return failure();
       inst.add_results(*id);

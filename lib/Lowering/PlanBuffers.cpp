@@ -31,6 +31,18 @@ bool mlir::cleave::isStoredConstant(Operation *op) {
            dense.getNumElements() > kMaxStoredSplatElements);
 }
 
+llvm::DenseMap<Value, unsigned>
+mlir::cleave::plannedOutputs(func::FuncOp func) {
+  llvm::DenseMap<Value, unsigned> out;
+  Operation *ret = func.getBody().front().getTerminator();
+  for (auto [i, v] : llvm::enumerate(ret->getOperands())) {
+    Operation *def = v.getDefiningOp();
+    if (def && !isView(def) && !isStoredConstant(def))
+      out.try_emplace(v, static_cast<unsigned>(i));
+  }
+  return out;
+}
+
 namespace {
 struct Interval {
   Value value;
@@ -61,6 +73,9 @@ struct PlanBuffersPass
       auto it = root.find(v);
       return it == root.end() ? v : it->second;
     };
+    // The step's results are written where the caller takes them; the
+    // arena holds what the step computes on the way.
+    llvm::DenseMap<Value, unsigned> outputs = plannedOutputs(func);
     llvm::DenseMap<Value, unsigned> intervalOf;
     std::vector<Interval> intervals;
     int64_t index = 0;
@@ -82,6 +97,8 @@ struct PlanBuffersPass
         root[op.getResult(0)] = rootOf(op.getOperand(0));
       } else if (!isStoredConstant(&op)) {
         for (Value result : op.getResults()) {
+          if (outputs.count(result))
+            continue;
           intervalOf[result] = intervals.size();
           intervals.push_back(
               {result, storageBytes(result.getType()), index, index});

@@ -104,8 +104,7 @@ bool fusable(const LoadedProgram &p, const ProgramInstruction &inst) {
 }
 
 bool overlap(const ProgramValue &a, const ProgramValue &b) {
-  return a.storage == Storage::Arena && b.storage == Storage::Arena &&
-         a.offset < b.offset + b.numBytes && b.offset < a.offset + a.numBytes;
+  return writableOverlap(a, b);
 }
 
 struct Built;
@@ -231,7 +230,8 @@ std::optional<Built> build(const LoadedProgram &p,
                   !b.program.inputIsBool[k] &&
                   b.program.inputStorage[k] == DType::F32 &&
                   o.type.dtype == DType::F32 && in.storage == o.storage &&
-                  in.offset == o.offset && in.numBytes == o.numBytes;
+                  in.index == o.index && in.offset == o.offset &&
+                  in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
     }
@@ -455,7 +455,8 @@ std::vector<bool> viewedValues(const LoadedProgram &p) {
     if (view < 0 || produced[view])
       return; // an absent optional operand, or no view
     const ProgramValue &w = p.values[view];
-    if (w.storage != Storage::Arena || !w.numBytes)
+    if ((w.storage != Storage::Arena && w.storage != Storage::Output) ||
+        !w.numBytes)
       return;
     for (size_t j = at; j-- > 0;) {
       bool covered = false;

@@ -109,6 +109,13 @@ Status loadValue(const cleave_program &program, int i, ProgramValue &info) {
                   " out of range (program has " +
                   std::to_string(program.num_inputs) + " inputs)");
     return Status::ok();
+  case CLEAVE_OUTPUT:
+    info.storage = Storage::Output;
+    if (info.index < 0 || info.index >= program.num_outputs)
+      return fail("output index " + std::to_string(info.index) +
+                  " out of range (program has " +
+                  std::to_string(program.num_outputs) + " outputs)");
+    return Status::ok();
   case CLEAVE_CONSTANT:
     info.storage = Storage::Constant;
     if (info.index < 0 || info.index >= program.num_constants)
@@ -179,6 +186,26 @@ Status checkStorage(const cleave_program &program, LoadedProgram &impl) {
                            std::to_string(id) + " out of range");
     impl.outputs.push_back(id);
   }
+  // A value in output k's tensor stays inside the value listed as output k,
+  // which is the whole of it.
+  for (int i = 0; i < numValues; ++i) {
+    const ProgramValue &v = impl.values[i];
+    if (v.storage != Storage::Output)
+      continue;
+    const ProgramValue &whole = impl.values[impl.outputs[v.index]];
+    if (whole.storage != Storage::Output || whole.index != v.index ||
+        whole.offset != 0)
+      return Status::error("value " + std::to_string(i) + " is in output " +
+                           std::to_string(v.index) +
+                           "'s tensor, but that output's value is not the "
+                           "whole of it");
+    if (v.offset > whole.numBytes - v.numBytes)
+      return Status::error("value " + std::to_string(i) + ": bytes [" +
+                           std::to_string(v.offset) + ", " +
+                           std::to_string(v.offset + v.numBytes) +
+                           ") exceed output " + std::to_string(v.index) +
+                           " of " + std::to_string(whole.numBytes) + " bytes");
+  }
   return Status::ok();
 }
 
@@ -237,9 +264,11 @@ Status typesOf(const int32_t *ids, int32_t count, bool results,
     if (id < 0 || id >= numValues)
       return Status::error(std::string(what) + " value id " +
                            std::to_string(id) + " out of range");
-    if (results && impl.values[id].storage != Storage::Arena)
+    const ProgramValue &v = impl.values[id];
+    if (results && v.storage != Storage::Arena &&
+        !(v.storage == Storage::Output && impl.outputs[v.index] == id))
       return Status::error("result value " + std::to_string(id) +
-                           " is not in the arena");
+                           " is not in the arena or an output's tensor");
     types->push_back(impl.values[id].type);
   }
   return Status::ok();

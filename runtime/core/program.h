@@ -25,17 +25,29 @@
 
 namespace cleave::rt {
 
-enum class Storage { Arena, Input, Constant };
+/// Output: the caller's tensor of output `index` (plan.proto's OUTPUT).
+enum class Storage { Arena, Input, Constant, Output };
 
 struct ProgramValue {
   TensorType type;
   int64_t numBytes = 0;
   Storage storage = Storage::Arena;
-  /// Byte offset in the arena, input or constant.
+  /// Byte offset in the arena, input, constant or output.
   int64_t offset = 0;
-  /// Input or constant index.
+  /// Input, constant or output index.
   int32_t index = 0;
 };
+
+/// Whether \p a and \p b may cover some of the same bytes a step writes:
+/// both in the arena, or both in one output's tensor, with byte ranges that
+/// overlap. (Inputs and constants are never written.)
+inline bool writableOverlap(const ProgramValue &a, const ProgramValue &b) {
+  bool sameStorage = a.storage == b.storage &&
+                     (a.storage == Storage::Arena ||
+                      (a.storage == Storage::Output && a.index == b.index));
+  return sameStorage && a.offset < b.offset + b.numBytes &&
+         b.offset < a.offset + a.numBytes;
+}
 
 struct ProgramInstruction {
   /// Operand/result types, attributes, communicator.

@@ -85,16 +85,17 @@ struct BoundInstruction {
   std::vector<void *> resultPtrs;
 };
 
-/// The outputs an instruction can write into the caller's tensor instead of
-/// the arena, saving the copy out (a training step's outputs are every
-/// parameter, gradient and optimizer state): values an instruction produces
-/// (not inputs, constants or reshape views), listed once, that no view reads
-/// from the arena after they are produced. A view overlapping such a value's
-/// bytes and read later can only be a view of it (nothing else is live
-/// there), which would still read the arena; views of the same bytes read
-/// before it is produced were of earlier values. The plan never places an
-/// instruction's result over its operands (live ranges are inclusive), so a
-/// result being elsewhere changes nothing else.
+/// The outputs an instruction writes into the caller's tensor: those the
+/// plan places there (OUTPUT storage), and, in a plan that placed them in
+/// the arena, those it can write there instead, saving the copy out (a training
+/// step's outputs are every parameter, gradient and optimizer state): values an
+/// instruction produces (not inputs, constants or reshape views), listed once,
+/// that no view reads from the arena after they are produced. A view
+/// overlapping such a value's bytes and read later can only be a view of it
+/// (nothing else is live there), which would still read the arena; views of the
+/// same bytes read before it is produced were of earlier values. The plan never
+/// places an instruction's result over its operands (live ranges are
+/// inclusive), so a result being elsewhere changes nothing else.
 std::vector<bool> directOutputs(const LoadedProgram &program) {
   constexpr int64_t kEnd = INT64_MAX;
   size_t numValues = program.values.size();
@@ -119,6 +120,12 @@ std::vector<bool> directOutputs(const LoadedProgram &program) {
   for (size_t o = 0; o < program.outputs.size(); ++o) {
     int32_t id = program.outputs[o];
     const ProgramValue &r = program.values[id];
+    if (r.storage == Storage::Output) {
+      // Planned in the caller's tensor: written there, views and all.
+      direct[o] = r.index == static_cast<int32_t>(o);
+      seen[id] = true;
+      continue;
+    }
     bool ok = producer[id] >= 0 && !seen[id] && r.storage == Storage::Arena &&
               r.numBytes > 0;
     seen[id] = true;
@@ -153,10 +160,15 @@ struct Executor::Impl {
   /// Per output, whether its producing instruction may write it straight
   /// into the caller's tensor (see directOutputs).
   std::vector<bool> direct;
+  /// Per output, where a value planned in its tensor is made when the
+  /// caller's tensor is also an input's (empty otherwise).
+  std::vector<std::vector<uint8_t>> asideOutputs;
 
   Status runInstructions();
   void bindValues(const std::vector<HostTensor> &inputs,
-                  std::vector<HostTensor> &outputs, std::vector<bool> &copy);
+                  std::vector<HostTensor> &outputs,
+                  const std::vector<std::pair<size_t, size_t>> &donated,
+                  std::vector<bool> &copy);
   /// Whether value \p id is input \p input or a view of its bytes.
   bool isInputBytes(int32_t id, size_t input) const {
     return id >= 0 && program.values[id].storage == Storage::Input &&
@@ -229,6 +241,7 @@ Status Executor::create(const plan::Program &program,
   }
   impl->valuePtrs.resize(loaded.values.size());
   impl->direct = directOutputs(loaded);
+  impl->asideOutputs.resize(loaded.outputs.size());
   result->reset(new Executor(std::move(impl)));
   return Status::ok();
 }
@@ -325,13 +338,7 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
       t.bytes = std::vector<uint8_t>(static_cast<size_t>(v.numBytes));
   }
   std::vector<bool> copy;
-  impl.bindValues(inputs, *outputs, copy);
-  for (auto [input, output] : donated) {
-    // The caller owns the input tensor and gave it up for this output
-    // (canDonate), so the kernel may write it.
-    impl.valuePtrs[program.outputs[output]] = inputs.at(input).bytes.data();
-    copy[output] = false;
-  }
+  impl.bindValues(inputs, *outputs, donated, copy);
 
   if (Status s = impl.runInstructions(); !s)
     return s;
@@ -365,12 +372,42 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
 }
 
 /// Points every value at its storage for one run: \p outputs' tensors for
-/// the direct outputs (unless the caller handed one of \p inputs' buffers
-/// back as an output), the arena for the rest; \p copy marks the outputs
-/// still to be copied out after the run.
-void Executor::Impl::bindValues(const std::vector<HostTensor> &inputs,
-                                std::vector<HostTensor> &outputs,
-                                std::vector<bool> &copy) {
+/// the direct outputs, or the input buffer the caller gave up for one
+/// (\p donated), the arena for the rest; \p copy marks the outputs still to
+/// be copied out after the run.
+void Executor::Impl::bindValues(
+    const std::vector<HostTensor> &inputs, std::vector<HostTensor> &outputs,
+    const std::vector<std::pair<size_t, size_t>> &donated,
+    std::vector<bool> &copy) {
+  std::unordered_set<const uint8_t *> inputBuffers;
+  for (const HostTensor &t : inputs)
+    inputBuffers.insert(t.bytes.data());
+  // Where each output's own tensor is, when it is written directly.
+  std::vector<const uint8_t *> outputBase(program.outputs.size(), nullptr);
+  copy.assign(program.outputs.size(), true);
+  for (size_t o = 0; o < program.outputs.size(); ++o) {
+    if (!direct[o])
+      continue;
+    HostTensor &t = outputs[o];
+    if (!t.bytes.empty() && inputBuffers.count(t.bytes.data())) {
+      // The caller handed an input's buffer back as this output without
+      // giving it up: the step still reads it, so a value planned in the
+      // output's tensor is made aside and copied out.
+      if (program.values[program.outputs[o]].storage == Storage::Output) {
+        asideOutputs[o].resize(t.bytes.size());
+        outputBase[o] = asideOutputs[o].data();
+      }
+      continue;
+    }
+    outputBase[o] = t.bytes.data();
+    copy[o] = false;
+  }
+  for (auto [input, output] : donated) {
+    // The caller owns the input tensor and gave it up for this output
+    // (canDonate), so the kernel may write it.
+    outputBase[output] = inputs.at(input).bytes.data();
+    copy[output] = false;
+  }
   for (size_t i = 0; i < program.values.size(); ++i) {
     const ProgramValue &v = program.values[i];
     const uint8_t *base = nullptr;
@@ -381,23 +418,19 @@ void Executor::Impl::bindValues(const std::vector<HostTensor> &inputs,
     case Storage::Constant:
       base = constants[v.index].get();
       break;
+    case Storage::Output:
+      base = outputBase[v.index];
+      break;
     default:
       base = arena.get();
       break;
     }
     valuePtrs[i] = base ? base + v.offset : nullptr;
   }
-  std::unordered_set<const uint8_t *> inputBuffers;
-  for (const HostTensor &t : inputs)
-    inputBuffers.insert(t.bytes.data());
-  copy.assign(program.outputs.size(), true);
-  for (size_t o = 0; o < program.outputs.size(); ++o) {
-    const uint8_t *to = outputs[o].bytes.data();
-    if (!direct[o] || inputBuffers.count(to))
-      continue;
-    valuePtrs[program.outputs[o]] = to;
-    copy[o] = false;
-  }
+  for (size_t o = 0; o < program.outputs.size(); ++o)
+    if (!copy[o] &&
+        program.values[program.outputs[o]].storage == Storage::Arena)
+      valuePtrs[program.outputs[o]] = outputBase[o];
 }
 
 Status Executor::Impl::runInstructions() {

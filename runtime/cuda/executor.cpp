@@ -145,7 +145,9 @@ private:
   void *arena_ = nullptr, *workspace_ = nullptr, *castScratch_ = nullptr,
        *dequantScratch_ = nullptr;
   int *errorFlag_ = nullptr;
-  std::vector<void *> constants_, inputs_;
+  /// outputs_[o]: output o's tensor where the plan places its value there
+  /// (null otherwise).
+  std::vector<void *> constants_, inputs_, outputs_;
   std::unique_ptr<MatmulCache> matmuls_;
   std::unique_ptr<Collectives> collectives_;
   Context ctx_;
@@ -184,6 +186,9 @@ CudaRunner::~CudaRunner() {
   matmuls_.reset();
   for (void *p : constants_)
     cudaFree(p);
+  for (void *p : outputs_)
+    if (p)
+      cudaFree(p);
   for (void *p : inputs_)
     cudaFree(p);
   for (const Carry &c : carried_)
@@ -254,6 +259,15 @@ Status CudaRunner::allocate() {
       return s;
     inputs_.push_back(p);
   }
+  outputs_.assign(program_.outputs.size(), nullptr);
+  for (size_t o = 0; o < program_.outputs.size(); ++o) {
+    const ProgramValue &v = program_.values[program_.outputs[o]];
+    if (v.storage == Storage::Output && v.index == static_cast<int32_t>(o))
+      if (Status s = mallocZeroed(&outputs_[o], static_cast<size_t>(v.numBytes),
+                                  "outputs");
+          !s)
+        return s;
+  }
   if (Status s = cudaStatus(cudaMalloc(&workspace_, kWorkspaceBytes),
                             "cudaMalloc (cuBLASLt workspace)");
       !s)
@@ -299,6 +313,8 @@ uint8_t *CudaRunner::pointer(int32_t id) const {
     return static_cast<uint8_t *>(inputs_[v.index]) + v.offset;
   case Storage::Constant:
     return static_cast<uint8_t *>(constants_[v.index]) + v.offset;
+  case Storage::Output:
+    return static_cast<uint8_t *>(outputs_[v.index]) + v.offset;
   default:
     return static_cast<uint8_t *>(arena_) + v.offset;
   }
@@ -445,7 +461,7 @@ Status CudaRunner::carry(size_t input, size_t output) {
   Carry c{input, output, nullptr};
   // An output that is (a view of) an input or a constant is staged, so that
   // carried inputs can swap values.
-  if (out.storage != Storage::Arena)
+  if (out.storage == Storage::Input || out.storage == Storage::Constant)
     if (Status s = mallocZeroed(&c.staging, static_cast<size_t>(out.numBytes),
                                 "carried state");
         !s)

@@ -6,9 +6,13 @@ namespace cleave::rt::cuda {
 
 namespace {
 
+/// Bytes a step touches in the arena (space -1) or in output space's tensor.
 struct Range {
+  int32_t space;
   int64_t begin, end;
-  bool overlaps(const Range &o) const { return begin < o.end && o.begin < end; }
+  bool overlaps(const Range &o) const {
+    return space == o.space && begin < o.end && o.begin < end;
+  }
 };
 
 /// Whether the matmul runs as one cuBLASLt call without batches (see
@@ -67,9 +71,7 @@ int biasOperand(const LoadedProgram &program, const ProgramInstruction &mm,
   // add's result, which the buffer planner may have placed over an operand
   // whose last use is the matmul.
   auto overlaps = [&](const ProgramValue &v) {
-    return v.storage == Storage::Arena && out.storage == Storage::Arena &&
-           v.offset < out.offset + out.numBytes &&
-           out.offset < v.offset + v.numBytes;
+    return writableOverlap(v, out);
   };
   if (overlaps(bias) || overlaps(program.values[mm.operands[0]]) ||
       overlaps(program.values[mm.operands[1]]))
@@ -83,7 +85,7 @@ Schedule schedule(const LoadedProgram &program, bool fuseBias,
   std::vector<int> uses = useCounts(program);
   std::vector<bool> viewed = viewedValues(program);
   const auto &insts = program.instructions;
-  // Per collective: its step and the arena bytes it reads or writes.
+  // Per collective: its step and the bytes it reads or writes.
   std::vector<std::vector<Range>> collectiveRanges;
   std::vector<int> outstanding;
   for (size_t i = 0; i < insts.size(); ++i) {
@@ -105,11 +107,11 @@ Schedule schedule(const LoadedProgram &program, bool fuseBias,
     std::vector<Range> ranges;
     for (const std::vector<int32_t> *ids : {&step.operands, &step.results})
       for (int32_t id : *ids)
-        if (id >= 0 && program.values[id].storage == Storage::Arena &&
-            program.values[id].numBytes > 0)
-          ranges.push_back(
-              {program.values[id].offset,
-               program.values[id].offset + program.values[id].numBytes});
+        if (const ProgramValue *v = id >= 0 ? &program.values[id] : nullptr;
+            v && v->numBytes > 0 &&
+            (v->storage == Storage::Arena || v->storage == Storage::Output))
+          ranges.push_back({v->storage == Storage::Arena ? -1 : v->index,
+                            v->offset, v->offset + v->numBytes});
     step.collective = isCollective(insts[step.index].info.kernel);
     if (step.collective) {
       step.collectiveIndex = static_cast<int>(collectiveRanges.size());

@@ -128,3 +128,25 @@ func.func @indices(%t: tensor<5x3xf32>, %i: tensor<2x4xi64>) -> (tensor<2x4x3xf3
   %1 = cleave.constant dense<0.5> : tensor<100xf32>
   return %0, %1 : tensor<2x4x3xf32>, tensor<100xf32>
 }
+
+// -----
+
+// The step's results are made in the caller's tensors: the value returned
+// at positions 1 and 2 is OUTPUT storage of output 1 (its first), and the
+// arena holds only the exp.
+// CHECK-LABEL: name: "outputs"
+// CHECK: storage: INPUT
+// CHECK: values {
+// CHECK-NOT: storage
+// CHECK: values {
+// CHECK: storage: OUTPUT
+// CHECK-NEXT: index: 1
+// CHECK: outputs: 0
+// CHECK-NEXT: outputs: 2
+// CHECK-NEXT: outputs: 2
+// CHECK: arena_bytes: 64
+func.func @outputs(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {
+  %0 = cleave.exp %x : tensor<2xf32>
+  %1 = cleave.tanh %0 : tensor<2xf32>
+  return %x, %1, %1 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
+}

@@ -103,6 +103,50 @@ def JoinScatteredSlicesPass
   }];
 }
 
+def NarrowSavedPass : Pass<"cleave-narrow-saved", "func::FuncOp"> {
+  let summary = "Keeps the activations a bf16 step saves for its backward in bf16";
+  let description = [{
+    Mixed precision (`cleave.precision = "bf16"`) stores the products'
+    results in bf16, but the values the step computes from them in f32 -
+    the residual stream, a norm's output, an activation function's input
+    and output, softmax's probabilities - would still be held in f32 from
+    the forward, where they are made, to the backward, which reads them
+    again: the bulk of a transformer's activation memory. This pass, on a
+    rank's finished program, holds each such value in bf16 across that
+    span, as Megatron stores activations: the forward still computes and
+    reads it in f32 (the loss is unchanged), and the backward reads it
+    rounded once, the rounding PyTorch's autocast gives every value a
+    bf16 product reads.
+
+    A value is saved when it is made before the op that makes the loss
+    (the function result marked `cleave.loss`) and read after it. It is
+    held in bf16 unless it is a statistic or a log-domain value (a
+    reduction's result, a norm's mean and inverse deviation, attention's
+    log-sum-exp, a log or log-softmax: their rounding error would be an
+    exponent's or every element's), or the backward reads it where a
+    rounding could change more than a last bit of the result (a
+    comparison, a select, a maximum, exp, a pooling backward), or it is
+    returned. The bf16 copy a product already reads is reused; the
+    backward's readers read a widening of it, which `--cleave-sink-widening`
+    (run next) moves next to them. f32 and fp16 steps are left as they are.
+
+    Before (`cleave.precision = "bf16"`; `%y` is read after the loss):
+    ```mlir
+    %y = cleave.tanh %x : tensor<8xf32>
+    %l = cleave.reduce sum %y dims = [0] : (tensor<8xf32>) -> tensor<f32>
+    %g = cleave.mul %y, %d : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+    After:
+    ```mlir
+    %y = cleave.tanh %x : tensor<8xf32>
+    %h = cleave.cast %y : tensor<8xf32> -> tensor<8xbf16>
+    %w = cleave.cast %h : tensor<8xbf16> -> tensor<8xf32>
+    %l = cleave.reduce sum %y dims = [0] : (tensor<8xf32>) -> tensor<f32>
+    %g = cleave.mul %w, %d : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+  }];
+}
+
 def SinkWideningPass : Pass<"cleave-sink-widening", "func::FuncOp"> {
   let summary = "Widens a bf16 value again where a far reader needs it";
   let description = [{
@@ -150,15 +194,22 @@ def PlanBuffersPass : Pass<"cleave-plan-buffers", "func::FuncOp"> {
     Static buffer planning. Every op result that needs storage gets a byte
     offset in a per-function arena; values whose lifetimes do not overlap
     share bytes. The program is a straight line, so a value's lifetime is the
-    interval from its definition to its last use (function results live to
-    the end). Offsets come from a best-fit choice among free gaps, largest
-    value first (the classic greedy-by-size heuristic), aligned to 64 bytes.
+    interval from its definition to its last use. Offsets come from a
+    best-fit choice among free gaps, largest value first (the classic
+    greedy-by-size heuristic), aligned to 64 bytes.
 
-    Views need no storage of their own: `cleave.reshape` aliases its operand
-    (which then stays alive as long as the view), and constants and function
-    arguments live outside the arena. The pass records offsets as
-    `cleave.offsets` (one per result; -1 for a view, which has no storage of its own) and the arena size as
-    `cleave.arena_bytes` on the function; plan emission reads both.
+    The function's results are not in the arena: the op that makes one
+    writes it into the caller's output tensor (the plan's OUTPUT storage),
+    so the arena holds what the step computes on the way and its size is
+    what a runtime needs beside the step's inputs and outputs (a training
+    step's new parameters and optimizer state, written over the old ones
+    where the runtime can, are never counted twice). Views need no storage
+    of their own: `cleave.reshape` aliases its operand (which then stays
+    alive as long as the view), and constants and function arguments live
+    outside the arena. The pass records offsets as `cleave.offsets` (one
+    per result; -1 for a view or a result of the function, which have no
+    arena bytes of their own) and the arena size as `cleave.arena_bytes` on
+    the function; plan emission reads both.
 
     Before:
     ```mlir
@@ -166,16 +217,19 @@ def PlanBuffersPass : Pass<"cleave-plan-buffers", "func::FuncOp"> {
       %0 = cleave.exp %x : tensor<4xf32>
       %1 = cleave.tanh %0 : tensor<4xf32>
       %2 = cleave.exp %1 : tensor<4xf32>
-      return %2 : tensor<4xf32>
+      %3 = cleave.tanh %2 : tensor<4xf32>
+      return %3 : tensor<4xf32>
     }
     ```
-    After (`%0` is dead once `%1` exists, so `%2` reuses its bytes):
+    After (`%0` is dead once `%1` exists, so `%2` reuses its bytes; `%3`
+    is made in the caller's tensor):
     ```mlir
     func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {cleave.arena_bytes = 128 : i64} {
       %0 = cleave.exp %x {cleave.offsets = array<i64: 0>} : tensor<4xf32>
       %1 = cleave.tanh %0 {cleave.offsets = array<i64: 64>} : tensor<4xf32>
       %2 = cleave.exp %1 {cleave.offsets = array<i64: 0>} : tensor<4xf32>
-      return %2 : tensor<4xf32>
+      %3 = cleave.tanh %2 {cleave.offsets = array<i64: -1>} : tensor<4xf32>
+      return %3 : tensor<4xf32>
     }
     ```
   }];

@@ -9,8 +9,10 @@
 
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/TensorSize.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Types.h"
+#include "llvm/ADT/DenseMap.h"
 
 namespace mlir::cleave {
 
@@ -22,6 +24,10 @@ bool isView(Operation *op);
 bool isStoredConstant(Operation *op);
 /// Splat constants above this many elements are filled at run time.
 inline constexpr int64_t kMaxStoredSplatElements = 64;
+/// The results of \p func the plan places in the caller's output tensors
+/// instead of the arena, each at its first position in the return: values an
+/// op of the body makes (not arguments, views or stored constants).
+llvm::DenseMap<Value, unsigned> plannedOutputs(func::FuncOp func);
 } // namespace mlir::cleave
 
 #endif // CLEAVE_LOWERING_PLANBUFFERS_H

@@ -136,7 +136,7 @@ TEST(Executor, WritesOutputsInPlaceAcrossCarriedRuns) {
 /// fused into one chain: w' = w - lr (beta m + g), m' = beta m + g. Through
 /// the CPU runner, w' and m' are written over w and m (canDonate), and
 /// every run's state is bit for bit the swapping executor's.
-ProgramBuilder momentumStep(bool readWAfter, int *wOut) {
+ProgramBuilder momentumStep(bool readWAfter, int *wOut, bool planned = false) {
   ProgramBuilder b;
   Shape s = {5000};
   int w = b.input("w", DType::F32, s);
@@ -144,8 +144,11 @@ ProgramBuilder momentumStep(bool readWAfter, int *wOut) {
   int g = b.input("g", DType::F32, s);
   int beta = b.constant(f32({1}, {0.9f}));
   int lr = b.constant(f32({1}, {0.125f}));
-  int mb = b.arena(DType::F32, s), m2 = b.arena(DType::F32, s);
-  int step = b.arena(DType::F32, s), w1 = b.arena(DType::F32, s);
+  int mb = b.arena(DType::F32, s), step = b.arena(DType::F32, s);
+  // Planned, w' and m' are made in the caller's tensors (outputs 0, 1).
+  int w1 = planned ? b.outputSlot(DType::F32, s) : b.arena(DType::F32, s);
+  int m2 = planned ? b.addValue(DType::F32, s, plan::Value::OUTPUT, 0, 1)
+                   : b.arena(DType::F32, s);
   b.instruction("mul", {m, beta}, {mb});
   b.instruction("add", {mb, g}, {m2});
   b.instruction("mul", {m2, lr}, {step});
@@ -162,9 +165,11 @@ ProgramBuilder momentumStep(bool readWAfter, int *wOut) {
   return b;
 }
 
-TEST(Executor, DonatesStateToFusedUpdates) {
+class DonatesStateToFusedUpdates : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DonatesStateToFusedUpdates, BitForBitTheSwappingExecutors) {
   int w = 0;
-  ProgramBuilder b = momentumStep(false, &w);
+  ProgramBuilder b = momentumStep(false, &w, /*planned=*/GetParam());
   std::unique_ptr<Executor> donor, plain;
   ASSERT_TRUE(Executor::create(b.program, &donor).isOk());
   ASSERT_TRUE(Executor::create(b.program, &plain).isOk());
@@ -193,6 +198,104 @@ TEST(Executor, DonatesStateToFusedUpdates) {
     EXPECT_EQ(got.bytes, in[1].bytes) << "m after run " << run;
   }
   EXPECT_NE(in[0].bytes, w0.bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Executor, DonatesStateToFusedUpdates,
+                         ::testing::Bool(), [](const auto &info) {
+                           return info.param ? "InOutputTensors" : "InArena";
+                         });
+
+/// The plan places a step's results in the caller's tensors (OUTPUT
+/// storage): t = exp(x) is output 0 and is listed again as output 2, a view
+/// of it is read on the way, and the arena holds only u = neg(view).
+TEST(Executor, MakesResultsInTheCallersTensors) {
+  ProgramBuilder b;
+  int x = b.input("x", DType::F32, {2, 3});
+  int t = b.outputSlot(DType::F32, {2, 3});
+  int flat = b.addValue(DType::F32, {3}, plan::Value::OUTPUT, 12, 0);
+  int u = b.arena(DType::F32, {3});
+  b.instruction("exp", {x}, {t});
+  b.instruction("neg", {flat}, {u});
+  b.output(t, "t");
+  b.output(u, "u");
+  b.output(t, "t_again");
+  std::unique_ptr<Executor> exec;
+  Status st = Executor::create(b.program, &exec);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(b.program.arena_bytes(), 64) << "only u is in the arena";
+  std::vector<float> xs = {0, 1, -1, 0.5f, 2, -2}, ts, us;
+  for (float v : xs)
+    ts.push_back(std::exp(v));
+  for (int i = 3; i < 6; ++i)
+    us.push_back(-ts[i]);
+  std::vector<HostTensor> out;
+  for (int run = 0; run < 2; ++run) {
+    const uint8_t *before = out.empty() ? nullptr : out[0].bytes.data();
+    ASSERT_TRUE(exec->run({f32({2, 3}, xs)}, &out).isOk());
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_EQ(values<float>(out[0]), ts) << "run " << run;
+    EXPECT_EQ(values<float>(out[1]), us) << "run " << run;
+    EXPECT_EQ(values<float>(out[2]), ts) << "run " << run;
+    if (before)
+      EXPECT_EQ(out[0].bytes.data(), before) << "the caller's tensor reused";
+  }
+  // The caller's output tensors are the inputs themselves: made aside,
+  // copied at the end, the input never written while it is read.
+  std::vector<HostTensor> same = {f32({2, 3}, xs)};
+  ASSERT_TRUE(exec->run(same, &same).isOk());
+  ASSERT_EQ(same.size(), 3u);
+  EXPECT_EQ(values<float>(same[0]), ts);
+  EXPECT_EQ(values<float>(same[1]), us);
+}
+
+TEST(ExecutorValidation, OutputStorage) {
+  auto loadError = [](const ProgramBuilder &b) {
+    std::unique_ptr<Executor> exec;
+    Status st = Executor::create(b.program, &exec);
+    return st.isOk() ? std::string() : st.message();
+  };
+  {
+    ProgramBuilder b; // output index out of range
+    int x = b.input("x", DType::F32, {4});
+    int t = b.addValue(DType::F32, {4}, plan::Value::OUTPUT, 0, 3);
+    b.instruction("exp", {x}, {t});
+    b.output(t, "t");
+    EXPECT_TRUE(contains(loadError(b), "output index 3 out of range"))
+        << loadError(b);
+  }
+  {
+    ProgramBuilder b; // in output 0's tensor, but output 0 is in the arena
+    int x = b.input("x", DType::F32, {4});
+    int a = b.arena(DType::F32, {4});
+    int t = b.addValue(DType::F32, {4}, plan::Value::OUTPUT, 0, 0);
+    b.instruction("exp", {x}, {a});
+    b.instruction("exp", {a}, {t});
+    b.output(a, "a");
+    EXPECT_TRUE(contains(loadError(b), "not the whole of it")) << loadError(b);
+  }
+  {
+    ProgramBuilder b; // a view past the output's bytes
+    int x = b.input("x", DType::F32, {4});
+    int t = b.outputSlot(DType::F32, {4});
+    int past = b.addValue(DType::F32, {2}, plan::Value::OUTPUT, 12, 0);
+    int u = b.arena(DType::F32, {2});
+    b.instruction("exp", {x}, {t});
+    b.instruction("neg", {past}, {u});
+    b.output(t, "t");
+    EXPECT_TRUE(contains(loadError(b), "exceed output 0")) << loadError(b);
+  }
+  {
+    ProgramBuilder b; // an instruction writes a view of an output
+    int x = b.input("x", DType::F32, {4});
+    int t = b.outputSlot(DType::F32, {4});
+    int half = b.addValue(DType::F32, {2}, plan::Value::OUTPUT, 8, 0);
+    int y = b.input("y", DType::F32, {2});
+    b.instruction("exp", {x}, {t});
+    b.instruction("neg", {y}, {half});
+    b.output(t, "t");
+    EXPECT_TRUE(contains(loadError(b), "not in the arena or an output"))
+        << loadError(b);
+  }
 }
 
 TEST(Executor, DonatesOnlyWhereNothingReadsTheOldValue) {

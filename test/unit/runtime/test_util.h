@@ -199,6 +199,11 @@ public:
     }
     inst->set_location(location);
   }
+  /// A value in the tensor of the output added next (OUTPUT storage).
+  int outputSlot(DType dtype, const Shape &shape) {
+    return addValue(dtype, shape, plan::Value::OUTPUT, 0,
+                    program.outputs_size());
+  }
   void output(int id, const std::string &name) {
     program.add_outputs(id);
     program.add_output_names(name);

@@ -48,15 +48,20 @@ enum cleave_dtype {
 };
 
 /* Where a value's bytes live, as plan.proto's Value.Storage. */
-enum cleave_storage { CLEAVE_ARENA = 0, CLEAVE_INPUT = 1, CLEAVE_CONSTANT = 2 };
+enum cleave_storage {
+  CLEAVE_ARENA = 0,
+  CLEAVE_INPUT = 1,
+  CLEAVE_CONSTANT = 2,
+  CLEAVE_OUTPUT = 3
+};
 
 typedef struct cleave_value {
   int32_t dtype; /* enum cleave_dtype, or another number (refused) */
   int32_t rank;
   const int64_t *shape;
   int32_t storage; /* enum cleave_storage */
-  int32_t index;   /* input or constant index */
-  int64_t offset;  /* bytes into the arena, input or constant */
+  int32_t index;   /* input, constant or output index */
+  int64_t offset;  /* bytes into the arena, input, constant or output */
 } cleave_value;
 
 typedef struct cleave_attr {
