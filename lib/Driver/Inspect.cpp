@@ -64,6 +64,9 @@ struct BundleSummary {
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, gradientBytes = 0, stateBytes = 0,
           activationBytes = 0;
+  /// What the step returns beside its inputs, gradients aside: the loss
+  /// and the model's outputs (made in the caller's tensors, not the arena).
+  int64_t resultBytes = 0;
   /// State that does not train (frozen weights, BatchNorm statistics), as
   /// each rank holds it: the mesh chooser counts it too.
   int64_t bufferBytes = 0;
@@ -209,6 +212,7 @@ BundleSummary summarize(const pb::Plan &plan) {
          inst.location(), inst.reason(), bytes, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
+  out.resultBytes = cleave::driver::returnedBytes(program, /*gradients=*/false);
   if (!plan.train_config().precision().empty()) {
     out.precision = plan.train_config().precision();
     countHalfCopies(program, out);
@@ -316,7 +320,8 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                          {"gradients", sum.gradientBytes},
                          {"optimizer_state", sum.stateBytes},
                          {"buffers", sum.bufferBytes},
-                         {"activations_peak", sum.activationBytes}};
+                         {"activations_peak", sum.activationBytes},
+                         {"results", sum.resultBytes}};
   llvm::json::Object kernels;
   for (const auto &[name, count] : sum.kernels)
     kernels[name] = count;
@@ -394,7 +399,9 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << (half ? " (with the f32 master weights)" : "") << "\n"
      << "  buffers          " << sum.bufferBytes
      << " (state that does not train: frozen weights, statistics)\n"
-     << "  activations peak " << sum.activationBytes << "\n";
+     << "  activations peak " << sum.activationBytes << "\n"
+     << "  step results     " << sum.resultBytes
+     << " (the loss and outputs the step returns)\n";
   if (sum.choice)
     printChoice(*sum.choice, os);
 }

@@ -69,11 +69,14 @@ double flopsOf(const pb::Program &p, const pb::Instruction &inst) {
   return 0;
 }
 
-/// Bytes of the results a step returns that no input takes back: a new
-/// parameter, buffer or optimizer state replaces its input (the CPU backend
-/// writes it there; CUDA's second buffer is issue 38's in-place update), a
-/// gradient, the loss or a model output is held beside the inputs.
-int64_t countedOutputBytes(const pb::Program &p) {
+} // namespace
+
+int64_t planTensorBytes(const pb::TensorType &t) {
+  return static_cast<int64_t>(rt::dtypeSize(rt::fromPlan(t.dtype()))) *
+         numel(t);
+}
+
+int64_t returnedBytes(const pb::Program &p, bool gradients) {
   auto key = [](const pb::Binding &b) {
     return std::to_string(b.role()) + "/" + b.name() + "/" + b.slot();
   };
@@ -83,19 +86,15 @@ int64_t countedOutputBytes(const pb::Program &p) {
   int64_t bytes = 0;
   for (int i = 0; i < p.outputs_size(); ++i) {
     const pb::Value &v = p.values(p.outputs(i));
-    bool carried =
-        i < p.output_bindings_size() && inputs.count(key(p.output_bindings(i)));
-    if (v.storage() == pb::Value::OUTPUT && v.index() == i && !carried)
+    const pb::Binding *b =
+        i < p.output_bindings_size() ? &p.output_bindings(i) : nullptr;
+    if (b && (inputs.count(key(*b)) ||
+              (!gradients && b->role() == pb::Binding::GRADIENT)))
+      continue;
+    if (v.storage() == pb::Value::OUTPUT && v.index() == i)
       bytes += bytesOf(v.type());
   }
   return bytes;
-}
-
-} // namespace
-
-int64_t planTensorBytes(const pb::TensorType &t) {
-  return static_cast<int64_t>(rt::dtypeSize(rt::fromPlan(t.dtype()))) *
-         numel(t);
 }
 
 std::string humanBytes(int64_t bytes) {
@@ -181,10 +180,10 @@ estimateStep(const pb::Program &program,
   // Per rank: every input (weights, optimizer state, the rank's batch), the
   // arena of everything the step computes, and the results it returns
   // beside its inputs (gradients, the loss); a new parameter or state is
-  // written over the old one (see countedOutputBytes).
+  // written over the old one.
   for (int32_t id : program.inputs())
     out.memoryBytes += bytesOf(typeOf(program, id));
-  out.memoryBytes += program.arena_bytes() + countedOutputBytes(program);
+  out.memoryBytes += program.arena_bytes() + returnedBytes(program, true);
   return out;
 }
 

@@ -248,9 +248,10 @@ def test_mesh_chooser_counts_the_split_frozen_base():
     # The rank's share of the batch, and AdamW's step number (an i64).
     inputs = sum(v.numel() * v.element_size() for v in batch.values()) \
         // chosen["dp"] + 8
+    assert m["results"] == 4, "the loss, made outside the arena"
     assert chosen["memory_bytes"] == \
         m["parameters"] + m["buffers"] + m["optimizer_state"] + \
-        m["activations_peak"] + inputs
+        m["activations_peak"] + m["results"] + inputs
     by_mesh = {(c["dp"], c["tp"]): c["memory_bytes"]
                for c in info["mesh_choice"]["candidates"]}
     # Just over what tp needs: below every dp candidate, ZeRO's included

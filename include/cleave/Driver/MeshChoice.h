@@ -77,6 +77,14 @@ int64_t planTensorBytes(const ::cleave::plan::TensorType &t);
 /// "1.5 GB", "320 MB", for messages.
 std::string humanBytes(int64_t bytes);
 
+/// Bytes of the results a step returns that no input takes back, made in
+/// the caller's tensors (OUTPUT storage): a new parameter, buffer or
+/// optimizer state replaces its input (the CPU backend writes it there;
+/// CUDA's second buffer is issue 38's in-place update), while the loss, a
+/// model output and (with \p gradients) a returned gradient are held
+/// beside the inputs.
+int64_t returnedBytes(const ::cleave::plan::Program &program, bool gradients);
+
 } // namespace cleave::driver
 
 #endif // CLEAVE_DRIVER_MESHCHOICE_H
