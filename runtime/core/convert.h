@@ -107,11 +107,13 @@ CLEAVE_HOST_DEVICE inline float bf16ToFloat(uint16_t b) {
 }
 
 /// f32 to bfloat16, rounding to nearest even (NaN stays a quiet NaN).
+/// Both outcomes are computed and one selected, so that a loop of these
+/// vectorises (a branch kept fused chains' bf16 stores scalar).
 CLEAVE_HOST_DEVICE inline uint16_t floatToBf16(float f) {
   uint32_t x = floatBits(f);
-  if ((x & 0x7fffffff) > 0x7f800000)
-    return static_cast<uint16_t>((x >> 16) | 0x40);
-  return static_cast<uint16_t>((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+  uint32_t quiet = (x >> 16) | 0x40;
+  uint32_t rounded = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+  return static_cast<uint16_t>((x & 0x7fffffff) > 0x7f800000 ? quiet : rounded);
 }
 
 /// Every float is a whole number where it reaches an integer type's bounds

@@ -145,10 +145,15 @@ evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
       continue;
     }
     if (DType d = f.inputStorage[k]; d != DType::F32) {
-      // Read by a widening cast, whose operand has the chain's shape.
+      // Read by a widening cast, whose operand has the chain's shape. One
+      // loop per type: a type test inside kept the loop scalar.
       const auto *in = static_cast<const uint16_t *>(args.operands[k]) + base;
-      for (int64_t t = 0; t < len; ++t)
-        dst[t] = d == DType::BF16 ? bf16ToFloat(in[t]) : halfToFloat(in[t]);
+      if (d == DType::BF16)
+        for (int64_t t = 0; t < len; ++t)
+          dst[t] = bf16ToFloat(in[t]);
+      else
+        for (int64_t t = 0; t < len; ++t)
+          dst[t] = halfToFloat(in[t]);
       continue;
     }
     const float *in = static_cast<const float *>(args.operands[k]);
@@ -227,8 +232,12 @@ evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
     } else if (DType d = f.outputStorage[o]; d != DType::F32) {
       // Already rounded (RoundBf16 / RoundF16): the narrowing is exact.
       auto *out = static_cast<uint16_t *>(args.results[o]) + base;
-      for (int64_t t = 0; t < len; ++t)
-        out[t] = d == DType::BF16 ? floatToBf16(v[t]) : floatToHalf(v[t]);
+      if (d == DType::BF16)
+        for (int64_t t = 0; t < len; ++t)
+          out[t] = floatToBf16(v[t]);
+      else
+        for (int64_t t = 0; t < len; ++t)
+          out[t] = floatToHalf(v[t]);
     } else {
       std::memcpy(static_cast<float *>(args.results[o]) + base, v,
                   sizeof(float) * len);
