@@ -66,8 +66,12 @@ class Graph:
         return name
 
     def const(self, array, hint):
+        """A literal: a Constant node, as torch.onnx writes them (a float
+        initializer is a weight, and trains unless frozen)."""
         name = self.name(hint)
-        self.inits.append(numpy_helper.from_array(array, name))
+        self.nodes.append(helper.make_node(
+            "Constant", [], [name],
+            value=numpy_helper.from_array(np.asarray(array), name)))
         return name
 
     def linear(self, x, name, n_in, n_out, bias=True):

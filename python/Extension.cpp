@@ -344,9 +344,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("plan_only", &driver::CompileOptions::planOnly)
       .def_readwrite("precision", &driver::CompileOptions::precision)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
-      .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames)
-      .def_readwrite("scalar_parameters",
-                     &driver::CompileOptions::scalarParameters);
+      .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
   m.def("inspect", &inspect, py::arg("bundle"), py::arg("json"),
         "cleave inspect [--json]");

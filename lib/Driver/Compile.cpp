@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveDialect.h"
 #include "cleave/Autodiff/Autodiff.h"
 #include "cleave/Driver/Bundle.h"
@@ -225,6 +226,50 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
   return rt::Status::ok();
 }
 
+/// "trains 14 tensors (1,234 values); frozen 2: a, b; scalars that train:
+/// logit_scale" for the imported @main: what trains is never a silent
+/// choice (an exporter's literal stored as an initializer trains like a
+/// learned temperature until it is frozen).
+static std::string trainSummary(func::FuncOp main) {
+  using mlir::cleave::kFrozenAttr;
+  using mlir::cleave::kParameterAttr;
+  int64_t tensors = 0, values = 0;
+  SmallVector<std::string> frozen, scalars;
+  for (unsigned i = 0; i < main.getNumArguments(); ++i) {
+    auto name = main.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+    if (!name)
+      continue;
+    if (main.getArgAttr(i, kFrozenAttr)) {
+      frozen.push_back(name.str());
+      continue;
+    }
+    auto type = cast<RankedTensorType>(main.getArgument(i).getType());
+    ++tensors;
+    values += type.getNumElements();
+    if (type.getNumElements() == 1)
+      scalars.push_back(name.str());
+  }
+  auto list = [](ArrayRef<std::string> names) {
+    constexpr size_t kShown = 8;
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < kShown; ++i)
+      out += (i ? ", " : "") + names[i];
+    if (names.size() > kShown)
+      out += " and " + std::to_string(names.size() - kShown) + " more";
+    return out;
+  };
+  std::string line = "trains " + std::to_string(tensors) + " tensor" +
+                     (tensors == 1 ? "" : "s") + " (" + std::to_string(values) +
+                     " values)";
+  line += frozen.empty() ? "; none frozen"
+                         : "; frozen " + std::to_string(frozen.size()) + ": " +
+                               list(frozen);
+  if (!scalars.empty())
+    line += "; scalars that train (--freeze one that is a constant): " +
+            list(scalars);
+  return line;
+}
+
 rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   if (o.output.empty() || o.output == "-")
     return rt::Status::error("give the bundle directory to write with -o "
@@ -244,7 +289,6 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   mlir::cleave::OnnxImportOptions options;
   options.seed = o.seed;
   options.frozen.assign(o.freeze.begin(), o.freeze.end());
-  options.scalarParameters = o.scalarParameters;
   options.maxArchiveBytes = o.maxArchiveBytes;
   std::unique_ptr<mlir::cleave::OnnxModel> model;
   if (rt::Status s = loadModel(ctx, o.model, o.inputs, options, &model); !s)
@@ -271,6 +315,10 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
       mlir::cleave::importOnnx(&ctx, *model, options);
   if (!module)
     return rt::Status::error("");
+  // Said once the bundle is written: a failed compile prints its error
+  // alone.
+  std::string summary =
+      trainSummary(module->lookupSymbol<func::FuncOp>("main"));
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
   CompileOptions mesh = o;
@@ -301,7 +349,11 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   }
   recordConfig(mesh, train, plan);
   auto main = module->lookupSymbol<func::FuncOp>("main");
-  return writeBundle(*model, weights, main, plan, o.output, o.planOnly);
+  rt::Status written =
+      writeBundle(*model, weights, main, plan, o.output, o.planOnly);
+  if (written && o.report)
+    o.report(summary);
+  return written;
 }
 
 } // namespace cleave::driver

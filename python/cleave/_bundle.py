@@ -177,7 +177,6 @@ def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
-            o.scalar_parameters = exported.scalars
         _cleave.compile(o)
     return Bundle(o.output)
 

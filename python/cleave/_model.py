@@ -774,7 +774,6 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
-            o.scalar_parameters = exported.scalars
             sources = exported.sources
             dtypes = exported.dtypes
         _cleave.compile(o)

@@ -728,6 +728,9 @@ static int runCompile(MLIRContext &ctx) {
   o.fusion = !noFusion;
   o.precision = compilePrecision;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
+  o.report = [](const std::string &line) {
+    llvm::outs() << "cleave: " << line << "\n";
+  };
   rt::Status s = ::cleave::driver::compileBundle(ctx, o);
   if (s)
     return 0;

@@ -13,6 +13,7 @@
 #include "cleave/Import/OnnxImporter.h"
 #include "cleave/runtime/executor.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,8 +68,11 @@ struct CompileOptions {
   /// Exact names of initializers not to train; names the model does not
   /// hold are ignored (buffers a front end folded into constants).
   std::vector<std::string> frozenNames;
-  /// Scalar (0-d) float initializers to train as weights.
-  std::vector<std::string> scalarParameters;
+  /// Where set, receives the line saying what trains: how many tensors,
+  /// which are frozen, and the scalar ones that train (every float
+  /// initializer trains unless frozen, a learned temperature as a weight
+  /// matrix does).
+  std::function<void(const std::string &)> report;
   /// --precision: "f32", or mixed precision "bf16" / "fp16" (f32 masters,
   /// the matmuls and convolutions on half-precision copies).
   std::string precision = "f32";

@@ -62,10 +62,6 @@ struct OnnxImportOptions {
   /// float initializers that are state rather than trainable weights
   /// (registered buffers that ONNX cannot tell from parameters).
   std::vector<std::string> frozen;
-  /// Scalar float initializers that are trainable weights (a learned
-  /// temperature or gate). Others are literals of the graph, as exporters
-  /// store them; the Python package names the module's 0-d parameters.
-  std::vector<std::string> scalarParameters;
   /// Frozen float weights a checkpoint holds in bf16 or f16 (name -> that
   /// type): nothing trains them, so they keep its bytes and are widened
   /// where they are read (a weight-only matmul reads them as they are).

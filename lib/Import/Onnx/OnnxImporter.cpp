@@ -17,6 +17,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
@@ -306,6 +307,15 @@ public:
   llvm::StringSet<> quantized;
   /// New values of buffers computed by the graph, in order of computation.
   llvm::MapVector<StringRef, Value> bufferUpdates;
+  /// The float initializers that are arguments (weights), by name.
+  llvm::StringMap<const onnx::TensorProto *> weights;
+  /// Weights a node read where it needs a compile-time value (a Dropout's
+  /// ratio, Range's bounds, a Pow's exponent): that value is the graph's,
+  /// so they do not train (freezeBaked).
+  llvm::StringSet<> baked;
+  /// The value of weight \p name, for a node that needs it at compile time
+  /// (NodeContext::constantInput); the weight is then baked.
+  std::optional<DenseElementsAttr> bakeWeight(StringRef name);
   func::FuncOp func;
   /// The step-number argument, added when a node first needs it.
   Value step;
@@ -325,6 +335,9 @@ private:
   /// widened weight is multiplied by (through reshapes and unsqueezes),
   /// part of the same checkpoint tensor; ONNX cannot say they are buffers.
   void freezeScales(const llvm::StringSet<> &initializerNames);
+  /// Baked weights no op reads any more are removed (the literals of an
+  /// exporter that stores them as initializers); the others are frozen.
+  void freezeBaked();
   /// The arguments of @main: graph inputs, then float initializers;
   /// other initializers become known constants.
   LogicalResult
@@ -801,9 +814,10 @@ LogicalResult GraphImporter::declareArguments(
   for (const auto &t : graph.initializer()) {
     Type element = elementTypeFromOnnx(context, t.data_type());
     SmallVector<int64_t> shape(t.dims().begin(), t.dims().end());
-    bool scalarWeight = llvm::is_contained(options.scalarParameters, t.name());
-    bool weight =
-        element && element.isF32() && (!shape.empty() || scalarWeight);
+    // Every float initializer is a weight, whatever its rank: a learned
+    // temperature or gate is a 0-d one (`cleave compile`'s summary names
+    // them, so an exporter's literal stored as one is seen and frozen).
+    bool weight = element && element.isF32();
     if (weight || quantized.contains(t.name())) {
       // Weights are read when the bundle is written, but a model whose
       // data is missing, cut or of the wrong size is refused here.
@@ -816,6 +830,18 @@ LogicalResult GraphImporter::declareArguments(
       if (Type held = options.heldTypes.lookup(t.name());
           held && frozen.contains(t.name()))
         element = held;
+      if (weight) {
+        weights[t.name()] = &t;
+        // A literal that is not finite (a mask's -inf) is no weight to
+        // train.
+        if (ShapedType::getNumElements(shape) <= 1 &&
+            !buffers.contains(t.name()))
+          if (std::optional<DenseElementsAttr> v = bakeWeight(t.name());
+              v && llvm::any_of(v->getValues<APFloat>(),
+                                [](const APFloat &f) { return !f.isFinite(); }))
+            frozen.insert(t.name());
+        baked.erase(t.name());
+      }
       argTypes.push_back(RankedTensorType::get(shape, element));
       argNames.push_back(
           {buffers.contains(t.name()) ? kBufferAttr : kParameterAttr,
@@ -1000,9 +1026,41 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     resultAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
         kBufferAttr, builder.getStringAttr(update.first))));
   func.setAllResultAttrs(resultAttrs);
+  freezeBaked();
   if (failed(verify(*module)))
     return nullptr;
   return module;
+}
+
+std::optional<DenseElementsAttr> GraphImporter::bakeWeight(StringRef name) {
+  const onnx::TensorProto *t = weights.lookup(name);
+  if (!t)
+    return std::nullopt;
+  std::string error;
+  FailureOr<TensorData> data =
+      decodeTensor(context, *t, modelFolder(model.path()), error);
+  if (failed(data))
+    return std::nullopt;
+  bool overflow;
+  DenseElementsAttr attr = toComputeType(tensorDataToAttr(*data), &overflow);
+  if (overflow)
+    return std::nullopt;
+  baked.insert(name);
+  return attr;
+}
+
+void GraphImporter::freezeBaked() {
+  llvm::BitVector unused(func.getNumArguments());
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+    if (!name || !baked.contains(name.getValue()))
+      continue;
+    if (func.getArgument(i).use_empty())
+      unused.set(i);
+    else
+      func.setArgAttr(i, kFrozenAttr, UnitAttr::get(context));
+  }
+  (void)func.eraseArguments(unused);
 }
 
 OwningOpRef<ModuleOp>
@@ -1067,6 +1125,9 @@ std::optional<DenseElementsAttr> NodeContext::constantInput(unsigned i) {
   auto k = graph.known.find(name);
   if (k != graph.known.end())
     return k->second;
+  if (Value v = graph.values.lookup(name);
+      v && isa<BlockArgument>(v) && graph.weights.count(name))
+    return graph.bakeWeight(name);
   if (Value v = graph.values.lookup(name)) {
     DenseElementsAttr attr;
     if (matchPattern(v, m_Constant(&attr)))
