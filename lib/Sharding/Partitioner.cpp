@@ -688,6 +688,12 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
     if (c < bestCost)
       best = Candidates::kPartial, bestCost = c;
   }
+  // A parameter's gradient made here takes, on a tie, the parameter's own
+  // layout: a table's gradient scattered into its rows stays sharded like
+  // the table, rather than built whole on every rank and sliced for the
+  // update (LLaMA-3-8B's embedding: 2.1 GB a rank).
+  std::optional<Layout> home = gradientHome(e);
+  bool bestAtHome = false;
   for (auto [c, f] : llvm::enumerate(rule.factors)) {
     if (!cands.splittable(f))
       continue;
@@ -700,8 +706,12 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
              : f.operandDims[0] == rule.lookup->axis))
       continue;
     double cost = cands.cost(c, cut);
-    if (cost < bestCost)
-      best = c, bestCut = cut, bestCost = cost;
+    bool atHome =
+        home && f.resultDims[0] >= 0 &&
+        canonicalFor(e.firstResult, Layout::split(f.resultDims[0], cut.blocks,
+                                                  cut.granule)) == *home;
+    if (cost < bestCost || (cost == bestCost && atHome && !bestAtHome))
+      best = c, bestCut = cut, bestCost = cost, bestAtHome = atHome;
   }
   if (bestCost == kInfinity)
     return e.op->emitOpError("has no layout its operands can reach");
@@ -923,8 +933,21 @@ Layout Partitioner::stateLayout(RankedTensorType type, Layout param,
   return param;
 }
 
+std::optional<Layout> Partitioner::gradientHome(const OpEntry &e) const {
+  if (e.numResults != 1 || !runParams)
+    return std::nullopt;
+  auto g = index.gradientOf.find(e.firstResult);
+  if (g == index.gradientOf.end())
+    return std::nullopt;
+  auto p = runParams->find(g->second);
+  if (p == runParams->end() || !p->second.isSplit())
+    return std::nullopt;
+  return canonicalFor(e.firstResult, p->second);
+}
+
 FailureOr<PartitionResult> Partitioner::run(const ParameterLayouts &params) {
   Block &body = func.getBody().front();
+  runParams = &params;
   if (rewrite) {
     classifyPhases();
     // Bucket numbers stay unique in the function across walks (the dp

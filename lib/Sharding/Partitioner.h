@@ -234,6 +234,11 @@ private:
        scatterGradients = false, shardParameters = false;
   int64_t earlyBucketBytes = -1;
   const ParameterLayouts *tensorLayouts = nullptr;
+  /// The parameters' layouts of the run in progress.
+  const ParameterLayouts *runParams = nullptr;
+  /// The layout of the parameter whose gradient op \p e makes (none when
+  /// it makes none, or the parameter is whole).
+  std::optional<Layout> gradientHome(const OpEntry &e) const;
   /// earlyBucketBytes: the bytes of gradients waiting in the open bucket,
   /// and one of them (-1: none).
   int64_t pendingBytes = 0;
