@@ -20,6 +20,11 @@ class ModelProto;
 
 namespace mlir::cleave {
 
+/// The ONNX domain of Cleave's own ops: what its TorchScript translator
+/// writes where ONNX has no op (PaddedGather: a lookup whose padding row
+/// takes no gradient).
+inline constexpr const char *kCleaveDomain = "ai.cleave";
+
 /// A user's fixing of a graph input: its dims and, optionally, its element
 /// type (`--input NAME=8x128xi64`).
 struct InputSpec {

@@ -411,7 +411,10 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
           ? (node.output_size() ? node.output(0) : node.op_type())
           : node.name();
   Location loc = NameLoc::get(StringAttr::get(context, label), fileLoc());
-  if (!node.domain().empty() && node.domain() != "ai.onnx")
+  // Cleave's own domain: ops its TorchScript translator writes that ONNX
+  // cannot express (PaddedGather).
+  if (!node.domain().empty() && node.domain() != "ai.onnx" &&
+      node.domain() != kCleaveDomain)
     return emitError(loc) << "node '" << label << "': unsupported op '"
                           << node.domain() << "." << node.op_type()
                           << "' (domain '" << node.domain()

@@ -6,8 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cleave/CleaveAttrNames.h"
 #include "Cleave/TensorSize.h"
 #include "NodeContext.h"
+#include "cleave/Import/OnnxImporter.h"
 #include <array>
 #include <cmath>
 #include <limits>
@@ -369,6 +371,44 @@ LogicalResult gather(NodeContext &ctx) {
     }
   }
   ctx.setOutput(0, ctx.b.createOrFold<GatherOp>(*data, *indices, *axis));
+  return success();
+}
+
+/// ai.cleave.PaddedGather(table, ids; padding_idx): a row lookup whose row
+/// padding_idx takes no gradient, as nn.Embedding(padding_idx=...) trains
+/// (TorchScript's aten::embedding carries it; ONNX has no way to say it).
+/// Wherever an id names that row, the result is read from a lookup marked
+/// no_grad, so the row keeps its value and the others train as usual.
+LogicalResult paddedGather(NodeContext &ctx) {
+  if (ctx.node.domain() != kCleaveDomain)
+    return ctx.error() << "is Cleave's own op (domain '" << kCleaveDomain
+                       << "')";
+  FailureOr<Value> data = ctx.input(0), indices = ctx.input(1);
+  if (failed(data) || failed(indices))
+    return failure();
+  auto idsType = NodeContext::typeOf(*indices);
+  if (!idsType.getElementType().isInteger(64) ||
+      NodeContext::rankOf(*data) != 2)
+    return ctx.error() << "needs a 2-D table and int64 ids";
+  int64_t rows = NodeContext::typeOf(*data).getDimSize(0);
+  int64_t pad = ctx.attrInt("padding_idx", 0);
+  if (pad < -rows || pad >= rows)
+    return ctx.error() << "padding_idx " << pad << " is out of range for "
+                       << rows << " rows";
+  if (pad < 0)
+    pad += rows;
+  Value looked = GatherOp::create(ctx.b, *data, *indices, 0);
+  auto held = GatherOp::create(ctx.b, *data, *indices, 0);
+  held->setAttr(kNoGradAttr, ctx.b.getUnitAttr());
+  SmallVector<int64_t> ones(idsType.getRank(), 1);
+  Value isPad = CmpOp::create(
+      ctx.b, CmpPredicate::eq, *indices,
+      ctx.splat(idsType.getElementType(), ones, static_cast<double>(pad)));
+  SmallVector<int64_t> column(idsType.getShape());
+  column.push_back(1);
+  Value mask = ctx.b.createOrFold<ReshapeOp>(
+      RankedTensorType::get(column, ctx.b.getI1Type()), isPad);
+  ctx.setOutput(0, SelectOp::create(ctx.b, mask, held, looked));
   return success();
 }
 
@@ -902,6 +942,7 @@ void onnx_import::registerShapeHandlers(HandlerTable &t) {
   t.on("Slice", 1, slice1);
   t.on("Slice", 10, slice10);
   t.on("Gather", 1, gather);
+  t.on("PaddedGather", 1, paddedGather);
   t.on("Expand", 8, expand);
   t.on("Shape", 1, shape);
   t.on("Size", 1, size);

@@ -31,6 +31,7 @@ std::string Translator::initializer(const std::string &name,
       p->add_dims(d);
     p->set_raw_data(t.data_ptr(), t.numel() * t.element_size());
     emittedInitializers[name] = true;
+    staticShapes[name] = t.sizes().vec();
   }
   return name;
 }
@@ -224,6 +225,30 @@ bool Translator::foldScalar(Node *n) {
     if (!decided && equal)
       fail("cannot compare these sizes at compile time");
     items[out] = Item::of(kind == "aten::eq" ? equal : !equal);
+    return true;
+  }
+  if (kind == "aten::is_floating_point" && isTensor(n->input(0))) {
+    std::optional<at::ScalarType> t = in(0).dtype;
+    if (!t)
+      return false;
+    items[out] = Item::of(at::isFloatingType(*t));
+    return true;
+  }
+  // `x.dim() in (2, 3)` (nn.MultiheadAttention's checks): a constant list
+  // and a constant number.
+  if (kind == "aten::__contains__" && in(0).kind == Item::List &&
+      in(1).isNumber()) {
+    bool found = false, decided = true;
+    for (const Item &e : in(0).elems) {
+      if (!e.isNumber())
+        decided = false;
+      else
+        found |= e.number() == in(1).number();
+    }
+    if (!found && !decided)
+      fail("cannot tell at compile time whether a computed size is in a "
+           "list");
+    items[out] = Item::of(found);
     return true;
   }
   if (kind == "aten::__getitem__" && in(0).kind == Item::List) {
@@ -452,6 +477,9 @@ void Translator::run(torch::jit::Graph &graph,
     tt->set_elem_type(onnxType(dtypeOf(in)));
     for (int64_t d : shapeOf(in))
       tt->mutable_shape()->add_dim()->set_dim_value(d);
+    // Fixed by --input: a size read from it anywhere (through a scripted
+    // branch's result, whose type says none) is that number.
+    staticShapes[names[i - 1]] = shapeOf(in);
   }
   translateBlock(graph.block());
   current = nullptr;

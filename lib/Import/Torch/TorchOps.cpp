@@ -511,6 +511,37 @@ void Translator::atenMatmul(AtenCall &call) {
   return outRD(emit("MatMul", {T(0), T(1)}), r, firstType);
 }
 
+void Translator::atenAddmm(AtenCall &call) {
+  ATEN_LOCALS(call);
+  // addmm / baddbmm (self, a, b, beta, alpha) = beta self + alpha (a @ b):
+  // nn.Linear's scripted form and nn.MultiheadAttention's masked scores;
+  // addbmm sums the batch's products first.
+  at::ScalarType t = dtypeOr(ins[0], at::kFloat);
+  auto factor = [&](size_t i) {
+    return ins.size() > i && item(ins[i]).isNumber() ? item(ins[i]).number()
+                                                     : 1.0;
+  };
+  double beta = factor(3), alpha = factor(4);
+  std::string product = emit("MatMul", {T(1), T(2)});
+  int64_t rank = rankOf(ins[1]);
+  if (kind == "aten::addbmm") {
+    onnx::NodeProto *sum =
+        node("ReduceSum", {product, constant(at::kLong, {1}, {0.0})});
+    attr(sum, "keepdims", int64_t(0));
+    product = sum->output(0);
+    rank -= 1;
+  }
+  if (alpha != 1.0)
+    product = emit("Mul", {product, constant(t, {}, {alpha})});
+  // beta = 0 ignores self (NaN and inf in it included), as PyTorch does.
+  if (beta == 0.0)
+    return outRD(product, rank, t);
+  std::string self = T(0);
+  if (beta != 1.0)
+    self = emit("Mul", {self, constant(t, {}, {beta})});
+  return outRD(emit("Add", {self, product}), std::max(rank, rankOf(ins[0])), t);
+}
+
 void Translator::atenT(AtenCall &call) {
   ATEN_LOCALS(call);
   onnx::NodeProto *t = node("Transpose", {T(0)});
@@ -520,12 +551,33 @@ void Translator::atenT(AtenCall &call) {
 
 void Translator::atenEmbedding(AtenCall &call) {
   ATEN_LOCALS(call);
-  if (ins.size() > 2 && item(ins[2]).isInt() && constInt(ins[2]) >= 0)
-    fail("aten::embedding with padding_idx (no gradient for that row) is "
-         "not supported");
+  // padding_idx (>= 0 here: nn.Embedding normalises it) gives that row no
+  // gradient: Cleave's own PaddedGather (domain "ai.cleave", the ONNX
+  // importer's kCleaveDomain), as ONNX cannot say it.
+  if (ins.size() > 2 && item(ins[2]).isInt() && constInt(ins[2]) >= 0) {
+    std::string ids = as(ins[1], at::kLong);
+    onnx::NodeProto *lookup = node("PaddedGather", {T(0), ids});
+    lookup->set_domain("ai.cleave");
+    attr(lookup, "padding_idx", constInt(ins[2]));
+    return embedded(call, lookup->output(0));
+  }
   onnx::NodeProto *gather = node("Gather", {T(0), T(1)});
   attr(gather, "axis", int64_t(0));
-  return outRD(gather->output(0), rankOf(ins[1]) + 1, dtypeOf(ins[0]));
+  return embedded(call, gather->output(0));
+}
+
+void Translator::embedded(AtenCall &call, const std::string &rows) {
+  ATEN_LOCALS(call);
+  // The ids' shape and the row's width, where both are known: a scripted
+  // forward reads sizes of what it looked up (nn.MultiheadAttention's
+  // checks), which its types no longer say past a branch.
+  auto ids = knownShape(ins[1]), table = knownShape(ins[0]);
+  if (ids && table && table->size() == 2) {
+    std::vector<int64_t> shape = *ids;
+    shape.push_back((*table)[1]);
+    staticShapes[rows] = shape;
+  }
+  return outRD(rows, rankOf(ins[1]) + 1, dtypeOf(ins[0]));
 }
 
 void Translator::atenLayerNorm(AtenCall &call) {

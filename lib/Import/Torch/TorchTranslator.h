@@ -215,10 +215,18 @@ private:
     if (!t)
       return std::nullopt;
     auto sizes = t->sizes().concrete_sizes();
-    if (!sizes)
-      return std::nullopt;
-    return *sizes;
+    if (sizes)
+      return *sizes;
+    // A module's tensor (a parameter or a buffer, as a constant) has the
+    // shape it was written with, where a scripted graph's types say none.
+    if (auto it = items.find(v);
+        it != items.end() && it->second.kind == Item::Tensor)
+      if (auto s = staticShapes.find(it->second.name); s != staticShapes.end())
+        return s->second;
+    return std::nullopt;
   }
+  /// The shapes of the constants and initializers written, by ONNX name.
+  std::unordered_map<std::string, std::vector<int64_t>> staticShapes;
   /// A dtype for \p v's scalar operands: its own if known, else float.
   at::ScalarType dtypeOr(const TValue *v, at::ScalarType dflt) {
     if (auto it = items.find(v); it != items.end() &&
@@ -441,6 +449,7 @@ private:
     a->set_name("value");
     a->set_type(onnx::AttributeProto::TENSOR);
     *a->mutable_t() = t;
+    staticShapes[n->output(0)] = shape;
     return n->output(0);
   }
   /// An int64 1-D constant, exactly (no trip through double: INT64_MAX is
@@ -496,6 +505,8 @@ private:
   Item replayView(const View &view, const Item &rootValue);
   void writeThrough(const TValue *target, const TValue *result);
   void atenUnary(AtenCall &c);
+  /// The result of an embedding lookup, its shape recorded where known.
+  void embedded(AtenCall &c, const std::string &rows);
 #define ATEN_HANDLER(HANDLER, ...) void HANDLER(AtenCall &c);
 #include "TorchOps.def"
 #undef ATEN_HANDLER
