@@ -64,8 +64,9 @@ struct BundleSummary {
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, gradientBytes = 0, stateBytes = 0,
           activationBytes = 0;
-  /// What the step returns beside its inputs, gradients aside: the loss
-  /// and the model's outputs (made in the caller's tensors, not the arena).
+  /// What the step returns beside its inputs, gradients aside: new
+  /// parameters and state, the loss, the model's outputs (made in the
+  /// caller's tensors, not the arena).
   int64_t resultBytes = 0;
   /// State that does not train (frozen weights, BatchNorm statistics), as
   /// each rank holds it: the mesh chooser counts it too.
@@ -401,7 +402,8 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << " (state that does not train: frozen weights, statistics)\n"
      << "  activations peak " << sum.activationBytes << "\n"
      << "  step results     " << sum.resultBytes
-     << " (the loss and outputs the step returns)\n";
+     << " (new parameters and state, the loss: made beside the inputs; "
+        "the CPU backend writes the new state over the old)\n";
   if (sum.choice)
     printChoice(*sum.choice, os);
 }

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <set>
 
 namespace pb = ::cleave::plan;
 namespace rt = ::cleave::rt;
@@ -77,19 +76,12 @@ int64_t planTensorBytes(const pb::TensorType &t) {
 }
 
 int64_t returnedBytes(const pb::Program &p, bool gradients) {
-  auto key = [](const pb::Binding &b) {
-    return std::to_string(b.role()) + "/" + b.name() + "/" + b.slot();
-  };
-  std::set<std::string> inputs;
-  for (const pb::Binding &b : p.input_bindings())
-    inputs.insert(key(b));
   int64_t bytes = 0;
   for (int i = 0; i < p.outputs_size(); ++i) {
     const pb::Value &v = p.values(p.outputs(i));
     const pb::Binding *b =
         i < p.output_bindings_size() ? &p.output_bindings(i) : nullptr;
-    if (b && (inputs.count(key(*b)) ||
-              (!gradients && b->role() == pb::Binding::GRADIENT)))
+    if (b && !gradients && b->role() == pb::Binding::GRADIENT)
       continue;
     if (v.storage() == pb::Value::OUTPUT && v.index() == i)
       bytes += bytesOf(v.type());
@@ -179,8 +171,7 @@ estimateStep(const pb::Program &program,
     out.communicationByAxis.push_back({axis, t});
   // Per rank: every input (weights, optimizer state, the rank's batch), the
   // arena of everything the step computes, and the results it returns
-  // beside its inputs (gradients, the loss); a new parameter or state is
-  // written over the old one.
+  // beside its inputs (new parameters and state, gradients, the loss).
   for (int32_t id : program.inputs())
     out.memoryBytes += bytesOf(typeOf(program, id));
   out.memoryBytes += program.arena_bytes() + returnedBytes(program, true);

@@ -302,6 +302,14 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
                      const std::vector<std::pair<size_t, size_t>> &donated) {
   Impl &impl = *impl_;
   const LoadedProgram &program = impl.program;
+  if (outputs == &inputs) {
+    // The outputs are made beside the inputs the step still reads.
+    std::vector<HostTensor> made;
+    if (Status s = run(inputs, &made, donated); !s)
+      return s;
+    *outputs = std::move(made);
+    return Status::ok();
+  }
   if (inputs.size() != program.inputs.size())
     return Status::error("expected " + std::to_string(program.inputs.size()) +
                          " inputs, got " + std::to_string(inputs.size()));

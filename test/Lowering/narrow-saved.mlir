@@ -77,3 +77,24 @@ func.func @f32_step(%x: tensor<8xf32>, %d: tensor<8xf32>) -> (tensor<f32> {cleav
   %g = cleave.mul %y, %d : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %l, %g : tensor<f32>, tensor<8xf32>
 }
+
+// -----
+
+// Attention's backward recomputes exp(q k^T - lse) against the forward's
+// f32 log-sum-exp: its query stays f32; its value and output, products'
+// operands, are held in bf16.
+// CHECK-LABEL: func @attention
+// CHECK: %[[Q:.*]] = cleave.mul %arg0, %arg0
+// CHECK-NOT: cleave.cast %[[Q]]
+// CHECK: %[[V:.*]] = cleave.mul %arg2, %arg2
+// CHECK-NEXT: %[[H:.*]] = cleave.cast %[[V]] : tensor<1x1x4x8xf32> -> tensor<1x1x4x8xbf16>
+// CHECK: %[[W:.*]] = cleave.cast %[[H]] : tensor<1x1x4x8xbf16> -> tensor<1x1x4x8xf32>
+// CHECK: cleave.attention_backward %[[Q]], %arg1, %[[W]],
+func.func @attention(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>, %v: tensor<1x1x4x8xf32>, %g: tensor<1x1x4x8xf32>) -> (tensor<f32> {cleave.loss}, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) attributes {cleave.precision = "bf16"} {
+  %qq = cleave.mul %q, %q : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32>
+  %vv = cleave.mul %v, %v : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32>
+  %o, %lse = cleave.attention %qq, %k, %vv scale = 2.500000e-01 : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> (tensor<1x1x4x8xf32>, tensor<1x1x4xf32>)
+  %l = cleave.reduce sum %o dims = [0, 1, 2, 3] : (tensor<1x1x4x8xf32>) -> tensor<f32>
+  %dq, %dk, %dv = cleave.attention_backward %qq, %k, %vv, %o, %lse, %g scale = 2.500000e-01 : (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4xf32>, tensor<1x1x4x8xf32>) -> (tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>)
+  return %l, %dq, %dv : tensor<f32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>
+}

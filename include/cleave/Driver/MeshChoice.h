@@ -77,12 +77,12 @@ int64_t planTensorBytes(const ::cleave::plan::TensorType &t);
 /// "1.5 GB", "320 MB", for messages.
 std::string humanBytes(int64_t bytes);
 
-/// Bytes of the results a step returns that no input takes back, made in
-/// the caller's tensors (OUTPUT storage): a new parameter, buffer or
-/// optimizer state replaces its input (the CPU backend writes it there;
-/// CUDA's second buffer is issue 38's in-place update), while the loss, a
-/// model output and (with \p gradients) a returned gradient are held
-/// beside the inputs.
+/// Bytes of the results a step makes in the caller's tensors (OUTPUT
+/// storage) beside its inputs: new parameters, buffers and optimizer state
+/// (the CPU backend writes those over their inputs where it can, the CUDA
+/// backend holds a second buffer: writing in place on every backend is
+/// issue 38's), the loss, model outputs and, with \p gradients, returned
+/// gradients.
 int64_t returnedBytes(const ::cleave::plan::Program &program, bool gradients);
 
 } // namespace cleave::driver

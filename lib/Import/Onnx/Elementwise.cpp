@@ -107,9 +107,15 @@ LogicalResult power(NodeContext &ctx) {
     return failure();
   if (ctx.opset < 7 && failed(b = legacyOperand(ctx, *a, *b)))
     return failure();
-  // The result has the base's type; the exponent is converted to it.
+  // The result has the base's type; the exponent is converted to it. An
+  // exponent stored as an initializer is the graph's literal (baked: x^c
+  // with c trained would take log(x), NaN below zero).
   Type element = NodeContext::typeOf(*a).getElementType();
   Value exponent = *b;
+  if (isa<BlockArgument>(exponent))
+    if (std::optional<DenseElementsAttr> c = ctx.constantInput(1);
+        c && c->getNumElements() == 1)
+      exponent = ConstantOp::create(ctx.b, *c);
   if (NodeContext::typeOf(exponent).getElementType() != element)
     exponent = ctx.b.createOrFold<CastOp>(
         NodeContext::typeOf(exponent).clone(element), exponent);

@@ -414,7 +414,7 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node,
   // Cleave's own domain: ops its TorchScript translator writes that ONNX
   // cannot express (PaddedGather).
   if (!node.domain().empty() && node.domain() != "ai.onnx" &&
-      node.domain() != kCleaveDomain)
+      !(node.domain() == kCleaveDomain && node.op_type() == "PaddedGather"))
     return emitError(loc) << "node '" << label << "': unsupported op '"
                           << node.domain() << "." << node.op_type()
                           << "' (domain '" << node.domain()
@@ -1128,8 +1128,9 @@ std::optional<DenseElementsAttr> NodeContext::constantInput(unsigned i) {
   auto k = graph.known.find(name);
   if (k != graph.known.end())
     return k->second;
-  if (Value v = graph.values.lookup(name);
-      v && isa<BlockArgument>(v) && graph.weights.count(name))
+  if (Value v = graph.values.lookup(name); v && isa<BlockArgument>(v) &&
+                                           graph.weights.count(name) &&
+                                           !graph.buffers.contains(name))
     return graph.bakeWeight(name);
   if (Value v = graph.values.lookup(name)) {
     DenseElementsAttr attr;

@@ -391,6 +391,8 @@ LogicalResult paddedGather(NodeContext &ctx) {
       NodeContext::rankOf(*data) != 2)
     return ctx.error() << "needs a 2-D table and int64 ids";
   int64_t rows = NodeContext::typeOf(*data).getDimSize(0);
+  if (!ctx.attr("padding_idx"))
+    return ctx.error() << "needs its padding_idx";
   int64_t pad = ctx.attrInt("padding_idx", 0);
   if (pad < -rows || pad >= rows)
     return ctx.error() << "padding_idx " << pad << " is out of range for "

@@ -518,8 +518,12 @@ void Translator::atenAddmm(AtenCall &call) {
   // addbmm sums the batch's products first.
   at::ScalarType t = dtypeOr(ins[0], at::kFloat);
   auto factor = [&](size_t i) {
-    return ins.size() > i && item(ins[i]).isNumber() ? item(ins[i]).number()
-                                                     : 1.0;
+    if (ins.size() <= i || isNone(ins[i]))
+      return 1.0;
+    if (!item(ins[i]).isNumber())
+      fail(kind + " with a beta or alpha computed at run time is not "
+                  "supported");
+    return item(ins[i]).number();
   };
   double beta = factor(3), alpha = factor(4);
   std::string product = emit("MatMul", {T(1), T(2)});
