@@ -29,6 +29,12 @@ inline bool isProductOp(Operation *op) {
                          Conv2DBackwardFilterOp>(op);
 }
 
+/// Whether \p v is a ranked tensor of f32 (what mixed precision rounds).
+inline bool isF32Tensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.getElementType().isF32();
+}
+
 /// Whether transpose permutation \p perm swaps the last two dims and keeps
 /// the others: what matmul's transpose_lhs / transpose_rhs read for free.
 inline bool swapsLastTwo(ArrayRef<int64_t> perm) {

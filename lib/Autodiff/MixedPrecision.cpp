@@ -38,11 +38,6 @@ Type elementTypeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType();
 }
 
-bool isF32Tensor(Value v) {
-  auto tensor = dyn_cast<RankedTensorType>(v.getType());
-  return tensor && tensor.getElementType().isF32();
-}
-
 struct MixedPrecisionPass
     : public mlir::cleave::impl::MixedPrecisionPassBase<MixedPrecisionPass> {
   using Base::Base;

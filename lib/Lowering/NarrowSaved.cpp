@@ -24,11 +24,6 @@ using namespace mlir::cleave;
 
 namespace {
 
-bool isF32Tensor(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.getElementType().isF32();
-}
-
 /// Values the backward may read rounded: not statistics (a reduction's
 /// result, a norm's mean and inverse deviation, attention's log-sum-exp)
 /// nor log-domain values, whose rounding error is an exponent's (exp of it

@@ -93,6 +93,14 @@ Status loadValue(const cleave_program &program, int i, ProgramValue &info) {
   if (info.offset < 0 || info.offset % elemSize != 0)
     return fail("offset " + std::to_string(info.offset) +
                 " is negative or not a multiple of the element size");
+  // Input, output and constant values name their entry of that table.
+  auto indexIn = [&](int32_t count, const std::string &what) {
+    if (info.index >= 0 && info.index < count)
+      return Status::ok();
+    return fail(what + " index " + std::to_string(info.index) +
+                " out of range (program has " + std::to_string(count) + " " +
+                what + "s)");
+  };
   switch (v.storage) {
   case CLEAVE_ARENA:
     info.storage = Storage::Arena;
@@ -104,24 +112,14 @@ Status loadValue(const cleave_program &program, int i, ProgramValue &info) {
     return Status::ok();
   case CLEAVE_INPUT:
     info.storage = Storage::Input;
-    if (info.index < 0 || info.index >= program.num_inputs)
-      return fail("input index " + std::to_string(info.index) +
-                  " out of range (program has " +
-                  std::to_string(program.num_inputs) + " inputs)");
-    return Status::ok();
+    return indexIn(program.num_inputs, "input");
   case CLEAVE_OUTPUT:
     info.storage = Storage::Output;
-    if (info.index < 0 || info.index >= program.num_outputs)
-      return fail("output index " + std::to_string(info.index) +
-                  " out of range (program has " +
-                  std::to_string(program.num_outputs) + " outputs)");
-    return Status::ok();
+    return indexIn(program.num_outputs, "output");
   case CLEAVE_CONSTANT:
     info.storage = Storage::Constant;
-    if (info.index < 0 || info.index >= program.num_constants)
-      return fail("constant index " + std::to_string(info.index) +
-                  " out of range (program has " +
-                  std::to_string(program.num_constants) + " constants)");
+    if (Status s = indexIn(program.num_constants, "constant"); !s)
+      return s;
     if (info.offset > program.constants[info.index].size - info.numBytes)
       return fail("bytes [" + std::to_string(info.offset) + ", " +
                   std::to_string(info.offset + info.numBytes) +

@@ -313,9 +313,16 @@ public:
   /// ratio, Range's bounds, a Pow's exponent): that value is the graph's,
   /// so they do not train (freezeBaked).
   llvm::StringSet<> baked;
+  /// The value weight \p name holds (in its compute type), if it decodes.
+  std::optional<DenseElementsAttr> weightValue(StringRef name);
   /// The value of weight \p name, for a node that needs it at compile time
   /// (NodeContext::constantInput); the weight is then baked.
-  std::optional<DenseElementsAttr> bakeWeight(StringRef name);
+  std::optional<DenseElementsAttr> bakeWeight(StringRef name) {
+    std::optional<DenseElementsAttr> v = weightValue(name);
+    if (v)
+      baked.insert(name);
+    return v;
+  }
   func::FuncOp func;
   /// The step-number argument, added when a node first needs it.
   Value step;
@@ -839,11 +846,10 @@ LogicalResult GraphImporter::declareArguments(
         // train.
         if (ShapedType::getNumElements(shape) <= 1 &&
             !buffers.contains(t.name()))
-          if (std::optional<DenseElementsAttr> v = bakeWeight(t.name());
+          if (std::optional<DenseElementsAttr> v = weightValue(t.name());
               v && llvm::any_of(v->getValues<APFloat>(),
                                 [](const APFloat &f) { return !f.isFinite(); }))
             frozen.insert(t.name());
-        baked.erase(t.name());
       }
       argTypes.push_back(RankedTensorType::get(shape, element));
       argNames.push_back(
@@ -1035,7 +1041,7 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   return module;
 }
 
-std::optional<DenseElementsAttr> GraphImporter::bakeWeight(StringRef name) {
+std::optional<DenseElementsAttr> GraphImporter::weightValue(StringRef name) {
   const onnx::TensorProto *t = weights.lookup(name);
   if (!t)
     return std::nullopt;
@@ -1048,7 +1054,6 @@ std::optional<DenseElementsAttr> GraphImporter::bakeWeight(StringRef name) {
   DenseElementsAttr attr = toComputeType(tensorDataToAttr(*data), &overflow);
   if (overflow)
     return std::nullopt;
-  baked.insert(name);
   return attr;
 }
 
