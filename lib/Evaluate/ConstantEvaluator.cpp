@@ -111,12 +111,16 @@ mlir::cleave::evaluateWithRuntime(Operation *op, int64_t maxElements) {
       op->hasTrait<OpTrait::ConstantLike>() || op->getNumRegions() != 0)
     return failure();
   SmallVector<DenseElementsAttr> operands;
+  int64_t operandElements = 0;
   for (Value v : op->getOperands()) {
     DenseElementsAttr attr;
     if (!matchPattern(v, m_Constant(&attr)) || !supportedType(v.getType()))
       return failure();
     operands.push_back(attr);
+    operandElements += attr.getNumElements();
   }
+  if (operandElements > maxElements * kOperandFactor)
+    return failure();
   int64_t elements = 0;
   for (Type t : op->getResultTypes()) {
     if (!supportedType(t))

@@ -247,6 +247,10 @@ def cases(F, W):
         c + ["import", ts("bzip2.pt"), "--input", "x=2x4"],
         r"bzip2\.pt' is a malformed TorchScript archive: it compresses record "
         r"'tiny/data/0' with zip method 12, which libtorch cannot read$")
+    add("import", "TorchScript buffer of stride 0 expanding 4 bytes to 800 MB",
+        c + ["import", ts("expanded.pt"), "--input", "x=2x4"],
+        r"expanded\.pt': tensor 'big' is a view of 800000000 bytes over a storage of 4 "
+        r"\(a stride-0 expansion\)")
     # A fuzzer's finding: libtorch's unpickler asks for 28 GB (ASan aborts
     # there; plain builds get bad_alloc, or an OOM kill, in the child process
     # that reads archives).

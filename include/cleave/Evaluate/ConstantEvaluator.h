@@ -14,7 +14,11 @@ namespace mlir::cleave {
 /// one-instruction plan and running it on the CPU runtime. The runtime's
 /// kernels are the only implementation of each op's semantics, so folding
 /// and execution cannot disagree. Fails (without a diagnostic) for ops with
-/// non-constant operands, no kernel, or more than \p maxElements results.
+/// non-constant operands, no kernel, more than \p maxElements results, or
+/// operands of more than kOperandFactor times that: a splat operand costs
+/// nothing in the IR but is filled in full to run the kernel (a 4-byte
+/// ConstantOfShape value reduced over 30000x30000 took 3.6 GB to fold).
+inline constexpr int64_t kOperandFactor = 256;
 FailureOr<SmallVector<DenseElementsAttr>>
 evaluateWithRuntime(Operation *op, int64_t maxElements = 1 << 16);
 

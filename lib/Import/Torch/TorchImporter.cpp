@@ -21,7 +21,7 @@ namespace cleave_torch {
 std::string Translator::initializer(const std::string &name,
                                     const at::Tensor &value) {
   if (!emittedInitializers.count(name)) {
-    at::Tensor t = value.detach().contiguous();
+    at::Tensor t = dense(value, name);
     if (onnxType(t.scalar_type()) == onnx::TensorProto::UNDEFINED)
       fail("tensor '" + name + "' has a dtype Cleave does not import");
     onnx::TensorProto *p = g->add_initializer();
@@ -67,7 +67,7 @@ void Translator::getAttr(Node *n) {
       setTensor(out, initializer(name, t), t.dim(), t.scalar_type());
       return;
     }
-    at::Tensor c = t.detach().contiguous().to(at::kDouble);
+    at::Tensor c = dense(t, name).to(at::kDouble);
     std::vector<double> values(c.data_ptr<double>(),
                                c.data_ptr<double>() + c.numel());
     setTensor(out, constant(t.scalar_type(), t.sizes().vec(), values), t.dim(),
@@ -333,7 +333,7 @@ void Translator::translate(Node *n) {
               ? Item::of(t.item<bool>())
               : Item::of(static_cast<int64_t>(t.item<int64_t>()));
     } else if (v->isTensor()) {
-      at::Tensor t = v->toTensor().detach().contiguous();
+      at::Tensor t = dense(v->toTensor(), "a constant");
       at::Tensor d = t.to(at::kDouble);
       std::vector<double> values(d.data_ptr<double>(),
                                  d.data_ptr<double>() + d.numel());
@@ -562,7 +562,11 @@ static bool typeInputs(std::shared_ptr<torch::jit::Graph> &graph,
     }
   }
   if (changed) {
-    torch::jit::ConstantPropagation(graph);
+    // Scalars, lists and branches only: libtorch's full pass runs tensor ops
+    // (torch.zeros(30000, 30000).sum() took 3.6 GB to fold), with no bound
+    // on what a hostile archive asks for; tensors are the importer's to fold,
+    // within its limits.
+    torch::jit::ConstantPropagationImmutableTypes(graph);
     torch::jit::PropagateInputShapes(graph);
   }
   return true;

@@ -171,6 +171,23 @@ private:
     }
     throw Failure{os.str()};
   }
+  /// The archive's tensor made dense. A saved view may repeat a tiny storage
+  /// (stride 0) into gigabytes: a 2 KB file would ask for any memory it
+  /// names, so a tensor larger than its storage by more than
+  /// kMaxExpandedBytes is refused.
+  at::Tensor dense(const at::Tensor &t, const std::string &name) {
+    constexpr int64_t kMaxExpandedBytes = int64_t(64) << 20;
+    int64_t bytes = static_cast<int64_t>(t.numel()) * t.element_size();
+    int64_t stored = t.has_storage()
+                         ? static_cast<int64_t>(t.storage().nbytes())
+                         : int64_t(0);
+    if (bytes > stored + kMaxExpandedBytes)
+      fail("tensor '" + name + "' is a view of " + std::to_string(bytes) +
+           " bytes over a storage of " + std::to_string(stored) +
+           " (a stride-0 expansion): Cleave does not import a saved tensor "
+           "more than 64 MiB larger than its storage");
+    return t.detach().contiguous();
+  }
   std::string opName() const {
     return current ? current->kind().toQualString() : "graph";
   }

@@ -21,6 +21,19 @@ class Tiny(torch.nn.Module):
         return self.l(x)
 
 
+class Expanded(torch.nn.Module):
+    """A 2 KB archive whose buffer is one float repeated 200 million times
+    (stride 0): made dense it is 800 MB (8 GB via doubles in memory)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("big", torch.zeros(1).expand(200_000_000))
+        self.l = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.l(x) + self.big[:3]
+
+
 def edited(src, dst, edit):
     """dst: src's archive with edit(text) applied to the top-level code."""
     with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as out:
@@ -80,6 +93,9 @@ def main():
     # with deflate, which it reads (a repacked archive, not torch's own).
     repacked(good, os.path.join(out, "bzip2.pt"), zipfile.ZIP_BZIP2)
     repacked(good, os.path.join(out, "deflated.pt"), zipfile.ZIP_DEFLATED)
+    # A fuzzer's finding (CI smoke: 4.3 GB, 11 s): a saved view that repeats
+    # a tiny storage into gigabytes when made dense.
+    torch.jit.save(torch.jit.script(Expanded()), os.path.join(out, "expanded.pt"))
 
 
 if __name__ == "__main__":

@@ -196,6 +196,17 @@ def dropout_model():
                  [vi("x", F, [4000])], [vi("y", F, [4000])], [w, ratio, mode])
 
 
+def splat_reduce():
+    # y = x + ReduceSum(ConstantOfShape([30000, 30000], 0)): a 4-byte splat
+    # that folding would fill in full (3.6 GB) to reduce; it stays an op.
+    shape = numpy_helper.from_array(np.array([30000, 30000], np.int64), "shape")
+    zero = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])
+    return model([helper.make_node("ConstantOfShape", ["shape"], ["z"], value=zero),
+                  helper.make_node("ReduceSum", ["z"], ["s"], keepdims=0),
+                  helper.make_node("Add", ["x", "s"], ["y"])],
+                 [vi("x", F, [4])], [vi("y", F, [4])], [shape])
+
+
 if __name__ == "__main__":
     case, out = sys.argv[1], sys.argv[2]
     if case == "external_data":

@@ -195,6 +195,14 @@ class AdvancedIndex(nn.Module):
         return x[ids, ids]
 
 
+class BigZeros(nn.Module):
+    """torch.zeros(30000, 30000).sum(): libtorch's constant propagation
+    would run it at import (3.6 GB); the importer keeps it an op."""
+
+    def forward(self, x):
+        return x + torch.zeros(30000, 30000).sum()
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -238,6 +246,7 @@ def main():
     np.save(os.path.join(out, "aliasing", "x.npy"), xa.numpy())
     np.save(os.path.join(out, "aliasing_want.npy"), Aliasing()(xa).numpy())
     torch.jit.trace(AdvancedIndex(), (x, ids[0])).save(os.path.join(out, "advanced.traced.pt"))
+    torch.jit.script(BigZeros()).save(os.path.join(out, "bigzeros.scripted.pt"))
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         f.write(b"not a zip archive")
 
