@@ -26,6 +26,7 @@ import json
 import math
 import os
 import sys
+from typing import Optional
 
 import numpy as np
 import torch
@@ -154,9 +155,12 @@ class GemmaRMSNorm(nn.Module):
 
 class LlamaBlock(nn.Module):
     def __init__(self, d, heads, kv_heads, hidden, qkv_bias=False, repeat="expand",
-                 rope="half", head_dim=0, gemma=False):
+                 rope="half", head_dim=0, gemma=False, qk_norm=False):
         super().__init__()
         self.h, self.kvh, self.hd = heads, kv_heads, head_dim or d // heads
+        # Qwen3: RMSNorm over each head's q and k, one weight for all heads.
+        self.q_norm = RMSNorm(self.hd) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(self.hd) if qk_norm else nn.Identity()
         self.repeat, self.rope, self.gemma = repeat, rope, gemma
         norm = GemmaRMSNorm if gemma else RMSNorm
         self.input_layernorm = norm(d)
@@ -171,8 +175,9 @@ class LlamaBlock(nn.Module):
 
     def attn(self, x, cos, sin, mask):
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, self.h, self.hd)
+        k = self.k_proj(x).view(b, t, self.kvh, self.hd)
+        q, k = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.kvh, self.hd).transpose(1, 2)
         if self.rope == "pairs":
             q, k = rope_pairs(q, cos, sin), rope_pairs(k, cos, sin)
@@ -211,12 +216,12 @@ class LlamaBlock(nn.Module):
 class Llama(nn.Module):
     def __init__(self, vocab=96, ctx=16, d=64, heads=8, kv_heads=2, hidden=96, layers=2,
                  qkv_bias=False, repeat="expand", theta=10000.0, rope="half", head_dim=0,
-                 gemma=False):
+                 gemma=False, qk_norm=False):
         super().__init__()
         self.gemma = gemma
         self.embed_tokens = nn.Embedding(vocab, d)
         self.layers = nn.ModuleList([LlamaBlock(d, heads, kv_heads, hidden, qkv_bias, repeat,
-                                                rope, head_dim, gemma)
+                                                rope, head_dim, gemma, qk_norm)
                                      for _ in range(layers)])
         self.norm = GemmaRMSNorm(d) if gemma else RMSNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
@@ -253,6 +258,10 @@ def llama_model(kv_heads, **kw):
         # gradients are reduced once per layer.
         cfg["kv_reduce_bytes"] = 2 * kv_heads * hd * d * 4 + (2 * kv_heads * hd * 4
                                                              if kw.get("qkv_bias") else 0)
+    if kw.get("qk_norm"):
+        # One q and one k norm weight for all heads: partial over the split
+        # heads, reduced once per layer.
+        cfg["kv_reduce_bytes"] = cfg.get("kv_reduce_bytes", 0) + 2 * hd * 4
     return Model(lambda: Llama(kv_heads=kv_heads, **kw), lambda g: lm_inputs(96, g),
                  ["cos_cached", "sin_cached", "causal_mask"], cfg)
 
@@ -681,6 +690,289 @@ class ChatGLM(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
+# ---------------------------------------------------------------------------
+# Mixtral (Jiang et al. 2024; MixtralSparseMoeBlock) and DeepSeekMoE (Dai et
+# al. 2024): a router (gate) scores the experts, softmax, the top-k kept
+# (Mixtral renormalizes the two), each expert a SwiGLU (w1 gate, w3 up, w2
+# down). Written densely, the way a data-independent export sees it: every
+# expert runs on every token and is weighted by its routing weight (zero
+# where not chosen). DeepSeek adds shared experts that every token takes (one
+# wider SwiGLU). The Switch load-balancing loss, E * sum_e f_e * P_e (f_e the
+# share of routed slots, P_e the mean router probability), joins the loss.
+
+
+class Zeros(nn.Module):
+    """No shared experts: nothing to add (a module, so TorchScript compiles
+    the one forward)."""
+
+    def forward(self, x):
+        return torch.zeros_like(x)
+
+
+class SwiGLUExpert(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.w1 = nn.Linear(d, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d, bias=False)
+        self.w3 = nn.Linear(d, hidden, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class DenseMoE(nn.Module):
+    def __init__(self, d, hidden, experts, top_k, shared=0):
+        super().__init__()
+        self.e, self.k = experts, top_k
+        self.gate = nn.Linear(d, experts, bias=False)
+        self.experts = nn.ModuleList([SwiGLUExpert(d, hidden) for _ in range(experts)])
+        self.shared_experts = SwiGLUExpert(d, hidden * shared) if shared else Zeros()
+
+    def forward(self, h):
+        probs = F.softmax(self.gate(h), dim=-1)
+        weights, chosen = torch.topk(probs, self.k, dim=-1)
+        if self.k > 1:
+            weights = weights / weights.sum(-1, keepdim=True)
+        routed = (chosen[..., None] == torch.arange(self.e)).to(h.dtype)  # [b, t, k, E]
+        combine = (weights[..., None] * routed).sum(2)
+        out = self.shared_experts(h)
+        for i, expert in enumerate(self.experts):
+            out = out + expert(h) * combine[..., i:i + 1]
+        balance = self.e * (routed.sum(2).mean((0, 1)) * probs.mean((0, 1))).sum()
+        return out, balance
+
+
+class MoEBlock(LlamaBlock):
+    def __init__(self, d, heads, kv_heads, hidden, experts, top_k, shared):
+        super().__init__(d, heads, kv_heads, hidden)
+        del self.gate_proj, self.up_proj, self.down_proj
+        self.block_sparse_moe = DenseMoE(d, hidden, experts, top_k, shared)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.input_layernorm(x), cos, sin, mask)
+        y, balance = self.block_sparse_moe(self.post_attention_layernorm(x))
+        return x + y, balance
+
+
+class MoELlama(Llama):
+    def __init__(self, experts, top_k, shared=0, d=64, heads=8, kv_heads=4, hidden=48,
+                 layers=2):
+        super().__init__(d=d, heads=heads, kv_heads=kv_heads, hidden=hidden, layers=layers)
+        self.layers = nn.ModuleList([MoEBlock(d, heads, kv_heads, hidden, experts, top_k,
+                                              shared) for _ in range(layers)])
+
+    def forward(self, input_ids, labels):
+        t = input_ids.shape[1]
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.cos_cached[:, :, :t], self.sin_cached[:, :, :t]
+        mask = self.causal_mask[:, :, :t, :t]
+        balance = torch.zeros(())
+        for layer in self.layers:
+            x, b = layer(x, cos, sin, mask)
+            balance = balance + b
+        logits = self.lm_head(self.norm(x))
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return ce + 0.02 * balance
+
+
+def moe_model(experts, top_k, shared=0):
+    cfg = {"layers": 2, "d": 64, "batch": 2, "seq": 16, "parallel": False,
+           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
+           # The router stays whole: its gradient (partial over the split
+           # experts) is reduced once per layer, [E, d] floats.
+           "kv_reduce_bytes": experts * 64 * 4}
+    return Model(lambda: MoELlama(experts, top_k, shared), lambda g: lm_inputs(96, g),
+                 ["cos_cached", "sin_cached", "causal_mask"], cfg)
+
+
+# ---------------------------------------------------------------------------
+# DeepSeek-V2/V3 multi-head latent attention (DeepSeek-AI 2024; the model
+# card's modeling_deepseek.py): queries through a low-rank q_a_proj, an
+# RMSNorm and q_b_proj (V2-Lite: one q_proj), keys and values from one
+# latent: kv_a_proj_with_mqa makes the compressed kv and a decoupled rotary
+# key shared by every head (k_pe), kv_a_layernorm, then kv_b_proj per head
+# into the no-rope key and the value. Each head's query is its no-rope part
+# and its rotary part; the score scale is 1/sqrt(nope + rope).
+
+
+class MLABlock(nn.Module):
+    def __init__(self, d=64, heads=8, q_rank=32, kv_rank=24, nope=8, rope=4, v_hd=8,
+                 hidden=96):
+        super().__init__()
+        self.h, self.nope, self.rope, self.v_hd, self.kv_rank = heads, nope, rope, v_hd, kv_rank
+        self.q_rank = q_rank
+        self.input_layernorm = RMSNorm(d)
+        if q_rank:
+            self.q_a_proj = nn.Linear(d, q_rank, bias=False)
+            self.q_a_layernorm = RMSNorm(q_rank)
+            self.q_b_proj = nn.Linear(q_rank, heads * (nope + rope), bias=False)
+        else:
+            self.q_proj = nn.Linear(d, heads * (nope + rope), bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, kv_rank + rope, bias=False)
+        self.kv_a_layernorm = RMSNorm(kv_rank)
+        self.kv_b_proj = nn.Linear(kv_rank, heads * (nope + v_hd), bias=False)
+        self.o_proj = nn.Linear(heads * v_hd, d, bias=False)
+        self.post_attention_layernorm = RMSNorm(d)
+        self.mlp = SwiGLUExpert(d, hidden)
+
+    def attn(self, x, cos, sin, mask):
+        b, t, _ = x.shape
+        q = self.query(x)
+        q = q.view(b, t, self.h, self.nope + self.rope).transpose(1, 2)
+        q_nope, q_pe = torch.split(q, [self.nope, self.rope], dim=-1)
+        compressed, k_pe = torch.split(self.kv_a_proj_with_mqa(x), [self.kv_rank, self.rope],
+                                       dim=-1)
+        k_pe = k_pe.view(b, t, 1, self.rope).transpose(1, 2)
+        kv = self.kv_b_proj(self.kv_a_layernorm(compressed))
+        kv = kv.view(b, t, self.h, self.nope + self.v_hd).transpose(1, 2)
+        k_nope, v = torch.split(kv, [self.nope, self.v_hd], dim=-1)
+        q_pe = q_pe * cos + rotate_half(q_pe) * sin
+        k_pe = k_pe * cos + rotate_half(k_pe) * sin
+        query = torch.cat([q_nope, q_pe], dim=-1)
+        key = torch.cat([k_nope, k_pe.expand(b, self.h, t, self.rope)], dim=-1)
+        w = torch.matmul(query, key.transpose(2, 3)) / math.sqrt(self.nope + self.rope)
+        w = F.softmax(w + mask, dim=-1)
+        y = torch.matmul(w, v).transpose(1, 2).reshape(b, t, self.h * self.v_hd)
+        return self.o_proj(y)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+# One forward each for TorchScript, which compiles every branch.
+class MLABlockLora(MLABlock):
+    def query(self, x):
+        return self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+
+
+class MLABlockLite(MLABlock):
+    def query(self, x):
+        return self.q_proj(x)
+
+
+class DeepSeekMLA(Llama):
+    def __init__(self, q_rank, layers=2, rope=4):
+        super().__init__(layers=layers, head_dim=rope)  # rotary tables of the rope dims
+        block = MLABlockLora if q_rank else MLABlockLite
+        self.layers = nn.ModuleList([block(q_rank=q_rank, rope=rope) for _ in range(layers)])
+
+
+def mla_model(q_rank, kv_rank=24, rope=4):
+    cfg = {"layers": 2, "d": 64, "batch": 2, "seq": 16, "parallel": False,
+           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
+           # The down-projections and their norms stay whole (each is
+           # smaller than its split's communication): the latents' gradients
+           # come partial from the split up-projections, and the cheaper of
+           # reducing them ([b, t, latent]) or the whole weights' gradients
+           # is paid once per layer.
+           "kv_reduce_bytes": min(2 * 16 * (q_rank + kv_rank + rope),
+                                  64 * (q_rank + kv_rank + rope) + q_rank + kv_rank) * 4}
+    return Model(lambda: DeepSeekMLA(q_rank, rope=rope), lambda g: lm_inputs(96, g),
+                 ["cos_cached", "sin_cached", "causal_mask"], cfg)
+
+
+# ---------------------------------------------------------------------------
+# CLIP (Radford et al. 2021; openai/CLIP's model.py): an image tower (a ViT:
+# patches projected without bias, a class token, learned positions, ln_pre,
+# pre-norm blocks with a fused in_proj and QuickGELU, ln_post on the class
+# token, a projection matrix) and a text tower (token and learned position
+# embeddings, the same blocks under a causal mask, ln_final, the end-of-text
+# token found by argmax of the ids, a projection matrix); both embeddings
+# L2-normalised, their products scaled by exp of a learned 0-d temperature,
+# the symmetric cross-entropy over the batch's pairs.
+
+
+class ClipBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.ln_1 = nn.LayerNorm(d)
+        self.in_proj = nn.Linear(d, 3 * d)
+        self.out_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.c_proj = nn.Linear(4 * d, d)
+
+    def forward(self, x, mask: Optional[torch.Tensor] = None):
+        b, t, d = x.shape
+        q, k, v = self.in_proj(self.ln_1(x)).chunk(3, dim=-1)
+        q = q.view(b, t, self.h, d // self.h).transpose(1, 2)
+        k = k.view(b, t, self.h, d // self.h).transpose(1, 2)
+        v = v.view(b, t, self.h, d // self.h).transpose(1, 2)
+        w = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(d // self.h)
+        if mask is not None:
+            w = w + mask
+        y = torch.matmul(F.softmax(w, dim=-1), v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.out_proj(y)
+        h = self.c_fc(self.ln_2(x))
+        return x + self.c_proj(h * torch.sigmoid(1.702 * h))
+
+
+class Clip(nn.Module):
+    def __init__(self, d=64, heads=8, layers=2, patches=9, patch_dim=48, vocab=96, ctx=16,
+                 embed=32):
+        super().__init__()
+        self.conv1 = nn.Linear(patch_dim, d, bias=False)
+        self.class_embedding = nn.Parameter(torch.randn(d) * 0.1)
+        self.visual_positional_embedding = nn.Parameter(torch.randn(patches + 1, d) * 0.1)
+        self.ln_pre = nn.LayerNorm(d)
+        self.visual = nn.ModuleList([ClipBlock(d, heads) for _ in range(layers)])
+        self.ln_post = nn.LayerNorm(d)
+        self.visual_proj = nn.Parameter(torch.randn(d, embed) * 0.1)
+        self.token_embedding = nn.Embedding(vocab, d)
+        self.positional_embedding = nn.Parameter(torch.randn(ctx, d) * 0.1)
+        self.transformer = nn.ModuleList([ClipBlock(d, heads) for _ in range(layers)])
+        self.ln_final = nn.LayerNorm(d)
+        self.text_projection = nn.Parameter(torch.randn(d, embed) * 0.1)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+        self.register_buffer("causal_mask", torch.full((ctx, ctx), float("-inf")).triu(1))
+
+    def forward(self, pixels, input_ids):
+        b = pixels.shape[0]
+        x = self.conv1(pixels)
+        x = torch.cat([self.class_embedding.expand(b, 1, -1), x], dim=1)
+        x = self.ln_pre(x + self.visual_positional_embedding)
+        for block in self.visual:
+            x = block(x)
+        image = self.ln_post(x[:, 0]) @ self.visual_proj
+        t = self.token_embedding(input_ids) + self.positional_embedding
+        for block in self.transformer:
+            t = block(t, self.causal_mask)
+        t = self.ln_final(t)
+        text = t[torch.arange(b), input_ids.argmax(-1)] @ self.text_projection
+        image = image / image.norm(p=2, dim=-1, keepdim=True)
+        text = text / text.norm(p=2, dim=-1, keepdim=True)
+        logits = self.logit_scale.exp() * image @ text.t()
+        labels = torch.arange(b)
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+
+
+def clip_inputs(gen, b=4, patches=9, patch_dim=48, vocab=96, ctx=16):
+    ids = torch.randint(1, vocab - 1, (b, ctx), generator=gen)
+    ids[torch.arange(b), torch.tensor([15, 9, 12, 6])] = vocab - 1  # end of text
+    for i, end in enumerate([15, 9, 12, 6]):
+        ids[i, end + 1:] = 0
+    return collections.OrderedDict(pixels=torch.randn(b, patches, patch_dim, generator=gen),
+                                   input_ids=ids)
+
+
+def clip_model():
+    b, d, layers = 4, 64, 2
+    act_image, act_text = b * 10 * d * 4, b * 16 * d * 4
+    # Megatron's: per block one all-reduce forward and one backward after
+    # attention and after the MLP, in both towers; the vocab-parallel token
+    # table's lookup one forward.
+    optimum = 4 * layers * (act_image + act_text) + act_text
+    # Its gradients reach AdamW's eps (the temperature's 14x scale over
+    # cosine similarities): the state after AdamW steps is held to rtol
+    # times AdamW's gain on rounding there (check_idioms.py), SGD's to rtol.
+    cfg = {"layers": layers, "d": d, "batch": b, "seq": 16, "parallel": False,
+           "optimum": optimum, "vocab_parallel": ["token_embedding.weight"],
+           "adamw_noise_gain": True}
+    return Model(lambda: Clip(), clip_inputs, ["causal_mask"], cfg)
+
+
 def family(build, freeze, parallel, vocab_parallel, d=64, kv_reduce_bytes=0,
            inputs=None, norm_reduce_bytes=0):
     cfg = {"layers": 2, "d": d, "batch": 2, "seq": 16, "parallel": parallel,
@@ -757,6 +1049,16 @@ MODELS = collections.OrderedDict([
     ("mistral_sliding", family(Mistral, ["cos_cached", "sin_cached", "causal_mask"], False,
                                ["embed_tokens.weight", "lm_head.weight"],
                                inputs=mistral_inputs)),
+    # Issue 37's families. Qwen3: per-head q/k RMSNorm with 2 K/V heads.
+    ("qwen3_qk_norm", llama_model(2, qk_norm=True)),
+    # Mixtral: 4 experts, top-2; DeepSeekMoE: 8 experts, top-1, shared experts.
+    ("moe_mixtral_e4_top2", moe_model(4, 2)),
+    ("moe_deepseek_e8_top1_shared", moe_model(8, 1, shared=2)),
+    # DeepSeek-V3's latent attention (a q down-projection) and V2-Lite's (none).
+    ("mla_v3_q_lora", mla_model(32)),
+    ("mla_v2_lite", mla_model(0)),
+    # CLIP's two towers and its learned 0-d temperature.
+    ("clip_towers", clip_model()),
 ])
 
 

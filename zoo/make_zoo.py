@@ -642,7 +642,8 @@ def rel_err(a, b):
 def save(path, t):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     arr = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else t
-    np.save(path, np.ascontiguousarray(arr))
+    # np.ascontiguousarray makes a 0-d array (CLIP's temperature) 1-d.
+    np.save(path, np.array(arr, order="C"))
 
 
 def export(model0, spec, inputs, name, opset, path):

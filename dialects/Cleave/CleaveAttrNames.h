@@ -75,6 +75,14 @@ constexpr llvm::StringLiteral kPhaseAttr = "cleave.phase";
 /// attribute where it is one of Megatron's own reductions.
 constexpr llvm::StringLiteral kReasonAttr = "cleave.reason";
 constexpr llvm::StringLiteral kMegatronAttr = "cleave.megatron";
+/// On a collective: the step's value it sums or gathers, as "AXIS:ID" (the
+/// partitioner's id, seen through reshapes and transposes), so a check can
+/// tell that no two collectives carry one value.
+constexpr llvm::StringLiteral kCarriesAttr = "cleave.carries";
+/// On a collective: where the value it carries was made (the location of
+/// the contraction that left it partial, or of the op that made it), which
+/// `cleave inspect` groups by layer.
+constexpr llvm::StringLiteral kOriginAttr = "cleave.origin";
 /// all_reduce of one gradient: the bucket (i64, unique in its function) the
 /// partitioner priced it in; --cleave-bucket-gradients sums each bucket's
 /// members as one flat tensor and drops the attribute.

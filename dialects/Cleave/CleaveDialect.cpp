@@ -72,6 +72,8 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kPhaseAttr, AttrValue::String, OnOp},
     {kReasonAttr, AttrValue::String, OnOp},
     {kMegatronAttr, AttrValue::Unit, OnOp},
+    {kCarriesAttr, AttrValue::String, OnOp},
+    {kOriginAttr, AttrValue::String, OnOp},
     {kBucketAttr, AttrValue::Int, OnOp},
     {kShardAxesAttr, AttrValue::IntArray, OnOp},
     {kShardSizeAttr, AttrValue::Int, OnOp},

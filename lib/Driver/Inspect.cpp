@@ -46,8 +46,31 @@ struct ParamRow {
   /// precision.
   std::string dtype = "f32";
 };
+/// The layer a location names: its op's module path up to the first
+/// component that ends in ".N" ("/layers.3/mlp/w2/MatMul": "layers.3";
+/// "/encoder/layer.0/attention/...": "encoder/layer.0"), "" where none
+/// does (embeddings, the head, the loss).
+std::string layerOf(llvm::StringRef loc) {
+  size_t q = loc.find("\"/");
+  if (q == llvm::StringRef::npos)
+    return "";
+  llvm::StringRef path =
+      loc.substr(q + 2).take_until([](char c) { return c == '"'; });
+  llvm::SmallVector<llvm::StringRef> parts;
+  path.split(parts, '/', -1, /*KeepEmpty=*/false);
+  std::string prefix;
+  for (llvm::StringRef part : parts) {
+    prefix += (prefix.empty() ? "" : "/") + part.str();
+    auto [name, number] = part.rsplit('.');
+    if (!number.empty() && number != part && !name.empty() &&
+        llvm::all_of(number, [](char c) { return c >= '0' && c <= '9'; }))
+      return prefix;
+  }
+  return "";
+}
+
 struct CollectiveRow {
-  std::string kind, phase, source, reason;
+  std::string kind, phase, source, reason, carries, origin, layer;
   int64_t bytes;
   bool megatron;
   std::vector<std::string> axes;
@@ -210,7 +233,8 @@ BundleSummary summarize(const pb::Plan &plan) {
                            : std::to_string(a));
     out.collectives.push_back(
         {inst.kernel(), inst.phase().empty() ? "forward" : inst.phase(),
-         inst.location(), inst.reason(), bytes, inst.megatron(), axes});
+         inst.location(), inst.reason(), inst.carries(), inst.origin(),
+         layerOf(inst.origin()), bytes, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
   out.resultBytes = cleave::driver::returnedBytes(program, /*gradients=*/false);
@@ -283,6 +307,29 @@ void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
   }
 }
 
+/// Per layer, in the order the step first meets it: its collectives, how
+/// many are Megatron's own, and their bytes. Collectives whose value was
+/// made outside any layer (embeddings, the head, the loss) are "".
+struct LayerRow {
+  std::string layer;
+  int collectives = 0, megatron = 0;
+  int64_t bytes = 0;
+};
+std::vector<LayerRow> byLayer(const BundleSummary &sum) {
+  std::vector<LayerRow> rows;
+  std::map<std::string, size_t> at;
+  for (const CollectiveRow &c : sum.collectives) {
+    auto [it, fresh] = at.try_emplace(c.layer, rows.size());
+    if (fresh)
+      rows.push_back({c.layer});
+    LayerRow &r = rows[it->second];
+    ++r.collectives;
+    r.megatron += c.megatron;
+    r.bytes += c.bytes;
+  }
+  return rows;
+}
+
 void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   llvm::json::Object root;
   llvm::json::Object mesh;
@@ -314,8 +361,18 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                                     {"source", c.source},
                                     {"megatron", c.megatron},
                                     {"axes", c.axes},
-                                    {"reason", c.reason}});
+                                    {"reason", c.reason},
+                                    {"carries", c.carries},
+                                    {"origin", c.origin},
+                                    {"layer", c.layer}});
   root["collectives"] = std::move(cs);
+  llvm::json::Array layers;
+  for (const LayerRow &r : byLayer(sum))
+    layers.push_back(llvm::json::Object{{"layer", r.layer},
+                                        {"collectives", r.collectives},
+                                        {"megatron", r.megatron},
+                                        {"bytes", r.bytes}});
+  root["layers"] = std::move(layers);
   root["memory_per_rank"] =
       llvm::json::Object{{"parameters", sum.paramBytes},
                          {"gradients", sum.gradientBytes},
@@ -371,6 +428,16 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
     os << "  " << llvm::left_justify(key.first, 10) << " "
        << llvm::left_justify(key.second, 15) << llvm::format("%4d", s.first)
        << "  " << s.second << " bytes\n";
+  std::vector<LayerRow> layers = byLayer(sum);
+  if (layers.size() > 1 || (layers.size() == 1 && !layers[0].layer.empty())) {
+    os << "\ncollectives by layer (where the value they carry is made)\n";
+    for (const LayerRow &r : layers)
+      os << "  "
+         << llvm::left_justify(r.layer.empty() ? "(outside layers)" : r.layer,
+                               18)
+         << llvm::format("%4d", r.collectives) << "  (" << r.megatron
+         << " Megatron's)  " << r.bytes << " bytes\n";
+  }
   // The collectives a user should look at: the ones Megatron's own plan
   // would not have, each with the partitioner's reason.
   std::vector<const CollectiveRow *> others;

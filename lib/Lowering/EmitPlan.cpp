@@ -551,6 +551,10 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
     if (auto reason = op.getAttrOfType<StringAttr>(kReasonAttr))
       inst.set_reason(reason.str());
     inst.set_megatron(op.hasAttr(kMegatronAttr));
+    if (auto carries = op.getAttrOfType<StringAttr>(kCarriesAttr))
+      inst.set_carries(carries.str());
+    if (auto origin = op.getAttrOfType<StringAttr>(kOriginAttr))
+      inst.set_origin(origin.str());
     // Optional operands that are absent are encoded as -1 (kernels.def).
     auto appendOperand = [&](Value v) {
       inst.add_operands(v ? ids.lookup(v) : -1);

@@ -253,6 +253,7 @@ LogicalResult Partitioner::visitRegroup(const OpEntry &e) {
       !isPadded(input, in) && index.isFloat[input]) {
     emit(e, {embed(input, in)}, {Layout::partial()});
     embedOrigin[e.firstResult] = input;
+    embeddedRegroup[e.firstResult] = input;
     return success();
   }
   if (rewrite) {

@@ -194,7 +194,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
       full = AllGatherOp::create(
           builder, loc, RankedTensorType::get(shape, global.getElementType()),
           local, axes, from.dim, from.blocks);
-      tag(full.getDefiningOp(), why, /*megatron=*/false);
+      tag(full.getDefiningOp(), why, /*megatron=*/false, id);
       if (shape[from.dim] != global.getDimSize(from.dim))
         full = resizeBlocks(full, global, from.dim, from.blocks);
     }
@@ -208,36 +208,7 @@ Value Partitioner::convert(int32_t id, Layout to) {
     }
     full = reduceGradients(id);
   } else if (from.isPartial()) {
-    // Under mixed precision a sum of bf16 products crosses the wire in
-    // bf16, rounded once (Megatron's fused QKV input gradient is one bf16
-    // all-reduce); a partial that has met an f32 value (a residual) keeps
-    // f32, or each layer would round the residual stream.
-    Type wire = index.wireType && from.combine == ReduceKind::sum &&
-                        global.getElementType().isF32() &&
-                        index.sumOfHalfProducts[id]
-                    ? index.wireType
-                    : Type();
-    if (!counted) {
-      result.seconds += allReduceCost(wire ? bytesOf(id) / 2 : bytesOf(id));
-      // An embedded split summed before anything shrank it to half is a
-      // gather at more traffic: the same trade as one.
-      if (int32_t origin = embedOrigin[id];
-          origin >= 0 && 2 * bytesOf(id) > bytesOf(origin))
-        result.gatheredProducts.push_back(splitSource[origin]);
-    }
-    if (rewrite) {
-      Value sent = local;
-      auto localF32 = cast<RankedTensorType>(local.getType());
-      if (wire)
-        sent = CastOp::create(builder, loc,
-                              RankedTensorType::get(localF32.getShape(), wire),
-                              local);
-      full = AllReduceOp::create(builder, loc, from.combine, sent, axes);
-      auto [reason, megatron] = reduceReason(id);
-      tag(full.getDefiningOp(), reason, megatron);
-      if (wire)
-        full = CastOp::create(builder, loc, localF32, full);
-    }
+    full = reducePartial(id, from, counted, local);
     // Reduced on the way to a split, the whole sum serves later users too.
     ConversionKey whole = key(id, Layout::replicated());
     if (k != whole) {
@@ -293,7 +264,7 @@ Value Partitioner::scatterGradient(int32_t id, Layout to, bool counted,
           "' is a partial sum on every rank, and its update needs only this "
           "rank's shard (its optimizer state is split); reduced to that shard "
           "as soon as it is final",
-      /*megatron=*/false);
+      /*megatron=*/false, id);
   phase = saved;
   return out;
 }
@@ -366,7 +337,7 @@ Value Partitioner::reduceGradients(int32_t id) {
     Value out = AllReduceOp::create(builder, loc, ReduceKind::sum,
                                     mapping.lookup(index.values[id]), axes);
     auto [reason, megatron] = reduceReason(id);
-    tag(out.getDefiningOp(), reason, megatron);
+    tag(out.getDefiningOp(), reason, megatron, id);
     converted[whole] = out;
     return out;
   }
@@ -387,11 +358,125 @@ Value Partitioner::reduceGradients(int32_t id) {
   for (int32_t g : bucket) {
     Value out = AllReduceOp::create(builder, loc, ReduceKind::sum,
                                     mapping.lookup(index.values[g]), axes);
-    tag(out.getDefiningOp(), reason, false);
+    tag(out.getDefiningOp(), reason, false, g);
     out.getDefiningOp()->setAttr(kBucketAttr, number);
     converted[key(g, Layout::replicated())] = out;
   }
   return converted[whole];
+}
+
+/// A reshape or transpose: one operand, the same elements of the same type.
+static bool movesOnly(Operation *def) {
+  if (!def || def->getNumOperands() != 1 || def->getNumResults() != 1)
+    return false;
+  std::optional<ShardingRule> rule = shardingRuleOf(def);
+  if (!rule || !(rule->form == ShardingForm::Regroup || rule->movesOperand))
+    return false;
+  auto in = cast<RankedTensorType>(def->getOperand(0).getType());
+  auto out = cast<RankedTensorType>(def->getResult(0).getType());
+  return in.getElementType() == out.getElementType() &&
+         in.getNumElements() == out.getNumElements();
+}
+
+int32_t Partitioner::viewRoot(int32_t id) const {
+  while (movesOnly(index.values[id].getDefiningOp()))
+    id = idOf(index.values[id].getDefiningOp()->getOperand(0));
+  return id;
+}
+
+Value Partitioner::reducePartial(int32_t id, Layout from, bool counted,
+                                 Value local) {
+  // A view of a partial value, or a reshape of an embedded split: the
+  // source made whole once for every view of it, and viewed.
+  int32_t source = movedPartialSource(id);
+  if (source >= 0 || embeddedRegroup[id] >= 0) {
+    Value full = source >= 0 ? convert(source, Layout::replicated())
+                             : reduceEmbedded(embeddedRegroup[id], id);
+    if (!rewrite)
+      return Value();
+    IRMapping whole;
+    Operation *def = index.values[id].getDefiningOp();
+    whole.map(def->getOperand(0), full);
+    return builder.clone(*def, whole)->getResult(0);
+  }
+  // Under mixed precision a sum of bf16 products crosses the wire in
+  // bf16, rounded once (Megatron's fused QKV input gradient is one bf16
+  // all-reduce); a partial that has met an f32 value (a residual) keeps
+  // f32, or each layer would round the residual stream.
+  auto global = typeOf(index.values[id]);
+  Type wire = index.wireType && from.combine == ReduceKind::sum &&
+                      global.getElementType().isF32() &&
+                      index.sumOfHalfProducts[id]
+                  ? index.wireType
+                  : Type();
+  if (!counted) {
+    result.seconds += allReduceCost(wire ? bytesOf(id) / 2 : bytesOf(id));
+    // An embedded split summed before anything shrank it to half is a
+    // gather at more traffic: the same trade as one.
+    if (int32_t origin = embedOrigin[id];
+        origin >= 0 && 2 * bytesOf(id) > bytesOf(origin))
+      result.gatheredProducts.push_back(splitSource[origin]);
+  }
+  if (!rewrite)
+    return Value();
+  SmallVector<int64_t> axes{meshAxis};
+  Value sent = local;
+  auto localF32 = cast<RankedTensorType>(local.getType());
+  if (wire)
+    sent = CastOp::create(
+        builder, loc, RankedTensorType::get(localF32.getShape(), wire), local);
+  Value full = AllReduceOp::create(builder, loc, from.combine, sent, axes);
+  auto [reason, megatron] = reduceReason(id);
+  tag(full.getDefiningOp(), reason, megatron, id);
+  if (wire)
+    full = CastOp::create(builder, loc, localF32, full);
+  return full;
+}
+
+Value Partitioner::reduceEmbedded(int32_t split, int32_t view) {
+  ConversionKey whole = key(split, Layout::replicated());
+  if (countedConversions.insert(whole).second) {
+    result.seconds += allReduceCost(bytesOf(split));
+    result.gatheredProducts.push_back(splitSource[split]);
+  }
+  if (!rewrite)
+    return Value();
+  if (Value done = converted.lookup(whole))
+    return done;
+  SmallVector<int64_t> axes{meshAxis};
+  Value full = AllReduceOp::create(builder, loc, ReduceKind::sum,
+                                   embed(split, layoutOf(split)), axes);
+  auto [reason, megatron] = reduceReason(view);
+  tag(full.getDefiningOp(), reason, megatron, split);
+  converted[whole] = full;
+  return full;
+}
+
+std::string Partitioner::originOf(int32_t id) const {
+  Operation *op = partialFrom.lookup(id);
+  if (!op)
+    op = index.values[viewRoot(id)].getDefiningOp();
+  if (!op)
+    return "";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  op->getLoc().print(os);
+  return s;
+}
+
+int32_t Partitioner::movedPartialSource(int32_t id) const {
+  Operation *def = index.values[id].getDefiningOp();
+  if (!movesOnly(def))
+    return -1;
+  int32_t source = idOf(def->getOperand(0));
+  Layout l = layoutOf(source);
+  // Summed the same way, crossing the wire in the same type.
+  if (!l.isPartial() || l.combine != layoutOf(id).combine ||
+      (index.wireType &&
+       index.sumOfHalfProducts[source] != index.sumOfHalfProducts[id]) ||
+      index.gradientOf.count(source))
+    return -1;
+  return source;
 }
 
 std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
@@ -764,7 +849,8 @@ bool Partitioner::someUserNeedsWhole(int32_t id) const {
       return true;
     for (unsigned j = 0; j < user.numOperands; ++j) {
       int32_t other = operandId(user, j);
-      if (j != operand && other < definedBelow && layoutOf(other).isSplit())
+      if (j != operand && other < definedBelow &&
+          (layoutOf(other).isSplit() || layoutOf(other).isPartial()))
         return true;
     }
   }

@@ -216,7 +216,8 @@ public:
         index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
         splitSource(index.values.size(), -1), alternatives(alternatives),
-        embedOrigin(index.values.size(), -1) {}
+        embedOrigin(index.values.size(), -1),
+        embeddedRegroup(index.values.size(), -1) {}
 
   FailureOr<PartitionResult> run(const ParameterLayouts &params);
 
@@ -293,8 +294,12 @@ private:
     return "its layout was fixed by --plan";
   }
   /// Sets the phase and the reason on a collective just built.
-  void tag(Operation *collective, StringRef reason, bool megatron) {
+  void tag(Operation *collective, StringRef reason, bool megatron, int32_t id) {
     collective->setAttr(kPhaseAttr, builder.getStringAttr(phase));
+    collective->setAttr(kCarriesAttr,
+                        builder.getStringAttr(std::to_string(meshAxis) + ":" +
+                                              std::to_string(viewRoot(id))));
+    collective->setAttr(kOriginAttr, builder.getStringAttr(originOf(id)));
     collective->setAttr(kReasonAttr, builder.getStringAttr(reason));
     if (megatron)
       collective->setAttr(kMegatronAttr, builder.getUnitAttr());
@@ -478,6 +483,26 @@ private:
   /// By value id: for a partial sum that descends from an embedded split,
   /// the split value; -1 otherwise.
   std::vector<int32_t> embedOrigin;
+  /// For partial value \p id made by a reshape or transpose of partial
+  /// value \p source (-1 if none): reduced, it is \p source reduced and
+  /// moved, so one all-reduce serves every view of a value (dv read as
+  /// [b, t, kv] and as [1, b * t, kv] by the two matmuls of its backward).
+  int32_t movedPartialSource(int32_t id) const;
+  /// By value id: for a reshape of an embedded split, that split value; -1
+  /// otherwise. Reduced, it is the split value made whole (once, however
+  /// many reshapes embed it) and reshaped.
+  std::vector<int32_t> embeddedRegroup;
+  /// Partial value \p id (\p local when rewriting) summed whole.
+  Value reducePartial(int32_t id, Layout from, bool counted, Value local);
+  /// Split value \p split made whole by an all-reduce of its embedding,
+  /// once (cached as its replicated conversion), for its reshape \p view.
+  Value reduceEmbedded(int32_t split, int32_t view);
+  /// The value \p id is a reshape or transpose of (through any number of
+  /// them), or \p id itself.
+  int32_t viewRoot(int32_t id) const;
+  /// Where value \p id was made: the location of the op whose split left
+  /// it partial, else of the op that made it (or its view's root).
+  std::string originOf(int32_t id) const;
 
   LogicalResult visit(const OpEntry &e);
   /// ShardingForm::Regroup (a reshape): the split moves to the result

@@ -59,7 +59,7 @@ func.func @tiny(%x: tensor<2x4xf32> {cleave.input = "x"}, %w: tensor<4x4xf32> {c
 // CHECK-LABEL: func.func @embedding
 // CHECK-SAME: tensor<1024x16xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "table"}
 // CHECK: cleave.gather %{{.*}}, %{{.*}} axis = 0 : (tensor<1024x16xf32>, tensor<8x16xi64>) -> tensor<8x16x16xf32>
-// CHECK: cleave.all_reduce sum %{{.*}} axes = [0] {cleave.megatron, cleave.phase = "forward", cleave.reason = "{{.*}}"} : tensor<f32>
+// CHECK: cleave.all_reduce sum %{{.*}} axes = [0] {cleave.carries = "{{[0-9]+:[0-9]+}}", cleave.megatron, cleave.origin = "{{[^"]*}}", cleave.phase = "forward", cleave.reason = "{{.*}}"} : tensor<f32>
 func.func @embedding(%ids: tensor<8x16xi64> {cleave.input = "ids"}, %table: tensor<1024x64xf32> {cleave.parameter = "table"}) -> (tensor<f32> {cleave.loss}) {
   %0 = cleave.gather %table, %ids axis = 0 : (tensor<1024x64xf32>, tensor<8x16xi64>) -> tensor<8x16x64xf32>
   %1 = cleave.tanh %0 : tensor<8x16x64xf32>

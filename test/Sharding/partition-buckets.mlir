@@ -13,10 +13,10 @@
 // outputs meet in the residual sum and share one all-reduce.
 // CHECK-LABEL: func.func @two_norms
 // CHECK-SAME: tensor<128x128xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "attn.in"}
-// CHECK: cleave.all_reduce  sum %{{.*}} axes = [0] {cleave.megatron, cleave.phase = "forward"
+// CHECK: cleave.all_reduce  sum %{{.*}} axes = [0] {cleave.carries = "{{[0-9]+:[0-9]+}}", cleave.megatron, cleave.origin = "{{[^"]*}}", cleave.phase = "forward"
 // CHECK-NOT: cleave.all_reduce
 // CHECK: %[[ALL:.*]] = cleave.concat %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} axis = 0 : (tensor<128xf32>, tensor<128xf32>, tensor<128xf32>, tensor<128xf32>) -> tensor<512xf32>
-// CHECK: %[[SUM:.*]] = cleave.all_reduce  sum %[[ALL]] axes = [0] {cleave.phase = "optimizer", cleave.reason = "one bucket: the gradient of parameter
+// CHECK: %[[SUM:.*]] = cleave.all_reduce  sum %[[ALL]] axes = [0] {cleave.carries = "{{[0-9]+:[0-9]+}}", cleave.origin = "{{[^"]*}}", cleave.phase = "optimizer", cleave.reason = "one bucket: the gradient of parameter
 // CHECK-SAME: the search keeps it R; every other layout of it gathers
 // CHECK: cleave.slice %[[SUM]] starts = [0] steps = [1] : tensor<512xf32> -> tensor<128xf32>
 // CHECK: cleave.slice %[[SUM]] starts = [128] steps = [1] : tensor<512xf32> -> tensor<128xf32>

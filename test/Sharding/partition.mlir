@@ -11,7 +11,7 @@
 // PLAN: %[[H:.*]] = cleave.matmul %arg0, %[[W]] {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
 // PLAN: %[[R:.*]] = cleave.relu %[[H]] : tensor<4x8xf32>
 // PLAN: %[[Y:.*]] = cleave.matmul %[[R]], %[[V]] {transpose_rhs} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
-// PLAN: %[[S:.*]] = cleave.all_reduce sum %[[Y]] axes = [0] {cleave.megatron, cleave.phase = "forward", cleave.reason = "{{.*}}"} : tensor<4x8xf32>
+// PLAN: %[[S:.*]] = cleave.all_reduce sum %[[Y]] axes = [0] {cleave.carries = "{{[0-9]+:[0-9]+}}", cleave.megatron, cleave.origin = "{{[^"]*}}", cleave.phase = "forward", cleave.reason = "{{.*}}"} : tensor<4x8xf32>
 // PLAN: cleave.tanh %[[S]]
 // PLAN-NOT: cleave.all_gather
 // PLAN-NOT: cleave.all_reduce

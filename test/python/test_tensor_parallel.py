@@ -26,7 +26,7 @@ ZOO = os.path.join(HERE, "..", "..", "zoo")
 sys.path.insert(0, ZOO)
 
 MODELS = ["decoder", "convnet", "frozen_mlp", "encoder", "zoo_gpt2",
-          "zoo_llama_gqa"]
+          "zoo_llama_gqa", "zoo_clip"]
 
 
 def build(name):
@@ -39,6 +39,11 @@ def build(name):
         from idioms import llama_model
         torch.manual_seed(2)
         spec = llama_model(2)
+        return spec.build(), lambda g: dict(spec.inputs(g)), "auto"
+    if name == "zoo_clip":  # two towers, a learned 0-d temperature
+        from idioms import clip_model
+        torch.manual_seed(3)
+        spec = clip_model()
         return spec.build(), lambda g: dict(spec.inputs(g)), "auto"
     return models.build(name)
 

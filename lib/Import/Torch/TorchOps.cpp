@@ -7,109 +7,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TorchTranslator.h"
+#include "TorchAtenCall.h"
 
 #include <limits>
 
 namespace cleave_torch {
-
-/// What every handler reads an aten op through: its kind (an
-/// in-place activation's functional one), operands, the default result rank
-/// and dtype (the widest tensor operand's, the first one's), and the helpers
-/// below. Each handler defines the same names with ATEN_LOCALS, so they
-/// read alike.
-struct Translator::AtenCall {
-  Translator &t;
-  Node *n;
-  std::string kind;
-  at::ArrayRef<torch::jit::Value *> ins;
-  int64_t widest = -1;
-  std::optional<at::ScalarType> firstType;
-
-  AtenCall(Translator &t, Node *n)
-      : t(t), n(n), kind(n->kind().toQualString()), ins(n->inputs()) {
-    for (const TValue *v : ins) {
-      auto it = t.items.find(v);
-      if (it == t.items.end() || it->second.kind != Item::Tensor)
-        continue;
-      widest = std::max(widest, t.rankOf(v));
-      if (!firstType)
-        firstType = t.dtypeOr(v, at::kFloat);
-    }
-  }
-  std::string T(size_t i) { return t.tensor(ins[i]); }
-  void outRD(std::string name, int64_t rank,
-             std::optional<at::ScalarType> dtype, size_t i = 0) {
-    t.setTensor(n->outputs()[i], std::move(name), rank, dtype);
-  }
-  void out(std::string name, size_t i = 0) {
-    outRD(std::move(name), widest, firstType, i);
-  }
-  void unary(const char *op) { out(t.emit(op, {T(0)})); }
-  /// PyTorch's promotion: numbers and 0-d tensors take the dtype of a
-  /// dimensioned operand; otherwise integers meet floats as floats.
-  at::ScalarType promoted(const TValue *a, const TValue *b) {
-    auto kindOf = [&](const TValue *v) {
-      return !t.isTensor(v) ? 0 : t.rankOf(v) == 0 ? 1 : 2;
-    };
-    const TValue *lead = kindOf(a) >= kindOf(b) ? a : b;
-    const TValue *other = lead == a ? b : a;
-    at::ScalarType r = t.dtypeOr(lead, at::kFloat);
-    bool leadFloat = r == at::kFloat || r == at::kDouble;
-    bool otherFloat = t.isTensor(other)
-                          ? (t.dtypeOr(other, at::kFloat) == at::kFloat ||
-                             t.dtypeOr(other, at::kFloat) == at::kDouble)
-                          : t.item(other).kind == Item::Scalar &&
-                                t.item(other).scalar.isDouble();
-    if (!leadFloat && otherFloat)
-      r = at::kFloat;
-    return r;
-  }
-  /// \p v (an operand) as a tensor of \p type.
-  std::string as(const TValue *v, at::ScalarType type) {
-    if (!t.isTensor(v))
-      return t.tensor(v, type);
-    return t.dtypeOr(v, at::kFloat) == type
-               ? T(std::find(ins.begin(), ins.end(), v) - ins.begin())
-               : t.cast(t.item(v).name, type);
-  }
-  /// An elementwise binary op on tensors and Python scalars.
-  std::string binary(const char *op, const TValue *a, const TValue *b) {
-    at::ScalarType type = promoted(a, b);
-    return t.emit(op, {as(a, type), as(b, type)});
-  }
-  void binaryOut(const char *op) {
-    at::ScalarType type = promoted(ins[0], ins[1]);
-    outRD(t.emit(op, {as(ins[0], type), as(ins[1], type)}), widest, type);
-  }
-};
-
-// The names every handler reads the op through (see AtenCall).
-#define ATEN_LOCALS(c)                                                         \
-  [[maybe_unused]] const std::string &kind = (c).kind;                         \
-  [[maybe_unused]] const auto &ins = (c).ins;                                  \
-  [[maybe_unused]] Node *n = (c).n;                                            \
-  [[maybe_unused]] int64_t widest = (c).widest;                                \
-  [[maybe_unused]] std::optional<at::ScalarType> firstType = (c).firstType;    \
-  [[maybe_unused]] auto T = [&](size_t i) { return (c).T(i); };                \
-  [[maybe_unused]] auto out = [&](std::string s, size_t i = 0) {               \
-    (c).out(std::move(s), i);                                                  \
-  };                                                                           \
-  [[maybe_unused]] auto outRD =                                                \
-      [&](std::string s, int64_t r, std::optional<at::ScalarType> d,           \
-          size_t i = 0) { (c).outRD(std::move(s), r, d, i); };                 \
-  [[maybe_unused]] auto unary = [&](const char *op) { (c).unary(op); };        \
-  [[maybe_unused]] auto promoted = [&](const TValue *a, const TValue *b) {     \
-    return (c).promoted(a, b);                                                 \
-  };                                                                           \
-  [[maybe_unused]] auto as = [&](const TValue *v, at::ScalarType d) {          \
-    return (c).as(v, d);                                                       \
-  };                                                                           \
-  [[maybe_unused]] auto binary = [&](const char *op, const TValue *a,          \
-                                     const TValue *b) {                        \
-    return (c).binary(op, a, b);                                               \
-  };                                                                           \
-  [[maybe_unused]] auto binaryOut = [&](const char *op) { (c).binaryOut(op); }
 
 namespace {
 
@@ -1028,6 +930,40 @@ void Translator::atenMeanSum(AtenCall &call) {
   return outRD(s->output(0), rank, firstType);
 }
 
+// norm(x, p, dim, keepdim) (CLIP's features / features.norm(dim=-1,
+// keepdim=True)), frobenius_norm and linalg_vector_norm: ReduceL2 for p = 2
+// (the default), ReduceL1 for p = 1, over dim or every dimension.
+void Translator::atenNorm(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  if (r < 0)
+    fail(kind + " needs its input's rank");
+  const TValue *p =
+      argument(n, kind == "aten::linalg_vector_norm" ? "ord" : "p");
+  double order = p && !isNone(p) ? constDouble(p) : 2.0;
+  if (order != 1.0 && order != 2.0)
+    fail(kind + " with p = " + std::to_string(order) +
+         " is not supported (p = 1 and p = 2 are)");
+  if (const TValue *d = argument(n, "dtype"); d && !isNone(d))
+    fail(kind + " with a dtype is not supported");
+  std::vector<int64_t> dims;
+  const TValue *dim = argument(n, "dim");
+  if (dim && !isNone(dim) && !constInts(dim).empty()) {
+    for (int64_t d : constInts(dim))
+      dims.push_back(axis(d, r));
+  } else {
+    for (int64_t d = 0; d < r; ++d)
+      dims.push_back(d);
+  }
+  const TValue *keepdim = argument(n, "keepdim");
+  bool keep = keepdim && constBool(keepdim);
+  onnx::NodeProto *m = node(order == 2.0 ? "ReduceL2" : "ReduceL1", {T(0)});
+  attr(m, "axes", dims);
+  attr(m, "keepdims", int64_t(keep));
+  int64_t rank = keep ? r : r - static_cast<int64_t>(dims.size());
+  return outRD(m->output(0), rank, firstType);
+}
+
 //===----------------------------------------------------------------------===//
 // Layers: dropout, losses, batch norm, convolution, pooling
 //===----------------------------------------------------------------------===//
@@ -1208,289 +1144,6 @@ void Translator::atenAdaptiveAvgPool2d(AtenCall &call) {
   onnx::NodeProto *cols = node("Transpose", {averaging(r - 1, size[1])});
   attr(cols, "perm", std::vector<int64_t>{1, 0});
   return out(emit("MatMul", {rows, cols->output(0)}));
-}
-
-//===----------------------------------------------------------------------===//
-// Indexing, repetition, clamping
-//===----------------------------------------------------------------------===//
-
-void Translator::atenIndex(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // x[idx], x[:, idx]: one tensor index (None elsewhere) gathers along its
-  // dimension, PyTorch's and ONNX's result shape alike (cos[position_ids]).
-  const Item &list = item(ins[1]);
-  if (list.kind != Item::List)
-    fail("aten::index without a list of indices");
-  int64_t dim = -1;
-  const Item *index = nullptr;
-  for (size_t i = 0; i < list.elems.size(); ++i) {
-    const Item &e = list.elems[i];
-    if (e.kind == Item::None)
-      continue;
-    if (e.kind != Item::Tensor || index)
-      fail("aten::index with more than one tensor index (advanced "
-           "indexing that broadcasts them together) is not supported");
-    if (e.dtype == at::kBool)
-      fail("aten::index with a boolean mask (a result whose shape depends "
-           "on the data) is not supported");
-    dim = static_cast<int64_t>(i);
-    index = &e;
-  }
-  if (!index)
-    fail("aten::index with no tensor index");
-  onnx::NodeProto *gather = node("Gather", {T(0), index->name});
-  attr(gather, "axis", dim);
-  int64_t r = rankOf(ins[0]) < 0 || index->rank < 0
-                  ? -1
-                  : rankOf(ins[0]) - 1 + index->rank;
-  return outRD(gather->output(0), r, firstType);
-}
-
-void Translator::atenRepeatInterleave(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // repeat_interleave(x, repeats: int, dim): x unsqueezed after dim,
-  // broadcast to `repeats` there and the two dimensions merged, which is
-  // how transformers' repeat_kv writes it (and what the partitioner keeps
-  // split by head). The merged shape is read off x's at run time, so
-  // shapes fixed only later (--input) work too.
-  int64_t r = rankOf(ins[0]);
-  if (r < 0 || isNone(ins[2]))
-    fail("aten::repeat_interleave needs its input's rank and a dim "
-         "(a flattening repeat_interleave is not supported)");
-  if (!item(ins[1]).isInt())
-    fail("aten::repeat_interleave with a tensor of repeats (a data-"
-         "dependent shape) is not supported");
-  int64_t dim = axis(constInt(ins[2]), r);
-  std::vector<int64_t> ones(r + 1, 1);
-  ones[dim + 1] = constInt(ins[1]);
-  std::string wide =
-      emit("Expand", {emit("Unsqueeze", {T(0), ints({dim + 1})}), ints(ones)});
-  std::string shape = emit("Shape", {T(0)});
-  auto part = [&](int64_t from, int64_t to) {
-    return emit("Slice", {shape, ints({from}), ints({to})});
-  };
-  onnx::NodeProto *target =
-      node("Concat", {part(0, dim), ints({-1}), part(dim + 1, r)});
-  attr(target, "axis", int64_t(0));
-  return out(emit("Reshape", {wide, target->output(0)}));
-}
-
-void Translator::atenClamp(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // PyTorch's clamp: max(x, min) then min(., max), either bound optional.
-  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-  std::string y = T(0);
-  if (ins.size() > 1 && !isNone(ins[1]))
-    y = emit("Max", {y, operandLike(ins[1], ins[0])});
-  if (ins.size() > 2 && !isNone(ins[2]))
-    y = emit("Min", {y, operandLike(ins[2], ins[0])});
-  return outRD(y, widest, dt);
-}
-
-void Translator::atenHardtanh(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // hardtanh(x, min, max) and relu6(x) = hardtanh(x, 0, 6).
-  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-  bool relu6 = kind == "aten::relu6";
-  double lo = relu6 ? 0.0 : ins.size() > 1 ? constDouble(ins[1]) : -1.0;
-  double hi = relu6 ? 6.0 : ins.size() > 2 ? constDouble(ins[2]) : 1.0;
-  return out(
-      emit("Clip", {T(0), constant(dt, {}, {lo}), constant(dt, {}, {hi})}));
-}
-
-void Translator::atenRemainder(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // Python's remainder takes the divisor's sign: ONNX Mod with fmod = 0.
-  onnx::NodeProto *m = node("Mod", {T(0), operandLike(ins[1], ins[0])});
-  attr(m, "fmod", int64_t(0));
-  return out(m->output(0));
-}
-
-void Translator::atenPad(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // F.pad's list runs from the last dim backwards, (begin, end) per dim;
-  // ONNX's Pad takes every dim's begins, then every dim's ends.
-  // The sizes may be computed from the input's shape (Swin pads to whole
-  // windows); the importer folds them.
-  int64_t r = rankOf(ins[0]);
-  const Item &list = item(ins[1]);
-  int64_t count = list.kind == Item::List ? int64_t(list.elems.size()) : -1;
-  if (r < 0 || count < 0 || count % 2 || count > 2 * r)
-    fail("aten::pad needs its input's rank and one (begin, end) pair per "
-         "padded dim");
-  std::string given = intList(list);
-  std::vector<std::string> parts;
-  for (int64_t side = 0; side < 2; ++side)
-    for (int64_t d = 0; d < r; ++d) {
-      int64_t k = r - 1 - d; // the pair's place in PyTorch's list
-      parts.push_back(k < count / 2
-                          ? emit("Slice", {given, ints({2 * k + side}),
-                                           ints({2 * k + side + 1})})
-                          : ints({0}));
-    }
-  onnx::NodeProto *pads = node("Concat", parts);
-  attr(pads, "axis", int64_t(0));
-  std::string mode = "constant";
-  double value = 0;
-  if (kind == "aten::pad") {
-    if (ins.size() > 2 && item(ins[2]).kind == Item::String)
-      mode = item(ins[2]).text;
-    if (ins.size() > 3 && !isNone(ins[3]))
-      value = constDouble(ins[3]);
-  } else if (ins.size() > 2) {
-    value = constDouble(ins[2]);
-  }
-  static const std::map<std::string, std::string> modes = {
-      {"constant", "constant"}, {"reflect", "reflect"}, {"replicate", "edge"}};
-  auto it = modes.find(mode);
-  if (it == modes.end())
-    fail("aten::pad mode '" + mode + "' is not supported");
-  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-  onnx::NodeProto *p =
-      node("Pad", {T(0), pads->output(0), constant(dt, {}, {value})});
-  attr(p, "mode", it->second);
-  return out(p->output(0));
-}
-
-// cumsum(x, dim, dtype): integers and booleans add up as int64.
-void Translator::atenCumsum(AtenCall &call) {
-  ATEN_LOCALS(call);
-  int64_t rank = rankOf(ins[0]);
-  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-  if (ins.size() > 2 && !isNone(ins[2]))
-    dt = static_cast<at::ScalarType>(constInt(ins[2]));
-  else if (dt != at::kFloat && dt != at::kDouble)
-    dt = at::kLong;
-  std::string x = dtypeOr(ins[0], at::kFloat) == dt ? T(0) : cast(T(0), dt);
-  int64_t dim = axis(constInt(ins[1]), std::max<int64_t>(rank, 1));
-  return outRD(emit("CumSum", {x, constant(at::kLong, {}, {double(dim)})}),
-               rank, dt);
-}
-
-// argmax / argmin(x, dim=None, keepdim=False): over the flat tensor when
-// dim is None.
-void Translator::atenArgMax(AtenCall &call) {
-  ATEN_LOCALS(call);
-  int64_t rank = rankOf(ins[0]);
-  bool flat = ins.size() < 2 || isNone(ins[1]);
-  bool keep = ins.size() > 2 && constBool(ins[2]);
-  std::string x = flat ? reshapeTo(T(0), {-1}) : T(0);
-  onnx::NodeProto *a = node(kind == "aten::argmax" ? "ArgMax" : "ArgMin", {x});
-  attr(a, "axis", flat ? int64_t(0) : axis(constInt(ins[1]), rank));
-  attr(a, "keepdims", int64_t(flat ? 0 : keep));
-  std::string r = a->output(0);
-  if (flat && keep)
-    r = reshapeTo(r, std::vector<int64_t>(rank, 1));
-  return outRD(r, flat ? (keep ? rank : 0) : (keep ? rank : rank - 1),
-               at::kLong);
-}
-
-// topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices).
-void Translator::atenTopk(AtenCall &call) {
-  ATEN_LOCALS(call);
-  int64_t rank = rankOf(ins[0]);
-  onnx::NodeProto *t = node("TopK", {T(0), int1(ins[1])}, 2);
-  attr(t, "axis", axis(ins.size() > 2 ? constInt(ins[2]) : -1, rank));
-  attr(t, "largest", int64_t(ins.size() > 3 ? constBool(ins[3]) : true));
-  attr(t, "sorted", int64_t(ins.size() > 4 ? constBool(ins[4]) : true));
-  outRD(t->output(0), rank, dtypeOr(ins[0], at::kFloat), 0);
-  return outRD(t->output(1), rank, at::kLong, 1);
-}
-
-// one_hot(indices, num_classes): int64 0/1 along a new last dim.
-void Translator::atenOneHot(AtenCall &call) {
-  ATEN_LOCALS(call);
-  int64_t classes = ins.size() > 1 ? constInt(ins[1]) : -1;
-  if (classes < 0)
-    fail("aten::one_hot without num_classes (a size read from the data) is "
-         "not supported: pass num_classes");
-  onnx::NodeProto *h = node(
-      "OneHot", {T(0), ints({classes}), constant(at::kLong, {2}, {0.0, 1.0})});
-  attr(h, "axis", int64_t(-1));
-  return outRD(h->output(0), rankOf(ins[0]) + 1, at::kLong);
-}
-
-// index_put(x, indices, values, accumulate): x[mask] = v (a boolean mask
-// of x's shape) is a select; x[i, j] = v (integer tensors on the leading
-// dims) a ScatterND.
-void Translator::atenIndexPut(AtenCall &call) {
-  ATEN_LOCALS(call);
-  const Item &list = item(ins[1]);
-  at::ScalarType dt = dtypeOr(ins[0], at::kFloat);
-  int64_t rank = rankOf(ins[0]);
-  bool accumulate = ins.size() > 3 && constBool(ins[3]);
-  std::string v = tensor(ins[2], dt);
-  if (isTensor(ins[2]) && dtypeOr(ins[2], at::kFloat) != dt)
-    v = cast(v, dt);
-  if (list.kind != Item::List || list.elems.empty())
-    fail("aten::index_put needs a list of index tensors");
-  for (const Item &e : list.elems)
-    if (e.kind != Item::Tensor)
-      fail("aten::index_put with a slice before a tensor index (x[:, i] = "
-           "v) is not supported");
-  const Item &first = list.elems[0];
-  if (list.elems.size() == 1 && first.dtype == at::kBool) {
-    if (first.rank != rank)
-      fail("aten::index_put with a boolean mask of another rank than the "
-           "tensor is not supported");
-    if (isTensor(ins[2]) && rankOf(ins[2]) > 0)
-      fail("aten::index_put of a tensor at a boolean mask (a size read from "
-           "the data) is not supported; a number is");
-    std::string zero = constant(dt, {}, {0.0});
-    if (accumulate)
-      return outRD(emit("Add", {T(0), emit("Where", {first.name, v, zero})}),
-                   rank, dt);
-    return outRD(emit("Where", {first.name, v, T(0)}), rank, dt);
-  }
-  std::vector<std::string> columns;
-  for (const Item &e : list.elems) {
-    if (e.dtype == at::kBool)
-      fail("aten::index_put mixing boolean and integer indices is not "
-           "supported");
-    std::string idx = e.dtype == at::kLong ? e.name : cast(e.name, at::kLong);
-    columns.push_back(emit("Unsqueeze", {idx, ints({-1})}));
-  }
-  onnx::NodeProto *cat = node("Concat", columns);
-  attr(cat, "axis", int64_t(-1));
-  int64_t k = list.elems.size();
-  if (k > rank)
-    fail("aten::index_put with more indices than the tensor has dims");
-  onnx::NodeProto *rest = node(
-      "Slice", {emit("Shape", {T(0)}), ints({k}), ints({rank}), ints({0})});
-  onnx::NodeProto *shape =
-      node("Concat", {emit("Shape", {first.name}), rest->output(0)});
-  attr(shape, "axis", int64_t(0));
-  onnx::NodeProto *scatter =
-      node("ScatterND",
-           {T(0), cat->output(0), emit("Expand", {v, shape->output(0)})});
-  if (accumulate)
-    attr(scatter, "reduction", std::string("add"));
-  return outRD(scatter->output(0), rank, dt);
-}
-
-void Translator::atenRoll(AtenCall &call) {
-  ATEN_LOCALS(call);
-  // Per dim, the last `shift` elements then the rest, as torch.onnx writes
-  // it: Slice [-shift:] and [:-shift], joined (a negative shift mirrors).
-  std::vector<int64_t> shifts = constInts(ins[1]), dims = constInts(ins[2]);
-  int64_t r = rankOf(ins[0]);
-  if (dims.empty() || dims.size() != shifts.size() || r < 0)
-    fail("aten::roll without one dim per shift (a flattening roll) is not "
-         "supported");
-  std::string y = T(0);
-  for (size_t k = 0; k < dims.size(); ++k) {
-    if (shifts[k] == 0)
-      continue;
-    std::string axes = ints({axis(dims[k], r)});
-    std::string tail =
-        emit("Slice", {y, ints({-shifts[k]}),
-                       ints({std::numeric_limits<int64_t>::max()}), axes});
-    std::string head = emit("Slice", {y, ints({0}), ints({-shifts[k]}), axes});
-    onnx::NodeProto *c = node("Concat", {tail, head});
-    attr(c, "axis", axis(dims[k], r));
-    y = c->output(0);
-  }
-  return out(y);
 }
 
 } // namespace cleave_torch

@@ -524,6 +524,8 @@ private:
   void atenUnary(AtenCall &c);
   /// The result of an embedding lookup, its shape recorded where known.
   void embedded(AtenCall &c, const std::string &rows);
+  /// aten::index with tensor indices in several dimensions (\p dims).
+  void indexTogether(AtenCall &c, const std::vector<int64_t> &dims);
 #define ATEN_HANDLER(HANDLER, ...) void HANDLER(AtenCall &c);
 #include "TorchOps.def"
 #undef ATEN_HANDLER

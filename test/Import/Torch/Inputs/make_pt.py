@@ -191,8 +191,15 @@ class Aliasing(nn.Module):
 
 
 class AdvancedIndex(nn.Module):
+    """Tensor indices in several dimensions, broadcast together: adjacent
+    at the front, adjacent after a slice (with a negative index), and apart
+    (the broadcast dimensions go first)."""
+
     def forward(self, x, ids):
-        return x[ids, ids]
+        a = x[ids, ids]
+        b = x[:, ids, ids - 1]
+        c = x[ids[:, None], :, ids[:2]]
+        return torch.cat([a.flatten(), b.flatten(), c.flatten()])
 
 
 class BigZeros(nn.Module):
@@ -245,7 +252,12 @@ def main():
     os.makedirs(os.path.join(out, "aliasing"), exist_ok=True)
     np.save(os.path.join(out, "aliasing", "x.npy"), xa.numpy())
     np.save(os.path.join(out, "aliasing_want.npy"), Aliasing()(xa).numpy())
-    torch.jit.trace(AdvancedIndex(), (x, ids[0])).save(os.path.join(out, "advanced.traced.pt"))
+    xi, ii = torch.randn(4, 5, 6), torch.tensor([0, 3, 1])
+    torch.jit.trace(AdvancedIndex(), (xi, ii)).save(os.path.join(out, "advanced.traced.pt"))
+    os.makedirs(os.path.join(out, "advanced"), exist_ok=True)
+    np.save(os.path.join(out, "advanced", "x.npy"), xi.numpy())
+    np.save(os.path.join(out, "advanced", "ids.npy"), ii.numpy())
+    np.save(os.path.join(out, "advanced_want.npy"), AdvancedIndex()(xi, ii).numpy())
     torch.jit.script(BigZeros()).save(os.path.join(out, "bigzeros.scripted.pt"))
     with open(os.path.join(out, "not_torchscript.pt"), "wb") as f:
         f.write(b"not a zip archive")
