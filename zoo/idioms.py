@@ -775,6 +775,96 @@ class MoELlama(Llama):
         return ce + 0.02 * balance
 
 
+class StackedDenseMoE(nn.Module):
+    """The dense form over stacked expert weights [E, d, h] (one einsum per
+    side, as batched-expert implementations write it): a split of E holds
+    whole experts per rank."""
+
+    def __init__(self, d, hidden, experts, top_k):
+        super().__init__()
+        self.e, self.k = experts, top_k
+        self.gate = nn.Linear(d, experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(experts, d, hidden) * 0.1)
+        self.w3 = nn.Parameter(torch.randn(experts, d, hidden) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, d) * 0.1)
+
+    def forward(self, h):
+        probs = F.softmax(self.gate(h), dim=-1)
+        weights, chosen = torch.topk(probs, self.k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        routed = (chosen[..., None] == torch.arange(self.e)).to(h.dtype)
+        combine = (weights[..., None] * routed).sum(2)
+        a = torch.einsum("btd,edh->bteh", [h, self.w1])
+        u = torch.einsum("btd,edh->bteh", [h, self.w3])
+        y = torch.einsum("bteh,ehd->bted", [F.silu(a) * u, self.w2])
+        out = torch.einsum("bted,bte->btd", [y, combine])
+        balance = self.e * (routed.sum(2).mean((0, 1)) * probs.mean((0, 1))).sum()
+        return out, balance
+
+
+class CapacityMoE(nn.Module):
+    """Switch Transformer's (Fedus et al. 2021) and GShard's token-choice
+    routing with a capacity factor: top-1, dispatch and combine tensors
+    [T, E, C] from one_hot of each token's expert and of its place in that
+    expert's queue (a cumsum; tokens past the capacity dropped), one einsum
+    per side over stacked experts, the load-balancing loss and ST-MoE's
+    router z-loss (the mean squared logsumexp of the router's logits)."""
+
+    def __init__(self, d, hidden, experts, tokens, capacity_factor=1.25):
+        super().__init__()
+        self.e = experts
+        self.c = int(math.ceil(tokens / experts * capacity_factor))
+        self.router = nn.Linear(d, experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(experts, d, hidden) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, d) * 0.1)
+
+    def forward(self, h):
+        b, t, d = h.shape
+        x = h.reshape(b * t, d)
+        logits = self.router(x)
+        probs = F.softmax(logits, dim=-1)
+        gate, idx = probs.max(-1)
+        mask = F.one_hot(idx, self.e).to(x.dtype)
+        pos = torch.cumsum(mask, 0) * mask - 1.0
+        keep = mask * (pos < self.c).to(x.dtype)
+        slot = F.one_hot(pos.clamp(0, self.c - 1).long(), self.c).to(x.dtype)
+        dispatch = keep[..., None] * slot
+        combine = dispatch * gate[:, None, None]
+        xin = torch.einsum("tec,td->ecd", [dispatch, x])
+        hid = F.gelu(torch.einsum("ecd,edh->ech", [xin, self.w1]))
+        out = torch.einsum("ech,ehd->ecd", [hid, self.w2])
+        y = torch.einsum("tec,ecd->td", [combine, out])
+        balance = self.e * (mask.mean(0) * probs.mean(0)).sum()
+        z = torch.logsumexp(logits, -1).pow(2).mean()
+        return y.reshape(b, t, d), balance + 0.1 * z
+
+
+class MoEVariantBlock(LlamaBlock):
+    def __init__(self, moe, d=64, heads=8, kv_heads=4, hidden=48):
+        super().__init__(d, heads, kv_heads, hidden)
+        del self.gate_proj, self.up_proj, self.down_proj
+        self.moe = moe
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.input_layernorm(x), cos, sin, mask)
+        y, balance = self.moe(self.post_attention_layernorm(x))
+        return x + y, balance
+
+
+class MoEVariant(MoELlama):
+    def __init__(self, make, layers=2):
+        super().__init__(4, 1, layers=layers)
+        self.layers = nn.ModuleList([MoEVariantBlock(make()) for _ in range(layers)])
+
+
+def moe_variant(make, experts):
+    cfg = {"layers": 2, "d": 64, "batch": 2, "seq": 16, "parallel": False,
+           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
+           "kv_reduce_bytes": experts * 64 * 4}
+    return Model(lambda: MoEVariant(make), lambda g: lm_inputs(96, g),
+                 ["cos_cached", "sin_cached", "causal_mask"], cfg)
+
+
 def moe_model(experts, top_k, shared=0):
     cfg = {"layers": 2, "d": 64, "batch": 2, "seq": 16, "parallel": False,
            "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
@@ -1054,6 +1144,11 @@ MODELS = collections.OrderedDict([
     # Mixtral: 4 experts, top-2; DeepSeekMoE: 8 experts, top-1, shared experts.
     ("moe_mixtral_e4_top2", moe_model(4, 2)),
     ("moe_deepseek_e8_top1_shared", moe_model(8, 1, shared=2)),
+    # The dense form over stacked experts, and Switch's capacity form
+    # (4 and 8 experts, 32 tokens, capacity factor 1.25).
+    ("moe_stacked_e4_top2", moe_variant(lambda: StackedDenseMoE(64, 48, 4, 2), 4)),
+    ("moe_capacity_e4", moe_variant(lambda: CapacityMoE(64, 96, 4, 32), 4)),
+    ("moe_capacity_e8", moe_variant(lambda: CapacityMoE(64, 96, 8, 32), 8)),
     # DeepSeek-V3's latent attention (a q down-projection) and V2-Lite's (none).
     ("mla_v3_q_lora", mla_model(32)),
     ("mla_v2_lite", mla_model(0)),

@@ -491,17 +491,31 @@ std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
     return {user + " needs a partial sum whole", false};
   // Megatron's reductions: a split contraction with a weight (row-parallel
   // forward, column-parallel input gradient), a split table or a reduction
-  // over a split vocabulary. Two activations contracted over a split
-  // dimension (scores over a head's dimensions) are not.
+  // over a split vocabulary. A weight's product contracted over the
+  // weight's split with a whole activation is one too (a dense mixture's
+  // expert outputs combined over the experts each rank holds). Two split
+  // activations contracted over a split dimension (scores over a head's
+  // dimensions) are not.
   std::optional<ShardingRule> rule = shardingRuleOf(source);
   bool contraction = rule && rule->contraction;
-  bool megatron = contraction ? readsParameter(source, index)
+  bool withWeight = contraction && readsParameter(source, index);
+  int splitProducts = 0, splitOthers = 0;
+  if (contraction && !withWeight)
+    for (Value v : source->getOperands()) {
+      int32_t operand = idOf(v);
+      if (layoutOf(operand).isSplit())
+        ++(splitSource[operand] >= 0 ? splitProducts : splitOthers);
+    }
+  bool ofProduct = splitProducts == 1 && splitOthers == 0;
+  bool megatron = contraction ? withWeight || ofProduct
                               : (rule && rule->lookup) ||
                                     reducesWeightProduct(source, index);
   return {"sums the partial results of " + describe(source) +
-              (contraction ? ", which contracts a split dimension" +
-                                 std::string(megatron ? " with a weight"
-                                                      : " of two activations")
+              (contraction
+                   ? ", which contracts a split dimension" +
+                         std::string(withWeight  ? " with a weight"
+                                     : ofProduct ? " of a weight's product"
+                                                 : " of two activations")
                : rule && rule->form == ShardingForm::Regroup
                    ? ", which cannot keep its operand's split (each rank "
                      "gives its chunk, zeros elsewhere)"

@@ -345,13 +345,38 @@ void Translator::atenMaximum(AtenCall &call) {
   return binaryOut(kind == "aten::maximum" ? "Max" : "Min");
 }
 
-// max(a, b) / min(a, b) of two tensors (max.other); the reductions
-// (max(x), max(x, dim)) are other overloads.
+// max(a, b) / min(a, b) of two tensors (max.other); max(x), the whole
+// reduction; max(x, dim, keepdim) -> (values, indices), Switch's top-1
+// routing, as TopK with k = 1: the gradient reaches the index returned, as
+// in PyTorch.
 void Translator::atenMaxMinOfTwo(AtenCall &call) {
   ATEN_LOCALS(call);
-  if (!(ins.size() == 2 && isTensor(ins[1])))
-    return;
-  return binaryOut(kind == "aten::max" ? "Max" : "Min");
+  bool max = kind == "aten::max";
+  if (ins.size() == 2 && isTensor(ins[1]))
+    return binaryOut(max ? "Max" : "Min");
+  int64_t rank = rankOf(ins[0]);
+  if (rank < 0)
+    fail(kind + " needs its input's rank");
+  if (ins.size() == 1) {
+    onnx::NodeProto *m = node(max ? "ReduceMax" : "ReduceMin", {T(0)});
+    attr(m, "keepdims", int64_t(0));
+    return outRD(m->output(0), 0, firstType);
+  }
+  if (ins.size() < 2 || !item(ins[1]).isInt())
+    fail(kind + " with this overload is not supported");
+  int64_t dim = axis(constInt(ins[1]), rank);
+  bool keep = ins.size() > 2 && constBool(ins[2]);
+  onnx::NodeProto *t = node("TopK", {T(0), constant(at::kLong, {1}, {1.0})}, 2);
+  attr(t, "axis", dim);
+  attr(t, "largest", int64_t(max));
+  std::string values = t->output(0), indices = t->output(1);
+  if (!keep) {
+    values = emit("Squeeze", {values, ints({dim})});
+    indices = emit("Squeeze", {indices, ints({dim})});
+  }
+  int64_t r = keep ? rank : rank - 1;
+  outRD(values, r, dtypeOr(ins[0], at::kFloat), 0);
+  return outRD(indices, r, at::kLong, 1);
 }
 
 void Translator::atenCompare(AtenCall &call) {
@@ -928,6 +953,27 @@ void Translator::atenMeanSum(AtenCall &call) {
   onnx::NodeProto *s = node("ReduceSum", {T(0), ints(dims)});
   attr(s, "keepdims", int64_t(keep));
   return outRD(s->output(0), rank, firstType);
+}
+
+// logsumexp(x, dim, keepdim) (the router z-loss of Switch and ST-MoE):
+// ReduceLogSumExp, which subtracts the maximum as PyTorch does.
+void Translator::atenLogSumExp(AtenCall &call) {
+  ATEN_LOCALS(call);
+  int64_t r = rankOf(ins[0]);
+  if (r < 0)
+    fail("aten::logsumexp needs its input's rank");
+  std::vector<int64_t> dims;
+  for (int64_t d : constInts(ins[1]))
+    dims.push_back(axis(d, r));
+  if (dims.empty())
+    for (int64_t d = 0; d < r; ++d)
+      dims.push_back(d);
+  bool keep = ins.size() > 2 && constBool(ins[2]);
+  onnx::NodeProto *m = node("ReduceLogSumExp", {T(0)});
+  attr(m, "axes", dims);
+  attr(m, "keepdims", int64_t(keep));
+  return outRD(m->output(0), keep ? r : r - static_cast<int64_t>(dims.size()),
+               firstType);
 }
 
 // norm(x, p, dim, keepdim) (CLIP's features / features.norm(dim=-1,
