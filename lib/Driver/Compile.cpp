@@ -230,7 +230,8 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
 /// logit_scale" for the imported @main: what trains is never a silent
 /// choice (an exporter's literal stored as an initializer trains like a
 /// learned temperature until it is frozen).
-static std::string trainSummary(func::FuncOp main) {
+static std::string trainSummary(func::FuncOp main,
+                                ArrayRef<std::string> notFinite) {
   using mlir::cleave::kFrozenAttr;
   using mlir::cleave::kParameterAttr;
   int64_t tensors = 0, values = 0;
@@ -240,7 +241,10 @@ static std::string trainSummary(func::FuncOp main) {
     if (!name)
       continue;
     if (main.getArgAttr(i, kFrozenAttr)) {
-      frozen.push_back(name.str());
+      frozen.push_back(name.str() +
+                       (llvm::is_contained(notFinite, name.getValue())
+                            ? " (not finite)"
+                            : ""));
       continue;
     }
     auto type = cast<RankedTensorType>(main.getArgument(i).getType());
@@ -311,6 +315,8 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
           t.data_type() == onnx::TensorProto::FLOAT)
         options.heldTypes[t.name()] = mlir::cleave::elementTypeOf(&ctx, *d);
   }
+  std::vector<std::string> notFinite;
+  options.notFinite = &notFinite;
   OwningOpRef<ModuleOp> module =
       mlir::cleave::importOnnx(&ctx, *model, options);
   if (!module)
@@ -318,7 +324,7 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   // Said once the bundle is written: a failed compile prints its error
   // alone.
   std::string summary =
-      trainSummary(module->lookupSymbol<func::FuncOp>("main"));
+      trainSummary(module->lookupSymbol<func::FuncOp>("main"), notFinite);
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
   CompileOptions mesh = o;

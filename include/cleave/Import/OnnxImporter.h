@@ -75,6 +75,9 @@ struct OnnxImportOptions {
   /// in all (--max-archive-bytes); 0: 64 times the archive's size, at least
   /// 1 GiB. Checked on the zip directory before libtorch inflates anything.
   uint64_t maxArchiveBytes = 0;
+  /// Out: the float initializers frozen because they hold a value that is
+  /// not finite (a causal mask's -inf), for the compile summary to name.
+  std::vector<std::string> *notFinite = nullptr;
 };
 
 /// Raw element data of one tensor of the model (an initializer).

@@ -27,6 +27,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 #include <climits>
+#include <cmath>
+#include <cstring>
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -315,6 +317,8 @@ public:
   llvm::StringSet<> baked;
   /// The value weight \p name holds (in its compute type), if it decodes.
   std::optional<DenseElementsAttr> weightValue(StringRef name);
+  /// Whether float initializer \p t holds a value that is not finite.
+  bool holdsNonFinite(const onnx::TensorProto &t, const std::string &baseDir);
   /// The value of weight \p name, for a node that needs it at compile time
   /// (NodeContext::constantInput); the weight is then baked.
   std::optional<DenseElementsAttr> bakeWeight(StringRef name) {
@@ -842,14 +846,19 @@ LogicalResult GraphImporter::declareArguments(
         element = held;
       if (weight) {
         weights[t.name()] = &t;
-        // A literal that is not finite (a mask's -inf) is no weight to
-        // train.
-        if (ShapedType::getNumElements(shape) <= 1 &&
-            !buffers.contains(t.name()))
-          if (std::optional<DenseElementsAttr> v = weightValue(t.name());
-              v && llvm::any_of(v->getValues<APFloat>(),
-                                [](const APFloat &f) { return !f.isFinite(); }))
-            frozen.insert(t.name());
+        // A weight holding a value that is not finite (a mask's -inf, a
+        // literal's inf) trains into NaN (SGD's weight decay adds lr * wd
+        // * -inf to -inf): it is frozen, and the summary says so. Weights
+        // up to kMaxScannedElements are read here (a mask is [ctx, ctx]);
+        // larger ones only when the bundle is written.
+        constexpr int64_t kMaxScannedElements = int64_t(1) << 24;
+        if (!buffers.contains(t.name()) && !frozen.contains(t.name()) &&
+            ShapedType::getNumElements(shape) <= kMaxScannedElements &&
+            holdsNonFinite(t, baseDir)) {
+          frozen.insert(t.name());
+          if (options.notFinite)
+            options.notFinite->push_back(t.name());
+        }
       }
       argTypes.push_back(RankedTensorType::get(shape, element));
       argNames.push_back(
@@ -1039,6 +1048,22 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
   if (failed(verify(*module)))
     return nullptr;
   return module;
+}
+
+bool GraphImporter::holdsNonFinite(const onnx::TensorProto &t,
+                                   const std::string &baseDir) {
+  std::string error;
+  FailureOr<TensorData> data = decodeTensor(context, t, baseDir, error);
+  if (failed(data) || !data->elementType.isF32())
+    return false;
+  size_t n = data->bytes.size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, data->bytes.data() + i * sizeof(float), sizeof(float));
+    if (!std::isfinite(f))
+      return true;
+  }
+  return false;
 }
 
 std::optional<DenseElementsAttr> GraphImporter::weightValue(StringRef name) {

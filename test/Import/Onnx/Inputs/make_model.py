@@ -196,6 +196,19 @@ def dropout_model():
                  [vi("x", F, [4000])], [vi("y", F, [4000])], [w, ratio, mode])
 
 
+def masked_scores():
+    # y = Softmax(x W^T + mask): the mask a float initializer holding -inf
+    # (as torch.onnx stores a causal-mask buffer).
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "fc.weight")
+    mask = numpy_helper.from_array(np.array([0, 0, -np.inf], np.float32), "mask")
+    return model([helper.make_node("Transpose", ["fc.weight"], ["wt"], perm=[1, 0]),
+                  helper.make_node("MatMul", ["x", "wt"], ["h"]),
+                  helper.make_node("Add", ["h", "mask"], ["s"]),
+                  helper.make_node("Softmax", ["s"], ["y"], axis=-1)],
+                 [vi("x", F, [2, 4])], [vi("y", F, [2, 3])], [w, mask])
+
+
 def splat_reduce():
     # y = x + ReduceSum(ConstantOfShape([30000, 30000], 0)): a 4-byte splat
     # that folding would fill in full (3.6 GB) to reduce; it stays an op.
