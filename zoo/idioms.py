@@ -942,8 +942,9 @@ class MLABlockLite(MLABlock):
 
 
 class DeepSeekMLA(Llama):
-    def __init__(self, q_rank, layers=2, rope=4):
-        super().__init__(layers=layers, head_dim=rope)  # rotary tables of the rope dims
+    def __init__(self, q_rank, layers=2, rope=4, vocab=199):
+        # head_dim=rope: the rotary tables of the decoupled rope dims.
+        super().__init__(vocab=vocab, layers=layers, head_dim=rope)
         block = MLABlockLora if q_rank else MLABlockLite
         self.layers = nn.ModuleList([block(q_rank=q_rank, rope=rope) for _ in range(layers)])
 
@@ -958,7 +959,9 @@ def mla_model(q_rank, kv_rank=24, rope=4):
            # is paid once per layer.
            "kv_reduce_bytes": min(2 * 16 * (q_rank + kv_rank + rope),
                                   64 * (q_rank + kv_rank + rope) + q_rank + kv_rank) * 4}
-    return Model(lambda: DeepSeekMLA(q_rank, rope=rope), lambda g: lm_inputs(96, g),
+    # A vocabulary of 199, which 4 ranks do not divide (the table whose
+    # gradient was gathered whole in the backward and the optimizer).
+    return Model(lambda: DeepSeekMLA(q_rank, rope=rope), lambda g: lm_inputs(199, g),
                  ["cos_cached", "sin_cached", "causal_mask"], cfg)
 
 
