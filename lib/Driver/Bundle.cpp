@@ -21,6 +21,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <unistd.h>
 
@@ -420,6 +422,18 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
       rt::HostTensor value;
       if (rt::Status s = weights.read(entry, &value); !s)
         return s;
+      // A weight that trains holding inf or NaN (a mask too large for the
+      // importer's scan, a corrupt checkpoint) would train into NaN.
+      if (entry.role() == pb::Binding::PARAMETER &&
+          value.dtype == rt::DType::F32 &&
+          !std::all_of(value.data<float>(),
+                       value.data<float>() + value.numElements(),
+                       [](float f) { return std::isfinite(f); }))
+        return rt::Status::error(
+            "weight '" + entry.name() +
+            "' holds a value that is not finite (inf or NaN), so it cannot "
+            "train: --freeze it if it is a mask or constant, else fix the "
+            "weights");
       // Mixed precision holds a frozen weight in bf16: rounded once here.
       if (rt::DType held = rt::fromPlan(entry.type().dtype());
           held != value.dtype)

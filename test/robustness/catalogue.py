@@ -162,6 +162,21 @@ def write(path, data):
         f.write(data)
 
 
+def write_safetensors(path, tensors):
+    """A safetensors file of float32 arrays (the format's header by hand:
+    Debian has no safetensors package)."""
+    import json
+    header, offset, blobs = {}, 0, []
+    for name, a in tensors.items():
+        blob = np.ascontiguousarray(a, np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header).encode()
+    write(path, len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
 def cases(F, W):
     """The catalogue. W(...) names a scratch path of the case's own."""
     m = lambda case: os.path.join(F.fx, "m", case, "model.onnx")  # noqa: E731
@@ -542,6 +557,13 @@ def cases(F, W):
     add("checkpoint", "--resume a checkpoint file that is a FIFO", rck + ["--resume", W("ck")],
         r"it is not a regular file", prepare=lambda: (copy_of(F.step, W("ck")), fifo_for_first(
             W("ck"))))
+    add("compile", "--weights with a NaN in a weight that trains",
+        c + ["compile", F.mlp, *x, *ce, "--weights", W("nan.safetensors"), "-o", W("b")],
+        r"weight 'fc\.weight' holds a value that is not finite \(inf or NaN\), so it "
+        r"cannot train: --freeze it if it is a mask or constant, else fix the weights$",
+        prepare=lambda: write_safetensors(W("nan.safetensors"), {
+            "fc.weight": np.where(np.arange(12) == 5, np.nan, 0.5).astype(np.float32)
+            .reshape(3, 4), "fc.bias": np.zeros(3, np.float32)}))
     add("compile", "--weights file that is a FIFO", c + ["compile", F.mlp, *x, *ce, "--weights",
         F.fifo, "-o", W("b")], r"cannot read --weights file '.*fifo': it is not a regular file")
     add("checkpoint", "--resume another model's checkpoint", rck + ["--resume", F.gpt_ckpt],
