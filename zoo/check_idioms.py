@@ -159,8 +159,11 @@ def megatron(cleave, bundle, cfg):
     # one for the replicated K/V projections' or latents' gradients and one
     # for their norms' or K/V's second piece where the model has them.
     per_layer = (2 if cfg["parallel"] else 4) + (2 if cfg.get("kv_reduce_bytes") else 0)
-    for layer in info.get("layers", []):
-        if layer["layer"] and layer["megatron"] > per_layer:
+    named = [layer for layer in info["layers"] if layer["layer"]]
+    if len(named) < cfg["layers"]:
+        problems.append(f"inspect names {len(named)} layers, the model has {cfg['layers']}")
+    for layer in named:
+        if layer["megatron"] > per_layer:
             problems.append(f"layer {layer['layer']}: {layer['megatron']} of Megatron's "
                             f"collectives, want at most {per_layer}")
     total = sum(c["bytes"] for c in coll)

@@ -849,9 +849,12 @@ LogicalResult GraphImporter::declareArguments(
         // A weight holding a value that is not finite (a mask's -inf, a
         // literal's inf) trains into NaN (SGD's weight decay adds lr * wd
         // * -inf to -inf): it is frozen, and the summary says so. Weights
-        // up to kMaxScannedElements are read here (a mask is [ctx, ctx]);
-        // larger ones only when the bundle is written.
-        constexpr int64_t kMaxScannedElements = int64_t(1) << 24;
+        // up to kMaxScannedElements are read here (a 2048-token mask);
+        // every one is read again when the bundle is written, where a
+        // larger one that is not finite is an error, so the bound keeps
+        // that second read of a model's weights small (LLaMA-3-8B: only
+        // its K/V projections and norms).
+        constexpr int64_t kMaxScannedElements = int64_t(1) << 22;
         if (!buffers.contains(t.name()) && !frozen.contains(t.name()) &&
             ShapedType::getNumElements(shape) <= kMaxScannedElements &&
             holdsNonFinite(t, baseDir)) {
