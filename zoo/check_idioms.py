@@ -15,15 +15,19 @@ shape by --dump) with the tp=1 run: max|a - b| <= rtol * max|b| per tensor.
 The dumps must have the model's shapes.
 
 At each --megatron-tp (with AdamW) it reads `cleave inspect --json` and checks
-Megatron's optimum: no all-gather at all, and collective bytes per step at
-most 1.05 x the optimum computed from the model's shapes (manifest.json):
+Megatron's optimum: no all-gather at all, and the bytes each rank sends per
+step (inspect's wire_bytes) at most 1.05 x those of the optimum's
+all-reduces, computed from the model's shapes (manifest.json):
 2 + 2 activation all-reduces per sequential layer (1 + 1 per parallel
 block), one for the vocab-parallel embedding forward and one for the LM
 head's input gradient, three [batch*seq] floats for the vocab-parallel loss,
 and the per-layer reduction a replicated K/V projection's gradient needs.
 Outside Megatron's pattern only those K/V reductions and the norm
 parameters' gradients of a parallel block from two norms (norm_reduce_bytes)
-may appear; their bytes count in the total.
+may appear; their bytes count in the total. A model marked expert_parallel
+(the capacity form) must show expert parallelism instead of its MoE
+all-reduces: per layer an all_to_all and an all-gather of the combine,
+forward and backward; elsewhere an all_to_all is a failure.
 
 Both there and at each --explain-tp every collective must carry a reason
 that names the op needing it (or the parameter whose gradient it reduces),
@@ -34,6 +38,7 @@ ones outside Megatron's pattern may only be the K/V projections' reductions.
 resume at tp=1 from it, and an export keep the model's shapes and values.
 """
 import argparse
+import collections
 import json
 import os
 import sys
@@ -136,6 +141,21 @@ def megatron(cleave, bundle, cfg):
     info = json.loads(run([cleave, "inspect", bundle, "--json"]))
     coll = info["collectives"]
     outside, problems = explain(coll)
+    # Expert parallelism (the capacity form): per MoE layer the combine's
+    # all_to_all and the all-gather of its result, forward and backward,
+    # in place of the layer's all-reduce of the experts' partial sum.
+    expert = [c for c in outside if c["kind"] == "all_to_all"
+              or (c["kind"] == "all_gather" and "after an all_to_all" in c["reason"])]
+    if cfg.get("expert_parallel"):
+        outside = [c for c in outside if c not in expert]
+        for layer in range(cfg["layers"]):
+            name = f"layers.{layer}"
+            got = collections.Counter(c["kind"] for c in expert if c["layer"] == name)
+            if got != {"all_to_all": 2, "all_gather": 2}:
+                problems.append(f"{name}: expert parallelism's collectives {dict(got)}, "
+                                "want an all_to_all and an all-gather forward and backward")
+    elif expert:
+        problems.append(f"{expert[0]['kind']} of expert parallelism at {expert[0]['source']}")
     # Beyond Megatron's reductions only the replicated K/V projections' and,
     # where a parallel block's two norms keep the gradient partial, the
     # norms' parameter gradients (counted in the total, not the optimum).
@@ -166,9 +186,14 @@ def megatron(cleave, bundle, cfg):
         if layer["megatron"] > per_layer:
             problems.append(f"layer {layer['layer']}: {layer['megatron']} of Megatron's "
                             f"collectives, want at most {per_layer}")
-    total = sum(c["bytes"] for c in coll)
-    want = optimum_bytes(cfg)
-    gathers = [c for c in coll if c["kind"] != "all_reduce"]
+    # Bytes each rank sends (inspect's wire_bytes: 2(n-1)/n of an
+    # all-reduce's payload, (n-1)/n of the others'), against Megatron's
+    # all-reduces of the optimum's payload.
+    n = info["mesh"]["tp"]
+    total = sum(c["wire_bytes"] for c in coll)
+    want = optimum_bytes(cfg) * 2 * (n - 1) // n
+    gathers = [c for c in coll if c["kind"] != "all_reduce"
+               and not (cfg.get("expert_parallel") and c in expert)]
     if gathers:
         problems.append(f"{len(gathers)} {gathers[0]['kind']}s, e.g. of "
                         f"{gathers[0]['bytes']} bytes at {gathers[0]['source']}")

@@ -756,8 +756,9 @@ class MoEBlock(LlamaBlock):
 
 class MoELlama(Llama):
     def __init__(self, experts, top_k, shared=0, d=64, heads=8, kv_heads=4, hidden=48,
-                 layers=2):
-        super().__init__(d=d, heads=heads, kv_heads=kv_heads, hidden=hidden, layers=layers)
+                 layers=2, ctx=16):
+        super().__init__(ctx=ctx, d=d, heads=heads, kv_heads=kv_heads, hidden=hidden,
+                         layers=layers)
         self.layers = nn.ModuleList([MoEBlock(d, heads, kv_heads, hidden, experts, top_k,
                                               shared) for _ in range(layers)])
 
@@ -803,38 +804,42 @@ class StackedDenseMoE(nn.Module):
 
 
 class CapacityMoE(nn.Module):
-    """Switch Transformer's (Fedus et al. 2021) and GShard's token-choice
-    routing with a capacity factor: top-1, dispatch and combine tensors
-    [T, E, C] from one_hot of each token's expert and of its place in that
-    expert's queue (a cumsum; tokens past the capacity dropped), one einsum
-    per side over stacked experts, the load-balancing loss and ST-MoE's
-    router z-loss (the mean squared logsumexp of the router's logits)."""
+    """Switch Transformer's (Fedus et al. 2021) and GShard's (Lepikhin et
+    al. 2020) token-choice routing with a capacity factor, in their grouped
+    form (GShard's G groups, Mesh-TensorFlow's num_groups): the tokens are
+    cut into groups of `group` tokens, each routed apart. Top-1, dispatch
+    and combine tensors [G, S, E, C] from one_hot of each token's expert
+    and of its place in that expert's queue within its group (a cumsum;
+    tokens past the capacity dropped), one einsum per side over stacked
+    experts ("gsec,gsd->egcd" and "gsec,egcd->gsd"), the load-balancing
+    loss and ST-MoE's router z-loss (the mean squared logsumexp of the
+    router's logits)."""
 
-    def __init__(self, d, hidden, experts, tokens, capacity_factor=1.25):
+    def __init__(self, d, hidden, experts, group, capacity_factor=1.25):
         super().__init__()
-        self.e = experts
-        self.c = int(math.ceil(tokens / experts * capacity_factor))
+        self.e, self.group = experts, group
+        self.c = int(math.ceil(group / experts * capacity_factor))
         self.router = nn.Linear(d, experts, bias=False)
         self.w1 = nn.Parameter(torch.randn(experts, d, hidden) * 0.1)
         self.w2 = nn.Parameter(torch.randn(experts, hidden, d) * 0.1)
 
     def forward(self, h):
         b, t, d = h.shape
-        x = h.reshape(b * t, d)
+        x = h.reshape(-1, self.group, d)
         logits = self.router(x)
         probs = F.softmax(logits, dim=-1)
         gate, idx = probs.max(-1)
         mask = F.one_hot(idx, self.e).to(x.dtype)
-        pos = torch.cumsum(mask, 0) * mask - 1.0
+        pos = torch.cumsum(mask, 1) * mask - 1.0
         keep = mask * (pos < self.c).to(x.dtype)
         slot = F.one_hot(pos.clamp(0, self.c - 1).long(), self.c).to(x.dtype)
         dispatch = keep[..., None] * slot
-        combine = dispatch * gate[:, None, None]
-        xin = torch.einsum("tec,td->ecd", [dispatch, x])
-        hid = F.gelu(torch.einsum("ecd,edh->ech", [xin, self.w1]))
-        out = torch.einsum("ech,ehd->ecd", [hid, self.w2])
-        y = torch.einsum("tec,ecd->td", [combine, out])
-        balance = self.e * (mask.mean(0) * probs.mean(0)).sum()
+        combine = dispatch * gate[..., None, None]
+        xin = torch.einsum("gsec,gsd->egcd", [dispatch, x])
+        hid = F.gelu(torch.einsum("egcd,edh->egch", [xin, self.w1]))
+        out = torch.einsum("egch,ehd->egcd", [hid, self.w2])
+        y = torch.einsum("gsec,egcd->gsd", [combine, out])
+        balance = self.e * (mask.mean((0, 1)) * probs.mean((0, 1))).sum()
         z = torch.logsumexp(logits, -1).pow(2).mean()
         return y.reshape(b, t, d), balance + 0.1 * z
 
@@ -852,9 +857,9 @@ class MoEVariantBlock(LlamaBlock):
 
 
 class MoEVariant(MoELlama):
-    def __init__(self, make, layers=2):
-        super().__init__(4, 1, layers=layers)
-        self.layers = nn.ModuleList([MoEVariantBlock(make()) for _ in range(layers)])
+    def __init__(self, make, layers=2, d=64, ctx=16):
+        super().__init__(4, 1, layers=layers, d=d, ctx=ctx)
+        self.layers = nn.ModuleList([MoEVariantBlock(make(), d) for _ in range(layers)])
 
 
 def moe_variant(make, experts):
@@ -862,6 +867,23 @@ def moe_variant(make, experts):
            "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
            "kv_reduce_bytes": experts * 64 * 4}
     return Model(lambda: MoEVariant(make), lambda g: lm_inputs(96, g),
+                 ["cos_cached", "sin_cached", "causal_mask"], cfg)
+
+
+def capacity_model(experts):
+    """Switch's capacity form at a size where expert parallelism pays for
+    its extra collective (2048 tokens of 128 features, 1 MB an activation):
+    each sequence is a group of 256 tokens."""
+    d, batch, seq = 128, 8, 256
+    cfg = {"layers": 2, "d": d, "batch": batch, "seq": seq, "parallel": False,
+           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
+           "expert_parallel": True, "kv_reduce_bytes": experts * d * 4,
+           # The embedding's output gradient reaches the table partial: the
+           # table's gradient (96 rows) and the norms' are reduced in the
+           # optimizer's bucket instead of that 1 MB activation.
+           "norm_reduce_bytes": (96 + 3) * d * 4}
+    return Model(lambda: MoEVariant(lambda: CapacityMoE(d, 96, experts, seq), d=d, ctx=seq),
+                 lambda g: lm_inputs(96, g, b=batch, t=seq),
                  ["cos_cached", "sin_cached", "causal_mask"], cfg)
 
 
@@ -1150,8 +1172,8 @@ MODELS = collections.OrderedDict([
     # The dense form over stacked experts, and Switch's capacity form
     # (4 and 8 experts, 32 tokens, capacity factor 1.25).
     ("moe_stacked_e4_top2", moe_variant(lambda: StackedDenseMoE(64, 48, 4, 2), 4)),
-    ("moe_capacity_e4", moe_variant(lambda: CapacityMoE(64, 96, 4, 32), 4)),
-    ("moe_capacity_e8", moe_variant(lambda: CapacityMoE(64, 96, 8, 32), 8)),
+    ("moe_capacity_e4", capacity_model(4)),
+    ("moe_capacity_e8", capacity_model(8)),
     # DeepSeek-V3's latent attention (a q down-projection) and V2-Lite's (none).
     ("mla_v3_q_lora", mla_model(32)),
     ("mla_v2_lite", mla_model(0)),

@@ -1003,6 +1003,34 @@ LogicalResult ReduceScatterOp::verify() {
   return verifyChunk(*this, getInput(), getResult(), getDim(), *group);
 }
 
+LogicalResult AllToAllOp::verify() {
+  FailureOr<int64_t> group = verifyGroup(*this, getAxes());
+  if (failed(group))
+    return failure();
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  int64_t split = getSplitDim(), concat = getConcatDim();
+  int64_t rank = static_cast<int64_t>(in.size());
+  if (split < 0 || split >= rank || concat < 0 || concat >= rank ||
+      split == concat)
+    return emitOpError("split_dim and concat_dim must be two dimensions of "
+                       "the operand");
+  // Without a mesh (group 0) only the dimensions it does not move are
+  // known.
+  int64_t g = *group;
+  bool mismatch = getInput().getType().getElementType() !=
+                      getResult().getType().getElementType() ||
+                  static_cast<int64_t>(out.size()) != rank ||
+                  (g && in[split] % g);
+  for (int64_t d = 0; d < rank && !mismatch; ++d)
+    mismatch = d == split    ? g && out[d] != in[d] / g
+               : d == concat ? g && out[d] != in[d] * g
+                             : out[d] != in[d];
+  if (mismatch)
+    return emitOpError("result must be the operand split along split_dim "
+                       "and concatenated along concat_dim over the group");
+  return success();
+}
+
 LogicalResult ShardSliceOp::verify() {
   FailureOr<int64_t> group = verifyGroup(*this, getAxes());
   if (failed(group))

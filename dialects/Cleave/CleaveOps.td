@@ -880,6 +880,30 @@ def Cleave_ReduceScatterOp : Cleave_Op<"reduce_scatter"> {
   let hasVerifier = 1;
 }
 
+def Cleave_AllToAllOp : Cleave_Op<"all_to_all"> {
+  let summary = "Moves a split from one dimension to another";
+  let description = [{
+    The operand's `split_dim` is cut into one chunk per group member, chunk
+    `j` going to member `j`; the chunks received are concatenated along
+    `concat_dim` in group order. A value split along `concat_dim` becomes
+    split along `split_dim`, each rank sending 1/G of what an all_gather
+    and a slice would move: expert parallelism's dispatch and combine (the
+    tokens' split becomes the experts', and back).
+
+    ```mlir
+    %0 = cleave.all_to_all %x axes = [0] split_dim = 0 concat_dim = 1 : tensor<8x2x16xf32> -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Cleave_Tensor:$input, DenseI64ArrayAttr:$axes,
+                   I64Attr:$split_dim, I64Attr:$concat_dim);
+  let results = (outs Cleave_Tensor:$result);
+  let assemblyFormat = [{
+    $input `axes` `=` $axes `split_dim` `=` $split_dim `concat_dim` `=`
+    $concat_dim attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Cleave_ShardSliceOp : Cleave_Op<"shard_slice"> {
   let summary = "This rank's chunk of a replicated value";
   let description = [{

@@ -72,6 +72,10 @@ std::string layerOf(llvm::StringRef loc) {
 struct CollectiveRow {
   std::string kind, phase, source, reason, carries, origin, layer;
   int64_t bytes;
+  /// What each rank sends on a ring of the group's n ranks: 2(n-1)/n of
+  /// an all-reduce's payload, (n-1)/n of the others' (an all_to_all keeps
+  /// its own chunk), so that plans mixing kinds compare.
+  int64_t wireBytes;
   bool megatron;
   std::vector<std::string> axes;
 };
@@ -218,23 +222,27 @@ BundleSummary summarize(const pb::Plan &plan) {
   for (const pb::Instruction &inst : program.instructions()) {
     ++out.kernels[inst.kernel()];
     if (inst.kernel() != "all_reduce" && inst.kernel() != "all_gather" &&
-        inst.kernel() != "reduce_scatter")
+        inst.kernel() != "reduce_scatter" && inst.kernel() != "all_to_all")
       continue;
     // The payload: the larger side (the gathered or reduced tensor).
     int64_t bytes = std::max(bytesOf(program.values(inst.operands(0)).type()),
                              bytesOf(program.values(inst.results(0)).type()));
     // The mesh axes it runs over, by name.
     std::vector<std::string> axes;
+    int64_t group = 1;
     auto it = inst.attrs().find("axes");
     if (it != inst.attrs().end())
-      for (int64_t a : it->second.ints())
-        axes.push_back(a >= 0 && a < static_cast<int64_t>(out.mesh.size())
-                           ? out.mesh[a].first
-                           : std::to_string(a));
+      for (int64_t a : it->second.ints()) {
+        bool known = a >= 0 && a < static_cast<int64_t>(out.mesh.size());
+        axes.push_back(known ? out.mesh[a].first : std::to_string(a));
+        group *= known ? out.mesh[a].second : 1;
+      }
+    int64_t wire =
+        bytes * (group - 1) / group * (inst.kernel() == "all_reduce" ? 2 : 1);
     out.collectives.push_back(
         {inst.kernel(), inst.phase().empty() ? "forward" : inst.phase(),
          inst.location(), inst.reason(), inst.carries(), inst.origin(),
-         layerOf(inst.origin()), bytes, inst.megatron(), axes});
+         layerOf(inst.origin()), bytes, wire, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
   out.resultBytes = cleave::driver::returnedBytes(program, /*gradients=*/false);
@@ -358,6 +366,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
     cs.push_back(llvm::json::Object{{"kind", c.kind},
                                     {"phase", c.phase},
                                     {"bytes", c.bytes},
+                                    {"wire_bytes", c.wireBytes},
                                     {"source", c.source},
                                     {"megatron", c.megatron},
                                     {"axes", c.axes},

@@ -136,7 +136,8 @@ estimateStep(const pb::Program &program,
   for (const pb::Instruction &inst : program.instructions()) {
     const std::string &k = inst.kernel();
     bool reduce = k == "all_reduce";
-    if (!reduce && k != "all_gather" && k != "reduce_scatter") {
+    if (!reduce && k != "all_gather" && k != "reduce_scatter" &&
+        k != "all_to_all") {
       out.computeSeconds +=
           flopsOf(program, inst) / (topology.deviceTflops * 1e12);
       continue;

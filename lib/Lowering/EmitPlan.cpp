@@ -389,6 +389,13 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
       })
       .Case<ShardSliceOp>(
           [&](ShardSliceOp c) { return emitSplit<K::k_shard_slice>(c, inst); })
+      .Case<AllToAllOp>([&](AllToAllOp c) {
+        Params<K::k_all_to_all> p;
+        p.axes = ints(c.getAxes());
+        p.split_dim = c.getSplitDim();
+        p.concat_dim = c.getConcatDim();
+        return emit(inst, p);
+      })
       .Case<RandomUniformOp>([&](RandomUniformOp r) {
         Params<K::k_random_uniform> p;
         p.seed = static_cast<int64_t>(r.getSeed());

@@ -176,6 +176,21 @@ Value Partitioner::convert(int32_t id, Layout to) {
     }
     return out;
   }
+  if (exchanging && movesByAllToAll(id, from, to)) {
+    if (!counted)
+      result.seconds += allToAllCost(localBytes(id, from));
+    if (!rewrite)
+      return Value();
+    Value out = AllToAllOp::create(builder, loc, localType(global, to), local,
+                                   axes, to.dim, from.dim);
+    tag(out.getDefiningOp(),
+        user + " reads it split along dim " + std::to_string(to.dim) +
+            ", not " + std::to_string(from.dim) + ": an all_to_all moves 1/" +
+            std::to_string(tp) + " of what gathering it would",
+        /*megatron=*/false, id);
+    converted[k] = out;
+    return out;
+  }
   // First to replicated.
   Value full = local;
   if (from.isSplit()) {
@@ -814,6 +829,9 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
   }
   if (bestCost == kInfinity)
     return e.op->emitOpError("has no layout its operands can reach");
+  int exchange = exchangeInstead(e, rule, cands, best, bestCost);
+  if (exchange >= 0)
+    best = exchange, bestCut = Cut();
   SmallVector<Layout, 4> to;
   for (unsigned i = 0; i < numOperands; ++i)
     to.push_back(cands.operandLayout(best, bestCut, i));
@@ -835,17 +853,72 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
                        : Layout::replicated());
   }
   SmallVector<Value> operands;
+  exchanging = exchange >= 0;
   for (unsigned i = 0; i < numOperands; ++i) {
     int32_t id = operandId(e, i);
     if (rewrite && layoutOf(id).isSplit() && layoutOf(id) != to[i])
       why = cands.gatherReason(i, best, bestCut, bestCost);
     operands.push_back(convert(id, to[i]));
   }
+  exchanging = false;
   if (best >= 0 && cands.padded(rule.factors[best], bestCut))
     padOperandsAndResults(e, rule.factors[best], to, operands);
   carrySplitSource(e, to);
   emit(e, operands, outs);
+  if (exchange >= 0) {
+    // Gathered where it is made: its users see it whole, as they would
+    // the all-reduced sum, and the split carries no parameter's.
+    int32_t id = e.firstResult;
+    splitSource[id] = -1;
+    if (rewrite)
+      why = user + " is computed split after an all_to_all and gathered "
+                   "whole: the two move less than the all-reduce of its "
+                   "partial sum over the split factor would";
+    Value whole = convert(id, Layout::replicated());
+    layouts[id] = Layout::replicated();
+    if (rewrite)
+      mapping.map(index.values[id], whole);
+  }
   return success();
+}
+
+int Partitioner::exchangeInstead(const OpEntry &e, const ShardingRule &rule,
+                                 const Candidates &cands, int best,
+                                 double bestCost) const {
+  if (best < 0 || e.numResults != 1 || !rule.contraction ||
+      rule.factors[best].kind != ShardingFactor::Kind::Reduction ||
+      rule.factors[best].combine != ReduceKind::sum ||
+      !index.isFloat[e.firstResult])
+    return -1;
+  int64_t resultBytes = bytesOf(e.firstResult);
+  double reduced = bestCost + allReduceCost(resultBytes);
+  int chosen = -1;
+  for (auto [c, f] : llvm::enumerate(rule.factors)) {
+    if (f.kind != ShardingFactor::Kind::Parallel || f.resultDims[0] < 0 ||
+        !cands.splittable(f) || cands.padded(f, Candidates::Cut()))
+      continue;
+    bool exchanges = false, local = true;
+    double cost = 0;
+    for (unsigned i = 0; i < e.numOperands && local; ++i) {
+      int32_t id = operandId(e, i);
+      Layout have = layoutOf(id),
+             want = canonicalFor(id, cands.operandLayout(c, {}, i));
+      if (have == want || (have.isReplicated() && !want.isPartial())) {
+        cost += conversionCost(id, want);
+        continue;
+      }
+      local = movesByAllToAll(id, have, want);
+      exchanges |= local;
+      cost += allToAllCost(localBytes(id, have));
+    }
+    if (!exchanges || !local)
+      continue;
+    Layout out = Layout::split(f.resultDims[0]);
+    cost += allGatherCost(gatheredBytes(e.firstResult, out));
+    if (cost < reduced)
+      chosen = c, reduced = cost;
+  }
+  return chosen;
 }
 
 bool Partitioner::someUserNeedsWhole(int32_t id) const {

@@ -398,6 +398,27 @@ private:
     return collectiveCost(1.0 * (tp - 1) / tp * bytes);
   }
 
+  /// An all_to_all: each rank keeps 1/tp of its chunk and sends the rest.
+  double allToAllCost(int64_t localBytes) const {
+    return collectiveCost(1.0 * (tp - 1) / tp * localBytes);
+  }
+  /// Set while exchangeInstead's choice converts its operands: their
+  /// splits move by all_to_all. Elsewhere a split goes to another split
+  /// by a gather and a slice: priced op by op, an all_to_all is so cheap
+  /// that the walk would take one wherever a split meets another and pay
+  /// for the chains of them later (the backward of a row-split softmax).
+  bool exchanging = false;
+  /// Whether value \p id split as \p from reaches the split \p to by one
+  /// all_to_all: two plain splits (one block, no granule, tp dividing both
+  /// dimensions) of an op's result (a parameter's layout is the search's).
+  bool movesByAllToAll(int32_t id, Layout from, Layout to) const {
+    auto plain = [&](Layout l) {
+      return l.isSplit() && l.blocks == 1 && l.granule == 1 && !isPadded(id, l);
+    };
+    return id >= static_cast<int32_t>(index.argParameter.size()) &&
+           plain(from) && plain(to) && from.dim != to.dim;
+  }
+
   /// \p l for value \p id, in the one form of the splits that put the
   /// same indices on each rank (Layout::canonical).
   Layout canonicalFor(int32_t id, Layout l) const {
@@ -520,6 +541,13 @@ private:
   LogicalResult visitBlockWindow(const OpEntry &e, const ShardingRule &rule);
   struct Candidates;
   LogicalResult visitWithRule(const OpEntry &e, const ShardingRule &rule);
+  /// Expert parallelism's combine: for contraction \p e, whose cheapest
+  /// layout \p best splits a reduced factor (its result partial, reduced
+  /// later by an all-reduce), the kept factor whose split its operands
+  /// reach by all_to_all (the others sliced locally) and whose result,
+  /// gathered whole, costs less than that all-reduce; -1 if none.
+  int exchangeInstead(const OpEntry &e, const ShardingRule &rule,
+                      const Candidates &cands, int best, double bestCost) const;
   /// Whether an op reading partial value \p id cannot take it partial (no
   /// rule passes it on, or another operand is split), so that it will be
   /// reduced anyway and had better be reduced once for all its users.

@@ -609,12 +609,14 @@ template <> LogicalResult rule(Conv2DBackwardFilterOp op, ShardingRule &r) {
 /// partitioned second): every dimension carries over, except the one they
 /// gather, scatter or slice along, which they need whole. A sum over the
 /// other axis is linear: a partial sum of this axis passes through it.
+/// An all_to_all needs both dimensions it moves whole (\p whole2).
 template <typename OpTy>
-LogicalResult collectiveRule(OpTy op, ShardingRule &r, int64_t whole) {
+LogicalResult collectiveRule(OpTy op, ShardingRule &r, int64_t whole,
+                             int64_t whole2 = -1) {
   ArrayRef<int64_t> in = shapeOf(op->getOperand(0)),
                     out = shapeOf(op->getResult(0));
   for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
-    if (d == whole) {
+    if (d == whole || d == whole2) {
       addFactor(r, op, in[d], Kind::Whole).operandDims[0] = d;
       addFactor(r, op, out[d], Kind::Whole).resultDims[0] = d;
       continue;
@@ -638,6 +640,9 @@ template <> LogicalResult rule(ReduceScatterOp op, ShardingRule &r) {
 }
 template <> LogicalResult rule(ShardSliceOp op, ShardingRule &r) {
   return collectiveRule(op, r, op.getDim());
+}
+template <> LogicalResult rule(AllToAllOp op, ShardingRule &r) {
+  return collectiveRule(op, r, op.getSplitDim(), op.getConcatDim());
 }
 
 /// Random numbers are a function of the global element index: the result is
@@ -707,18 +712,17 @@ std::optional<ShardingRule> mlir::cleave::shardingRuleOf(Operation *op) {
 
 void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, CleaveDialect *) {
-    attachNonlinear<AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp,
-                    AndOp, OrOp, XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp,
-                    SqrtOp, RsqrtOp, ReciprocalOp, TanhOp, SigmoidOp, ReluOp,
-                    ErfOp, SinOp, CosOp, NotOp, GeluOp, LeakyReluOp, CastOp,
-                    MatmulOp, ReduceOp, SoftmaxOp, LogSoftmaxOp, AttentionOp,
-                    AttentionBackwardOp, CrossEntropyOp, CrossEntropyBackwardOp,
-                    LayerNormOp, BatchNormOp, TransposeOp, BroadcastOp,
-                    ReshapeOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
-                    ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
-                    AvgPool2DBackwardOp, Conv2DOp, Conv2DBackwardInputOp,
-                    Conv2DBackwardFilterOp, RandomUniformOp, CheckIndexOp,
-                    AllReduceOp, AllGatherOp, ReduceScatterOp, ShardSliceOp>(
-        ctx);
+    attachNonlinear<
+        AddOp, SubOp, MulOp, DivOp, NegOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
+        XorOp, CmpOp, SelectOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp,
+        ReciprocalOp, TanhOp, SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, NotOp,
+        GeluOp, LeakyReluOp, CastOp, MatmulOp, ReduceOp, SoftmaxOp,
+        LogSoftmaxOp, AttentionOp, AttentionBackwardOp, CrossEntropyOp,
+        CrossEntropyBackwardOp, LayerNormOp, BatchNormOp, TransposeOp,
+        BroadcastOp, ReshapeOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
+        ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
+        AvgPool2DBackwardOp, Conv2DOp, Conv2DBackwardInputOp,
+        Conv2DBackwardFilterOp, RandomUniformOp, CheckIndexOp, AllReduceOp,
+        AllGatherOp, ReduceScatterOp, AllToAllOp, ShardSliceOp>(ctx);
   });
 }

@@ -158,6 +158,17 @@ public:
       std::memmove(out, in, bytes);
     return Status::ok();
   }
+  Status allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                  const std::vector<int64_t> &axes) override {
+    if (Status s = check("all_to_all", axes); !s)
+      return s;
+    if (bytesPerPeer < 0)
+      return Status::error("all_to_all: negative size " +
+                           std::to_string(bytesPerPeer));
+    if (bytesPerPeer > 0 && in != out)
+      std::memmove(out, in, static_cast<size_t>(bytesPerPeer));
+    return Status::ok();
+  }
   Status broadcast(void *buf, int64_t bytes, int root,
                    const std::vector<int64_t> &axes) override {
     if (Status s = check("broadcast", axes); !s)

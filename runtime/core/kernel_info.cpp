@@ -205,6 +205,8 @@ std::vector<int64_t> collectiveAxes(const KernelInfo &info) {
     return info.params<K::k_all_gather>().axes;
   case K::k_reduce_scatter:
     return info.params<K::k_reduce_scatter>().axes;
+  case K::k_all_to_all:
+    return info.params<K::k_all_to_all>().axes;
   case K::k_shard_slice:
     return info.params<K::k_shard_slice>().axes;
   default:

@@ -73,7 +73,7 @@ struct KernelInfo {
 };
 
 /// The mesh axes of a collective instruction (all_reduce, all_gather,
-/// reduce_scatter, shard_slice); empty for any other.
+/// reduce_scatter, all_to_all, shard_slice); empty for any other.
 std::vector<int64_t> collectiveAxes(const KernelInfo &info);
 
 /// Pointer slots always present in KernelArgs.

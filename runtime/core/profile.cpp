@@ -113,6 +113,7 @@ KernelCost estimateKernelCost(const KernelInfo &info, int fusedOps) {
   case Kernel::k_all_reduce:
   case Kernel::k_all_gather:
   case Kernel::k_reduce_scatter:
+  case Kernel::k_all_to_all:
   case Kernel::k_shard_slice:
   case Kernel::k_check_index:
     break;

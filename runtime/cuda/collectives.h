@@ -40,6 +40,10 @@ public:
   Status reduceScatter(const void *in, void *out, int64_t countPerRank,
                        DType dtype, const std::vector<int64_t> &axes,
                        cudaStream_t stream);
+  /// out chunk i = what member i sent (its in chunk groupRank): grouped
+  /// point-to-point sends and receives, NCCL's all-to-all.
+  Status allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                  const std::vector<int64_t> &axes, cudaStream_t stream);
   void *scratch() const { return scratch_; }
   size_t scratchBytes() const { return scratchBytes_; }
 

@@ -708,6 +708,10 @@ public:
                        const std::vector<int64_t> &) override {
     return hostOnly("reduce_scatter");
   }
+  Status allToAll(const void *, void *, int64_t,
+                  const std::vector<int64_t> &) override {
+    return hostOnly("all_to_all");
+  }
   Status barrier() override { return hostOnly("barrier"); }
 
 private:

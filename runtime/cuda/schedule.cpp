@@ -38,7 +38,7 @@ bool oneCallMatmul(const KernelInfo &info) {
 
 bool isCollective(const std::string &kernel) {
   return kernel == "all_reduce" || kernel == "all_gather" ||
-         kernel == "reduce_scatter";
+         kernel == "reduce_scatter" || kernel == "all_to_all";
 }
 
 int biasOperand(const LoadedProgram &program, const ProgramInstruction &mm,

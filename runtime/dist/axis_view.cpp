@@ -45,6 +45,12 @@ public:
       return s;
     return parent_.reduceScatter(in, out, countPerRank, dtype, map(axes));
   }
+  Status allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                  const std::vector<int64_t> &axes) override {
+    if (Status s = checkAxes(axes); !s)
+      return s;
+    return parent_.allToAll(in, out, bytesPerPeer, map(axes));
+  }
   Status broadcast(void *buf, int64_t bytes, int root,
                    const std::vector<int64_t> &axes) override {
     if (Status s = checkAxes(axes); !s)

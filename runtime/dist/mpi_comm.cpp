@@ -178,6 +178,8 @@ public:
                    const std::vector<int64_t> &axes) override;
   Status reduceScatter(const void *in, void *out, int64_t countPerRank,
                        DType dtype, const std::vector<int64_t> &axes) override;
+  Status allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                  const std::vector<int64_t> &axes) override;
   Status broadcast(void *buf, int64_t bytes, int root,
                    const std::vector<int64_t> &axes) override;
   Status barrier() override;
@@ -195,6 +197,13 @@ private:
   /// The group of \p axes, or an error naming \p what.
   Status group(const char *what, const std::vector<int64_t> &axes,
                Group *result) const;
+  /// What a collective moving \p bytes per member (\p per: "rank" or
+  /// "peer") does before it talks: checks the size, finds the group, and
+  /// settles an earlier timed-out collective. \p done says it is finished
+  /// already (a group of one copies \p in to \p out; nothing to move).
+  Status openBytes(const char *what, int64_t bytes, const char *per,
+                   const std::vector<int64_t> &axes, const void *in, void *out,
+                   Group *g, bool *done);
   /// Staging memory for one collective: at least \p bytes.
   uint8_t *staging(size_t bytes);
   /// Polls \p request until it completes or the timeout passes. On timeout
@@ -425,29 +434,44 @@ Status MpiCommunicator::allReduce(void *buf, int64_t count, DType dtype,
   return Status::ok();
 }
 
-Status MpiCommunicator::allGather(const void *in, void *out,
-                                  int64_t bytesPerRank,
-                                  const std::vector<int64_t> &axes) {
-  const char *what = "all_gather";
-  if (bytesPerRank < 0)
+Status MpiCommunicator::openBytes(const char *what, int64_t bytes,
+                                  const char *per,
+                                  const std::vector<int64_t> &axes,
+                                  const void *in, void *out, Group *g,
+                                  bool *done) {
+  *done = true;
+  if (bytes < 0)
     return Status::error(prefix() + what + ": negative size " +
-                         std::to_string(bytesPerRank));
-  if (bytesPerRank > INT_MAX)
-    return Status::error(prefix() + what + ": " + std::to_string(bytesPerRank) +
-                         " bytes per rank exceed the 2^31-1 MPI supports");
-  Group g;
-  if (Status s = group(what, axes, &g); !s)
+                         std::to_string(bytes));
+  if (bytes > INT_MAX)
+    return Status::error(prefix() + what + ": " + std::to_string(bytes) +
+                         " bytes per " + per +
+                         " exceed the 2^31-1 MPI supports");
+  if (Status s = group(what, axes, g); !s)
     return s;
-  size_t chunk = static_cast<size_t>(bytesPerRank);
-  if (g.size == 1) {
+  size_t chunk = static_cast<size_t>(bytes);
+  if (g->size == 1) {
     if (chunk > 0 && in != out)
       std::memmove(out, in, chunk);
     return Status::ok();
   }
   if (chunk == 0)
     return Status::ok();
-  if (Status s = settle(what); !s)
+  *done = false;
+  return settle(what);
+}
+
+Status MpiCommunicator::allGather(const void *in, void *out,
+                                  int64_t bytesPerRank,
+                                  const std::vector<int64_t> &axes) {
+  const char *what = "all_gather";
+  Group g;
+  bool done = false;
+  if (Status s =
+          openBytes(what, bytesPerRank, "rank", axes, in, out, &g, &done);
+      !s || done)
     return s;
+  size_t chunk = static_cast<size_t>(bytesPerRank);
   int commRank = 0;
   MPI_Comm_rank(g.comm, &commRank);
   uint8_t *stage = staging(chunk * g.size);
@@ -504,6 +528,39 @@ Status MpiCommunicator::reduceScatter(const void *in, void *out,
   if (Status s = wait(&request, what); !s)
     return s;
   std::memcpy(out, result, chunk);
+  return Status::ok();
+}
+
+Status MpiCommunicator::allToAll(const void *in, void *out,
+                                 int64_t bytesPerPeer,
+                                 const std::vector<int64_t> &axes) {
+  const char *what = "all_to_all";
+  Group g;
+  bool done = false;
+  if (Status s =
+          openBytes(what, bytesPerPeer, "peer", axes, in, out, &g, &done);
+      !s || done)
+    return s;
+  size_t chunk = static_cast<size_t>(bytesPerPeer);
+  // Staged in communicator order both ways: send slot s holds the chunk for
+  // the member that is communicator rank s, receive slot s what it sent.
+  size_t n = static_cast<size_t>(g.size);
+  uint8_t *stage = staging(2 * chunk * n);
+  uint8_t *received = stage + chunk * n;
+  const auto *src = static_cast<const uint8_t *>(in);
+  for (int s = 0; s < g.size; ++s)
+    std::memcpy(stage + chunk * s, src + chunk * g.commToGroup[s], chunk);
+  MPI_Request request;
+  if (int rc =
+          MPI_Ialltoall(stage, static_cast<int>(chunk), MPI_BYTE, received,
+                        static_cast<int>(chunk), MPI_BYTE, g.comm, &request);
+      rc != MPI_SUCCESS)
+    return mpiFailed(what, rc);
+  if (Status s = wait(&request, what); !s)
+    return s;
+  auto *dst = static_cast<uint8_t *>(out);
+  for (int s = 0; s < g.size; ++s)
+    std::memcpy(dst + chunk * g.commToGroup[s], received + chunk * s, chunk);
   return Status::ok();
 }
 

@@ -35,7 +35,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, Barrier };
+enum class Kind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Broadcast,
+  Barrier
+};
 
 const char *kindName(Kind kind) {
   switch (kind) {
@@ -45,6 +52,8 @@ const char *kindName(Kind kind) {
     return "all_gather";
   case Kind::ReduceScatter:
     return "reduce_scatter";
+  case Kind::AllToAll:
+    return "all_to_all";
   case Kind::Broadcast:
     return "broadcast";
   case Kind::Barrier:
@@ -150,6 +159,17 @@ void computeResult(Round &round) {
     for (const std::vector<uint8_t> &part : round.staged)
       round.result.insert(round.result.end(), part.begin(), part.end());
     return;
+  case Kind::AllToAll: {
+    // Receiver j's n chunks, from senders 0..n-1, lie together.
+    size_t chunk = static_cast<size_t>(r.count);
+    round.result.resize(chunk * n * n);
+    for (size_t j = 0; j < n; ++j)
+      for (size_t i = 0; i < n; ++i)
+        if (chunk)
+          std::memcpy(round.result.data() + (j * n + i) * chunk,
+                      round.staged[i].data() + j * chunk, chunk);
+    return;
+  }
   case Kind::Broadcast:
     round.result = round.staged[r.root];
     return;
@@ -215,6 +235,19 @@ public:
         Kind::ReduceScatter, countPerRank, dtype, Reduction::Sum, 0, axes};
     return collective(r, in, chunk * groupSize(axes), out,
                       chunk * groupRank(axes), chunk);
+  }
+  Status allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                  const std::vector<int64_t> &axes) override {
+    if (bytesPerPeer < 0)
+      return Status::error(prefix() + "all_to_all: negative size");
+    if (Status s = checkAxes(axes); !s)
+      return Status::error(prefix() + "all_to_all: " + s.message());
+    Request r{Kind::AllToAll, bytesPerPeer, DType::U8, Reduction::Sum, 0, axes};
+    size_t chunk = static_cast<size_t>(bytesPerPeer);
+    size_t n = static_cast<size_t>(groupSize(axes));
+    return collective(r, in, chunk * n, out,
+                      chunk * n * static_cast<size_t>(groupRank(axes)),
+                      chunk * n);
   }
   Status broadcast(void *buf, int64_t bytes, int root,
                    const std::vector<int64_t> &axes) override {

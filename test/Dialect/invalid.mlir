@@ -386,3 +386,24 @@ func.func @matmul_dequant_weight_type(%x: tensor<8x64xf32>, %q: tensor<32x64xi32
   %0 = cleave.matmul_dequant %x, %q {transpose_rhs} : (tensor<8x64xf32>, tensor<32x64xi32>) -> tensor<8x32xf32>
   return
 }
+
+// -----
+
+// An all_to_all moves a split between two distinct dimensions.
+module attributes {cleave.mesh = array<i64: 4>} {
+  func.func @all_to_all_same_dims(%x: tensor<8x4xf32>) -> tensor<8x4xf32> {
+    // expected-error @+1 {{split_dim and concat_dim must be two dimensions of the operand}}
+    %0 = cleave.all_to_all %x axes = [0] split_dim = 1 concat_dim = 1 : tensor<8x4xf32> -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+
+// -----
+
+module attributes {cleave.mesh = array<i64: 4>} {
+  func.func @all_to_all_shape(%x: tensor<8x4xf32>) -> tensor<2x8xf32> {
+    // expected-error @+1 {{result must be the operand split along split_dim and concatenated along concat_dim over the group}}
+    %0 = cleave.all_to_all %x axes = [0] split_dim = 0 concat_dim = 1 : tensor<8x4xf32> -> tensor<2x8xf32>
+    return %0 : tensor<2x8xf32>
+  }
+}

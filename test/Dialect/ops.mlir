@@ -194,3 +194,14 @@ func.func @cross_entropy(%x: tensor<8x512xf32>, %l: tensor<8x1xi64>, %ids: tenso
   %g = cleave.cross_entropy_backward %x, %l, %ids, %m, %s, %t axis = 1 : (tensor<8x512xf32>, tensor<8x1xi64>, tensor<1x512xi64>, tensor<8x1xf32>, tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x512xf32>
   return %g : tensor<8x512xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func @all_to_all
+module attributes {cleave.mesh = array<i64: 2, 4>} {
+  func.func @all_to_all(%x: tensor<8x2x16xf32>) -> tensor<2x8x16xf32> {
+    // CHECK: cleave.all_to_all %{{.*}} axes = [1] split_dim = 0 concat_dim = 1 : tensor<8x2x16xf32> -> tensor<2x8x16xf32>
+    %0 = cleave.all_to_all %x axes = [1] split_dim = 0 concat_dim = 1 : tensor<8x2x16xf32> -> tensor<2x8x16xf32>
+    return %0 : tensor<2x8x16xf32>
+  }
+}

@@ -150,3 +150,25 @@ func.func @outputs(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2
   %1 = cleave.tanh %0 : tensor<2xf32>
   return %x, %1, %1 : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>
 }
+
+// -----
+
+// A collective's attributes: the mesh axes and the two dimensions an
+// all_to_all moves its split between.
+// CHECK-LABEL: name: "exchange"
+// CHECK: kernel: "all_to_all"
+// CHECK: key: "axes"
+// CHECK-NEXT: value {
+// CHECK-NEXT: ints: 0
+// CHECK: key: "concat_dim"
+// CHECK-NEXT: value {
+// CHECK-NEXT: ints: 1
+// CHECK: key: "split_dim"
+// CHECK-NEXT: value {
+// CHECK-NEXT: ints: 2
+module attributes {cleave.mesh = array<i64: 4>} {
+  func.func @exchange(%x: tensor<4x160x256xf32>) -> tensor<4x640x64xf32> {
+    %0 = cleave.all_to_all %x axes = [0] split_dim = 2 concat_dim = 1 : tensor<4x160x256xf32> -> tensor<4x640x64xf32>
+    return %0 : tensor<4x640x64xf32>
+  }
+}

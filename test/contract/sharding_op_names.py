@@ -11,7 +11,8 @@ cast<> (and their _or_null forms), getOps<>, a TypeSwitch's Case<>, as the
 parameter of a walk's callback, or compared by name (XOp::getOperationName()
 or a "cleave.x" string): each is one FAIL line. Building an op the stage
 emits (XOp::create) is not a branch and passes, nor is reading back the
-collectives it emits (all_reduce, all_gather, reduce_scatter, shard_slice:
+collectives it emits (all_reduce, all_gather, reduce_scatter, all_to_all,
+shard_slice:
 the stage's output, not ops it shards; --cleave-bucket-gradients merges its
 own all-reduces). Prints the number of sources and op classes it read.
 """
@@ -27,7 +28,8 @@ CASE = r"\bCase<([^<>]*)>"
 NAMED = r"\b((?:\w+::)*\w+Op)::getOperationName\(\)"
 # "cleave.add": the op a name string stands for (cleave.x -> XOp).
 NAME_STRING = r'"cleave\.(\w+)"'
-COLLECTIVES = {"AllReduceOp", "AllGatherOp", "ReduceScatterOp", "ShardSliceOp"}
+COLLECTIVES = {"AllReduceOp", "AllGatherOp", "ReduceScatterOp", "AllToAllOp",
+               "ShardSliceOp"}
 
 
 def class_of(mnemonic):

@@ -71,7 +71,11 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     communication for its operands' layouts; values are rebuilt on local
     shapes, and `cleave.all_reduce` / `cleave.all_gather` /
     `cleave.shard_slice` are inserted where layouts meet. Partial sums stay
-    pending through linear ops; replicated parameters' partial gradients
+    pending through linear ops. A contraction over a split factor (the
+    combine of a mixture of experts split by expert) may instead move its
+    operand's split to a factor it keeps by a `cleave.all_to_all` and
+    gather its result whole, where those two cost less than the all-reduce
+    of the partial sum (expert parallelism). Replicated parameters' partial gradients
     are priced as one bucket and each marked `cleave.bucket`, for
     `--cleave-bucket-gradients` to sum as one. Every collective carries `cleave.reason`
     (the op that needed it and what keeping the split would have cost) and,

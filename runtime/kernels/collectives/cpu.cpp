@@ -1,4 +1,4 @@
-//===- cpu.cpp - all_reduce, all_gather, reduce_scatter -------------------===//
+//===- cpu.cpp - all_reduce, all_gather, reduce_scatter, all_to_all -------===//
 //
 // Axes, dims and shapes are checked against the communicator by the shape
 // rules (runtime/kernels/collectives/shape.cpp); the kernels pack/unpack
@@ -109,6 +109,49 @@ Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
         std::memcpy(packed + (k * outer + o) * rowBytes,
                     in + (o * group + k) * rowBytes, rowBytes);
     return comm->reduceScatter(packed, args.results[0], count, dtype, axes);
+  };
+  return Status::ok();
+}
+
+Status prepare_all_to_all(const KernelInfo &info, KernelFn *fn) {
+  AllToAllSplit a;
+  if (Status s = readAllToAll(info, &a); !s)
+    return s;
+  Communicator *comm = info.comm;
+  int64_t group = a.group;
+  size_t chunk = static_cast<size_t>(a.sendOuter) * a.sendInner;
+  // Packs chunk j (every outer run's j-th inner run) together to send, and
+  // unpacks chunk i into every outer run's i-th slot of the result.
+  auto scratch = std::make_shared<std::vector<uint8_t>>();
+  *fn = [=](const KernelArgs &args) {
+    size_t total = chunk * group;
+    if (scratch->size() < 2 * total)
+      scratch->resize(2 * total);
+    const auto *in = static_cast<const uint8_t *>(args.operands[0]);
+    auto *out = static_cast<uint8_t *>(args.results[0]);
+    const uint8_t *send = in;
+    if (a.sendOuter > 1) {
+      uint8_t *packed = scratch->data();
+#pragma omp parallel for collapse(2) if (total > (1 << 20))
+      for (int64_t j = 0; j < group; ++j)
+        for (int64_t o = 0; o < a.sendOuter; ++o)
+          std::memcpy(packed + (j * a.sendOuter + o) * a.sendInner,
+                      in + (o * group + j) * a.sendInner, a.sendInner);
+      send = packed;
+    }
+    uint8_t *recv = a.recvOuter > 1 ? scratch->data() + total : out;
+    if (Status s =
+            comm->allToAll(send, recv, static_cast<int64_t>(chunk), a.axes);
+        !s)
+      return s;
+    if (a.recvOuter > 1) {
+#pragma omp parallel for collapse(2) if (total > (1 << 20))
+      for (int64_t i = 0; i < group; ++i)
+        for (int64_t o = 0; o < a.recvOuter; ++o)
+          std::memcpy(out + (o * group + i) * a.recvInner,
+                      recv + (i * a.recvOuter + o) * a.recvInner, a.recvInner);
+    }
+    return Status::ok();
   };
   return Status::ok();
 }

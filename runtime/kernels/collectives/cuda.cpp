@@ -1,4 +1,4 @@
-//===- cuda.cpp - all_reduce, all_gather, reduce_scatter on NCCL ----------===//
+//===- cuda.cpp - The collectives on NCCL ---------------------------------===//
 //
 // Same geometry as the CPU kernels (cpu.cpp beside this file): NCCL
 // concatenates per-rank chunks along dim 0, so a split along an inner dim is
@@ -195,7 +195,42 @@ Status Collectives::reduceScatter(const void *in, void *out,
       "ncclReduceScatter");
 }
 
+Status Collectives::allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                             const std::vector<int64_t> &axes,
+                             cudaStream_t stream) {
+  Group *g = nullptr;
+  if (Status s = group(axes, &g); !s)
+    return s;
+  size_t chunk = static_cast<size_t>(bytesPerPeer);
+  if (g->size == 1 || chunk == 0)
+    return copy(out, in, chunk, stream);
+  if (Status s = ncclStatus(ncclGroupStart(), "ncclGroupStart"); !s)
+    return s;
+  const auto *src = static_cast<const uint8_t *>(in);
+  auto *dst = static_cast<uint8_t *>(out);
+  Status sent = Status::ok();
+  for (int peer = 0; peer < g->size && sent; ++peer) {
+    sent = ncclStatus(
+        ncclSend(src + peer * chunk, chunk, ncclUint8, peer, g->comm, stream),
+        "ncclSend");
+    if (sent)
+      sent = ncclStatus(
+          ncclRecv(dst + peer * chunk, chunk, ncclUint8, peer, g->comm, stream),
+          "ncclRecv");
+  }
+  // The group is closed whatever failed, so the communicator stays usable.
+  Status ended = ncclStatus(ncclGroupEnd(), "ncclGroupEnd");
+  return sent ? ended : sent;
+}
+
 size_t collectiveScratchBytes(const KernelInfo &info) {
+  if (info.kernelId == schema::Kernel::k_all_to_all) {
+    AllToAllSplit a;
+    if (!readAllToAll(info, &a) || a.group == 1)
+      return 0;
+    const TensorType &x = info.operand(0);
+    return 2 * static_cast<size_t>(x.numElements()) * dtypeSize(x.dtype);
+  }
   Split split;
   if (info.kernelId == schema::Kernel::k_all_gather) {
     if (!readSplit(info, &split))
@@ -311,6 +346,49 @@ Status prepare_reduce_scatter(const KernelInfo &info, DeviceFn *fn) {
         return s;
     return c.reduceScatter(packed, args.results[0], count, dtype, axes,
                            ctx.stream);
+  };
+  return Status::ok();
+}
+
+Status prepare_all_to_all(const KernelInfo &info, DeviceFn *fn) {
+  AllToAllSplit a;
+  if (Status s = readAllToAll(info, &a); !s)
+    return s;
+  size_t chunk = static_cast<size_t>(a.sendOuter) * a.sendInner;
+  size_t total = chunk * a.group;
+  *fn = [=](const KernelArgs &args, Context &ctx) {
+    Collectives &c = *ctx.collectives;
+    const auto *in = static_cast<const uint8_t *>(args.operands[0]);
+    auto *out = static_cast<uint8_t *>(args.results[0]);
+    if (a.group == 1)
+      return copy(out, in, total, ctx.stream);
+    if (c.scratchBytes() < 2 * total)
+      return Status::error("collective scratch too small");
+    auto *packed = static_cast<uint8_t *>(c.scratch());
+    const uint8_t *send = in;
+    if (a.sendOuter > 1) {
+      // Chunk j is every outer run's j-th inner run.
+      for (int64_t j = 0; j < a.group; ++j)
+        if (Status s = copy2D(packed + j * chunk, a.sendInner,
+                              in + j * a.sendInner, a.group * a.sendInner,
+                              a.sendInner, a.sendOuter, ctx.stream);
+            !s)
+          return s;
+      send = packed;
+    }
+    uint8_t *recv = a.recvOuter > 1 ? packed + total : out;
+    if (Status s = c.allToAll(send, recv, static_cast<int64_t>(chunk), a.axes,
+                              ctx.stream);
+        !s)
+      return s;
+    if (a.recvOuter > 1)
+      for (int64_t i = 0; i < a.group; ++i)
+        if (Status s = copy2D(out + i * a.recvInner, a.group * a.recvInner,
+                              recv + i * chunk, a.recvInner, a.recvInner,
+                              a.recvOuter, ctx.stream);
+            !s)
+          return s;
+    return Status::ok();
   };
   return Status::ok();
 }

@@ -77,6 +77,55 @@ Status readCollectiveSplit(const KernelInfo &info, CollectiveSplit *split) {
   return Status::ok();
 }
 
+Status readAllToAll(const KernelInfo &info, AllToAllSplit *split) {
+  using K = schema::Kernel;
+  *split = AllToAllSplit();
+  if (info.kernelId != K::k_all_to_all)
+    return Status::error("not an all_to_all");
+  const auto &p = info.params<K::k_all_to_all>();
+  if (Status s = checkAxes(info, p.axes); !s)
+    return s;
+  const TensorType &x = info.operand(0), &y = info.result(0);
+  split->axes = p.axes;
+  split->splitDim = p.split_dim;
+  split->concatDim = p.concat_dim;
+  split->group = info.comm->groupSize(p.axes);
+  if (p.split_dim < 0 || p.split_dim >= x.rank() || p.concat_dim < 0 ||
+      p.concat_dim >= x.rank() || p.split_dim == p.concat_dim)
+    return Status::error("the dimensions to split (" +
+                         std::to_string(p.split_dim) + ") and concatenate (" +
+                         std::to_string(p.concat_dim) +
+                         ") are not two dimensions of operand " + x.str());
+  int64_t g = split->group;
+  bool ok = y.rank() == x.rank() && x.shape[p.split_dim] % g == 0;
+  for (int64_t d = 0; ok && d < x.rank(); ++d)
+    ok = y.shape[d] == (d == p.split_dim    ? x.shape[d] / g
+                        : d == p.concat_dim ? x.shape[d] * g
+                                            : x.shape[d]);
+  if (!ok)
+    return Status::error("result " + y.str() + " is not operand " + x.str() +
+                         " split along dim " + std::to_string(p.split_dim) +
+                         " and concatenated along dim " +
+                         std::to_string(p.concat_dim) + " over a group of " +
+                         std::to_string(g) + " ranks");
+  size_t bytes = dtypeSize(x.dtype);
+  split->sendOuter = product(x.shape, 0, p.split_dim);
+  split->sendInner =
+      static_cast<size_t>(product(x.shape, p.split_dim, x.shape.size()) / g) *
+      bytes;
+  // A received chunk has x's shape with split_dim divided.
+  split->recvOuter = product(y.shape, 0, p.concat_dim);
+  split->recvInner =
+      static_cast<size_t>(product(y.shape, p.concat_dim, y.shape.size()) / g) *
+      bytes;
+  return Status::ok();
+}
+
+Status check_all_to_all(const KernelInfo &info) {
+  AllToAllSplit split;
+  return readAllToAll(info, &split);
+}
+
 Status check_all_reduce(const KernelInfo &info) {
   const TensorType &x = info.operand(0);
   if (Status s = checkSameShape(x, info.result(0)); !s)

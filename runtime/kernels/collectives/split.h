@@ -29,6 +29,22 @@ struct CollectiveSplit {
 /// instruction (an error for any other kernel, or without a mesh).
 Status readCollectiveSplit(const KernelInfo &info, CollectiveSplit *split);
 
+/// An all_to_all: the operand's split_dim is cut into `group` chunks, one
+/// per member, and what arrives is concatenated along concat_dim.
+struct AllToAllSplit {
+  std::vector<int64_t> axes;
+  int64_t splitDim = 0, concatDim = 0;
+  int64_t group = 1;
+  /// The operand as [outer, group, inner] along split_dim (send order),
+  /// and the result as [outer, group, inner] along concat_dim (receive
+  /// order): outer runs and inner bytes of each.
+  int64_t sendOuter = 1, recvOuter = 1;
+  size_t sendInner = 0, recvInner = 0;
+};
+
+/// Reads an all_to_all instruction (checked by its shape rule).
+Status readAllToAll(const KernelInfo &info, AllToAllSplit *split);
+
 } // namespace cleave::rt
 
 #endif // CLEAVE_RUNTIME_KERNELS_COLLECTIVES_SPLIT_H

@@ -172,6 +172,25 @@ RANK_TEST(Collectives, AllGatherConcatenatesInGroupOrder) {
   }
 }
 
+RANK_TEST(Collectives, AllToAllSendsEachMemberItsChunk) {
+  for (const MeshCase &c : meshCases()) {
+    std::vector<int> members = c.comm->groupMembers(c.axes);
+    int64_t g = static_cast<int64_t>(members.size());
+    int64_t me = c.comm->groupRank(c.axes);
+    const int64_t n = 5; // floats per member
+    std::vector<float> in = rankData<float>(c.comm->rank(), g * n);
+    std::vector<float> out(g * n, -999);
+    Status s = c.comm->allToAll(in.data(), out.data(), n * 4, c.axes);
+    ASSERT_TRUE(s) << c.name() << ": " << s.message();
+    // Chunk k of out is what member k sent this rank: its chunk `me`.
+    for (int64_t k = 0; k < g; ++k)
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[k * n + i],
+                  static_cast<float>(sample(members[k], me * n + i)))
+            << c.name() << " from member " << k << " at " << i;
+  }
+}
+
 RANK_TEST(Collectives, ReduceScatterKeepsThisRanksChunk) {
   for (const MeshCase &c : meshCases()) {
     std::vector<int> members = c.comm->groupMembers(c.axes);

@@ -146,6 +146,55 @@ RANK_TEST(Kernels, ReduceScatterAlongEveryDim) {
       }
 }
 
+RANK_TEST(Kernels, AllToAllMovesTheSplitBetweenEveryPairOfDims) {
+  // t: the chunk one member sends another. x splits split_dim into one
+  // chunk per member; y concatenates what arrives along concat_dim.
+  const Shape t = {2, 3, 2};
+  for (const MeshCase &c : meshCases())
+    for (int64_t split = 0; split < 3; ++split)
+      for (int64_t concat = 0; concat < 3; ++concat) {
+        if (split == concat)
+          continue;
+        std::vector<int> members = c.comm->groupMembers(c.axes);
+        int64_t g = static_cast<int64_t>(members.size());
+        int64_t me = c.comm->groupRank(c.axes);
+        Shape xShape = scaled(t, split, g), yShape = scaled(t, concat, g);
+        for (DType dtype : {DType::F32, DType::I64}) {
+          HostTensor x = rankInput(dtype, xShape, c.comm->rank());
+          HostTensor y = runCollective(*c.comm, "all_to_all", x, yShape,
+                                       {{"axes", {c.axes, {}}},
+                                        {"split_dim", {{split}, {}}},
+                                        {"concat_dim", {{concat}, {}}}});
+          ASSERT_EQ(y.shape, yShape) << c.name();
+          for (int64_t i = 0; i < numel(yShape); ++i) {
+            std::vector<int64_t> idx = unravel(i, yShape);
+            int64_t from = idx[concat] / t[concat];
+            idx[concat] %= t[concat];
+            idx[split] += me * t[split];
+            HostTensor in = rankInput(dtype, xShape, members[from]);
+            ASSERT_EQ(element(y, i), element(in, ravel(idx, xShape)))
+                << c.name() << " split " << split << " concat " << concat
+                << " at " << i;
+          }
+        }
+      }
+}
+
+RANK_TEST(Kernels, AllToAllShapesThatDoNotMatchTheGroupFailAtLoad) {
+  HostTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  plan::Program p =
+      singleKernelProgram("all_to_all", {x}, {{DType::F32, {1, 6}}},
+                          {{"axes", {{0}, {}}},
+                           {"split_dim", {{0}, {}}},
+                           {"concat_dim", {{1}, {}}}});
+  std::unique_ptr<Executor> exec;
+  Status s = Executor::create(p, &exec, &mesh4());
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("over a group of 4 ranks"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(Executor::create(p, &exec, &mesh22()));
+}
+
 RANK_TEST(Kernels, GroupSizeMismatchFailsAtLoad) {
   // Shapes for a group of 2, run over a group of 4.
   HostTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});

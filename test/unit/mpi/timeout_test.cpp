@@ -68,6 +68,15 @@ std::vector<TimeoutCase> timeoutCases() {
          return c.reduceScatter(b.in.data(), b.out.data(), 4, DType::F32, all);
        },
        [](const Buffers &b) { EXPECT_EQ(b.out[0], 1 + 2 + 3 + 4); }},
+      {"all_to_all",
+       [all](Communicator &c, Buffers &b) {
+         // in: 4 chunks of 4 floats, one for each member.
+         return c.allToAll(b.in.data(), b.out.data(), 4 * 4, all);
+       },
+       [](const Buffers &b) {
+         for (int k = 0; k < 4; ++k)
+           EXPECT_EQ(b.out[4 * k], k + 1);
+       }},
       {"broadcast",
        [all](Communicator &c, Buffers &b) {
          // The root (group rank 0) is the skipper: nobody can finish early.

@@ -104,6 +104,10 @@ public:
                        const std::vector<int64_t> &) override {
     return Status::error("fake");
   }
+  Status allToAll(const void *, void *, int64_t,
+                  const std::vector<int64_t> &) override {
+    return Status::error("fake");
+  }
   Status broadcast(void *, int64_t, int,
                    const std::vector<int64_t> &) override {
     return Status::error("fake");

@@ -888,6 +888,9 @@ void randomAndCollectiveCases(Cases &cs) {
   cs.move("reduce_scatter", {cs.i(kI64, {2, 6})}, {R(kI64, {2, 6})},
           coll({0}, 1));
   cs.move("reduce_scatter", {cs.i(kI32, {5})}, {R(kI32, {5})}, coll({}, 0));
+  Attrs a2a = coll({0}, {}, "split_dim", 0);
+  a2a["concat_dim"] = ia({1});
+  cs.move("all_to_all", {cs.f({4, 6})}, {R(kF32, {4, 6})}, a2a);
   cs.move("shard_slice", {cs.f({4, 6})}, {R(kF32, {4, 6})},
           coll({0}, 1, "blocks", 2));
   cs.move("shard_slice", {cs.b({4})}, {R(kBool, {4})}, coll({0}, 0));

@@ -82,6 +82,11 @@ public:
   virtual Status reduceScatter(const void *in, void *out, int64_t countPerRank,
                                DType dtype,
                                const std::vector<int64_t> &axes) = 0;
+  /// in holds groupSize chunks of bytesPerPeer bytes, chunk j for group
+  /// member j; out (as large) becomes, chunk i, what member i sent this
+  /// rank (expert parallelism's dispatch and combine).
+  virtual Status allToAll(const void *in, void *out, int64_t bytesPerPeer,
+                          const std::vector<int64_t> &axes) = 0;
   /// buf (bytes) becomes the buf of the member of group rank \p root.
   virtual Status broadcast(void *buf, int64_t bytes, int root,
                            const std::vector<int64_t> &axes) = 0;
