@@ -8,6 +8,7 @@
 
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
+#include "ForwardOps.h"
 #include "cleave/Lowering/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -70,28 +71,6 @@ bool readsSmoothly(OpOperand &use) {
   return isa<AddOp, SubOp, MulOp, DivOp, NegOp, TanhOp, SigmoidOp, ErfOp,
              GeluOp, SqrtOp, RsqrtOp, ReciprocalOp, MatmulOp, TransposeOp,
              BroadcastOp, ConcatOp, SliceOp>(reader);
-}
-
-/// The forward: every op the loss and the model's outputs are computed by.
-/// Its values read by any other op (the backward's, the update's) are the
-/// ones the step keeps from the forward to the backward.
-DenseSet<Operation *> forwardOps(func::FuncOp func) {
-  DenseSet<Operation *> forward;
-  SmallVector<Operation *> work;
-  Operation *ret = func.getBody().front().getTerminator();
-  for (unsigned i = 0; i < func.getNumResults(); ++i)
-    if (func.getResultAttr(i, kLossAttr) || func.getResultAttr(i, kOutputAttr))
-      if (Operation *def = ret->getOperand(i).getDefiningOp())
-        if (forward.insert(def).second)
-          work.push_back(def);
-  while (!work.empty()) {
-    Operation *op = work.pop_back_val();
-    for (Value operand : op->getOperands())
-      if (Operation *def = operand.getDefiningOp())
-        if (forward.insert(def).second)
-          work.push_back(def);
-  }
-  return forward;
 }
 
 struct NarrowSavedPass

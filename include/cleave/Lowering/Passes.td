@@ -103,6 +103,50 @@ def JoinScatteredSlicesPass
   }];
 }
 
+def RecomputeElementwisePass
+    : Pass<"cleave-recompute-elementwise", "func::FuncOp"> {
+  let summary = "Recomputes in the backward the cheap elementwise values it would save";
+  let description = [{
+    An elementwise chain keeps, for its backward, the input of each of its
+    ops: GELU's erf form saves its input x, x / sqrt(2) and 1 + erf(x /
+    sqrt(2)), three tensors where PyTorch's GELU saves one. Where a value
+    the backward reads is an elementwise function (add, sub, mul, div,
+    neg, exp, erf, tanh, sigmoid, sqrt, rsqrt, reciprocal, gelu, a float
+    cast) of values the backward reads anyway, of parameters and of
+    constants, through at most four such ops, and the forward reads it only
+    inside elementwise chains (which then need not write it; a value a
+    product or a norm reads is written anyway), this pass recomputes it
+    right before its first reader after the loss, so that only the chain's
+    inputs are kept from the forward: fewer bytes written in the forward
+    and read in the backward, the recomputation fused into the backward's
+    own elementwise kernels. The forward and the loss are unchanged; the
+    recomputed values are the same ops on the same inputs. Under mixed
+    precision only (`cleave.precision`), where the elementwise chains are
+    bound by the bytes they move; run before `--cleave-narrow-saved`,
+    which then rounds the chain's inputs once.
+
+    Before (`%u` and `%e` are read after the loss, `%x` too):
+    ```mlir
+    %u = cleave.div %x, %c : (tensor<8xf32>, tensor<1xf32>) -> tensor<8xf32>
+    %e = cleave.erf %u : tensor<8xf32>
+    %l = cleave.reduce sum %e dims = [0] : (tensor<8xf32>) -> tensor<f32>
+    %g = cleave.mul %u, %x : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %h = cleave.mul %e, %g : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+    After:
+    ```mlir
+    %u = cleave.div %x, %c : (tensor<8xf32>, tensor<1xf32>) -> tensor<8xf32>
+    %e = cleave.erf %u : tensor<8xf32>
+    %l = cleave.reduce sum %e dims = [0] : (tensor<8xf32>) -> tensor<f32>
+    %u2 = cleave.div %x, %c : (tensor<8xf32>, tensor<1xf32>) -> tensor<8xf32>
+    %g = cleave.mul %u2, %x : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %u3 = cleave.div %x, %c : (tensor<8xf32>, tensor<1xf32>) -> tensor<8xf32>
+    %e3 = cleave.erf %u3 : tensor<8xf32>
+    %h = cleave.mul %e3, %g : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+  }];
+}
+
 def NarrowSavedPass : Pass<"cleave-narrow-saved", "func::FuncOp"> {
   let summary = "Keeps the activations a bf16 step saves for its backward in bf16";
   let description = [{

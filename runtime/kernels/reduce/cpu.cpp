@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <omp.h>
 
 namespace cleave::rt {
 namespace {
@@ -77,15 +78,23 @@ void runReduce(const ReduceGeometry &p, const T *in, T *out) {
   using Acc = typename R::Acc;
   bool parallel = p.numOutputs * p.reduceCount > kParallelThreshold;
   if (p.lanes > 0) {
-    constexpr int64_t kChunk = 256;
-    int64_t chunks = (p.lanes + kChunk - 1) / kChunk;
+    // Each task walks its lanes down every reduced row: as wide as the
+    // threads allow (a bias gradient's 2,048 columns in two halves, each
+    // row's half one contiguous read) rather than in narrow strips that
+    // revisit every row. Each output adds in the same order either way.
+    constexpr int64_t kMaxChunk = 2048;
     int64_t blocks = p.numOutputs / p.lanes;
+    int64_t threads = parallel ? std::max(1, omp_get_max_threads()) : 1;
+    int64_t perThread = (p.lanes * blocks + threads - 1) / threads;
+    int64_t chunk =
+        std::clamp<int64_t>((perThread + 63) / 64 * 64, 256, kMaxChunk);
+    int64_t chunks = (p.lanes + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (parallel && blocks * chunks > 1)
     for (int64_t t = 0; t < blocks * chunks; ++t) {
       int64_t block = t / chunks;
-      int64_t first = (t % chunks) * kChunk;
-      int64_t width = std::min(kChunk, p.lanes - first);
-      Acc acc[kChunk];
+      int64_t first = (t % chunks) * chunk;
+      int64_t width = std::min(chunk, p.lanes - first);
+      Acc acc[kMaxChunk];
       for (int64_t l = 0; l < width; ++l)
         acc[l] = R::init();
       walkReduced(p, keptBase(p, block) + first, [&](int64_t offset) {
