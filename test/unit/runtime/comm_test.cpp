@@ -259,6 +259,33 @@ TEST(CollectiveKernels, LoadTimeValidation) {
       "bool"));
 }
 
+TEST(CollectiveKernels, AllToAllDimensionsAreCheckedAtLoad) {
+  FakeMeshComm comm({2, 2}, 1);
+  HostTensor x = f32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  auto attrs = [](int64_t split, int64_t concat) {
+    Attrs a = axesAttr({1});
+    a["split_dim"] = {{split}, {}};
+    a["concat_dim"] = {{concat}, {}};
+    return a;
+  };
+  // Over a group of 2: [2, 4] split along 1, concatenated along 0.
+  EXPECT_EQ(loadError("all_to_all", x, DType::F32, {4, 2}, attrs(1, 0), &comm),
+            "");
+  for (auto [split, concat] :
+       {std::pair<int64_t, int64_t>{1, 1}, {2, 0}, {-1, 0}, {0, 5}})
+    EXPECT_TRUE(contains(loadError("all_to_all", x, DType::F32, {4, 2},
+                                   attrs(split, concat), &comm),
+                         "are not two dimensions of operand f32[2,4]"))
+        << split << ", " << concat;
+  EXPECT_TRUE(contains(
+      loadError("all_to_all", x, DType::F32, {2, 4}, attrs(1, 0), &comm),
+      "is not operand f32[2,4] split along dim 1 and concatenated along dim "
+      "0 over a group of 2 ranks"));
+  EXPECT_TRUE(contains(loadError("all_to_all", x, DType::F32, {4, 2},
+                                 Attrs(axesAttr({1})), &comm),
+                       "missing attribute"));
+}
+
 TEST(CollectiveKernels, GroupSizesComeFromTheCommunicator) {
   // Rank 1 of mesh [2,2]: groups of 2 along either axis, 4 over both.
   FakeMeshComm comm({2, 2}, 1);
