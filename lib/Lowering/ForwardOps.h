@@ -39,6 +39,14 @@ inline llvm::DenseSet<Operation *> forwardOps(func::FuncOp func) {
   return forward;
 }
 
+/// A one-block bf16 mixed-precision step (cleave.precision = "bf16"): the
+/// programs the bf16 storage passes rewrite.
+inline bool isBf16Step(func::FuncOp func) {
+  auto precision = func->getAttrOfType<StringAttr>(kPrecisionAttr);
+  return precision && precision.getValue() == "bf16" &&
+         func.getBody().hasOneBlock();
+}
+
 } // namespace mlir::cleave
 
 #endif // CLEAVE_LIB_LOWERING_FORWARDOPS_H

@@ -79,9 +79,7 @@ struct NarrowSavedPass
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
-    auto precision = func->getAttrOfType<StringAttr>(kPrecisionAttr);
-    if (!precision || precision.getValue() != "bf16" ||
-        !func.getBody().hasOneBlock())
+    if (!isBf16Step(func))
       return;
     DenseSet<Operation *> forward = forwardOps(func);
     auto isLater = [&](Operation *reader) {

@@ -24,6 +24,7 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createJoinScatteredSlicesPass());
   pm.addNestedPass<func::FuncOp>(createRecomputeElementwisePass());
   pm.addNestedPass<func::FuncOp>(createNarrowSavedPass());
+  pm.addNestedPass<func::FuncOp>(createSumProductCopiesPass());
   pm.addNestedPass<func::FuncOp>(createSinkWideningPass());
   pm.addNestedPass<func::FuncOp>(createPlanBuffersPass());
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <omp.h>
 
 namespace cleave::rt {
 
@@ -260,20 +261,34 @@ void runReductions(const FusedProgram &f, const CpuPlan &cp,
   };
   bool parallel = f.numElements > kParallelThreshold;
   if (g.lanes > 0) {
-    int64_t chunks = (g.lanes + kChunk - 1) / kChunk;
+    // Each task walks a strip of lanes down every reduced row, as wide as
+    // the threads allow (up to kStrip), a segment of the registers' width
+    // at a time: each row's strip is one contiguous read, rather than
+    // 256-lane strips that revisit every row. Each lane adds its rows in
+    // order either way.
+    constexpr int64_t kStrip = 4 * kChunk;
     int64_t blocks = g.numOutputs / g.lanes;
+    int64_t threads = parallel ? std::max(1, omp_get_max_threads()) : 1;
+    int64_t perThread = (g.lanes * blocks + threads - 1) / threads;
+    int64_t strip = std::clamp<int64_t>(
+        (perThread + kChunk - 1) / kChunk * kChunk, kChunk, kStrip);
+    int64_t chunks = (g.lanes + strip - 1) / strip;
 #pragma omp parallel for schedule(static) if (parallel && blocks * chunks > 1)
     for (int64_t t = 0; t < blocks * chunks; ++t) {
       Registers r;
-      int64_t block = t / chunks, lane0 = (t % chunks) * kChunk;
-      int64_t width = std::min(kChunk, g.lanes - lane0);
-      double acc[FusedProgram::kMaxReductions][kChunk] = {};
+      int64_t block = t / chunks, lane0 = (t % chunks) * strip;
+      int64_t width = std::min(strip, g.lanes - lane0);
+      double acc[FusedProgram::kMaxReductions][kStrip] = {};
       walkReduced(g, keptBase(g, block) + lane0, [&](int64_t offset) {
-        evalSegment(f, cp, args, scalars, offset, width, r);
-        for (size_t k = 0; k < numReductions; ++k) {
-          const float *v = r.reg[f.reductions[k].reg];
-          for (int64_t l = 0; l < width; ++l)
-            acc[k][l] += static_cast<double>(v[l]);
+        for (int64_t at = 0; at < width; at += kChunk) {
+          int64_t len = std::min(kChunk, width - at);
+          evalSegment(f, cp, args, scalars, offset + at, len, r);
+          for (size_t k = 0; k < numReductions; ++k) {
+            const float *v = r.reg[f.reductions[k].reg];
+            double *a = acc[k] + at;
+            for (int64_t l = 0; l < len; ++l)
+              a[l] += static_cast<double>(v[l]);
+          }
         }
       });
       for (size_t k = 0; k < numReductions; ++k) {

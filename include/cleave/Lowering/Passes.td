@@ -147,6 +147,37 @@ def RecomputeElementwisePass
   }];
 }
 
+def SumProductCopiesPass
+    : Pass<"cleave-sum-product-copies", "func::FuncOp"> {
+  let summary = "A backward sum reads the bf16 copy a product reads of the same value";
+  let description = [{
+    Under mixed precision a gradient that a product reads is rounded to a
+    bf16 copy; a bias's gradient is a sum of the same gradient over the
+    tokens. Read in f32, the sum makes the elementwise chain that computes
+    the gradient write it twice, in bf16 for the product and in f32 for
+    the sum (6 bytes an element where 2 do). This pass makes a sum after
+    the loss read the widened bf16 copy instead, so the chain writes the
+    copy alone and the sum reads half the bytes: PyTorch's autocast sums
+    the same rounded gradient for its bias (its sum is rounded to bf16
+    too; here it stays f32). Forward sums are left as they are, and f32
+    and fp16 steps too.
+
+    Before (`cleave.precision = "bf16"`; `%g` is a gradient after the loss):
+    ```mlir
+    %c = cleave.cast %g : tensor<4x8xf32> -> tensor<4x8xbf16>
+    %p = cleave.matmul %c, %w : (tensor<4x8xbf16>, tensor<8x2xbf16>) -> tensor<4x2xbf16>
+    %b = cleave.reduce sum %g dims = [0] : (tensor<4x8xf32>) -> tensor<8xf32>
+    ```
+    After:
+    ```mlir
+    %c = cleave.cast %g : tensor<4x8xf32> -> tensor<4x8xbf16>
+    %p = cleave.matmul %c, %w : (tensor<4x8xbf16>, tensor<8x2xbf16>) -> tensor<4x2xbf16>
+    %r = cleave.cast %c : tensor<4x8xbf16> -> tensor<4x8xf32>
+    %b = cleave.reduce sum %r dims = [0] : (tensor<4x8xf32>) -> tensor<8xf32>
+    ```
+  }];
+}
+
 def NarrowSavedPass : Pass<"cleave-narrow-saved", "func::FuncOp"> {
   let summary = "Keeps the activations a bf16 step saves for its backward in bf16";
   let description = [{
