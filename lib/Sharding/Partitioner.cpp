@@ -885,6 +885,11 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
 int Partitioner::exchangeInstead(const OpEntry &e, const ShardingRule &rule,
                                  const Candidates &cands, int best,
                                  double bestCost) const {
+  // Not on the data-parallel axis (expert parallelism over dp, with the
+  // experts' weights split there, is not built), nor for a parameter's
+  // gradient, which the buckets and ZeRO's reduce-scatter reduce.
+  if (splitInputs || index.gradientOf.count(e.firstResult))
+    return -1;
   if (best < 0 || e.numResults != 1 || !rule.contraction ||
       rule.factors[best].kind != ShardingFactor::Kind::Reduction ||
       rule.factors[best].combine != ReduceKind::sum ||
