@@ -278,7 +278,10 @@ void runReductions(const FusedProgram &f, const CpuPlan &cp,
       Registers r;
       int64_t block = t / chunks, lane0 = (t % chunks) * strip;
       int64_t width = std::min(strip, g.lanes - lane0);
-      double acc[FusedProgram::kMaxReductions][kStrip] = {};
+      // Only the lanes and reductions in use are zeroed (up to 64 KiB).
+      double acc[FusedProgram::kMaxReductions][kStrip];
+      for (size_t k = 0; k < numReductions; ++k)
+        std::fill(acc[k], acc[k] + width, 0.0);
       walkReduced(g, keptBase(g, block) + lane0, [&](int64_t offset) {
         for (int64_t at = 0; at < width; at += kChunk) {
           int64_t len = std::min(kChunk, width - at);

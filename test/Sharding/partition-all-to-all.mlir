@@ -48,3 +48,23 @@ func.func @small(%xe: tensor<4x80x64xf32> {cleave.input = "xe"}, %c: tensor<4x64
   %l = cleave.reduce sum %r dims = [0, 1, 2] : (tensor<4x64x64xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// The 2 MiB combine with 6 groups and 250 features: 4 ranks divide no
+// factor the combine keeps, an all_to_all cannot split one evenly, and the
+// partial sum is all-reduced.
+// CHECK-LABEL: func.func @indivisible
+// CHECK-NOT: cleave.all_to_all
+// CHECK: cleave.all_reduce
+// CHECK-NOT: cleave.all_to_all
+func.func @indivisible(%xe: tensor<4x960x250xf32> {cleave.input = "xe"}, %c: tensor<6x512x640xf32> {cleave.input = "c"}, %w: tensor<4x250x250xf32> {cleave.layout = #cleave.layout<dim = 0>, cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}) attributes {cleave.layouts_for = 4 : i64} {
+  %h = cleave.matmul %xe, %w : (tensor<4x960x250xf32>, tensor<4x250x250xf32>) -> tensor<4x960x250xf32>
+  %h4 = cleave.reshape %h : tensor<4x960x250xf32> -> tensor<4x6x160x250xf32>
+  %t = cleave.transpose %h4 perm = [1, 0, 2, 3] : (tensor<4x6x160x250xf32>) -> tensor<6x4x160x250xf32>
+  %g = cleave.reshape %t : tensor<6x4x160x250xf32> -> tensor<6x640x250xf32>
+  %y = cleave.matmul %c, %g : (tensor<6x512x640xf32>, tensor<6x640x250xf32>) -> tensor<6x512x250xf32>
+  %r = cleave.tanh %y : tensor<6x512x250xf32>
+  %l = cleave.reduce sum %r dims = [0, 1, 2] : (tensor<6x512x250xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -122,11 +122,14 @@ Status prepare_all_to_all(const KernelInfo &info, KernelFn *fn) {
   size_t chunk = static_cast<size_t>(a.sendOuter) * a.sendInner;
   // Packs chunk j (every outer run's j-th inner run) together to send, and
   // unpacks chunk i into every outer run's i-th slot of the result.
+  // Scratch only for a side that needs packing.
+  size_t total = chunk * group;
+  size_t packBytes = a.sendOuter > 1 ? total : 0;
+  size_t scratchBytes = packBytes + (a.recvOuter > 1 ? total : 0);
   auto scratch = std::make_shared<std::vector<uint8_t>>();
   *fn = [=](const KernelArgs &args) {
-    size_t total = chunk * group;
-    if (scratch->size() < 2 * total)
-      scratch->resize(2 * total);
+    if (scratch->size() < scratchBytes)
+      scratch->resize(scratchBytes);
     const auto *in = static_cast<const uint8_t *>(args.operands[0]);
     auto *out = static_cast<uint8_t *>(args.results[0]);
     const uint8_t *send = in;
@@ -139,7 +142,7 @@ Status prepare_all_to_all(const KernelInfo &info, KernelFn *fn) {
                       in + (o * group + j) * a.sendInner, a.sendInner);
       send = packed;
     }
-    uint8_t *recv = a.recvOuter > 1 ? scratch->data() + total : out;
+    uint8_t *recv = a.recvOuter > 1 ? scratch->data() + packBytes : out;
     if (Status s =
             comm->allToAll(send, recv, static_cast<int64_t>(chunk), a.axes);
         !s)

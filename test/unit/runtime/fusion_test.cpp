@@ -80,9 +80,9 @@ TEST(Fusion, ChainIsOneInstructionWithTheSameBits) {
 // Sums and means of a chain's values join it (BatchNorm's statistics and
 // its backward's sums) and add in the reduce kernels' order: over image
 // planes longer than a chunk (and not a multiple of it or of the partial
-// sums' split), and kept innermost lanes across two lane chunks. Over
-// short runs (a 2x2 plane) they stay separate kernels, which are faster
-// there.
+// sums' split), and kept innermost lanes across two lane chunks or
+// strips. Over short runs (a 2x2 plane) they stay separate kernels, which
+// are faster there.
 TEST(Fusion, ReductionsJoinChainsWithTheSameBits) {
   struct Case {
     Shape shape, per;
@@ -91,6 +91,9 @@ TEST(Fusion, ReductionsJoinChainsWithTheSameBits) {
   };
   for (const Case &c : {Case{{2, 3, 17, 19}, {1, 3, 1, 1}, {0, 2, 3}, true},
                         Case{{37, 300}, {1, 300}, {0}, true},
+                        // Strips of several segments per row, the last
+                        // one partial.
+                        Case{{37, 1100}, {1, 1100}, {0}, true},
                         Case{{4, 6, 2, 2}, {1, 6, 1, 1}, {0, 2, 3}, false}}) {
     Shape reducedShape = c.shape;
     for (int64_t a : c.axes)
