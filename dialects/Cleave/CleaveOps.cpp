@@ -324,17 +324,29 @@ LogicalResult LogSoftmaxOp::verify() {
   return verifyAxis(*this, getAxis(), getInput());
 }
 
+/// Attention's results' element type: f32 for bf16 / f16 operands (the
+/// products accumulate in f32), else the operands'.
+static Type accumulatedType(Value q) {
+  Type t = elementTypeOf(q);
+  if (isa<BFloat16Type, Float16Type>(t))
+    return Float32Type::get(q.getContext());
+  return t;
+}
+
 /// Checks attention's operand shapes (AttentionOp's description) and gives
 /// the result's and the log-sum-exp's shapes.
 static LogicalResult attentionShapes(std::optional<Location> loc, Value q,
                                      Value k, Value v, Value bias,
                                      SmallVectorImpl<int64_t> &out,
                                      SmallVectorImpl<int64_t> &lse) {
-  SmallVector<Value, 4> values{q, k, v};
-  if (bias)
-    values.push_back(bias);
-  if (failed(sameElementTypes(loc, values)))
+  if (failed(sameElementTypes(loc, ValueRange{q, k, v})))
     return failure();
+  // Mixed precision's bf16 q, k, v keep an f32 bias (a mask's -inf, a
+  // position bias).
+  if (bias && elementTypeOf(bias) != elementTypeOf(q) &&
+      !elementTypeOf(bias).isF32())
+    return emitOptionalError(loc, "bias must be f32 or the query's type, not ",
+                             elementTypeOf(bias));
   ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
   if (qs.size() != 4 || ks.size() != 4 || vs.size() != 4)
     return emitOptionalError(loc, "query, key and value must have rank 4");
@@ -369,7 +381,7 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *,
   if (failed(attentionShapes(loc, adaptor.getQuery(), adaptor.getKey(),
                              adaptor.getValue(), adaptor.getBias(), out, lse)))
     return failure();
-  Type t = elementTypeOf(adaptor.getQuery());
+  Type t = accumulatedType(adaptor.getQuery());
   inferred.push_back(RankedTensorType::get(out, t));
   inferred.push_back(RankedTensorType::get(lse, t));
   return success();
@@ -387,8 +399,13 @@ LogicalResult AttentionBackwardOp::inferReturnTypes(
       shapeOf(adaptor.getLse()) != ArrayRef<int64_t>(lse))
     return emitOptionalError(loc, "output, lse and grad must have the "
                                   "forward's result shapes");
+  Type grad = elementTypeOf(adaptor.getGrad());
+  if (grad != elementTypeOf(adaptor.getQuery()) && !grad.isF32())
+    return emitOptionalError(loc, "grad must be f32 or the query's type, not ",
+                             grad);
+  Type t = accumulatedType(adaptor.getQuery());
   for (Value v : {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()})
-    inferred.push_back(v.getType());
+    inferred.push_back(RankedTensorType::get(shapeOf(v), t));
   return success();
 }
 

@@ -297,7 +297,10 @@ def Cleave_AttentionOp : Cleave_Op<"attention", [InferTypeOpAdaptor]> {
     second result is each row's log-sum-exp of the scores, which the
     backward reads instead of the probabilities (FlashAttention). Formed by
     `--cleave-fuse-attention` from the exporter's
-    matmul-scale-mask-softmax-matmul.
+    matmul-scale-mask-softmax-matmul. Under mixed precision query, key and
+    value are bf16 (or f16): both products read bf16 operands (the
+    probabilities rounded as they enter the second) and sum in f32, the
+    softmax runs in f32, and both results are f32; a bias stays f32.
 
     ```mlir
     %o, %lse = cleave.attention %q, %k, %v scale = 2.500000e-01 causal : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16xf32>)
@@ -323,7 +326,9 @@ def Cleave_AttentionBackwardOp : Cleave_Op<"attention_backward",
     the output's gradient `grad`; attributes as the forward's. The
     probabilities are recomputed in blocks from `lse`, never stored. A
     bias's gradient, when one is needed, is formed apart by the
-    differentiation rule.
+    differentiation rule. With bf16 (or f16) query, key and value, `grad`
+    is of their type or f32, every product reads bf16 operands and sums in
+    f32, and the three gradients are f32.
 
     ```mlir
     %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g scale = 2.500000e-01 causal : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>)

@@ -72,7 +72,20 @@ struct MixedPrecisionPass
       OpBuilder b(ctx);
       Operation *def = v.getDefiningOp();
       Value copy;
-      if (isa_and_present<TransposeOp, ReshapeOp>(def)) {
+      // A slice of a value whose rounding is already there (a product's
+      // own bf16 result: attention's q, k, v cut from one projection) is
+      // cut from that; one of a wider f32 value is rounded alone.
+      std::function<bool(Value)> roundsFree = [&](Value x) -> bool {
+        if (copies.count(x))
+          return true;
+        Operation *d = x.getDefiningOp();
+        if (auto widen = dyn_cast_or_null<CastOp>(d))
+          return getElementTypeOrSelf(widen.getInput().getType()) == low;
+        return isa_and_present<TransposeOp, ReshapeOp, SliceOp>(d) &&
+               roundsFree(d->getOperand(0));
+      };
+      if (isa_and_present<TransposeOp, ReshapeOp>(def) ||
+          (isa_and_present<SliceOp>(def) && roundsFree(def->getOperand(0)))) {
         // Rounding commutes with moving elements: round the source (a
         // weight read as x W^T: its one copy, and a frozen weight's own
         // bf16 value) and move half the bytes.
@@ -101,6 +114,19 @@ struct MixedPrecisionPass
       auto widened = CastOp::create(b, op->getLoc(), wide, result);
       result.replaceAllUsesExcept(widened, widened);
     }
+    // Attention's two products (q k^T, p v) and their adjoints read bf16
+    // q, k, v and output gradient, as autocast's bmm; its results stay f32
+    // (cleave.attention's description). fp16 keeps attention in f32: the
+    // CPU backend's tiles multiply bf16 only.
+    if (low.isBF16())
+      func.walk([&](Operation *op) {
+        unsigned rounds = isa<AttentionOp>(op)           ? 3
+                          : isa<AttentionBackwardOp>(op) ? 6
+                                                         : 0;
+        for (unsigned i = 0; i < rounds; ++i)
+          if ((i < 3 || i == 5) && isF32Tensor(op->getOperand(i)))
+            op->setOperand(i, rounded(op->getOperand(i)));
+      });
     holdFrozenInLowPrecision(func, low);
     returnLowPrecisionGradients(func, low);
     func->setAttr(kPrecisionAttr, StringAttr::get(ctx, precision));

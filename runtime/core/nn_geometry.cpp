@@ -229,9 +229,12 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
                    &v = info.operand(2);
   std::string names =
       "query " + q.str() + ", key " + k.str() + " and value " + v.str();
+  // Mixed precision's products read bf16 q, k, v (and output gradient).
+  p->bf16 = q.dtype == DType::BF16;
   for (const TensorType *t : {&q, &k, &v})
-    if (t->dtype != DType::F32 || t->rank() != 4)
-      return Status::error(names + " must be 4-D f32");
+    if (t->dtype != q.dtype || t->rank() != 4 ||
+        (q.dtype != DType::F32 && q.dtype != DType::BF16))
+      return Status::error(names + " must be 4-D, all f32 or all bf16");
   for (const auto &[t, what] : {std::pair{&q, "query"}, std::pair{&k, "key"},
                                 std::pair{&v, "value tensor"}})
     if (Status s = checkExtents(*t, what); !s)
@@ -251,8 +254,8 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
   std::vector<int64_t> outShape{p->b, p->h, p->sq, p->dv};
   std::vector<int64_t> lseShape{p->b, p->h, p->sq};
   auto expect = [&](const TensorType &t, const std::vector<int64_t> &shape,
-                    const char *what) -> Status {
-    if (t.dtype != DType::F32 || t.shape != shape)
+                    const char *what, DType dtype = DType::F32) -> Status {
+    if (t.dtype != dtype || t.shape != shape)
       return Status::error(std::string(what) + " " + t.str() +
                            " does not fit " + names);
     return Status::ok();
@@ -262,7 +265,9 @@ Status readAttentionGeometry(const KernelInfo &info, bool backward,
       return s;
     if (Status s = expect(info.operand(4), lseShape, "lse"); !s)
       return s;
-    if (Status s = expect(info.operand(5), outShape, "output gradient"); !s)
+    if (Status s =
+            expect(info.operand(5), outShape, "output gradient", q.dtype);
+        !s)
       return s;
     for (size_t r = 0; r < 3; ++r)
       if (Status s = expect(info.result(r), info.operand(r).shape, "gradient");

@@ -108,6 +108,9 @@ struct AttentionGeometry {
   float scale = 1.0f;
   bool causal = false;
   bool hasBias = false;
+  /// q, k, v and the output's gradient are bf16: the products round their
+  /// operands to bf16 and sum in f32; everything else is f32.
+  bool bf16 = false;
   /// Element strides of the bias over [B, H, Sq, Sk] (0 where it
   /// broadcasts).
   int64_t biasStride[4] = {0, 0, 0, 0};

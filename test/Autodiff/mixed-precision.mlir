@@ -1,5 +1,6 @@
 // RUN: cleave-opt %s --cleave-mixed-precision | FileCheck %s
 // RUN: cleave-opt %s --cleave-mixed-precision --canonicalize | FileCheck %s --check-prefix=CANON
+// RUN: cleave-opt %s --cleave-mixed-precision="precision=fp16" | FileCheck %s --check-prefix=FP16
 // RUN: not cleave-opt %s --cleave-mixed-precision="precision=fp8" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // One rounded copy of the weight serves the forward product and the
@@ -59,6 +60,43 @@ func.func @gradients(%x: tensor<4x4xf32>, %g: tensor<4x8xf32>, %h: tensor<4x8xf3
   %sum = cleave.add %p, %q : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   %u = cleave.sub %w, %t : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   return %t, %sum, %u : tensor<8x4xf32>, tensor<4x8xf32>, tensor<8x4xf32>
+}
+
+// Attention's products read bf16 q, k, v (one copy each, shared by the
+// forward and the backward) and the output's gradient; the mask stays f32
+// and every result f32.
+// CHECK-LABEL: func.func @attention
+// CHECK-DAG: %[[Q:.*]] = cleave.cast %arg0 : tensor<1x2x4x8xf32> -> tensor<1x2x4x8xbf16>
+// CHECK-DAG: %[[K:.*]] = cleave.cast %arg1 : tensor<1x2x4x8xf32> -> tensor<1x2x4x8xbf16>
+// CHECK-DAG: %[[V:.*]] = cleave.cast %arg2 : tensor<1x2x4x8xf32> -> tensor<1x2x4x8xbf16>
+// CHECK-DAG: %[[G:.*]] = cleave.cast %arg4 : tensor<1x2x4x8xf32> -> tensor<1x2x4x8xbf16>
+// CHECK: %[[O:.*]], %[[L:.*]] = cleave.attention %[[Q]], %[[K]], %[[V]] bias %arg3 {{.*}} -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+// CHECK: cleave.attention_backward %[[Q]], %[[K]], %[[V]], %[[O]], %[[L]], %[[G]] bias %arg3 {{.*}} -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)
+// FP16-LABEL: func.func @attention
+// FP16: cleave.attention %arg0, %arg1, %arg2
+func.func @attention(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %m: tensor<1x1x1x4xf32>, %g: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) {
+  %o, %lse = cleave.attention %q, %k, %v bias %m scale = 5.000000e-01 : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x1x1x4xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g bias %m scale = 5.000000e-01 : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>, tensor<1x2x4x8xf32>, tensor<1x1x1x4xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)
+  return %o, %dq : tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>
+}
+
+// A slice of a product's result is cut from its bf16 value (no second
+// rounding); a slice of another f32 value is rounded alone, not its whole
+// source.
+// CHECK-LABEL: func.func @slices
+// CHECK: %[[P:.*]] = cleave.matmul {{.*}} -> tensor<4x8xbf16>
+// CHECK: %[[S:.*]] = cleave.slice %[[P]] starts = [0, 0] steps = [1, 1] : tensor<4x8xbf16> -> tensor<4x4xbf16>
+// CHECK: cleave.matmul %[[S]]
+// CHECK: %[[E:.*]] = cleave.slice %arg2 starts = [0, 0] steps = [1, 1] : tensor<4x8xf32> -> tensor<4x4xf32>
+// CHECK: %[[R:.*]] = cleave.cast %[[E]] : tensor<4x4xf32> -> tensor<4x4xbf16>
+// CHECK: cleave.matmul %[[R]]
+func.func @slices(%x: tensor<4x4xf32>, %w: tensor<4x8xf32>, %h: tensor<4x8xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+  %p = cleave.matmul %x, %w : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %s = cleave.slice %p starts = [0, 0] steps = [1, 1] : tensor<4x8xf32> -> tensor<4x4xf32>
+  %q = cleave.matmul %s, %x : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %e = cleave.slice %h starts = [0, 0] steps = [1, 1] : tensor<4x8xf32> -> tensor<4x4xf32>
+  %r = cleave.matmul %e, %x : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %q, %r : tensor<4x4xf32>, tensor<4x4xf32>
 }
 
 // BAD: precision must be bf16 or fp16, not 'fp8'

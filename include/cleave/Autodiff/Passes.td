@@ -238,7 +238,10 @@ def MixedPrecisionPass : Pass<"cleave-mixed-precision", "func::FuncOp"> {
     operands, and a partial sum leaving a split contraction is reduced in
     bf16 (half the bytes on the wire). A widened value rounded again is the
     bf16 value itself (the cast folds), so a chain of products rounds once
-    per product, as PyTorch's autocast does. The function is marked
+    per product, as PyTorch's autocast does. Under bf16, `attention` and
+    `attention_backward` read bf16 copies of query, key, value and the
+    output's gradient (their products, like autocast's bmm, on bf16
+    operands) and keep f32 results. The function is marked
     `cleave.precision`.
 
     Before (`precision=bf16`):

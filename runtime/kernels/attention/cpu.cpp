@@ -9,12 +9,21 @@
 // head with the query heads that read it), so no two threads add into one
 // element and results do not depend on the thread count.
 //
+// Under mixed precision q, k, v and the output's gradient are bf16 and each
+// tile's products round their f32 operands (the probabilities, ds) to bf16
+// and sum in f32, as FlashAttention and PyTorch's autocast bmm do; the
+// softmax, its statistics and every gradient stay f32. An f32 attention
+// runs sgemm as before.
+//
 //===----------------------------------------------------------------------===//
 
+#include "core/convert.h"
 #include "core/nn_geometry.h"
 #include "core/vector_math.h"
+#include "cpu/bf16_gemm.h"
 #include "cpu/cpu_kernel.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -30,16 +39,24 @@ using nn::AttentionGeometry;
 constexpr int64_t kRows = 64, kCols = 128;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+/// q, k, v (and the output's gradient): f32, or bf16's bits.
+using Bf16 = uint16_t;
+
+float widen(float x) { return x; }
+float widen(Bf16 x) { return bf16ToFloat(x); }
+
 /// The operands of one (batch, query head) pair.
-struct HeadView {
-  const float *q, *k, *v, *bias;
+template <typename T> struct HeadView {
+  const T *q, *k, *v;
+  const float *bias;
   int64_t bi, hi;
 };
 
-HeadView headView(const AttentionGeometry &g, const float *q, const float *k,
-                  const float *v, const float *bias, int64_t bi, int64_t hi) {
+template <typename T>
+HeadView<T> headView(const AttentionGeometry &g, const T *q, const T *k,
+                     const T *v, const float *bias, int64_t bi, int64_t hi) {
   int64_t kh = hi / (g.h / g.hk);
-  HeadView view;
+  HeadView<T> view;
   view.q = q + (bi * g.h + hi) * g.sq * g.d;
   view.k = k + (bi * g.hk + kh) * g.sk * g.d;
   view.v = v + (bi * g.hk + kh) * g.sk * g.dv;
@@ -50,12 +67,150 @@ HeadView headView(const AttentionGeometry &g, const float *q, const float *k,
   return view;
 }
 
+/// The six products of a head's tiles. f32: sgemm on the operands where
+/// they are.
+template <typename T> struct Products {
+  const AttentionGeometry &g;
+  HeadView<float> view;
+  const float *dout;
+
+  Products(const AttentionGeometry &g, const HeadView<float> &view,
+           const float *dout, bool /*backward*/, uint64_t /*call*/)
+      : g(g), view(view), dout(dout) {}
+  /// s = scale q_i k_j^T.
+  void scores(int64_t i0, int64_t rows, int64_t j0, int64_t cols, float *s) {
+    sgemmSerial(false, true, rows, cols, g.d, g.scale, view.q + i0 * g.d, g.d,
+                view.k + j0 * g.d, g.d, 0.0f, s, cols);
+  }
+  /// acc += p v_j.
+  void addValues(int64_t rows, int64_t j0, int64_t cols, const float *p,
+                 float *acc) {
+    sgemmSerial(false, false, rows, g.dv, cols, 1.0f, p, cols,
+                view.v + j0 * g.dv, g.dv, 1.0f, acc, g.dv);
+  }
+  /// dv_j += p^T dout_i.
+  void valueGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 const float *p, float *dv) {
+    sgemmSerial(true, false, cols, g.dv, rows, 1.0f, p, cols, dout + i0 * g.dv,
+                g.dv, 1.0f, dv + j0 * g.dv, g.dv);
+  }
+  /// dp = dout_i v_j^T.
+  void probGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols, float *dp) {
+    sgemmSerial(false, true, rows, cols, g.dv, 1.0f, dout + i0 * g.dv, g.dv,
+                view.v + j0 * g.dv, g.dv, 0.0f, dp, cols);
+  }
+  /// dk_j += scale ds^T q_i.
+  void keyGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+               const float *ds, float *dk) {
+    sgemmSerial(true, false, cols, g.d, rows, g.scale, ds, cols,
+                view.q + i0 * g.d, g.d, 1.0f, dk + j0 * g.d, g.d);
+  }
+  /// dq_i += scale ds k_j.
+  void queryGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 const float *ds, float *dq) {
+    sgemmSerial(false, false, rows, g.d, cols, g.scale, ds, cols,
+                view.k + j0 * g.d, g.d, 1.0f, dq + i0 * g.d, g.d);
+  }
+};
+
+/// Each kernel call's number: a thread's packed head is reused only within
+/// the call that packed it (the arena holds other values at those
+/// addresses on the next).
+std::atomic<uint64_t> callNumber{0};
+
+/// bf16: the head's operands packed into the dot product's pairs once
+/// (kept per thread while its tasks stay on the head), the tiles' f32
+/// probabilities and their gradients rounded as they are packed.
+template <> struct Products<Bf16> {
+  const AttentionGeometry &g;
+  HeadView<Bf16> view;
+  const Bf16 *dout;
+  PackedB kT, v, k{}, vT{}, q{}, dO{};
+  std::vector<uint32_t> &tile;
+
+  struct Slot {
+    const void *data = nullptr;
+    uint64_t call = 0;
+    std::vector<uint32_t> buf;
+    PackedB packed{};
+  };
+  static Slot &slot(int which) {
+    thread_local Slot slots[6];
+    return slots[which];
+  }
+  static std::vector<uint32_t> &tileBuffer() {
+    thread_local std::vector<uint32_t> buf;
+    return buf;
+  }
+  static PackedB cached(int which, bool trans, int64_t k, int64_t n,
+                        const Bf16 *data, int64_t ld, uint64_t call) {
+    Slot &s = slot(which);
+    if (s.data != data || s.call != call) {
+      s.packed = packB(trans, k, n, {data, true, ld}, s.buf);
+      s.data = data;
+      s.call = call;
+    }
+    return s.packed;
+  }
+
+  Products(const AttentionGeometry &g, const HeadView<Bf16> &view,
+           const Bf16 *dout, bool backward, uint64_t call)
+      : g(g), view(view), dout(dout), tile(tileBuffer()) {
+    kT = cached(0, true, g.d, g.sk, view.k, g.d, call);
+    v = cached(1, false, g.sk, g.dv, view.v, g.dv, call);
+    if (!backward)
+      return;
+    k = cached(2, false, g.sk, g.d, view.k, g.d, call);
+    vT = cached(3, true, g.dv, g.sk, view.v, g.dv, call);
+    q = cached(4, false, g.sq, g.d, view.q, g.d, call);
+    dO = cached(5, false, g.sq, g.dv, dout, g.dv, call);
+  }
+  /// Packed rows from pair offset \p at (tiles start at even rows).
+  static PackedB from(PackedB b, int64_t row) {
+    return {b.data + row / 2 * b.ld, b.ld};
+  }
+  PackedA rowsOf(const void *x, bool bf16, int64_t rows, int64_t k,
+                 bool trans = false) {
+    return packA(trans, rows, k, {x, bf16, trans ? rows : k}, tile);
+  }
+  void scores(int64_t i0, int64_t rows, int64_t j0, int64_t cols, float *s) {
+    bf16Gemm(rows, cols, g.d, g.scale,
+             rowsOf(view.q + i0 * g.d, true, rows, g.d), {kT.data + j0, kT.ld},
+             0.0f, s, cols);
+  }
+  void addValues(int64_t rows, int64_t j0, int64_t cols, const float *p,
+                 float *acc) {
+    bf16Gemm(rows, g.dv, cols, 1.0f, rowsOf(p, false, rows, cols), from(v, j0),
+             1.0f, acc, g.dv);
+  }
+  void valueGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 const float *p, float *dv) {
+    bf16Gemm(cols, g.dv, rows, 1.0f, rowsOf(p, false, cols, rows, true),
+             from(dO, i0), 1.0f, dv + j0 * g.dv, g.dv);
+  }
+  void probGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols, float *dp) {
+    bf16Gemm(rows, cols, g.dv, 1.0f, rowsOf(dout + i0 * g.dv, true, rows, g.dv),
+             {vT.data + j0, vT.ld}, 0.0f, dp, cols);
+  }
+  void keyGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+               const float *ds, float *dk) {
+    bf16Gemm(cols, g.d, rows, g.scale, rowsOf(ds, false, cols, rows, true),
+             from(q, i0), 1.0f, dk + j0 * g.d, g.d);
+  }
+  void queryGrad(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                 const float *ds, float *dq) {
+    bf16Gemm(rows, g.d, cols, g.scale, rowsOf(ds, false, rows, cols),
+             from(k, j0), 1.0f, dq + i0 * g.d, g.d);
+  }
+};
+
 /// s [rows, cols] = scale * q[i0:i0+rows] k[j0:j0+cols]^T + bias, with
 /// masked keys at -inf.
-void scoreTile(const AttentionGeometry &g, const HeadView &view, int64_t i0,
-               int64_t rows, int64_t j0, int64_t cols, float *s) {
-  sgemmSerial(false, true, rows, cols, g.d, g.scale, view.q + i0 * g.d, g.d,
-              view.k + j0 * g.d, g.d, 0.0f, s, cols);
+template <typename T>
+void scoreTile(const AttentionGeometry &g, const HeadView<T> &view,
+               Products<T> &prods, int64_t i0, int64_t rows, int64_t j0,
+               int64_t cols, float *s) {
+  prods.scores(i0, rows, j0, cols, s);
   for (int64_t r = 0; r < rows; ++r) {
     float *row = s + r * cols;
     int64_t i = i0 + r;
@@ -72,9 +227,10 @@ void scoreTile(const AttentionGeometry &g, const HeadView &view, int64_t i0,
 }
 
 /// One block of query rows of one head: out and lse rows.
-void forwardBlock(const AttentionGeometry &g, const HeadView &view, int64_t i0,
-                  int64_t rows, float *out, float *lse,
-                  std::vector<float> &scratch) {
+template <typename T>
+void forwardBlock(const AttentionGeometry &g, const HeadView<T> &view,
+                  Products<T> &prods, int64_t i0, int64_t rows, float *out,
+                  float *lse, std::vector<float> &scratch) {
   scratch.resize(kRows * kCols + kRows * g.dv + 2 * kRows);
   float *s = scratch.data();
   float *acc = s + kRows * kCols;
@@ -86,7 +242,7 @@ void forwardBlock(const AttentionGeometry &g, const HeadView &view, int64_t i0,
   int64_t end = g.keyEnd(i0 + rows - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kCols) {
     int64_t cols = std::min(kCols, end - j0);
-    scoreTile(g, view, i0, rows, j0, cols, s);
+    scoreTile(g, view, prods, i0, rows, j0, cols, s);
     for (int64_t r = 0; r < rows; ++r) {
       float *row = s + r * cols;
       float m = maxima[r];
@@ -109,8 +265,7 @@ void forwardBlock(const AttentionGeometry &g, const HeadView &view, int64_t i0,
         for (int64_t c = 0; c < g.dv; ++c)
           acc[r * g.dv + c] *= rescale;
     }
-    sgemmSerial(false, false, rows, g.dv, cols, 1.0f, s, cols,
-                view.v + j0 * g.dv, g.dv, 1.0f, acc, g.dv);
+    prods.addValues(rows, j0, cols, s, acc);
   }
   for (int64_t r = 0; r < rows; ++r) {
     // A row with every key masked divides 0 by 0, as softmax does.
@@ -123,9 +278,10 @@ void forwardBlock(const AttentionGeometry &g, const HeadView &view, int64_t i0,
 
 /// Gradients of one query head into dq (its own rows) and dk, dv (its key
 /// head's, accumulated over the group).
-void backwardHead(const AttentionGeometry &g, const HeadView &view,
-                  const float *out, const float *lse, const float *dout,
-                  float *dq, float *dk, float *dv,
+template <typename T>
+void backwardHead(const AttentionGeometry &g, const HeadView<T> &view,
+                  Products<T> &prods, const float *out, const float *lse,
+                  const T *dout, float *dq, float *dk, float *dv,
                   std::vector<float> &scratch) {
   scratch.resize(2 * kRows * kCols + g.sq);
   float *p = scratch.data();
@@ -135,7 +291,7 @@ void backwardHead(const AttentionGeometry &g, const HeadView &view,
     // delta_i = sum_c dout[i, c] out[i, c] = sum_j p_ij dp_ij.
     double sum = 0;
     for (int64_t c = 0; c < g.dv; ++c)
-      sum += static_cast<double>(dout[i * g.dv + c]) * out[i * g.dv + c];
+      sum += static_cast<double>(widen(dout[i * g.dv + c])) * out[i * g.dv + c];
     delta[i] = static_cast<float>(sum);
   }
   for (int64_t j0 = 0; j0 < g.sk; j0 += kCols) {
@@ -144,76 +300,67 @@ void backwardHead(const AttentionGeometry &g, const HeadView &view,
       int64_t rows = std::min(kRows, g.sq - i0);
       if (g.keyEnd(i0 + rows - 1) <= j0)
         continue; // the whole tile masked
-      scoreTile(g, view, i0, rows, j0, cols, p);
+      scoreTile(g, view, prods, i0, rows, j0, cols, p);
       for (int64_t r = 0; r < rows; ++r)
         expArray(p + r * cols, lse[i0 + r], p + r * cols, cols);
       // dv_j += p^T dout_i; dp = dout_i v_j^T.
-      sgemmSerial(true, false, cols, g.dv, rows, 1.0f, p, cols,
-                  dout + i0 * g.dv, g.dv, 1.0f, dv + j0 * g.dv, g.dv);
-      sgemmSerial(false, true, rows, cols, g.dv, 1.0f, dout + i0 * g.dv, g.dv,
-                  view.v + j0 * g.dv, g.dv, 0.0f, dp, cols);
+      prods.valueGrad(i0, rows, j0, cols, p, dv);
+      prods.probGrad(i0, rows, j0, cols, dp);
       // ds = p (dp - delta), into dp.
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
           dp[r * cols + c] =
               p[r * cols + c] * (dp[r * cols + c] - delta[i0 + r]);
       // dk_j += scale ds^T q_i; dq_i += scale ds k_j.
-      sgemmSerial(true, false, cols, g.d, rows, g.scale, dp, cols,
-                  view.q + i0 * g.d, g.d, 1.0f, dk + j0 * g.d, g.d);
-      sgemmSerial(false, false, rows, g.d, cols, g.scale, dp, cols,
-                  view.k + j0 * g.d, g.d, 1.0f, dq + i0 * g.d, g.d);
+      prods.keyGrad(i0, rows, j0, cols, dp, dk);
+      prods.queryGrad(i0, rows, j0, cols, dp, dq);
     }
   }
 }
 
-} // namespace
-
-Status prepare_attention(const KernelInfo &info, KernelFn *fn) {
-  AttentionGeometry g;
-  if (Status s = nn::readAttentionGeometry(info, false, &g); !s)
-    return s;
-  *fn = [g](const KernelArgs &args) {
-    const auto *q = static_cast<const float *>(args.operands[0]);
-    const auto *k = static_cast<const float *>(args.operands[1]);
-    const auto *v = static_cast<const float *>(args.operands[2]);
+template <typename T> KernelFn forwardKernel(const AttentionGeometry &g) {
+  return [g](const KernelArgs &args) {
+    const auto *q = static_cast<const T *>(args.operands[0]);
+    const auto *k = static_cast<const T *>(args.operands[1]);
+    const auto *v = static_cast<const T *>(args.operands[2]);
     const auto *bias = static_cast<const float *>(args.operands[3]);
     auto *out = static_cast<float *>(args.results[0]);
     auto *lse = static_cast<float *>(args.results[1]);
     int64_t blocks = (g.sq + kRows - 1) / kRows;
     int64_t tasks = g.b * g.h * blocks;
+    uint64_t call = ++callNumber;
 #pragma omp parallel if (tasks > 1)
     {
       std::vector<float> scratch;
 #pragma omp for schedule(dynamic)
       for (int64_t t = 0; t < tasks; ++t) {
         int64_t pair = t / blocks, i0 = (t % blocks) * kRows;
-        HeadView view = headView(g, q, k, v, bias, pair / g.h, pair % g.h);
+        HeadView<T> view = headView(g, q, k, v, bias, pair / g.h, pair % g.h);
+        Products<T> prods(g, view, static_cast<const T *>(nullptr), false,
+                          call);
         int64_t rows = std::min(kRows, g.sq - i0);
-        forwardBlock(g, view, i0, rows, out + (pair * g.sq + i0) * g.dv,
+        forwardBlock(g, view, prods, i0, rows, out + (pair * g.sq + i0) * g.dv,
                      lse + pair * g.sq + i0, scratch);
       }
     }
     return Status::ok();
   };
-  return Status::ok();
 }
 
-Status prepare_attention_backward(const KernelInfo &info, KernelFn *fn) {
-  AttentionGeometry g;
-  if (Status s = nn::readAttentionGeometry(info, true, &g); !s)
-    return s;
-  *fn = [g](const KernelArgs &args) {
-    const auto *q = static_cast<const float *>(args.operands[0]);
-    const auto *k = static_cast<const float *>(args.operands[1]);
-    const auto *v = static_cast<const float *>(args.operands[2]);
+template <typename T> KernelFn backwardKernel(const AttentionGeometry &g) {
+  return [g](const KernelArgs &args) {
+    const auto *q = static_cast<const T *>(args.operands[0]);
+    const auto *k = static_cast<const T *>(args.operands[1]);
+    const auto *v = static_cast<const T *>(args.operands[2]);
     const auto *out = static_cast<const float *>(args.operands[3]);
     const auto *lse = static_cast<const float *>(args.operands[4]);
-    const auto *dout = static_cast<const float *>(args.operands[5]);
+    const auto *dout = static_cast<const T *>(args.operands[5]);
     const auto *bias = static_cast<const float *>(args.operands[6]);
     auto *dq = static_cast<float *>(args.results[0]);
     auto *dk = static_cast<float *>(args.results[1]);
     auto *dv = static_cast<float *>(args.results[2]);
     int64_t group = g.h / g.hk, tasks = g.b * g.hk;
+    uint64_t call = ++callNumber;
 #pragma omp parallel if (tasks > 1)
     {
       std::vector<float> scratch;
@@ -229,15 +376,34 @@ Status prepare_attention_backward(const KernelInfo &info, KernelFn *fn) {
           int64_t pair = bi * g.h + hi;
           float *dqHead = dq + pair * g.sq * g.d;
           std::memset(dqHead, 0, sizeof(float) * g.sq * g.d);
-          backwardHead(g, headView(g, q, k, v, bias, bi, hi),
-                       out + pair * g.sq * g.dv, lse + pair * g.sq,
-                       dout + pair * g.sq * g.dv, dqHead, dkHead, dvHead,
-                       scratch);
+          HeadView<T> view = headView(g, q, k, v, bias, bi, hi);
+          const T *doutHead = dout + pair * g.sq * g.dv;
+          Products<T> prods(g, view, doutHead, true, call);
+          backwardHead(g, view, prods, out + pair * g.sq * g.dv,
+                       lse + pair * g.sq, dout + pair * g.sq * g.dv, dqHead,
+                       dkHead, dvHead, scratch);
         }
       }
     }
     return Status::ok();
   };
+}
+
+} // namespace
+
+Status prepare_attention(const KernelInfo &info, KernelFn *fn) {
+  AttentionGeometry g;
+  if (Status s = nn::readAttentionGeometry(info, false, &g); !s)
+    return s;
+  *fn = g.bf16 ? forwardKernel<Bf16>(g) : forwardKernel<float>(g);
+  return Status::ok();
+}
+
+Status prepare_attention_backward(const KernelInfo &info, KernelFn *fn) {
+  AttentionGeometry g;
+  if (Status s = nn::readAttentionGeometry(info, true, &g); !s)
+    return s;
+  *fn = g.bf16 ? backwardKernel<Bf16>(g) : backwardKernel<float>(g);
   return Status::ok();
 }
 

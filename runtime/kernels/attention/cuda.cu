@@ -276,6 +276,8 @@ Status prepare_attention(const KernelInfo &info, DeviceFn *fn) {
   AttentionGeometry g;
   if (Status s = nn::readAttentionGeometry(info, false, &g); !s)
     return s;
+  if (g.bf16)
+    return halfPlanRefused("attention");
   if (Status s = checkLaunch(g, "attention"); !s)
     return s;
   Dims dims = dimsOf(g);
@@ -299,6 +301,8 @@ Status prepare_attention_backward(const KernelInfo &info, DeviceFn *fn) {
   AttentionGeometry g;
   if (Status s = nn::readAttentionGeometry(info, true, &g); !s)
     return s;
+  if (g.bf16)
+    return halfPlanRefused("attention_backward");
   if (Status s = checkLaunch(g, "attention_backward"); !s)
     return s;
   Dims dims = dimsOf(g);

@@ -5,11 +5,14 @@
 // queries under the causal mask, biases broadcast along different dims and
 // holding -inf: the forward's output and log-sum-exp and the backward's three
 // gradients against the plain softmax(scale q k^T + bias) v in double
-// precision, and bit-identical at one and two threads.
+// precision, and bit-identical at one and two threads; the same with bf16
+// operands (mixed precision's tiles) within bf16's rounding.
 //
 //===----------------------------------------------------------------------===//
 
 #include "test_util.h"
+
+#include "cpu/bf16_gemm.h"
 
 #include <omp.h>
 
@@ -177,6 +180,71 @@ TEST(Attention, PaddingBiasNoMask) {
 
 TEST(Attention, CausalNoBias) {
   check({1, 3, 3, 200, 200, 8, 12, 0.125, true, {}}, 31);
+}
+
+/// Mixed precision: bf16 q, k, v and output gradient (the values the
+/// reference reads), the tiles' probabilities and their gradients rounded
+/// to bf16 inside the kernel, sums in f32: within bf16's rounding (2^-8 of
+/// the largest magnitude) of the float64 reference, on the AVX512_BF16
+/// dot product and on its widened sgemm fallback alike, and bit-identical
+/// at one and two threads.
+void checkBf16(const Case &c, uint32_t seed) {
+  HostTensor t[4] = {randomF32({c.b, c.h, c.sq, c.d}, seed),
+                     randomF32({c.b, c.hk, c.sk, c.d}, seed + 1),
+                     randomF32({c.b, c.hk, c.sk, c.dv}, seed + 2),
+                     randomF32({c.b, c.h, c.sq, c.dv}, seed + 3)};
+  std::vector<float> rounded[4];
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(narrowFromF32(&t[i], DType::BF16));
+    HostTensor wide = t[i];
+    ASSERT_TRUE(widenToF32(&wide));
+    rounded[i] = values<float>(wide);
+  }
+  auto &[q, k, v, dout] = t;
+  Reference want =
+      reference(c, rounded[0], rounded[1], rounded[2], {}, rounded[3]);
+  const std::vector<double> *wants[] = {&want.out, &want.lse, &want.dq,
+                                        &want.dk, &want.dv};
+  const char *names[] = {"out", "lse", "dq", "dk", "dv"};
+  std::vector<std::vector<float>> first;
+  for (bool widen : {false, true})
+    for (int threads : {1, 2}) {
+      widenBf16GemmForTesting(widen);
+      omp_set_num_threads(threads);
+      std::vector<HostTensor> fwd =
+          runKernel("attention", {q, k, v, std::nullopt},
+                    {{DType::F32, {c.b, c.h, c.sq, c.dv}},
+                     {DType::F32, {c.b, c.h, c.sq}}},
+                    attrsOf(c));
+      ASSERT_EQ(fwd.size(), 2u);
+      std::vector<HostTensor> bwd = runKernel(
+          "attention_backward", {q, k, v, fwd[0], fwd[1], dout, std::nullopt},
+          {{DType::F32, q.shape}, {DType::F32, k.shape}, {DType::F32, v.shape}},
+          attrsOf(c));
+      ASSERT_EQ(bwd.size(), 3u);
+      const HostTensor *got[] = {&fwd[0], &fwd[1], &bwd[0], &bwd[1], &bwd[2]};
+      for (int i = 0; i < 5; ++i) {
+        std::string what = std::string(names[i]) +
+                           (widen ? " (widened)" : " (dot product)") + " at " +
+                           std::to_string(threads) + " threads";
+        // lse reads only the exact bf16 products' f32 sums.
+        expectClose(values<float>(*got[i]), *wants[i], i == 1 ? 2e-6 : 8e-3,
+                    what);
+        if (threads == 1)
+          first.push_back(values<float>(*got[i]));
+        else
+          EXPECT_EQ(values<float>(*got[i]), first[first.size() - 5 + i])
+              << what << " differs by threads";
+      }
+    }
+  widenBf16GemmForTesting(false);
+  omp_set_num_threads(2);
+}
+
+TEST(Attention, Bf16OperandsGroupedCausalAcrossTiles) {
+  // Odd head dims (packed with a zero pair), 70 queries on 150 keys.
+  checkBf16({2, 4, 2, 70, 150, 24, 21, 0.3, true, {}}, 41);
+  checkBf16({1, 2, 1, 129, 129, 17, 16, 0.25, false, {}}, 51);
 }
 
 TEST(Attention, BadShapesAreLoadErrors) {
