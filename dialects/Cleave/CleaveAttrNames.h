@@ -36,6 +36,10 @@ constexpr llvm::StringLiteral kBufferAttr = "cleave.buffer";
 constexpr llvm::StringLiteral kStepAttr = "cleave.step";
 /// Result: the scalar loss (unit attribute).
 constexpr llvm::StringLiteral kLossAttr = "cleave.loss";
+/// On an op the loss does not read that the step computes in its forward
+/// nonetheless (--cleave-save-derivatives' factors): the passes that tell
+/// saved values from backward ones count it with the forward.
+constexpr llvm::StringLiteral kForwardAttr = "cleave.forward";
 /// Result: the gradient of the named parameter.
 constexpr llvm::StringLiteral kGradientAttr = "cleave.gradient";
 /// Argument or result: optimizer state, an array ["parameter", "slot"].

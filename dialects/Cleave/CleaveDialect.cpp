@@ -83,6 +83,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kOnnxOpsetAttr, AttrValue::Int, OnOp},
     {kShardingRuleAttr, AttrValue::String, OnOp},
     {kPrecisionAttr, AttrValue::String, OnOp},
+    {kForwardAttr, AttrValue::Unit, OnOp},
 };
 
 const char *describe(AttrValue v) {

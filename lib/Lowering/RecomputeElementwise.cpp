@@ -27,17 +27,6 @@ using namespace mlir::cleave;
 
 namespace {
 
-/// Ops whose result is a cheap function of their operands, element by
-/// element: recomputing one costs a few instructions per element of bytes
-/// the backward's fused chain reads anyway.
-bool isCheapElementwise(Operation *op) {
-  if (auto c = dyn_cast<CastOp>(op))
-    return isa<FloatType>(getElementTypeOrSelf(c.getInput().getType())) &&
-           isa<FloatType>(getElementTypeOrSelf(c.getType()));
-  return isa<AddOp, SubOp, MulOp, DivOp, NegOp, ExpOp, ErfOp, TanhOp, SigmoidOp,
-             SqrtOp, RsqrtOp, ReciprocalOp, GeluOp>(op);
-}
-
 struct RecomputeElementwisePass
     : public mlir::cleave::impl::RecomputeElementwisePassBase<
           RecomputeElementwisePass> {

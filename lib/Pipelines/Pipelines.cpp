@@ -22,6 +22,7 @@ void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createFuseDequantizePass());
   pm.addNestedPass<func::FuncOp>(createFoldTransposesPass());
   pm.addNestedPass<func::FuncOp>(createJoinScatteredSlicesPass());
+  pm.addNestedPass<func::FuncOp>(createSaveDerivativesPass());
   pm.addNestedPass<func::FuncOp>(createRecomputeElementwisePass());
   pm.addNestedPass<func::FuncOp>(createNarrowSavedPass());
   pm.addNestedPass<func::FuncOp>(createSumProductCopiesPass());

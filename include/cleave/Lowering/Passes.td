@@ -103,6 +103,50 @@ def JoinScatteredSlicesPass
   }];
 }
 
+def SaveDerivativesPass : Pass<"cleave-save-derivatives", "func::FuncOp"> {
+  let summary = "Saves an elementwise chain's derivative in place of the values it is made from";
+  let description = [{
+    The backward of an elementwise chain is linear in the gradient it
+    receives: GELU's erf form gives dx = dy 0.5 (1 + erf(x / sqrt(2))) +
+    dy 0.5 x exp(-x^2 / 2) / sqrt(2 pi), which reads three forward values
+    (x, x / sqrt(2), 1 + erf) or, recomputed, evaluates erf a second time.
+    Where a backward value is built from one gradient `dy` by
+    multiplications and divisions by values free of it (forward values,
+    constants, and elementwise ops of those), negations, and sums and
+    differences of such terms of the same `dy`, it equals `dy * f(1, F)`
+    with `F` the forward values it reads. This pass computes that factor
+    in the forward, right after the last of `F` is made (where the forward's
+    own elementwise kernel computes it beside them; its ops are marked
+    `cleave.forward`, and the larger operand of each is made first so that
+    fewer of its values are live at once), and replaces the
+    backward value by one product, when the forward values only that
+    chain reads after the loss take at least the factor's bytes: the step
+    keeps the factor in their place, and the backward's chain is one
+    multiplication (PyTorch's GELU backward evaluates erf again). The sum
+    is regrouped, so the result differs in the last bits: under bf16 mixed
+    precision only (`cleave.precision = "bf16"`), whose values are rounded
+    to bf16 anyway; run before `--cleave-recompute-elementwise` and
+    `--cleave-narrow-saved`, which stores the factor in bf16.
+
+    Before (`%dy` is a gradient after the loss; `%x`, `%e` forward values):
+    ```mlir
+    %a = cleave.mul %dy, %e : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %b = cleave.mul %dy, %x : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %c = cleave.exp %x : tensor<8xf32>
+    %d = cleave.mul %b, %c : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %dx = cleave.add %a, %d : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+    After (the factor made where `%x` and `%e` are, in the forward):
+    ```mlir
+    %c1 = cleave.exp %x {cleave.forward} : tensor<8xf32>
+    %d1 = cleave.mul %x, %c1 {cleave.forward} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    %f = cleave.add %e, %d1 {cleave.forward} : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ...
+    %dx = cleave.mul %dy, %f : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+    ```
+  }];
+}
+
 def RecomputeElementwisePass
     : Pass<"cleave-recompute-elementwise", "func::FuncOp"> {
   let summary = "Recomputes in the backward the cheap elementwise values it would save";
