@@ -112,6 +112,14 @@ private:
   Value factorAt(Value v, Value one, OpBuilder &b, IRMapping &clones) {
     if (Value done = clones.lookupOrNull(v))
       return done;
+    // A constant the backward defines (not hoisted) is made again here.
+    if (auto c = v.getDefiningOp<ConstantOp>();
+        c && !c->isBeforeInBlock(&*b.getInsertionPoint())) {
+      Operation *again = b.clone(*c);
+      made.push_back(again);
+      clones.map(v, again->getResult(0));
+      return again->getResult(0);
+    }
     if (isForwardValue(v))
       return v;
     if (!linear.count(v) && !gradientFree.count(v))

@@ -50,6 +50,26 @@ func.func @gelu(%x: tensor<8x4xf32> {cleave.input = "x"}, %d: tensor<8x2xf32> {c
 
 // -----
 
+// A constant defined in the backward is made again beside the factor.
+// CHECK-LABEL: func.func @late_constant
+// CHECK: %[[E:.*]] = cleave.exp %arg0
+// CHECK: %[[C:.*]] = cleave.constant dense<3.000000e+00>
+// CHECK: %[[F:.*]] = cleave.mul %[[E]], %[[C]] {cleave.forward}
+// CHECK: cleave.reduce sum
+// CHECK: %[[DY:.*]] = cleave.matmul
+// CHECK-NEXT: %[[DX:.*]] = cleave.mul %[[DY]], %[[F]]
+func.func @late_constant(%x: tensor<8x4xf32> {cleave.input = "x"}, %d: tensor<8x2xf32> {cleave.input = "d"}, %w: tensor<2x4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}, tensor<8x4xf32>) attributes {cleave.precision = "bf16"} {
+  %e = cleave.exp %x : tensor<8x4xf32>
+  %l = cleave.reduce sum %e dims = [0, 1] : (tensor<8x4xf32>) -> tensor<f32>
+  %dy = cleave.matmul %d, %w : (tensor<8x2xf32>, tensor<2x4xf32>) -> tensor<8x4xf32>
+  %three = cleave.constant dense<3.0> : tensor<1x1xf32>
+  %t = cleave.mul %dy, %e : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %dx = cleave.mul %t, %three : (tensor<8x4xf32>, tensor<1x1xf32>) -> tensor<8x4xf32>
+  return %l, %dx : tensor<f32>, tensor<8x4xf32>
+}
+
+// -----
+
 // Not linear in dy (dy squared; dy plus a forward value): left as it is.
 // CHECK-LABEL: func.func @affine
 // CHECK-NOT: cleave.forward
