@@ -226,6 +226,32 @@ void scoreTile(const AttentionGeometry &g, const HeadView<T> &view,
   }
 }
 
+/// acc[r] = step(... step(acc[r], r, 0) ..., r, cols - 1) for each of
+/// \p rows rows, four rows' chains interleaved so that their latencies
+/// overlap (a row's maximum, a sum: one dependent add per element). Each
+/// row is reduced in its own order, so the bits are those of a loop over
+/// that row alone.
+template <typename Acc, typename Step>
+void reduceRows(int64_t rows, int64_t cols, Acc *acc, Step step) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    Acc a0 = acc[r], a1 = acc[r + 1], a2 = acc[r + 2], a3 = acc[r + 3];
+    for (int64_t c = 0; c < cols; ++c) {
+      a0 = step(a0, r, c);
+      a1 = step(a1, r + 1, c);
+      a2 = step(a2, r + 2, c);
+      a3 = step(a3, r + 3, c);
+    }
+    acc[r] = a0;
+    acc[r + 1] = a1;
+    acc[r + 2] = a2;
+    acc[r + 3] = a3;
+  }
+  for (; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      acc[r] = step(acc[r], r, c);
+}
+
 /// One block of query rows of one head: out and lse rows.
 template <typename T>
 void forwardBlock(const AttentionGeometry &g, const HeadView<T> &view,
@@ -243,23 +269,30 @@ void forwardBlock(const AttentionGeometry &g, const HeadView<T> &view,
   for (int64_t j0 = 0; j0 < end; j0 += kCols) {
     int64_t cols = std::min(kCols, end - j0);
     scoreTile(g, view, prods, i0, rows, j0, cols, s);
+    // Each row's new maximum, its exponentials (a loop per instruction
+    // set), then their sum.
+    float tileMax[kRows], tileSum[kRows];
+    std::copy(maxima, maxima + rows, tileMax);
+    reduceRows(rows, cols, tileMax, [&](float m, int64_t r, int64_t c) {
+      return std::max(m, s[r * cols + c]);
+    });
     for (int64_t r = 0; r < rows; ++r) {
       float *row = s + r * cols;
-      float m = maxima[r];
-      for (int64_t c = 0; c < cols; ++c)
-        m = std::max(m, row[c]);
-      if (m == kNegInf) {
-        // Every key so far masked: nothing to add yet.
-        std::fill(row, row + cols, 0.0f);
-        continue;
-      }
+      if (tileMax[r] == kNegInf)
+        std::fill(row, row + cols, 0.0f); // every key so far masked
+      else
+        expArray(row, tileMax[r], row, cols);
+    }
+    std::fill(tileSum, tileSum + rows, 0.0f);
+    reduceRows(rows, cols, tileSum, [&](float sum, int64_t r, int64_t c) {
+      return sum + s[r * cols + c];
+    });
+    for (int64_t r = 0; r < rows; ++r) {
+      float m = tileMax[r];
+      if (m == kNegInf)
+        continue; // nothing to add yet
       float rescale = vecExp(maxima[r] - m);
-      // The exponentials first (a loop per instruction set), then their sum.
-      expArray(row, m, row, cols);
-      float sum = 0.0f;
-      for (int64_t c = 0; c < cols; ++c)
-        sum += row[c];
-      sums[r] = sums[r] * rescale + sum;
+      sums[r] = sums[r] * rescale + tileSum[r];
       maxima[r] = m;
       if (rescale != 1.0f)
         for (int64_t c = 0; c < g.dv; ++c)
@@ -287,13 +320,15 @@ void backwardHead(const AttentionGeometry &g, const HeadView<T> &view,
   float *p = scratch.data();
   float *dp = p + kRows * kCols;
   float *delta = dp + kRows * kCols;
-  for (int64_t i = 0; i < g.sq; ++i) {
-    // delta_i = sum_c dout[i, c] out[i, c] = sum_j p_ij dp_ij.
-    double sum = 0;
-    for (int64_t c = 0; c < g.dv; ++c)
-      sum += static_cast<double>(widen(dout[i * g.dv + c])) * out[i * g.dv + c];
-    delta[i] = static_cast<float>(sum);
-  }
+  // delta_i = sum_c dout[i, c] out[i, c] = sum_j p_ij dp_ij.
+  thread_local std::vector<double> sums;
+  sums.assign(g.sq, 0.0);
+  reduceRows(g.sq, g.dv, sums.data(), [&](double sum, int64_t i, int64_t c) {
+    return sum +
+           static_cast<double>(widen(dout[i * g.dv + c])) * out[i * g.dv + c];
+  });
+  for (int64_t i = 0; i < g.sq; ++i)
+    delta[i] = static_cast<float>(sums[i]);
   for (int64_t j0 = 0; j0 < g.sk; j0 += kCols) {
     int64_t cols = std::min(kCols, g.sk - j0);
     for (int64_t i0 = 0; i0 < g.sq; i0 += kRows) {
