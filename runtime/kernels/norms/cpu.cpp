@@ -8,7 +8,31 @@
 #include "core/kernel_math.h"
 #include "cpu/cpu_kernel.h"
 
+#include <algorithm>
+
 namespace cleave::rt {
+
+namespace {
+
+/// step(k, i) for the n (at most 4) rows k of a group and their elements i:
+/// a full group with its rows interleaved element by element (four
+/// independent chains), a partial one row after row.
+template <typename Step> void forGroup(int64_t n, int64_t inner, Step step) {
+  if (n == 4) {
+    for (int64_t i = 0; i < inner; ++i) {
+      step(0, i);
+      step(1, i);
+      step(2, i);
+      step(3, i);
+    }
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t i = 0; i < inner; ++i)
+      step(k, i);
+}
+
+} // namespace
 
 Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
   const TensorType &x = info.operand(0);
@@ -25,23 +49,11 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
     auto *y = static_cast<float *>(args.results[0]);
     auto *meanOut = static_cast<float *>(args.results[1]);
     auto *invStdOut = static_cast<float *>(args.results[2]);
-#pragma omp parallel for schedule(                                             \
-        static) if (outer > 1 && outer * inner > kParallelThreshold)
-    for (int64_t o = 0; o < outer; ++o) {
+    // One row's normalized values and statistics, from its mean and
+    // variance.
+    auto writeRow = [&](int64_t o, float mean, float var) {
       const float *row = x + o * inner;
       float *out = y + o * inner;
-      // Double accumulation; the statistics themselves are rounded to f32
-      // before use, as they are also outputs.
-      double sum = 0;
-      for (int64_t i = 0; i < inner; ++i)
-        sum += row[i];
-      float mean = rowMean(sum, inner);
-      double sq = 0;
-      for (int64_t i = 0; i < inner; ++i) {
-        double d = static_cast<double>(row[i]) - mean;
-        sq += d * d;
-      }
-      float var = rowMean(sq, inner);
       float invStd = invStdOf(var, eps);
       for (int64_t i = 0; i < inner; ++i) {
         float v = (row[i] - mean) * invStd;
@@ -55,6 +67,32 @@ Status prepare_layer_norm(const KernelInfo &info, KernelFn *fn) {
         meanOut[o] = mean;
       if (invStdOut)
         invStdOut[o] = invStd;
+    };
+    // Rows in groups of four: the group's sums are interleaved so that
+    // their dependent adds overlap, each row's in its own order (the bits
+    // of one row at a time).
+    constexpr int64_t kGroup = 4;
+    int64_t groups = (outer + kGroup - 1) / kGroup;
+#pragma omp parallel for schedule(                                             \
+        static) if (groups > 1 && outer * inner > kParallelThreshold)
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      int64_t first = gi * kGroup, n = std::min(kGroup, outer - first);
+      const float *rows = x + first * inner;
+      // Double accumulation; the statistics themselves are rounded to f32
+      // before use, as they are also outputs.
+      double sum[kGroup] = {}, sq[kGroup] = {};
+      float means[kGroup] = {};
+      auto add = [&](int64_t k, int64_t i) { sum[k] += rows[k * inner + i]; };
+      auto square = [&](int64_t k, int64_t i) {
+        double d = static_cast<double>(rows[k * inner + i]) - means[k];
+        sq[k] += d * d;
+      };
+      forGroup(n, inner, add);
+      for (int64_t k = 0; k < n; ++k)
+        means[k] = rowMean(sum[k], inner);
+      forGroup(n, inner, square);
+      for (int64_t k = 0; k < n; ++k)
+        writeRow(first + k, means[k], rowMean(sq[k], inner));
     }
     return Status::ok();
   };

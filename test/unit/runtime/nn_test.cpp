@@ -10,36 +10,52 @@ using namespace cleave::rt::test;
 
 namespace {
 
-TEST(LayerNorm, ThreeOutputs) {
-  Shape s = {2, 3, 4};
-  HostTensor x = randomF32(s, 101);
-  HostTensor scale = randomF32({3, 4}, 102), bias = randomF32({3, 4}, 103);
+/// layer_norm over the dims from \p axis of \p s against float64: the
+/// kernel's rows come in groups of four (their sums interleaved), so both
+/// a whole group and a partial one are checked where rows allow.
+void checkLayerNorm(const Shape &s, int64_t axis, uint32_t seed) {
+  int64_t rows = 1, inner = 1;
+  for (size_t d = 0; d < s.size(); ++d)
+    (static_cast<int64_t>(d) < axis ? rows : inner) *= s[d];
+  Shape stats(s.size(), 1), params(s.begin() + axis, s.end());
+  for (int64_t d = 0; d < axis; ++d)
+    stats[d] = s[d];
+  HostTensor x = randomF32(s, seed);
+  HostTensor scale = randomF32(params, seed + 1),
+             bias = randomF32(params, seed + 2);
   double eps = 1e-5;
-  std::vector<HostTensor> out = runKernel(
-      "layer_norm", {x, scale, bias},
-      {{DType::F32, s}, {DType::F32, {2, 1, 1}}, {DType::F32, {2, 1, 1}}},
-      {{"axis", {{1}, {}}}, {"epsilon", {{}, {eps}}}});
+  std::vector<HostTensor> out =
+      runKernel("layer_norm", {x, scale, bias},
+                {{DType::F32, s}, {DType::F32, stats}, {DType::F32, stats}},
+                {{"axis", {{axis}, {}}}, {"epsilon", {{}, {eps}}}});
   ASSERT_EQ(out.size(), 3u);
   std::vector<float> xv = values<float>(x), sv = values<float>(scale),
                      bv = values<float>(bias);
   std::vector<double> y, means, invStds;
-  for (int o = 0; o < 2; ++o) {
+  for (int64_t o = 0; o < rows; ++o) {
     double mean = 0, var = 0;
-    for (int i = 0; i < 12; ++i)
-      mean += xv[o * 12 + i];
-    mean /= 12;
-    for (int i = 0; i < 12; ++i)
-      var += (xv[o * 12 + i] - mean) * (xv[o * 12 + i] - mean);
-    var /= 12; // biased
+    for (int64_t i = 0; i < inner; ++i)
+      mean += xv[o * inner + i];
+    mean /= inner;
+    for (int64_t i = 0; i < inner; ++i)
+      var += (xv[o * inner + i] - mean) * (xv[o * inner + i] - mean);
+    var /= inner; // biased
     double invStd = 1 / std::sqrt(var + eps);
-    for (int i = 0; i < 12; ++i)
-      y.push_back((xv[o * 12 + i] - mean) * invStd * sv[i] + bv[i]);
+    for (int64_t i = 0; i < inner; ++i)
+      y.push_back((xv[o * inner + i] - mean) * invStd * sv[i] + bv[i]);
     means.push_back(mean);
     invStds.push_back(invStd);
   }
   expectNear(values<float>(out[0]), y, 1e-5, "y");
   expectNear(values<float>(out[1]), means, 1e-6, "mean");
   expectNear(values<float>(out[2]), invStds, 1e-5, "inv_std_dev");
+}
+
+TEST(LayerNorm, ThreeOutputs) { checkLayerNorm({2, 3, 4}, 1, 101); }
+
+TEST(LayerNorm, WholeAndPartialRowGroups) {
+  checkLayerNorm({7, 5, 3}, 1, 201); // a group of 4 rows, then 3
+  checkLayerNorm({4, 2, 9}, 2, 211); // two whole groups
 }
 
 TEST(LayerNorm, AbsentScaleBiasAndStatistics) {
