@@ -341,11 +341,11 @@ static LogicalResult attentionShapes(std::optional<Location> loc, Value q,
                                      SmallVectorImpl<int64_t> &lse) {
   if (failed(sameElementTypes(loc, ValueRange{q, k, v})))
     return failure();
-  // Mixed precision's bf16 q, k, v keep an f32 bias (a mask's -inf, a
-  // position bias).
-  if (bias && elementTypeOf(bias) != elementTypeOf(q) &&
-      !elementTypeOf(bias).isF32())
-    return emitOptionalError(loc, "bias must be f32 or the query's type, not ",
+  // Mixed precision's bf16 / f16 q, k, v keep an f32 bias (a mask's -inf,
+  // a position bias).
+  Type biasWant = accumulatedType(q);
+  if (bias && elementTypeOf(bias) != biasWant)
+    return emitOptionalError(loc, "bias must be ", biasWant, ", not ",
                              elementTypeOf(bias));
   ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
   if (qs.size() != 4 || ks.size() != 4 || vs.size() != 4)
@@ -400,8 +400,8 @@ LogicalResult AttentionBackwardOp::inferReturnTypes(
     return emitOptionalError(loc, "output, lse and grad must have the "
                                   "forward's result shapes");
   Type grad = elementTypeOf(adaptor.getGrad());
-  if (grad != elementTypeOf(adaptor.getQuery()) && !grad.isF32())
-    return emitOptionalError(loc, "grad must be f32 or the query's type, not ",
+  if (grad != elementTypeOf(adaptor.getQuery()))
+    return emitOptionalError(loc, "grad must be of the query's type, not ",
                              grad);
   Type t = accumulatedType(adaptor.getQuery());
   for (Value v : {adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()})

@@ -327,8 +327,8 @@ def Cleave_AttentionBackwardOp : Cleave_Op<"attention_backward",
     probabilities are recomputed in blocks from `lse`, never stored. A
     bias's gradient, when one is needed, is formed apart by the
     differentiation rule. With bf16 (or f16) query, key and value, `grad`
-    is of their type or f32, every product reads bf16 operands and sums in
-    f32, and the three gradients are f32.
+    is of their type, every product reads bf16 operands and sums in f32,
+    and the three gradients are f32.
 
     ```mlir
     %dq, %dk, %dv = cleave.attention_backward %q, %k, %v, %o, %lse, %g scale = 2.500000e-01 causal : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>)

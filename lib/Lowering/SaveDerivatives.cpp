@@ -135,7 +135,7 @@ private:
       if (Value c = factorAt(o, one, b, clones))
         clones.map(o, c);
     for (Value o : def->getOperands())
-      if (!clones.lookup(o))
+      if (!clones.lookupOrNull(o))
         return Value();
     // dy * a at dy = 1 is a: the factor's ops keep the chain's shape, so
     // the forward's elementwise kernel computes them with its own.
@@ -150,16 +150,23 @@ private:
     again->setAttr(kForwardAttr, UnitAttr::get(again->getContext()));
     made.push_back(again);
     forward.insert(again);
-    // Shapes follow the 1's broadcast: inferred again.
-    SmallVector<Type, 1> types;
-    auto infer = dyn_cast<InferTypeOpInterface>(again);
-    if (!infer ||
-        failed(infer.inferReturnTypes(
-            again->getContext(), again->getLoc(), again->getOperands(),
-            again->getRawDictionaryAttrs(), again->getPropertiesStorage(),
-            again->getRegions(), types)))
-      return Value();
-    again->getResult(0).setType(types[0]);
+    // Shapes follow the 1's broadcast: inferred again where an operand's
+    // type changed (a gradient-free op's never do: a cast keeps its own).
+    bool same = llvm::all_of(
+        llvm::zip(def->getOperands(), again->getOperands()), [](auto pair) {
+          return std::get<0>(pair).getType() == std::get<1>(pair).getType();
+        });
+    if (!same) {
+      SmallVector<Type, 1> types;
+      auto infer = dyn_cast<InferTypeOpInterface>(again);
+      if (!infer ||
+          failed(infer.inferReturnTypes(
+              again->getContext(), again->getLoc(), again->getOperands(),
+              again->getRawDictionaryAttrs(), again->getPropertiesStorage(),
+              again->getRegions(), types)))
+        return Value();
+      again->getResult(0).setType(types[0]);
+    }
     clones.map(v, again->getResult(0));
     return again->getResult(0);
   }
@@ -270,7 +277,11 @@ private:
     for (Operation *op : ops)
       if (op->use_empty()) {
         forward.erase(op);
-        gradientFree.erase(op->getResult(0));
+        for (Value r : op->getResults()) {
+          gradientFree.erase(r);
+          linear.erase(r);
+          sizes.erase(r);
+        }
         op->erase();
       }
   }

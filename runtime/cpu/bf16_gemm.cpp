@@ -82,17 +82,24 @@ void pairsOfRow(const Bf16Source &src, int64_t r, int64_t k, int64_t kp,
 
 /// C[R rows, cols <= 32] = alpha A B + beta C from the packed pairs.
 template <int R>
-CLEAVE_BF16_TARGET void dotBlock(int64_t kp, PackedA a, PackedB b, int64_t cols,
-                                 float alpha, float beta, float *c,
-                                 int64_t ldc) {
+CLEAVE_BF16_TARGET void dotBlock(int64_t kp, int64_t lastOdd, PackedA a,
+                                 PackedB b, int64_t cols, float alpha,
+                                 float beta, float *c, int64_t ldc) {
   __m512 lo[R], hi[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
     lo[r] = hi[r] = _mm512_setzero_ps();
   const auto *pa = reinterpret_cast<const AliasedPair *>(a.data);
+  // An odd depth's last pair reads only its low half of B: the high one
+  // lies past the product (a causal tile's next key, whose value may be
+  // anything), and 0 times a non-finite value is not 0.
+  __m512i keep = _mm512_set1_epi32(-1), low = _mm512_set1_epi32(0xffff);
   for (int64_t p = 0; p < kp; ++p) {
-    auto b0 = (__m512bh)_mm512_loadu_si512(b.data + p * b.ld);
-    auto b1 = (__m512bh)_mm512_loadu_si512(b.data + p * b.ld + 16);
+    __m512i mask = p == lastOdd ? low : keep;
+    auto b0 =
+        (__m512bh)_mm512_and_si512(_mm512_loadu_si512(b.data + p * b.ld), mask);
+    auto b1 = (__m512bh)_mm512_and_si512(
+        _mm512_loadu_si512(b.data + p * b.ld + 16), mask);
     const AliasedPair *col = pa + p * a.pairStride;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -121,8 +128,8 @@ CLEAVE_BF16_TARGET void dotBlock(int64_t kp, PackedA a, PackedB b, int64_t cols,
   }
 }
 
-using DotBlockFn = void (*)(int64_t, PackedA, PackedB, int64_t, float, float,
-                            float *, int64_t);
+using DotBlockFn = void (*)(int64_t, int64_t, PackedA, PackedB, int64_t, float,
+                            float, float *, int64_t);
 constexpr DotBlockFn kDotBlocks[kBlockRows] = {
     dotBlock<1>, dotBlock<2>, dotBlock<3>, dotBlock<4>,
     dotBlock<5>, dotBlock<6>, dotBlock<7>, dotBlock<8>};
@@ -201,15 +208,15 @@ void bf16Gemm(int64_t m, int64_t n, int64_t k, float alpha, PackedA a,
     return;
   if (!hasBf16DotProduct())
     return widenedProduct(m, n, k, a, b, alpha, beta, c, ldc);
-  int64_t kp = (k + 1) / 2;
+  int64_t kp = (k + 1) / 2, lastOdd = k % 2 ? kp - 1 : -1;
   for (int64_t j0 = 0; j0 < n; j0 += kBlockCols) {
     int64_t cols = std::min<int64_t>(kBlockCols, n - j0);
     PackedB bj{b.data + j0, b.ld};
     for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
       int64_t rows = std::min<int64_t>(kBlockRows, m - i0);
       PackedA ai{a.data + i0 * a.rowStride, a.rowStride, a.pairStride};
-      kDotBlocks[rows - 1](kp, ai, bj, cols, alpha, beta, c + i0 * ldc + j0,
-                           ldc);
+      kDotBlocks[rows - 1](kp, lastOdd, ai, bj, cols, alpha, beta,
+                           c + i0 * ldc + j0, ldc);
     }
   }
 }

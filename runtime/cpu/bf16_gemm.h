@@ -54,8 +54,8 @@ PackedB packB(bool trans, int64_t k, int64_t n, Bf16Source b,
 
 /// C = alpha op(A) op(B) + beta C on one thread, row-major C, the bf16
 /// products summed in f32 (C is not read when beta is 0). \p k is the
-/// product's depth: pairs past it must be zero in a packed operand (a
-/// packed whole-head operand is read in tiles of even depth).
+/// product's depth: neither operand is read past it (a packed whole-head
+/// operand read in a tile of odd depth has a next element there).
 void bf16Gemm(int64_t m, int64_t n, int64_t k, float alpha, PackedA a,
               PackedB b, float beta, float *c, int64_t ldc);
 

@@ -294,6 +294,26 @@ func.func @attention_bias(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x5x8xf32>, %v: 
 
 // -----
 
+// Mixed precision's bf16 q, k, v take an f32 bias and a grad of their own
+// type (what the CPU kernel reads).
+func.func @attention_bf16_bias(%q: tensor<1x2x4x8xbf16>, %b: tensor<1x1x1x4xbf16>) -> tensor<1x2x4x8xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{bias must be 'f32', not 'bf16'}}
+  %o, %lse = cleave.attention %q, %q, %q bias %b scale = 1.0 : (tensor<1x2x4x8xbf16>, tensor<1x2x4x8xbf16>, tensor<1x2x4x8xbf16>, tensor<1x1x1x4xbf16>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return %o : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+func.func @attention_bf16_grad(%q: tensor<1x2x4x8xbf16>, %o: tensor<1x2x4x8xf32>, %lse: tensor<1x2x4xf32>) -> tensor<1x2x4x8xf32> {
+  // expected-error @below {{failed to infer returned types}}
+  // expected-error @below {{grad must be of the query's type, not 'f32'}}
+  %dq, %dk, %dv = cleave.attention_backward %q, %q, %q, %o, %lse, %o scale = 1.0 : (tensor<1x2x4x8xbf16>, tensor<1x2x4x8xbf16>, tensor<1x2x4x8xbf16>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)
+  return %dq : tensor<1x2x4x8xf32>
+}
+
+// -----
+
 func.func @attention_backward_lse(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>, %o: tensor<1x2x4x8xf32>, %lse: tensor<1x2x8xf32>) -> tensor<1x2x4x8xf32> {
   // expected-error @below {{failed to infer returned types}}
   // expected-error @below {{output, lse and grad must have the forward's result shapes}}

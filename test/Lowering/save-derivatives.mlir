@@ -70,6 +70,27 @@ func.func @late_constant(%x: tensor<8x4xf32> {cleave.input = "x"}, %d: tensor<8x
 
 // -----
 
+// A gradient-free op without type inference (a widening cast of a frozen
+// bf16 weight) is cloned as it is.
+// CHECK-LABEL: func.func @widened_weight
+// CHECK: %[[E:.*]] = cleave.exp %arg0
+// CHECK: %[[W:.*]] = cleave.cast %arg3 {cleave.forward} : tensor<8x4xbf16> -> tensor<8x4xf32>
+// CHECK: %[[F:.*]] = cleave.add %[[W]], %[[E]] {cleave.forward}
+// CHECK: %[[DY:.*]] = cleave.matmul
+// CHECK-NEXT: cleave.mul %[[DY]], %[[F]]
+func.func @widened_weight(%x: tensor<8x4xf32> {cleave.input = "x"}, %d: tensor<8x2xf32> {cleave.input = "d"}, %w: tensor<2x4xf32> {cleave.parameter = "w"}, %wb: tensor<8x4xbf16> {cleave.input = "wb"}) -> (tensor<f32> {cleave.loss}, tensor<8x4xf32>) attributes {cleave.precision = "bf16"} {
+  %e = cleave.exp %x : tensor<8x4xf32>
+  %l = cleave.reduce sum %e dims = [0, 1] : (tensor<8x4xf32>) -> tensor<f32>
+  %dy = cleave.matmul %d, %w : (tensor<8x2xf32>, tensor<2x4xf32>) -> tensor<8x4xf32>
+  %ww = cleave.cast %wb : tensor<8x4xbf16> -> tensor<8x4xf32>
+  %t1 = cleave.mul %dy, %ww : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %t2 = cleave.mul %dy, %e : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %dx = cleave.add %t1, %t2 : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %l, %dx : tensor<f32>, tensor<8x4xf32>
+}
+
+// -----
+
 // Not linear in dy (dy squared; dy plus a forward value): left as it is.
 // CHECK-LABEL: func.func @affine
 // CHECK-NOT: cleave.forward

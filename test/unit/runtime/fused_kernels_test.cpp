@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -245,6 +246,44 @@ TEST(Attention, Bf16OperandsGroupedCausalAcrossTiles) {
   // Odd head dims (packed with a zero pair), 70 queries on 150 keys.
   checkBf16({2, 4, 2, 70, 150, 24, 21, 0.3, true, {}}, 41);
   checkBf16({1, 2, 1, 129, 129, 17, 16, 0.25, false, {}}, 51);
+}
+
+TEST(Attention, Bf16CausalTileReadsNoKeyPastItsMask) {
+  // 65 queries on 66 keys, causal: the first block of 64 queries sees keys
+  // 0..64, an odd depth whose last bf16 pair also holds key 65. Key 65's
+  // value is NaN (only query 64 sees it): the first 64 rows stay finite
+  // and right, as the f32 kernel, which never reads past the mask, gives.
+  Case c{1, 1, 1, 65, 66, 16, 16, 0.25, true, {}};
+  HostTensor q = randomF32({1, 1, 65, 16}, 61),
+             k = randomF32({1, 1, 66, 16}, 62);
+  HostTensor v = randomF32({1, 1, 66, 16}, 63);
+  for (int64_t e = 0; e < 16; ++e)
+    v.data<float>()[65 * 16 + e] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> rounded[3];
+  HostTensor *t[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(narrowFromF32(t[i], DType::BF16));
+    HostTensor wide = *t[i];
+    ASSERT_TRUE(widenToF32(&wide));
+    rounded[i] = values<float>(wide);
+  }
+  Reference want = reference(c, rounded[0], rounded[1], rounded[2], {},
+                             std::vector<float>(65 * 16, 0.0f));
+  want.out.resize(64 * 16); // row 64 reads the NaN
+  for (bool widen : {false, true}) {
+    widenBf16GemmForTesting(widen);
+    std::vector<HostTensor> fwd = runKernel(
+        "attention", {q, k, v, std::nullopt},
+        {{DType::F32, {1, 1, 65, 16}}, {DType::F32, {1, 1, 65}}}, attrsOf(c));
+    ASSERT_EQ(fwd.size(), 2u);
+    std::vector<float> out = values<float>(fwd[0]);
+    out.resize(64 * 16);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) {
+      return std::isfinite(x);
+    })) << (widen ? "widened" : "dot product");
+    expectClose(out, want.out, 8e-3, widen ? "widened" : "dot product");
+  }
+  widenBf16GemmForTesting(false);
 }
 
 TEST(Attention, BadShapesAreLoadErrors) {
