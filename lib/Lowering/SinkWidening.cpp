@@ -64,6 +64,16 @@ struct SinkWideningPass
         }
         use->set(copy);
       }
+      // The first run's widening is made right before its first reader:
+      // next to an elementwise reader, the runtime fuses it into that
+      // reader's kernel (a product's result widened where the product is
+      // made, with the weight gradient's product between, was a kernel of
+      // its own), and the f32 copy lives no longer than it must.
+      for (OpOperand *use : uses)
+        if (use->get() == c.getResult()) {
+          c->moveBefore(use->getOwner());
+          break;
+        }
     }
   }
 };

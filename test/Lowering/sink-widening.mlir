@@ -35,3 +35,18 @@ func.func @left_alone(%x: tensor<8xf32>, %h: tensor<8xbf16>) -> (tensor<8xbf16>,
   %e = cleave.exp %w : tensor<8xf32>
   return %r, %r, %e : tensor<8xbf16>, tensor<8xbf16>, tensor<8xf32>
 }
+
+// -----
+
+// A widening made where its source is, with another op between it and its
+// reader, is moved next to the reader.
+// CHECK-LABEL: func @next_to_reader
+// CHECK: cleave.matmul
+// CHECK-NEXT: %[[W:.*]] = cleave.cast %arg0 : tensor<4x4xbf16> -> tensor<4x4xf32>
+// CHECK-NEXT: cleave.exp %[[W]]
+func.func @next_to_reader(%h: tensor<4x4xbf16>, %x: tensor<4x4xbf16>) -> (tensor<4x4xbf16>, tensor<4x4xf32>) {
+  %w = cleave.cast %h : tensor<4x4xbf16> -> tensor<4x4xf32>
+  %m = cleave.matmul %x, %h : (tensor<4x4xbf16>, tensor<4x4xbf16>) -> tensor<4x4xbf16>
+  %e = cleave.exp %w : tensor<4x4xf32>
+  return %m, %e : tensor<4x4xbf16>, tensor<4x4xf32>
+}

@@ -280,9 +280,10 @@ def SinkWideningPass : Pass<"cleave-sink-widening", "func::FuncOp"> {
     the last copy (the backward's, typically) a `cast` of its own placed
     just before it, shared with the readers that follow within `near`: the
     half-width value lives across the step, each f32 copy for a few ops,
-    and nearby readers still share one widening. An elementwise reader
-    fuses its copy into its loads (the runtime's chains widen half inputs
-    as they read them).
+    and nearby readers still share one widening. Each widening is placed
+    right before its first reader, so that an elementwise reader fuses it
+    into its loads (the runtime's chains widen half inputs as they read
+    them, from a cast next to them).
 
     Before:
     ```mlir
