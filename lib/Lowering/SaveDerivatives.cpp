@@ -247,9 +247,8 @@ private:
     IRMapping clones;
     made.assign({one.getDefiningOp()});
     Value factor = factorAt(v, one, b, clones);
-    // A factor that broadcasts (no forward value of the full shape) is not
-    // what this pass saves.
-    // A factor that is a forward value itself (dy * e) saves nothing new.
+    // A factor that broadcasts (no forward value of the full shape), or
+    // that is a forward value itself (dy * e), saves nothing.
     if (!factor || factor.getType() != v.getType() || !factor.getDefiningOp() ||
         !factor.getDefiningOp()->hasAttr(kForwardAttr))
       return eraseUnused(made);

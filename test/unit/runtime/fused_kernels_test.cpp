@@ -183,6 +183,15 @@ TEST(Attention, CausalNoBias) {
   check({1, 3, 3, 200, 200, 8, 12, 0.125, true, {}}, 31);
 }
 
+/// Rounds \p t to bf16 in place; gives the rounded values in f32 (what a
+/// reference reads).
+std::vector<float> toBf16(HostTensor &t) {
+  EXPECT_TRUE(narrowFromF32(&t, DType::BF16));
+  HostTensor wide = t;
+  EXPECT_TRUE(widenToF32(&wide));
+  return values<float>(wide);
+}
+
 /// Mixed precision: bf16 q, k, v and output gradient (the values the
 /// reference reads), the tiles' probabilities and their gradients rounded
 /// to bf16 inside the kernel, sums in f32: within bf16's rounding (2^-8 of
@@ -195,12 +204,8 @@ void checkBf16(const Case &c, uint32_t seed) {
                      randomF32({c.b, c.hk, c.sk, c.dv}, seed + 2),
                      randomF32({c.b, c.h, c.sq, c.dv}, seed + 3)};
   std::vector<float> rounded[4];
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(narrowFromF32(&t[i], DType::BF16));
-    HostTensor wide = t[i];
-    ASSERT_TRUE(widenToF32(&wide));
-    rounded[i] = values<float>(wide);
-  }
+  for (int i = 0; i < 4; ++i)
+    rounded[i] = toBf16(t[i]);
   auto &[q, k, v, dout] = t;
   Reference want =
       reference(c, rounded[0], rounded[1], rounded[2], {}, rounded[3]);
@@ -259,14 +264,7 @@ TEST(Attention, Bf16CausalTileReadsNoKeyPastItsMask) {
   HostTensor v = randomF32({1, 1, 66, 16}, 63);
   for (int64_t e = 0; e < 16; ++e)
     v.data<float>()[65 * 16 + e] = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> rounded[3];
-  HostTensor *t[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(narrowFromF32(t[i], DType::BF16));
-    HostTensor wide = *t[i];
-    ASSERT_TRUE(widenToF32(&wide));
-    rounded[i] = values<float>(wide);
-  }
+  std::vector<float> rounded[3] = {toBf16(q), toBf16(k), toBf16(v)};
   Reference want = reference(c, rounded[0], rounded[1], rounded[2], {},
                              std::vector<float>(65 * 16, 0.0f));
   want.out.resize(64 * 16); // row 64 reads the NaN
