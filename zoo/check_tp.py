@@ -199,13 +199,65 @@ def fused_against_unfused(args, model, case, opt, tps, work):
         for k in FUSED_KERNELS[::2]:
             if counts[k] != counts[k + "_backward"]:
                 failures.append(f"{counts[k]} {k} but {counts[k + '_backward']} backward")
-        status = "FAIL" if failures else "PASS"
-        print(f"{status} {model} fused tp={tp} {opt}: {counts['attention']} "
-              f"attention, {counts['cross_entropy']} cross_entropy; worst "
-              f"{worst[0]:.2e} ({worst[1]}) against unfused tp=1")
-        for f in failures:
-            print("    " + f)
-        failed += bool(failures)
+        failed += report(f"{model} fused tp={tp} {opt}: {counts['attention']} "
+                         f"attention, {counts['cross_entropy']} cross_entropy; worst "
+                         f"{worst[0]:.2e} ({worst[1]}) against unfused tp=1",
+                         failures)
+    return failed
+
+
+def report(line, failures):
+    """Prints PASS or FAIL, the line and each failure; 1 if any."""
+    print(f"{'FAIL' if failures else 'PASS'} {line}")
+    for f in failures:
+        print("    " + f)
+    return int(bool(failures))
+
+
+def inspect_json(cleave, bundle):
+    return json.loads(run([cleave, "inspect", bundle, "--json"]))
+
+
+def check_recompute(args, model, case, opt, tp, work, ref, plain):
+    """--recompute's policies and --squeeze at one tp, against the plain
+    tp=1 run; returns the failures."""
+    failed = 0
+    base = inspect_json(args.cleave, plain)
+    peak = base["memory_per_rank"]["activations_peak"]
+    runs = [(p, ("--recompute", p)) for p in args.recompute.split(",") if p]
+    if args.squeeze:
+        # The plain plan's need as the compiler counts it (a budget no plan
+        # exceeds records it), then a byte less.
+        roomy = os.path.join(work, f"bundle-roomy-tp{tp}-{opt}")
+        run([args.cleave, "compile", os.path.join(case, "model.onnx"), "-o",
+             roomy, "--tp", str(tp), "--memory-per-device", "1000TB",
+             "--plan-only"] + flags(case, opt)[1])
+        need = inspect_json(args.cleave, roomy)["mesh_choice"]["candidates"][0]
+        runs.append(("squeezed", ("--memory-per-device",
+                                  str(need["memory_bytes"] - 1))))
+    for name, extra in runs:
+        _, bundle, got = train(args.cleave, case, opt, tp, args.steps, work,
+                               extra=extra)
+        worst, failures = compare(ref, got, args.rtol)
+        info = inspect_json(args.cleave, bundle)
+        made = info["recompute"]
+        # Copies are kept only where they lower the step's peak (a small
+        # batch's activations may not be it): never above the plain plan,
+        # below it whenever something is made again.
+        got_peak = info["memory_per_rank"]["activations_peak"]
+        if got_peak > peak or (made["ops"] and got_peak >= peak):
+            failures.append(f"activation peak {got_peak} bytes with "
+                            f"{made['ops']} ops made again, the plain plan's {peak}")
+        if name == "squeezed":
+            chosen = info["mesh_choice"]["candidates"][0]
+            name += f" chose {chosen['recompute']}"
+            if chosen.get("refused") or chosen["recompute"] == "none":
+                failures.append(f"chose {chosen}")
+        failed += report(f"{model} tp={tp} recompute {name} {opt}: worst "
+                         f"{worst[0]:.2e} ({worst[1]}); {made['ops']} ops made again, "
+                         f"{made['flops'] / max(made['step_flops'], 1):.0%} of the "
+                         f"step's product FLOPs; peak {got_peak} of {peak} bytes",
+                         failures)
     return failed
 
 
@@ -233,6 +285,17 @@ def main():
     ap.add_argument("--parallel-blocks", default="",
                     help="models whose attention and MLP share one input: "
                          "1 + 1 all-reduces per layer")
+    ap.add_argument("--recompute", default="",
+                    help="recomputation policies (selective,full) trained "
+                         "at each --tp and compared with the plain tp=1 "
+                         "run; each plan peaks at most at the plain plan's "
+                         "peak at that tp, and below it where it makes ops "
+                         "again")
+    ap.add_argument("--squeeze", action="store_true",
+                    help="also compile at each --tp with --memory-per-device "
+                         "a byte under the plain plan's need: the compiler "
+                         "must choose a recomputation that fits, trained "
+                         "as exactly")
     add_launcher_flag(ap)
     args = ap.parse_args()
     global LAUNCHER
@@ -258,6 +321,8 @@ def main():
                     for f in failures:
                         print("    " + f)
                     failed += bool(failures)
+                    failed += check_recompute(args, model, case, opt, tp, work,
+                                              ref, bundle)
                     parallel = model in args.parallel_blocks.split(",")
                     if ((model in args.megatron.split(",") or parallel) and
                             tp == args.megatron_tp and opt == "adamw"):

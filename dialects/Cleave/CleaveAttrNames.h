@@ -40,6 +40,9 @@ constexpr llvm::StringLiteral kLossAttr = "cleave.loss";
 /// nonetheless (--cleave-save-derivatives' factors): the passes that tell
 /// saved values from backward ones count it with the forward.
 constexpr llvm::StringLiteral kForwardAttr = "cleave.forward";
+/// On an op --cleave-recompute copied from the forward into the backward:
+/// it makes again what the step did not keep (inspect counts its FLOPs).
+constexpr llvm::StringLiteral kRecomputedAttr = "cleave.recomputed";
 /// Result: the gradient of the named parameter.
 constexpr llvm::StringLiteral kGradientAttr = "cleave.gradient";
 /// Argument or result: optimizer state, an array ["parameter", "slot"].

@@ -84,6 +84,7 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kShardingRuleAttr, AttrValue::String, OnOp},
     {kPrecisionAttr, AttrValue::String, OnOp},
     {kForwardAttr, AttrValue::Unit, OnOp},
+    {kRecomputedAttr, AttrValue::Unit, OnOp},
 };
 
 const char *describe(AttrValue v) {

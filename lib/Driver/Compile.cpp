@@ -124,6 +124,12 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--precision must be f32, bf16 or fp16, not '" +
                              o.precision + "'");
   train->precision = o.precision;
+  if (o.recompute != "none" && o.recompute != "selective" &&
+      o.recompute != "full" && o.recompute != "auto")
+    return rt::Status::error("--recompute must be none, selective, full or "
+                             "auto, not '" +
+                             o.recompute + "'");
+  train->recompute = o.recompute == "auto" ? "none" : o.recompute;
   return rt::Status::ok();
 }
 
@@ -148,6 +154,8 @@ static void recordConfig(const CompileOptions &o,
   config->set_seed(o.seed);
   if (train.precision != "f32")
     config->set_precision(train.precision);
+  if (train.recompute != "none")
+    config->set_recompute(train.recompute);
   if (o.tp > 1)
     hp["tp"] = o.tp;
   if (o.dp > 1)
@@ -186,11 +194,13 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
                                 mlir::cleave::TrainStepOptions &train,
                                 ::cleave::plan::Plan &plan,
                                 CompileOptions &mesh) {
-  if (o.tp != 1 || o.dp != 1 || o.zero != 0)
+  if (o.devices > 0 && (o.tp != 1 || o.dp != 1 || o.zero != 0))
     return rt::Status::error(
         "give either --devices (the compiler chooses the mesh) or --tp, "
         "--mesh and --zero, not both");
-  std::map<std::tuple<int64_t, int64_t, int64_t>, OwningOpRef<ModuleOp>> copies;
+  std::map<std::tuple<int64_t, int64_t, int64_t, std::string>,
+           OwningOpRef<ModuleOp>>
+      copies;
   int64_t widest = widestWeightDim(module);
   auto compile = [&](const MeshTrial &trial, ::cleave::plan::Program &program,
                      std::string &error) {
@@ -203,7 +213,9 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
     t.dp = trial.dp;
     t.tp = trial.tp;
     t.zero = trial.zero;
-    OwningOpRef<ModuleOp> &copy = copies[{trial.dp, trial.tp, trial.zero}];
+    t.recompute = trial.recompute;
+    OwningOpRef<ModuleOp> &copy =
+        copies[{trial.dp, trial.tp, trial.zero, trial.recompute}];
     copy = module->clone();
     // A trial's errors name why it is refused; they are not the user's.
     ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
@@ -213,16 +225,24 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
     });
     return succeeded(mlir::cleave::compileTrainStep(*copy, t, program));
   };
+  // --recompute auto: none, then what fits the budget; a policy given is
+  // every trial's.
+  bool ladder = o.recompute == "auto" && o.memoryPerDevice > 0;
+  std::string policy = o.recompute == "auto" ? "none" : o.recompute;
+  std::vector<MeshTrial> trials =
+      o.devices > 0 ? meshTrials(o.devices, policy)
+                    : std::vector<MeshTrial>{{o.dp, o.tp, o.zero, policy}};
   std::string error;
   MeshTrial trial;
-  if (!chooseMesh(o.devices, o.memoryPerDevice, o.topology, compile,
-                  *plan.mutable_mesh_choice(), *plan.add_programs(), trial,
-                  error))
+  if (!chooseMesh(trials, o.devices, o.memoryPerDevice, ladder, o.topology,
+                  compile, *plan.mutable_mesh_choice(), *plan.add_programs(),
+                  trial, error))
     return rt::Status::error(error);
-  module = std::move(copies[{trial.dp, trial.tp, trial.zero}]);
+  module = std::move(copies[{trial.dp, trial.tp, trial.zero, trial.recompute}]);
   mesh.dp = train.dp = trial.dp;
   mesh.tp = train.tp = trial.tp;
   mesh.zero = train.zero = trial.zero;
+  train.recompute = trial.recompute;
   return rt::Status::ok();
 }
 
@@ -328,7 +348,7 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   ::cleave::plan::Plan plan;
   plan.set_format_version(rt::kPlanFormatVersion);
   CompileOptions mesh = o;
-  if (o.devices > 0) {
+  if (o.devices > 0 || o.memoryPerDevice > 0) {
     if (rt::Status s = chooseMeshFor(ctx, module, o, train, plan, mesh); !s)
       return s;
   } else if (int64_t widest = widestWeightDim(module);

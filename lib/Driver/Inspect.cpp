@@ -108,6 +108,14 @@ struct BundleSummary {
   /// Instructions per kernel of the step (attention and attention_backward
   /// show whether the fusion happened).
   std::map<std::string, int64_t> kernels;
+  /// --recompute's policy ("none" when the step keeps everything), the
+  /// forward ops it copies into the backward and their product FLOPs,
+  /// beside the whole step's.
+  std::string recompute = "none";
+  int64_t recomputedOps = 0;
+  double recomputedFlops = 0, stepFlops = 0;
+  /// The kernels made again, with their counts.
+  std::map<std::string, int64_t> recomputedKernels;
 };
 
 /// Mixed precision, counted as ZeRO's paper and Megatron count it: a weight
@@ -219,8 +227,17 @@ BundleSummary summarize(const pb::Plan &plan) {
     out.gradientBytes = out.paramBytes;
   out.gradientsReturned = returnsGradients;
 
+  if (!plan.train_config().recompute().empty())
+    out.recompute = plan.train_config().recompute();
   for (const pb::Instruction &inst : program.instructions()) {
     ++out.kernels[inst.kernel()];
+    double flops = cleave::driver::instructionFlops(program, inst);
+    out.stepFlops += flops;
+    if (inst.recomputed()) {
+      ++out.recomputedOps;
+      ++out.recomputedKernels[inst.kernel()];
+      out.recomputedFlops += flops;
+    }
     if (inst.kernel() != "all_reduce" && inst.kernel() != "all_gather" &&
         inst.kernel() != "reduce_scatter" && inst.kernel() != "all_to_all")
       continue;
@@ -265,6 +282,7 @@ llvm::json::Object choiceJson(const pb::MeshChoice &choice) {
         {"dp", c.dp()},
         {"tp", c.tp()},
         {"zero", c.zero()},
+        {"recompute", c.recompute().empty() ? "none" : c.recompute()},
         {"chosen", &c == &choice.candidates(0)},
         {"step_seconds", c.compute_seconds() + c.communication_seconds()},
         {"compute_seconds", c.compute_seconds()},
@@ -289,7 +307,11 @@ llvm::json::Object choiceJson(const pb::MeshChoice &choice) {
 
 /// The table of --devices' candidates, the chosen one marked.
 void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
-  os << "\nmesh chosen for " << choice.devices() << " devices ("
+  os << "\n"
+     << (choice.devices() ? "mesh chosen for " +
+                                std::to_string(choice.devices()) + " devices"
+                          : std::string("recomputation chosen for the mesh"))
+     << " ("
      << (choice.memory_per_device()
              ? cleave::driver::humanBytes(choice.memory_per_device()) +
                    " per device"
@@ -297,12 +319,13 @@ void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
      << "; " << choice.node_size() << " per node, links "
      << llvm::format("%g/%g GB/s, %g TFLOP/s)\n", choice.intra_node_gbps(),
                      choice.inter_node_gbps(), choice.device_tflops())
-     << "     dp   tp  zero   step (ms)  compute  communication  "
+     << "     dp   tp  zero recompute   step (ms)  compute  communication  "
         "memory/rank\n";
   for (const pb::MeshCandidate &c : choice.candidates()) {
     os << (&c == &choice.candidates(0) && c.refused().empty() ? "  * " : "    ")
-       << llvm::format("%-4lld %-4lld %-4lld", (long long)c.dp(),
-                       (long long)c.tp(), (long long)c.zero());
+       << llvm::format("%-4lld %-4lld %-4lld %-9s", (long long)c.dp(),
+                       (long long)c.tp(), (long long)c.zero(),
+                       c.recompute().empty() ? "none" : c.recompute().c_str());
     if (c.refused().empty() || c.memory_bytes())
       os << llvm::format(
                 " %10.3f %8.3f %14.3f  ",
@@ -393,6 +416,14 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   for (const auto &[name, count] : sum.kernels)
     kernels[name] = count;
   root["kernels"] = std::move(kernels);
+  llvm::json::Object remade;
+  for (const auto &[name, count] : sum.recomputedKernels)
+    remade[name] = count;
+  root["recompute"] = llvm::json::Object{{"policy", sum.recompute},
+                                         {"ops", sum.recomputedOps},
+                                         {"kernels", std::move(remade)},
+                                         {"flops", sum.recomputedFlops},
+                                         {"step_flops", sum.stepFlops}};
   if (sum.choice)
     root["mesh_choice"] = choiceJson(*sum.choice);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
@@ -480,6 +511,18 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << "  step results     " << sum.resultBytes
      << " (new parameters and state, the loss: made beside the inputs; "
         "the CPU backend writes the new state over the old)\n";
+  if (sum.recompute != "none") {
+    double share =
+        sum.stepFlops > 0 ? 100 * sum.recomputedFlops / sum.stepFlops : 0.0;
+    os << "\nrecomputation: " << sum.recompute << ", " << sum.recomputedOps
+       << " forward ops made again in the backward, "
+       << llvm::format("%.4g", sum.recomputedFlops / 1e9)
+       << " GFLOP of products (" << llvm::format("%.1f", share)
+       << "% of the step's)\n ";
+    for (const auto &[name, count] : sum.recomputedKernels)
+      os << " " << name << " x" << count;
+    os << "\n";
+  }
   if (sum.choice)
     printChoice(*sum.choice, os);
 }

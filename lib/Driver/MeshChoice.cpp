@@ -70,6 +70,11 @@ double flopsOf(const pb::Program &p, const pb::Instruction &inst) {
 
 } // namespace
 
+double instructionFlops(const pb::Program &program,
+                        const pb::Instruction &inst) {
+  return flopsOf(program, inst);
+}
+
 int64_t planTensorBytes(const pb::TensorType &t) {
   return static_cast<int64_t>(rt::dtypeSize(rt::fromPlan(t.dtype()))) *
          numel(t);
@@ -179,15 +184,17 @@ estimateStep(const pb::Program &program,
   return out;
 }
 
-std::vector<MeshTrial> meshTrials(int64_t devices) {
+std::vector<MeshTrial> meshTrials(int64_t devices,
+                                  const std::string &recompute) {
   std::vector<MeshTrial> out;
   for (int64_t tp = 1; tp <= devices; ++tp)
     if (devices % tp == 0)
-      out.push_back({devices / tp, tp, 0});
+      out.push_back({devices / tp, tp, 0, recompute});
   return out;
 }
 
-bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
+bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
+                int64_t memoryPerDevice, bool recomputeLadder,
                 const Topology &topology, const CompileTrial &compile,
                 pb::MeshChoice &choice, pb::Program &chosen,
                 MeshTrial &chosenTrial, std::string &error) {
@@ -199,19 +206,33 @@ bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
   choice.set_device_tflops(topology.deviceTflops);
   choice.set_intra_node_latency_us(topology.intraLatencyUs);
   choice.set_inter_node_latency_us(topology.interLatencyUs);
-  std::vector<MeshTrial> trials = meshTrials(devices);
   std::vector<pb::MeshCandidate> candidates;
   std::vector<pb::Program> programs;
+  std::vector<bool> redundant;
   for (size_t i = 0; i < trials.size(); ++i) {
     MeshTrial trial = trials[i]; // trials grows in the loop
     programs.emplace_back();
+    redundant.push_back(false);
     pb::MeshCandidate c;
     c.set_dp(trial.dp);
     c.set_tp(trial.tp);
     c.set_zero(trial.zero);
+    if (trial.recompute != "none")
+      c.set_recompute(trial.recompute);
     std::string why;
     if (!compile(trial, programs[i], why)) {
       c.set_refused(why.empty() ? "does not compile" : why);
+      candidates.push_back(c);
+      continue;
+    }
+    // A policy that made nothing again (no copy lowered the peak) is the
+    // plan without it: not a candidate of its own.
+    if (trial.recompute != "none" &&
+        std::none_of(
+            programs[i].instructions().begin(),
+            programs[i].instructions().end(),
+            [](const pb::Instruction &inst) { return inst.recomputed(); })) {
+      redundant[i] = true;
       candidates.push_back(c);
       continue;
     }
@@ -237,17 +258,23 @@ bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
       // ZeRO moves at least the bytes stage 0 does (an all-reduce is a
       // reduce-scatter and an all-gather), so it only ever wins on memory:
       // its stages are tried where stage 0 does not fit.
-      if (trial.zero == 0 && trial.dp > 1)
+      if (trial.zero == 0 && trial.dp > 1 && trial.recompute == "none")
         for (int64_t stage = 1; stage <= 3; ++stage)
           trials.push_back({trial.dp, trial.tp, stage});
+      // Recomputation trades FLOPs for activations: each policy is tried
+      // on a mesh (and ZeRO stage) that does not fit without it.
+      if (recomputeLadder && trial.recompute == "none")
+        for (const char *policy : {"selective", "full"})
+          trials.push_back({trial.dp, trial.tp, trial.zero, policy});
     }
     candidates.push_back(c);
   }
   // Usable first, then by step time (compute and communication, not
   // overlapped: the conservative bound), then by memory.
-  std::vector<size_t> order(candidates.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (!redundant[i])
+      order.push_back(i);
   auto seconds = [&](size_t i) {
     return candidates[i].compute_seconds() +
            candidates[i].communication_seconds();
@@ -267,21 +294,25 @@ bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
     // A fault of the model, not of a mesh, is said once, as without
     // --devices.
     bool same = !order.empty();
-    for (const pb::MeshCandidate &c : candidates)
-      same = same && c.memory_bytes() == 0 &&
-             c.refused() == candidates[0].refused();
+    for (size_t i : order)
+      same = same && candidates[i].memory_bytes() == 0 &&
+             candidates[i].refused() == candidates[order[0]].refused();
     if (same) {
-      error = candidates[0].refused();
+      error = candidates[order[0]].refused();
       return false;
     }
-    error = "no mesh of " + std::to_string(devices) +
-            " devices can train this model:";
+    error = choice.devices() > 0
+                ? "no mesh of " + std::to_string(devices) +
+                      " devices can train this model:"
+                : "the step does not fit " + humanBytes(memoryPerDevice) +
+                      " per device with any recomputation:";
     for (size_t i : order) {
       const pb::MeshCandidate &c = candidates[i];
       error += " dp=" + std::to_string(c.dp()) +
                ",tp=" + std::to_string(c.tp()) +
-               (c.zero() ? ",zero=" + std::to_string(c.zero()) : "") + ": " +
-               c.refused() + ";";
+               (c.zero() ? ",zero=" + std::to_string(c.zero()) : "") +
+               (c.recompute().empty() ? "" : ",recompute=" + c.recompute()) +
+               ": " + c.refused() + ";";
     }
     error.pop_back();
     return false;

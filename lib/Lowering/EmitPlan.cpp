@@ -558,6 +558,7 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
     if (auto reason = op.getAttrOfType<StringAttr>(kReasonAttr))
       inst.set_reason(reason.str());
     inst.set_megatron(op.hasAttr(kMegatronAttr));
+    inst.set_recomputed(op.hasAttr(kRecomputedAttr));
     if (auto carries = op.getAttrOfType<StringAttr>(kCarriesAttr))
       inst.set_carries(carries.str());
     if (auto origin = op.getAttrOfType<StringAttr>(kOriginAttr))

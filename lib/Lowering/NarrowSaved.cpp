@@ -125,8 +125,8 @@ struct NarrowSavedPass
     }
   }
 
-  /// Read outside the forward, only by readers that move smoothly with it,
-  /// and not returned.
+  /// Read outside the forward, only by readers that move smoothly with it
+  /// (not by a recomputed forward op), and not returned.
   static bool isSavedAndReadSmoothly(Value v,
                                      const DenseSet<Operation *> &forward) {
     bool later = false;
@@ -134,7 +134,10 @@ struct NarrowSavedPass
       Operation *reader = use.getOwner();
       if (forward.count(reader))
         continue;
-      if (isa<func::ReturnOp>(reader) || !readsSmoothly(use))
+      // A forward op --cleave-recompute copied must read what the forward
+      // read, or the copy would not make the forward's values again.
+      if (isa<func::ReturnOp>(reader) || !readsSmoothly(use) ||
+          reader->hasAttr(kRecomputedAttr))
         return false;
       later = true;
     }

@@ -43,13 +43,72 @@ mlir::cleave::plannedOutputs(func::FuncOp func) {
   return out;
 }
 
+std::vector<BufferLifetime>
+mlir::cleave::bufferLifetimes(func::FuncOp func,
+                              llvm::DenseMap<Value, unsigned> *lifetimeOf) {
+  Block &block = func.getBody().front();
+  // Views share the storage of their root value.
+  llvm::DenseMap<Value, Value> root;
+  auto rootOf = [&](Value v) {
+    auto it = root.find(v);
+    return it == root.end() ? v : it->second;
+  };
+  // The step's results are written where the caller takes them; the
+  // arena holds what the step computes on the way.
+  llvm::DenseMap<Value, unsigned> outputs = plannedOutputs(func);
+  llvm::DenseMap<Value, unsigned> local;
+  llvm::DenseMap<Value, unsigned> &intervalOf =
+      lifetimeOf ? *lifetimeOf : local;
+  std::vector<BufferLifetime> intervals;
+  int64_t index = 0;
+  int64_t endIndex = std::distance(block.begin(), block.end());
+  for (Operation &op : block) {
+    for (Value operand : op.getOperands()) {
+      auto it = intervalOf.find(rootOf(operand));
+      if (it != intervalOf.end())
+        intervals[it->second].end = std::max(intervals[it->second].end, index);
+    }
+    if (op.hasTrait<OpTrait::IsTerminator>()) {
+      for (Value operand : op.getOperands()) {
+        auto it = intervalOf.find(rootOf(operand));
+        if (it != intervalOf.end())
+          intervals[it->second].end = endIndex;
+      }
+    } else if (isView(&op)) {
+      root[op.getResult(0)] = rootOf(op.getOperand(0));
+    } else if (!isStoredConstant(&op)) {
+      for (Value result : op.getResults()) {
+        if (outputs.count(result))
+          continue;
+        intervalOf[result] = intervals.size();
+        intervals.push_back(
+            {result, storageBytes(result.getType()), index, index});
+      }
+    }
+    ++index;
+  }
+  return intervals;
+}
+
+int64_t mlir::cleave::peakLiveBytes(func::FuncOp func) {
+  std::vector<BufferLifetime> lifetimes = bufferLifetimes(func);
+  // +bytes where a value is made, -bytes after its last reader.
+  std::vector<std::pair<int64_t, int64_t>> events;
+  for (const BufferLifetime &l : lifetimes) {
+    events.push_back({2 * l.begin, l.bytes});
+    events.push_back({2 * l.end + 1, -l.bytes});
+  }
+  llvm::sort(events);
+  int64_t live = 0, peak = 0;
+  for (auto [at, bytes] : events) {
+    live += bytes;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
 namespace {
-struct Interval {
-  Value value;
-  int64_t bytes;
-  int64_t begin, end; // op indices, inclusive
-  int64_t offset = -1;
-};
+using Interval = BufferLifetime;
 
 struct PlanBuffersPass
     : public mlir::cleave::impl::PlanBuffersPassBase<PlanBuffersPass> {
@@ -66,46 +125,8 @@ struct PlanBuffersPass
       return signalPassFailure();
     }
     Block &block = func.getBody().front();
-
-    // Views share the storage of their root value.
-    llvm::DenseMap<Value, Value> root;
-    auto rootOf = [&](Value v) {
-      auto it = root.find(v);
-      return it == root.end() ? v : it->second;
-    };
-    // The step's results are written where the caller takes them; the
-    // arena holds what the step computes on the way.
-    llvm::DenseMap<Value, unsigned> outputs = plannedOutputs(func);
     llvm::DenseMap<Value, unsigned> intervalOf;
-    std::vector<Interval> intervals;
-    int64_t index = 0;
-    int64_t endIndex = std::distance(block.begin(), block.end());
-    for (Operation &op : block) {
-      for (Value operand : op.getOperands()) {
-        auto it = intervalOf.find(rootOf(operand));
-        if (it != intervalOf.end())
-          intervals[it->second].end =
-              std::max(intervals[it->second].end, index);
-      }
-      if (op.hasTrait<OpTrait::IsTerminator>()) {
-        for (Value operand : op.getOperands()) {
-          auto it = intervalOf.find(rootOf(operand));
-          if (it != intervalOf.end())
-            intervals[it->second].end = endIndex;
-        }
-      } else if (isView(&op)) {
-        root[op.getResult(0)] = rootOf(op.getOperand(0));
-      } else if (!isStoredConstant(&op)) {
-        for (Value result : op.getResults()) {
-          if (outputs.count(result))
-            continue;
-          intervalOf[result] = intervals.size();
-          intervals.push_back(
-              {result, storageBytes(result.getType()), index, index});
-        }
-      }
-      ++index;
-    }
+    std::vector<Interval> intervals = bufferLifetimes(func, &intervalOf);
 
     // Largest first; ties in program order keep the result deterministic.
     std::vector<unsigned> order(intervals.size());

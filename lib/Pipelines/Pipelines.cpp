@@ -16,12 +16,18 @@
 using namespace mlir;
 using namespace mlir::cleave;
 
-void mlir::cleave::buildForwardPipeline(OpPassManager &pm) {
+void mlir::cleave::buildForwardPipeline(OpPassManager &pm,
+                                        llvm::StringRef recompute) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addNestedPass<func::FuncOp>(createFuseDequantizePass());
   pm.addNestedPass<func::FuncOp>(createFoldTransposesPass());
   pm.addNestedPass<func::FuncOp>(createJoinScatteredSlicesPass());
+  // On the finished program, so that what it copies is what runs (the
+  // collectives included), and before the passes that narrow or remake
+  // single saved values, which then see only what it keeps.
+  if (recompute != "none")
+    pm.addNestedPass<func::FuncOp>(createRecomputePass({recompute.str()}));
   pm.addNestedPass<func::FuncOp>(createSaveDerivativesPass());
   pm.addNestedPass<func::FuncOp>(createRecomputeElementwisePass());
   pm.addNestedPass<func::FuncOp>(createNarrowSavedPass());
@@ -96,7 +102,7 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
       !options.planFile.empty())
     pm.addNestedPass<func::FuncOp>(createBucketGradientsPass());
-  buildForwardPipeline(pm);
+  buildForwardPipeline(pm, options.recompute);
 }
 
 namespace {
@@ -115,6 +121,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
   Option<bool> fuse{*this, "fuse", llvm::cl::init(true)};
   Option<std::string> precision{*this, "precision", llvm::cl::init("f32")};
+  Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
 };
 } // namespace
 
@@ -130,12 +137,13 @@ void mlir::cleave::registerPipelines() {
         t.zero = o.zero;
         t.fuse = o.fuse;
         t.precision = o.precision;
+        t.recompute = o.recompute;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(
       "cleave-forward-pipeline",
       "Lowers imported cleave IR to planned straight-line functions",
-      buildForwardPipeline);
+      [](OpPassManager &pm) { buildForwardPipeline(pm); });
 }
 
 /// Runs \p pm on \p module and emits the plan of its @main.

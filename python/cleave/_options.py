@@ -16,6 +16,7 @@ PathLike = Union[str, os.PathLike]
 _LOSSES = ("auto", "cross_entropy", "mse")
 _PLAN_KINDS = ("colwise", "rowwise", "replicate", "vocab")
 _PRECISIONS = ("f32", "bf16", "fp16")
+_RECOMPUTE = ("auto", "none", "selective", "full")
 _BACKENDS = ("cpu", "cuda", "auto")
 # torch.onnx exports opset 7 and later; the ceiling is what the installed
 # onnx package knows (read when an opset is checked, not at import).
@@ -135,6 +136,10 @@ class Options:
     each batch split over them), ``zero`` (0-3: ZeRO's stage over the dp
     ranks), or ``devices`` (the compiler chooses dp x tp and ZeRO for that
     many, within ``memory_per_device`` bytes per rank when given).
+    ``recompute``: what the forward keeps for the backward (``"none"``,
+    ``"selective"``: norms, softmax and elementwise values made again,
+    ``"full"``: only the forward's cheapest cuts kept, or ``"auto"``: the
+    least that fits ``memory_per_device``, none without it).
 
     The train step: ``optimizer`` (:class:`cleave.SGD` or
     :class:`cleave.AdamW`; default ``SGD(lr=0.01)``), ``loss`` (``"auto"``:
@@ -170,6 +175,7 @@ class Options:
     timeout: float = 60.0
     backend: str = "cpu"
     precision: str = "f32"
+    recompute: str = "auto"
 
     def __post_init__(self):
         def put(name, value):
@@ -181,9 +187,6 @@ class Options:
         put("devices", _integer("devices", self.devices, 1, optional=True))
         put("memory_per_device", _integer(
             "memory_per_device", self.memory_per_device, 1, optional=True))
-        if self.memory_per_device is not None and self.devices is None:
-            raise ArgumentError("memory_per_device is for devices=N (the "
-                                "compiler's choice of the mesh)")
         if self.devices is not None and (self.tp, self.dp, self.zero) != \
                 (1, 1, 0):
             raise ArgumentError("give either devices=N (the compiler "
@@ -214,6 +217,7 @@ class Options:
         put("timeout", float(self.timeout))
         put("backend", _choice("backend", self.backend, _BACKENDS))
         put("precision", _choice("precision", self.precision, _PRECISIONS))
+        put("recompute", _choice("recompute", self.recompute, _RECOMPUTE))
         if self.precision != "f32" and self.backend == "cuda":
             raise ArgumentError(f"precision={self.precision!r} runs on the "
                                 "CPU backend; the CUDA backend does not run "
@@ -267,7 +271,8 @@ class Options:
         o.tp, o.dp, o.zero, o.seed = self.tp, self.dp, self.zero, self.seed
         if self.devices is not None:
             o.devices = self.devices
-            o.memory_per_device = self.memory_per_device or 0
+        o.memory_per_device = self.memory_per_device or 0
+        o.recompute = self.recompute
         o.freeze = list(self.freeze)
         o.plan_only = self.plan_only
         o.precision = self.precision

@@ -22,8 +22,8 @@ BAD = [
     ({"zero": "one"}, TypeError, "zero must be"),
     ({"devices": 0}, ValueError, "devices must be a positive integer"),
     ({"devices": 4, "tp": 2}, ValueError, "give either devices"),
-    ({"memory_per_device": 10**9}, ValueError,
-     "memory_per_device is for devices=N"),
+    ({"recompute": "some"}, ValueError, "recompute must be 'auto', 'none', "
+     "'selective' or 'full', not 'some'"),
     ({"devices": 2, "memory_per_device": "lots"}, TypeError,
      "memory_per_device must be a positive integer"),
     ({"optimizer": "adam"}, TypeError, "optimizer must be cleave.SGD"),

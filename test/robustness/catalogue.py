@@ -335,8 +335,13 @@ def cases(F, W):
     add("compile", "--devices with --tp", dev("--devices", "4", "--tp", "2"),
         r"give either --devices \(the compiler chooses the mesh\) or --tp, --mesh and "
         r"--zero, not both$")
-    add("compile", "--memory-per-device without --devices", dev("--memory-per-device", "1GB"),
-        r"--memory-per-device is for --devices N \(the compiler's choice of the mesh\)$")
+    add("compile", "--memory-per-device nothing fits", dev("--memory-per-device", "100"),
+        r"the step does not fit 100 B per device with any recomputation: "
+        r"dp=1,tp=1: needs \d+ B per device, over 100 B(; dp=1,tp=1,recompute=.*)?$")
+    add("compile", "--recompute unknown", dev("--recompute", "some"),
+        r"--recompute must be none, selective, full or auto, not 'some'$")
+    add("compile", "--link without --devices", dev("--link", "intra=400"),
+        r"--link is for --devices N \(the compiler's choice of the mesh\)$")
     add("compile", "--memory-per-device not a size", dev("--devices", "2",
         "--memory-per-device", "lots"), r"--memory-per-device 'lots' must be a positive size")
     add("compile", "--memory-per-device negative", dev("--devices", "2",
@@ -352,7 +357,7 @@ def cases(F, W):
     add("compile", "--devices and no mesh fits the budget", dev("--devices", "2",
         "--memory-per-device", "100B"), r"no mesh of 2 devices can train this model: "
         r"dp=2,tp=1: input \"x\" .* its batch of 5 rows does not divide over dp = 2 .*; "
-        r"dp=1,tp=2: needs \d+ B per device, over 100 B$")
+        r"dp=1,tp=2: needs \d+ B per device, over 100 B(; dp=1,tp=2,recompute=.*)?$")
     add("compile", "unknown --loss", c + ["compile", F.mlp, *x, "--loss", "hinge", "-o",
         W("b")], r"hinge")
     add("compile", "unknown --optimizer", c + ["compile", F.mlp, *x, *ce, "--optimizer",

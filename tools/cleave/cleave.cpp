@@ -142,9 +142,19 @@ static cl::opt<int64_t>
                 cl::value_desc("N"), cl::init(0), cl::sub(compileCmd));
 static cl::opt<std::string> memoryPerDeviceFlag(
     "memory-per-device",
-    cl::desc("With --devices: refuse meshes needing more memory per rank "
-             "(bytes, or with KB/MB/GB/KiB/MiB/GiB)"),
+    cl::desc("The memory of one device (bytes, or with KB/MB/GB/KiB/MiB/"
+             "GiB): --devices refuses meshes needing more per rank, and "
+             "--recompute auto recomputes what does not fit"),
     cl::value_desc("BYTES"), cl::sub(compileCmd));
+static cl::opt<std::string> recomputeFlag(
+    "recompute",
+    cl::desc("What the forward keeps for the backward: none (everything it "
+             "reads), selective (norms, softmax and elementwise values made "
+             "again), full (only the cheapest cuts of the forward kept, the "
+             "rest run again), or auto (default: the least that fits "
+             "--memory-per-device; none without it)"),
+    cl::value_desc("none|selective|full|auto"), cl::init("auto"),
+    cl::sub(compileCmd));
 static cl::opt<std::string>
     linkFlag("link",
              cl::desc("With --devices: link speeds per device in GB/s "
@@ -624,11 +634,18 @@ static int64_t parseBytes(llvm::StringRef text) {
 static rt::Status meshChoiceFlags(::cleave::driver::CompileOptions &o) {
   bool given = devicesFlag.getNumOccurrences();
   for (const cl::Option *flag : std::initializer_list<const cl::Option *>{
-           &memoryPerDeviceFlag, &linkFlag, &nodeSizeFlag, &deviceTflopsFlag})
+           &linkFlag, &nodeSizeFlag, &deviceTflopsFlag})
     if (!given && flag->getNumOccurrences())
       return rt::Status::error("--" + flag->ArgStr.str() +
                                " is for --devices N (the compiler's choice "
                                "of the mesh)");
+  if (!memoryPerDeviceFlag.empty()) {
+    o.memoryPerDevice = parseBytes(memoryPerDeviceFlag);
+    if (o.memoryPerDevice < 0)
+      return rt::Status::error("--memory-per-device '" + memoryPerDeviceFlag +
+                               "' must be a positive size such as 80GB, "
+                               "24GiB or 1000000");
+  }
   if (!given)
     return rt::Status::ok();
   // Every divisor of N is compiled: a mesh beyond any machine's is a typo.
@@ -641,13 +658,6 @@ static rt::Status meshChoiceFlags(::cleave::driver::CompileOptions &o) {
     return rt::Status::error("give either --devices (the compiler chooses "
                              "the mesh) or --tp, --mesh and --zero, not both");
   o.devices = devicesFlag;
-  if (!memoryPerDeviceFlag.empty()) {
-    o.memoryPerDevice = parseBytes(memoryPerDeviceFlag);
-    if (o.memoryPerDevice < 0)
-      return rt::Status::error("--memory-per-device '" + memoryPerDeviceFlag +
-                               "' must be a positive size such as 80GB, "
-                               "24GiB or 1000000");
-  }
   for (llvm::StringRef rest = linkFlag; !rest.empty();) {
     auto [item, tail] = rest.split(',');
     rest = tail;
@@ -727,6 +737,7 @@ static int runCompile(MLIRContext &ctx) {
   o.planOnly = planOnly;
   o.fusion = !noFusion;
   o.precision = compilePrecision;
+  o.recompute = recomputeFlag;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
   o.report = [](const std::string &line) {
     llvm::outs() << "cleave: " << line << "\n";

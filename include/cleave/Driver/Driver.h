@@ -49,8 +49,9 @@ struct CompileOptions {
   /// --devices N: the compiler chooses dp x tp (and ZeRO) for N devices
   /// (MeshChoice.h); 0: the mesh is given (tp, dp, zero).
   int64_t devices = 0;
-  /// --memory-per-device: a candidate needing more per rank is refused;
-  /// 0: no budget.
+  /// --memory-per-device: a candidate needing more per rank is refused
+  /// (with --devices, or for the mesh given, which --recompute auto then
+  /// fits); 0: no budget.
   int64_t memoryPerDevice = 0;
   /// --link, --node-size, --device-tflops: what --devices costs against.
   Topology topology;
@@ -76,6 +77,10 @@ struct CompileOptions {
   /// --precision: "f32", or mixed precision "bf16" / "fp16" (f32 masters,
   /// the matmuls and convolutions on half-precision copies).
   std::string precision = "f32";
+  /// --recompute: what the forward keeps for the backward: "none",
+  /// "selective", "full", or "auto" (the least that fits memoryPerDevice;
+  /// none without a budget).
+  std::string recompute = "auto";
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

@@ -50,26 +50,39 @@ estimateStep(const ::cleave::plan::Program &program,
 /// A mesh to try.
 struct MeshTrial {
   int64_t dp = 1, tp = 1, zero = 0;
+  /// What the forward keeps for the backward: "none", "selective", "full".
+  std::string recompute = "none";
 };
 
 /// The first trials for \p devices: every dp x tp = devices, ZeRO stage 0
 /// (chooseMesh adds stages 1 to 3 of a mesh whose stage 0 is over the
 /// memory budget).
-std::vector<MeshTrial> meshTrials(int64_t devices);
+std::vector<MeshTrial> meshTrials(int64_t devices,
+                                  const std::string &recompute = "none");
 
 /// Compiles one trial into a program; false with \p error when it cannot.
 using CompileTrial = std::function<bool(
     const MeshTrial &, ::cleave::plan::Program &program, std::string &error)>;
 
 /// Tries every trial with \p compile, costs it, and fills \p choice (usable
-/// candidates first, fastest first). Returns the chosen trial in
-/// \p chosenTrial and its program in \p chosen, or false with \p error
-/// naming why no mesh can be used.
-bool chooseMesh(int64_t devices, int64_t memoryPerDevice,
+/// candidates first, fastest first). A trial over the memory budget brings
+/// in its ZeRO stages (where dp > 1) and, when \p recomputeLadder, the
+/// same mesh with selective and then full recomputation: the fastest that
+/// fits wins. Returns the chosen trial in \p chosenTrial and its program
+/// in \p chosen, or false with \p error naming why no mesh can be used.
+/// \p devices is 0 where the mesh was given (one trial, and only what it
+/// keeps is chosen).
+bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
+                int64_t memoryPerDevice, bool recomputeLadder,
                 const Topology &topology, const CompileTrial &compile,
                 ::cleave::plan::MeshChoice &choice,
                 ::cleave::plan::Program &chosen, MeshTrial &chosenTrial,
                 std::string &error);
+
+/// Multiply-adds x 2 of \p inst where it is a product (matmul,
+/// convolutions): the FLOPs that dominate a step; 0 for the rest.
+double instructionFlops(const ::cleave::plan::Program &program,
+                        const ::cleave::plan::Instruction &inst);
 
 /// Bytes of a plan tensor of type \p t (its dtype's size, runtime/core).
 int64_t planTensorBytes(const ::cleave::plan::TensorType &t);

@@ -103,6 +103,62 @@ def JoinScatteredSlicesPass
   }];
 }
 
+def RecomputePass : Pass<"cleave-recompute", "func::FuncOp"> {
+  let summary = "Keeps fewer activations for the backward and makes the rest again";
+  let description = [{
+    What the forward keeps for the backward is most of a train step's
+    memory. This pass, run on a rank's finished program (its collectives in
+    place), keeps less: it copies into the backward the forward ops that
+    make the rest again from what is kept, right before the first op after
+    the loss that reads them (the copies carry `cleave.recomputed`; the
+    forward and the loss are unchanged, and the copies compute the same
+    bits, random numbers included: they are a pure function of their
+    operands). Two policies besides `none`:
+
+    - `selective` (Megatron's selective recomputation, generalised): a
+      value the backward reads is made again when the ops that make it
+      from kept values do a few operations per element: norms, softmax,
+      elementwise chains, reshapes, and products of two activations
+      (attention's scores when it is not fused). A product with a weight,
+      attention, the loss, convolutions and pools, BatchNorm and
+      collectives are kept.
+    - `full` (activation checkpointing): the forward is cut where the
+      values live across the cut take few bytes; only those are kept, and
+      each segment but the last runs again before its backward, collectives
+      included (as Megatron's full recomputation repeats the forward's
+      all-reduces). The cuts minimise the kept bytes plus the largest
+      segment's saved bytes (the backward's peak of what this pass
+      governs), by dynamic programming over the forward's order for each
+      bound on a segment: a transformer is cut on its residual stream,
+      about every sqrt(layers) layers, from the model's graph alone.
+
+    A value read amid the forward by an op that is not the forward's is
+    kept. `cleave compile --recompute` chooses the policy (`auto`: the
+    least that fits `--memory-per-device`).
+
+    Before (`full`; `%a` and `%b` are read after the loss, `%h` is live
+    across the forward's cheapest cut):
+    ```mlir
+    %a = cleave.matmul %x, %w1 : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    %h = cleave.tanh %a : tensor<64x64xf32>
+    %b = cleave.matmul %h, %w2 : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    ...
+    %g = cleave.mul %dy, %a : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    ```
+    After (`%a` is made again from `%x` where the backward first reads it):
+    ```mlir
+    %a = cleave.matmul %x, %w1 : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    ...
+    %a2 = cleave.matmul %x, %w1 {cleave.recomputed} : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    %g = cleave.mul %dy, %a2 : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    ```
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"none\"",
+           "none, selective or full">,
+  ];
+}
+
 def SaveDerivativesPass : Pass<"cleave-save-derivatives", "func::FuncOp"> {
   let summary = "Saves an elementwise chain's derivative in place of the values it is made from";
   let description = [{

@@ -14,6 +14,8 @@
 #include "mlir/IR/Types.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <vector>
+
 namespace mlir::cleave {
 
 /// Whether \p op's result aliases its first operand's storage.
@@ -28,6 +30,23 @@ inline constexpr int64_t kMaxStoredSplatElements = 64;
 /// instead of the arena, each at its first position in the return: values an
 /// op of the body makes (not arguments, views or stored constants).
 llvm::DenseMap<Value, unsigned> plannedOutputs(func::FuncOp func);
+
+/// A value the arena holds, from the op that makes it to its last reader
+/// (op indices in the block, inclusive; a view's readers extend its root).
+struct BufferLifetime {
+  Value value;
+  int64_t bytes;
+  int64_t begin, end;
+  int64_t offset = -1;
+};
+/// The arena's values of single-block \p func in the order they are made;
+/// \p lifetimeOf, when given, maps each to its index.
+std::vector<BufferLifetime>
+bufferLifetimes(func::FuncOp func,
+                llvm::DenseMap<Value, unsigned> *lifetimeOf = nullptr);
+/// The most bytes of the arena's values live at once: the arena's lower
+/// bound, which --cleave-plan-buffers' packing approaches.
+int64_t peakLiveBytes(func::FuncOp func);
 } // namespace mlir::cleave
 
 #endif // CLEAVE_LOWERING_PLANBUFFERS_H

@@ -14,7 +14,8 @@ namespace mlir::cleave {
 
 /// Forward lowering: canonicalize (folds the shape arithmetic), CSE, then
 /// static buffer planning of every function.
-void buildForwardPipeline(OpPassManager &pm);
+void buildForwardPipeline(OpPassManager &pm,
+                          llvm::StringRef recompute = "none");
 
 /// What the training pipeline needs to know: the loss and the optimizer.
 struct TrainStepOptions {
@@ -35,6 +36,9 @@ struct TrainStepOptions {
   /// "f32", or the mixed precision of --cleave-mixed-precision ("bf16",
   /// "fp16").
   std::string precision = "f32";
+  /// What the forward keeps for the backward (--cleave-recompute): "none",
+  /// "selective" or "full".
+  std::string recompute = "none";
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

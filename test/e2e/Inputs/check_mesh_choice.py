@@ -118,23 +118,28 @@ def main():
     budget = chosen["memory_bytes"] - 1
     r = compile_(args, b, ["--memory-per-device", str(budget)])
     if r.returncode == 0:
-        # Another mesh, or a ZeRO stage of one (tried where stage 0 is over
-        # the budget), within it; the first choice refused for memory.
+        # Another mesh, a ZeRO stage of one or a recomputation on one (each
+        # tried where the plain plan is over the budget), within it; the
+        # first choice refused for memory.
         cands2 = inspect(args, b)["mesh_choice"]["candidates"]
         c2 = cands2[0]
-        first = next((c for c in cands2 if (c["dp"], c["tp"], c["zero"]) ==
-                      (chosen["dp"], chosen["tp"], chosen["zero"])), {})
+        key = lambda c: (c["dp"], c["tp"], c["zero"], c["recompute"])
+        first = next((c for c in cands2 if key(c) == key(chosen)), {})
+
+        def brought_in(c):
+            # A ZeRO stage or a recomputation is tried only where the
+            # plan without it is over the budget.
+            plain = (c["dp"], c["tp"], 0 if c["recompute"] == "none" else c["zero"],
+                     "none")
+            return key(c) == plain or any(
+                key(d) == plain and "over" in d.get("refused", "") for d in cands2)
         check("a budget under the chosen mesh moves the choice within it",
               c2["memory_bytes"] <= budget and "refused" not in c2 and
-              (c2["dp"], c2["tp"], c2["zero"]) !=
-              (chosen["dp"], chosen["tp"], chosen["zero"]) and
-              "over" in first.get("refused", "") and
-              all(c["zero"] == 0 or any(
-                  (d["dp"], d["tp"], d["zero"]) == (c["dp"], c["tp"], 0) and
-                  "over" in d.get("refused", "") for d in cands2) for c in cands2),
+              key(c2) != key(chosen) and "over" in first.get("refused", "") and
+              all(brought_in(c) for c in cands2),
               f"chose dp={c2['dp']} tp={c2['tp']} zero={c2['zero']} "
-              f"({c2['memory_bytes']} B <= {budget} B); before: "
-              f"{first.get('refused', '?')}")
+              f"recompute={c2['recompute']} ({c2['memory_bytes']} B <= {budget} B); "
+              f"before: {first.get('refused', '?')}")
     else:
         check("a budget no mesh fits is one error",
               r.stderr.startswith("cleave: error: no mesh of") and
