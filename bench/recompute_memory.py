@@ -4,7 +4,7 @@
 Usage: /usr/bin/python3 bench/recompute_memory.py --cleave build/bin/cleave
            [--work /tmp/cleave-recompute] [--layers 4] [--d 512]
            [--heads 8] [--mlp 2048] [--vocab 2048] [--seq 1024]
-           [--batch 4] [--tp 1,2] [--steps 2] [--json OUT]
+           [--batch 4] [--tp 1,2] [--steps 3] [--json OUT]
 
 The model: bench/gpt_onnx.py's GPT (pre-LayerNorm blocks, fused QKV, erf
 GELU, tied head) at these shapes, AdamW. For each tp and each policy
@@ -14,12 +14,14 @@ process), measuring the process's peak RSS (wait4's ru_maxrss). What
 inspect predicts a policy saves is the drop of the planned arena (the
 activations' peak: every value the step computes lives there) times the
 ranks; what it measures is the drop of the peak RSS against the plain
-plan's in the same run. Prints one line per run and a table for
+plan's in the same run. Step time: the median of the steps after the
+first (`--metrics`), on every core. Prints one line per run and a table for
 docs/benchmarks.md.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -36,7 +38,7 @@ def main():
     ap.add_argument("--cleave", default=os.path.join(HERE, "..", "build", "bin", "cleave"))
     ap.add_argument("--work", default="/tmp/cleave-recompute")
     for name, default in (("layers", 4), ("d", 512), ("heads", 8), ("mlp", 2048),
-                          ("vocab", 2048), ("seq", 1024), ("batch", 4), ("steps", 2)):
+                          ("vocab", 2048), ("seq", 1024), ("batch", 4), ("steps", 3)):
         ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--tp", default="1,2")
     ap.add_argument("--json")
@@ -49,6 +51,13 @@ def main():
                     "--vocab", str(args.vocab), "--seq", str(args.seq),
                     "--batch", str(args.batch)], check=True,
                    stdout=subprocess.DEVNULL)
+    import numpy as np
+    data = os.path.join(args.work, "data")
+    os.makedirs(data, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in ("input_ids", "labels"):
+        np.save(os.path.join(data, name + ".npy"),
+                rng.integers(0, args.vocab, (args.batch, args.seq), dtype=np.int64))
     rows = []
     for tp in [int(t) for t in args.tp.split(",")]:
         base = None
@@ -60,15 +69,22 @@ def main():
             info = json.loads(subprocess.check_output(
                 [args.cleave, "inspect", bundle, "--json"]))
             arena = info["memory_per_rank"]["activations_peak"]
-            cmd = [args.cleave, "run", bundle, "--random-weights", "--steps",
-                   str(args.steps), "--progress", "lines"]
+            metrics = bundle + ".metrics"
+            cmd = [args.cleave, "run", bundle, "--random-weights", "--inputs", data,
+                   "--steps", str(args.steps), "--progress", "lines",
+                   "--metrics", metrics]
             if tp > 1:
                 cmd.append("--threads")
             rss = run_measured(cmd)["peak_rss_mb"] * 2**20
+            with open(metrics) as f:
+                seconds = [json.loads(line)["seconds"] for line in f if line.strip()]
+            # The first step warms the caches and the arena's pages.
+            step = statistics.median(seconds[1:] or seconds)
             row = {"tp": tp, "policy": policy, "arena_bytes": arena,
                    "peak_rss_bytes": int(rss), "ops_made_again": info["recompute"]["ops"],
                    "flops_made_again": info["recompute"]["flops"],
-                   "step_flops": info["recompute"]["step_flops"]}
+                   "step_flops": info["recompute"]["step_flops"],
+                   "step_seconds": step}
             if base is None:
                 base = row
             row["predicted_drop"] = (base["arena_bytes"] - arena) * tp
@@ -82,15 +98,16 @@ def main():
                   f"{row['measured_drop'] / 2**20:7.1f} MiB ({ratio:.2f}x)  "
                   f"{row['ops_made_again']} ops made again, "
                   f"{row['flops_made_again'] / max(row['step_flops'], 1):.0%} of the "
-                  f"product FLOPs", flush=True)
+                  f"product FLOPs, step {step:.2f} s", flush=True)
     print("\n| tp | recompute | arena (MiB) | peak RSS (MiB) | drop predicted (MiB) "
-          "| drop measured (MiB) | FLOPs made again |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+          "| drop measured (MiB) | FLOPs made again | step (s) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['tp']} | {r['policy']} | {r['arena_bytes'] / 2**20:.1f} | "
               f"{r['peak_rss_bytes'] / 2**20:.1f} | {r['predicted_drop'] / 2**20:.1f} | "
               f"{r['measured_drop'] / 2**20:.1f} | "
-              f"{r['flops_made_again'] / max(r['step_flops'], 1):.0%} |")
+              f"{r['flops_made_again'] / max(r['step_flops'], 1):.0%} | "
+              f"{r['step_seconds']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
