@@ -6,6 +6,7 @@ Usage: /usr/bin/python3 bench/choose_mesh.py --cleave build/bin/cleave
            [--link intra=450,inter=50] [--arch llama] [--layers 32]
            [--d 4096] [--heads 32] [--kv-heads 8] [--mlp 14336]
            [--vocab 128256] [--seq 2048] [--batch 64] [--work DIR]
+           [--precision f32|bf16] [--recompute auto|none|selective|full]
 
 The defaults are issue 18's benchmark: LLaMA-3-8B's shapes (bench/gpt_onnx.py
 --arch llama; weight-free) on 64 devices, 8 nodes of 8, 80 GB each, a global
@@ -38,6 +39,9 @@ def main():
     ap.add_argument("--link", default="intra=450,inter=50")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--work", default="/tmp/cleave-bench-mesh")
+    ap.add_argument("--precision", default="f32", help="f32, bf16 or fp16")
+    ap.add_argument("--recompute", default="auto",
+                    help="none, selective, full or auto (the least that fits)")
     gpt_onnx.add_shape_arguments(ap)
     ap.set_defaults(arch="llama", d=4096, heads=32, kv_heads=8, mlp=14336,
                     vocab=128256, seq=2048, batch=64)
@@ -48,7 +52,8 @@ def main():
     bundle = os.path.join(args.work, "bundle")
     cmd = [args.cleave, "compile", args.out, "-o", bundle, "--optimizer", "adamw",
            "--devices", str(args.devices), "--node-size", str(args.node_size),
-           "--link", args.link, "--plan-only"]
+           "--link", args.link, "--plan-only", "--precision", args.precision,
+           "--recompute", args.recompute]
     if args.memory_per_device != "none":
         cmd += ["--memory-per-device", args.memory_per_device]
     if args.arch == "llama":
@@ -67,7 +72,10 @@ def main():
     print(text[text.index("mesh chosen"):].rstrip())
     info = json.loads(subprocess.run([args.cleave, "inspect", bundle, "--json"],
                                      capture_output=True, text=True, check=True).stdout)
-    print("chosen mesh:", info["mesh"])
+    print("chosen mesh:", info["mesh"], "recompute:", info["recompute"]["policy"],
+          f"({info['recompute']['ops']} ops made again, "
+          f"{info['recompute']['flops'] / max(info['recompute']['step_flops'], 1):.0%}"
+          " of the product FLOPs)")
     print("memory per rank:", {k: f"{v / 1e9:.2f} GB"
                                for k, v in info["memory_per_rank"].items()})
     by = collections.defaultdict(lambda: [0, 0])
