@@ -116,6 +116,11 @@ struct BundleSummary {
   double recomputedFlops = 0, stepFlops = 0;
   /// The kernels made again, with their counts.
   std::map<std::string, int64_t> recomputedKernels;
+  /// What --devices and --memory-per-device count for the rank.
+  int64_t totalBytes = 0;
+  /// The most arena bytes live at once, and the instruction then running.
+  cleave::driver::ArenaPeak peak;
+  std::string peakKernel, peakLocation;
 };
 
 /// Mixed precision, counted as ZeRO's paper and Megatron count it: a weight
@@ -262,6 +267,13 @@ BundleSummary summarize(const pb::Plan &plan) {
          layerOf(inst.origin()), bytes, wire, inst.megatron(), axes});
   }
   out.activationBytes = program.arena_bytes();
+  out.totalBytes = cleave::driver::stepMemoryBytes(program);
+  out.peak = cleave::driver::arenaPeak(program);
+  if (out.peak.instruction >= 0) {
+    const pb::Instruction &at = program.instructions(out.peak.instruction);
+    out.peakKernel = at.kernel();
+    out.peakLocation = at.location();
+  }
   out.resultBytes = cleave::driver::returnedBytes(program, /*gradients=*/false);
   if (!plan.train_config().precision().empty()) {
     out.precision = plan.train_config().precision();
@@ -405,13 +417,18 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                                         {"megatron", r.megatron},
                                         {"bytes", r.bytes}});
   root["layers"] = std::move(layers);
-  root["memory_per_rank"] =
-      llvm::json::Object{{"parameters", sum.paramBytes},
-                         {"gradients", sum.gradientBytes},
-                         {"optimizer_state", sum.stateBytes},
-                         {"buffers", sum.bufferBytes},
-                         {"activations_peak", sum.activationBytes},
-                         {"results", sum.resultBytes}};
+  root["memory_per_rank"] = llvm::json::Object{
+      {"parameters", sum.paramBytes},
+      {"gradients", sum.gradientBytes},
+      {"optimizer_state", sum.stateBytes},
+      {"buffers", sum.bufferBytes},
+      {"activations_peak", sum.activationBytes},
+      {"activations_live_at_peak", sum.peak.liveBytes},
+      {"peak_instruction", llvm::json::Object{{"index", sum.peak.instruction},
+                                              {"kernel", sum.peakKernel},
+                                              {"location", sum.peakLocation}}},
+      {"results", sum.resultBytes},
+      {"total", sum.totalBytes}};
   llvm::json::Object kernels;
   for (const auto &[name, count] : sum.kernels)
     kernels[name] = count;
@@ -507,10 +524,16 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << (half ? " (with the f32 master weights)" : "") << "\n"
      << "  buffers          " << sum.bufferBytes
      << " (state that does not train: frozen weights, statistics)\n"
-     << "  activations peak " << sum.activationBytes << "\n"
+     << "  activations peak " << sum.activationBytes << " (the planned arena; "
+     << sum.peak.liveBytes << " live at once during instruction "
+     << sum.peak.instruction << ", " << sum.peakKernel
+     << (sum.peakLocation.empty() ? "" : " at " + sum.peakLocation) << ")\n"
      << "  step results     " << sum.resultBytes
      << " (new parameters and state, the loss: made beside the inputs; "
-        "the CPU backend writes the new state over the old)\n";
+        "the CPU backend writes the new state over the old)\n"
+     << "  total            " << sum.totalBytes
+     << " (inputs, arena and step results: what --devices and "
+        "--memory-per-device count)\n";
   if (sum.recompute != "none") {
     double share =
         sum.stepFlops > 0 ? 100 * sum.recomputedFlops / sum.stepFlops : 0.0;

@@ -176,13 +176,68 @@ estimateStep(const pb::Program &program,
   }
   for (auto &[axis, t] : byAxis)
     out.communicationByAxis.push_back({axis, t});
+  out.memoryBytes = stepMemoryBytes(program);
+  return out;
+}
+
+int64_t stepMemoryBytes(const pb::Program &program) {
   // Per rank: every input (weights, optimizer state, the rank's batch), the
   // arena of everything the step computes, and the results it returns
   // beside its inputs (new parameters and state, gradients, the loss).
+  int64_t bytes = 0;
   for (int32_t id : program.inputs())
-    out.memoryBytes += bytesOf(typeOf(program, id));
-  out.memoryBytes += program.arena_bytes() + returnedBytes(program, true);
-  return out;
+    bytes += bytesOf(typeOf(program, id));
+  return bytes + program.arena_bytes() + returnedBytes(program, true);
+}
+
+ArenaPeak arenaPeak(const pb::Program &program) {
+  // The arena's buffers are the values instructions make there; a view
+  // (no instruction of its own) shares its offset, and a read of it keeps
+  // alive the buffer made last at that offset before the read.
+  int64_t n = program.instructions_size();
+  std::vector<int64_t> def(program.values_size(), -1),
+      last(program.values_size(), -1);
+  std::map<int64_t, std::vector<std::pair<int64_t, int32_t>>> madeAt;
+  for (int64_t i = 0; i < n; ++i)
+    for (int32_t r : program.instructions(i).results())
+      if (r >= 0 && r < program.values_size() &&
+          program.values(r).storage() == pb::Value::ARENA) {
+        def[r] = last[r] = i;
+        madeAt[program.values(r).offset()].push_back({i, r});
+      }
+  for (int64_t i = 0; i < n; ++i)
+    for (int32_t o : program.instructions(i).operands()) {
+      if (o < 0 || o >= program.values_size() ||
+          program.values(o).storage() != pb::Value::ARENA)
+        continue;
+      int32_t buffer = o;
+      if (def[o] < 0) {
+        auto it = madeAt.find(program.values(o).offset());
+        if (it == madeAt.end())
+          continue;
+        auto after =
+            std::upper_bound(it->second.begin(), it->second.end(),
+                             std::pair<int64_t, int32_t>{i, INT32_MAX});
+        if (after == it->second.begin())
+          continue;
+        buffer = std::prev(after)->second;
+      }
+      last[buffer] = std::max(last[buffer], i);
+    }
+  std::vector<int64_t> delta(n + 1, 0);
+  for (int32_t v = 0; v < program.values_size(); ++v)
+    if (def[v] >= 0) {
+      delta[def[v]] += bytesOf(typeOf(program, v));
+      delta[last[v] + 1] -= bytesOf(typeOf(program, v));
+    }
+  ArenaPeak peak;
+  int64_t live = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    live += delta[i];
+    if (live > peak.liveBytes)
+      peak = {live, i};
+  }
+  return peak;
 }
 
 std::vector<MeshTrial> meshTrials(int64_t devices,

@@ -46,6 +46,7 @@ def test_a_budget_under_the_plain_step_recomputes(tmp_path):
     assert chosen["recompute"] in ("selective", "full")
     assert chosen["memory_bytes"] < need["memory_bytes"]
     assert report["recompute"]["policy"] == chosen["recompute"]
+    assert report["memory_per_rank"]["total"] == chosen["memory_bytes"]
     step_like_pytorch(model, module, reference, batch, loss, "adamw")
     with pytest.raises(cleave.Error, match="does not fit 100 B per device "
                                            "with any recomputation"):

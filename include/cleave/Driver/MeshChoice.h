@@ -84,6 +84,20 @@ bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
 double instructionFlops(const ::cleave::plan::Program &program,
                         const ::cleave::plan::Instruction &inst);
 
+/// What a rank holds for one step of \p program, as --devices and
+/// --memory-per-device count it: every input (weights, optimizer state,
+/// the rank's batch), the arena, and the results made beside the inputs.
+int64_t stepMemoryBytes(const ::cleave::plan::Program &program);
+
+/// The arena's busiest moment: the most bytes of its values live at once
+/// (the arena's lower bound; its planned size packs them at least that
+/// tight) and the instruction during which they are.
+struct ArenaPeak {
+  int64_t liveBytes = 0;
+  int64_t instruction = -1;
+};
+ArenaPeak arenaPeak(const ::cleave::plan::Program &program);
+
 /// Bytes of a plan tensor of type \p t (its dtype's size, runtime/core).
 int64_t planTensorBytes(const ::cleave::plan::TensorType &t);
 

@@ -106,6 +106,15 @@ def main():
             if v > 1 or (k == "tp" and chosen["dp"] == 1)}
     check("the bundle's mesh is the chosen one", rep["mesh"] == want,
           f"{rep['mesh']} vs {want}")
+    mem = rep["memory_per_rank"]
+    check("inspect's total is the memory the choice counted",
+          mem["total"] == chosen["memory_bytes"],
+          f"{mem['total']} B in inspect, {chosen['memory_bytes']} B in the choice")
+    check("the arena holds its busiest moment, named by its instruction",
+          0 < mem["activations_live_at_peak"] <= mem["activations_peak"] and
+          mem["peak_instruction"]["kernel"] != "",
+          f"{mem['activations_live_at_peak']} live of {mem['activations_peak']} "
+          f"at {mem['peak_instruction']}")
     mine = communication(rep)
     theirs = chosen["communication_seconds"]
     check("communication recomputed from the plan's collectives",
