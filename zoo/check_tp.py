@@ -222,9 +222,10 @@ def check_recompute(args, model, case, opt, tp, work, ref, plain):
     """--recompute's policies and --squeeze at one tp, against the plain
     tp=1 run; returns the failures."""
     failed = 0
-    base = inspect_json(args.cleave, plain)
-    peak = base["memory_per_rank"]["activations_peak"]
     runs = [(p, ("--recompute", p)) for p in args.recompute.split(",") if p]
+    if not runs and not args.squeeze:
+        return 0
+    peak = inspect_json(args.cleave, plain)["memory_per_rank"]["activations_peak"]
     if args.squeeze:
         # The plain plan's need as the compiler counts it (a budget no plan
         # exceeds records it), then a byte less.

@@ -118,7 +118,10 @@ struct BundleSummary {
   std::map<std::string, int64_t> recomputedKernels;
   /// What --devices and --memory-per-device count for the rank.
   int64_t totalBytes = 0;
-  /// The most arena bytes live at once, and the instruction then running.
+  /// The planned arena (activationBytes less the half copies counted as
+  /// parameters), its most bytes live at once, and the instruction then
+  /// running.
+  int64_t arenaBytes = 0;
   cleave::driver::ArenaPeak peak;
   std::string peakKernel, peakLocation;
 };
@@ -266,7 +269,7 @@ BundleSummary summarize(const pb::Plan &plan) {
          inst.location(), inst.reason(), inst.carries(), inst.origin(),
          layerOf(inst.origin()), bytes, wire, inst.megatron(), axes});
   }
-  out.activationBytes = program.arena_bytes();
+  out.arenaBytes = out.activationBytes = program.arena_bytes();
   out.totalBytes = cleave::driver::stepMemoryBytes(program);
   out.peak = cleave::driver::arenaPeak(program);
   if (out.peak.instruction >= 0) {
@@ -423,7 +426,8 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
       {"optimizer_state", sum.stateBytes},
       {"buffers", sum.bufferBytes},
       {"activations_peak", sum.activationBytes},
-      {"activations_live_at_peak", sum.peak.liveBytes},
+      {"arena", sum.arenaBytes},
+      {"arena_live_at_peak", sum.peak.liveBytes},
       {"peak_instruction", llvm::json::Object{{"index", sum.peak.instruction},
                                               {"kernel", sum.peakKernel},
                                               {"location", sum.peakLocation}}},
@@ -524,9 +528,10 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << (half ? " (with the f32 master weights)" : "") << "\n"
      << "  buffers          " << sum.bufferBytes
      << " (state that does not train: frozen weights, statistics)\n"
-     << "  activations peak " << sum.activationBytes << " (the planned arena; "
-     << sum.peak.liveBytes << " live at once during instruction "
-     << sum.peak.instruction << ", " << sum.peakKernel
+     << "  activations peak " << sum.activationBytes << " (of the arena's "
+     << sum.arenaBytes << ", " << sum.peak.liveBytes
+     << " live at once during instruction " << sum.peak.instruction << ", "
+     << sum.peakKernel
      << (sum.peakLocation.empty() ? "" : " at " + sum.peakLocation) << ")\n"
      << "  step results     " << sum.resultBytes
      << " (new parameters and state, the loss: made beside the inputs; "

@@ -111,9 +111,9 @@ def main():
           mem["total"] == chosen["memory_bytes"],
           f"{mem['total']} B in inspect, {chosen['memory_bytes']} B in the choice")
     check("the arena holds its busiest moment, named by its instruction",
-          0 < mem["activations_live_at_peak"] <= mem["activations_peak"] and
+          0 < mem["arena_live_at_peak"] <= mem["arena"] and
           mem["peak_instruction"]["kernel"] != "",
-          f"{mem['activations_live_at_peak']} live of {mem['activations_peak']} "
+          f"{mem['arena_live_at_peak']} live of {mem['arena']} "
           f"at {mem['peak_instruction']}")
     mine = communication(rep)
     theirs = chosen["communication_seconds"]
