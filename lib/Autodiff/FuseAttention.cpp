@@ -8,6 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CausalMask.h"
+
 #include "Cleave/CleaveOps.h"
 #include "cleave/Autodiff/Passes.h"
 
@@ -32,15 +34,6 @@ constexpr double kMaskedAtMost = -1e4;
 
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
-}
-
-/// The value of a splat float constant.
-std::optional<double> splatValue(Value v) {
-  DenseElementsAttr dense;
-  if (!matchPattern(v, m_Constant(&dense)) || !dense.isSplat() ||
-      !isa<FloatType>(dense.getElementType()))
-    return std::nullopt;
-  return dense.getSplatValue<APFloat>().convertToDouble();
 }
 
 /// What the walk from the softmax back to Q K^T found.
@@ -96,7 +89,7 @@ public:
       for (int side = 0; side < 2; ++side) {
         if (isa<DivOp>(def) && side == 0)
           continue; // only x / c is a scale
-        std::optional<double> c = splatValue(def->getOperand(side));
+        std::optional<double> c = splatFloat(def->getOperand(side));
         if (!c || !(*c > 0) || !std::isfinite(*c))
           continue;
         double factor = isa<DivOp>(def) ? 1.0 / *c : *c;
@@ -119,15 +112,16 @@ public:
     } else if (auto sel = dyn_cast<SelectOp>(def)) {
       // select(mask, fill, x) or select(keep, x, fill).
       for (int side = 1; side < 3; ++side) {
-        std::optional<double> fill = splatValue(def->getOperand(side));
+        std::optional<double> fill = splatFloat(def->getOperand(side));
         if (!fill || *fill * scaleAbove > kMaskedAtMost)
           continue;
-        DenseElementsAttr dense;
-        if (!matchPattern(sel->getOperand(0), m_Constant(&dense)))
-          continue;
         bool fillWhenTrue = side == 1;
+        DenseElementsAttr dense;
         auto masked = [&](bool c) { return c == fillWhenTrue; };
-        if (!isCausal<bool>(dense, rows(), cols(), masked))
+        if (matchPattern(sel->getOperand(0), m_Constant(&dense))
+                ? !isCausal<bool>(dense, rows(), cols(), masked)
+                : !isCausalMask(sel->getOperand(0), rows(), cols(),
+                                fillWhenTrue))
           continue;
         Match trial = m;
         trial.causal = true;
@@ -142,12 +136,13 @@ public:
   }
 
 private:
-  /// A constant additive mask: 0 on causal keys, at most -1e4 (after the
-  /// scales above it) on the others.
+  /// An additive mask, constant or built at run time: 0 on causal keys, at most
+  /// -1e4 (after the scales above it) on the others.
   bool isCausalBias(Value v, double scaleAbove) {
     DenseElementsAttr dense;
-    if (!matchPattern(v, m_Constant(&dense)) ||
-        !isa<FloatType>(dense.getElementType()))
+    if (!matchPattern(v, m_Constant(&dense)))
+      return cleave::isCausalBias(v, rows(), cols(), scaleAbove, kMaskedAtMost);
+    if (!isa<FloatType>(dense.getElementType()))
       return false;
     std::function<bool(APFloat)> masked = [&](APFloat f) {
       double d = f.convertToDouble() * scaleAbove;
