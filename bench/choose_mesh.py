@@ -76,8 +76,20 @@ def main():
           f"({info['recompute']['ops']} ops made again, "
           f"{info['recompute']['flops'] / max(info['recompute']['step_flops'], 1):.0%}"
           " of the product FLOPs)")
-    print("memory per rank:", {k: f"{v / 1e9:.2f} GB"
-                               for k, v in info["memory_per_rank"].items()})
+    memory = info["memory_per_rank"]
+    print("memory per rank:", {k: f"{v / 1e9:.2f} GB" for k, v in memory.items()
+                               if isinstance(v, (int, float))})
+    # Activations a layer: the whole peak (the LM head's logits and their
+    # gradient included) over the layers, against Megatron's sbh * 34 / t
+    # (arXiv 2205.05198: tensor and sequence parallelism, the attention's
+    # scores not stored; 16-bit activations) for this rank's sequences.
+    mesh = info["mesh"]
+    sequences = args.batch // mesh.get("dp", 1)
+    megatron = args.seq * sequences * args.d * 34 / mesh.get("tp", 1)
+    per_layer = memory["activations_peak"] / args.layers
+    print(f"activations a layer: {per_layer / 1e9:.3f} GB (peak / {args.layers} layers; "
+          f"Megatron's sbh*34/t for {sequences} sequences at tp {mesh.get('tp', 1)}: "
+          f"{megatron / 1e9:.3f} GB)")
     by = collections.defaultdict(lambda: [0, 0])
     for c in info["collectives"]:
         key = (",".join(c["axes"]), c["phase"], c["kind"])

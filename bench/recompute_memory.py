@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Recomputation's memory, predicted and measured (issue 38).
+"""Recomputation's and sequence parallelism's memory, predicted and
+measured (issue 38).
 
 Usage: /usr/bin/python3 bench/recompute_memory.py --cleave build/bin/cleave
            [--work /tmp/cleave-recompute] [--layers 4] [--d 512]
@@ -8,8 +9,9 @@ Usage: /usr/bin/python3 bench/recompute_memory.py --cleave build/bin/cleave
 
 The model: bench/gpt_onnx.py's GPT (pre-LayerNorm blocks, fused QKV, erf
 GELU, tied head) at these shapes, AdamW. For each tp and each policy
-(none, selective, full) it compiles `cleave compile --recompute P` and
-runs `cleave run --random-weights --steps N` (ranks as threads: one
+(none, selective, full), and at tp > 1 each with and without sequence
+parallelism, it compiles `cleave compile --recompute P
+--sequence-parallel on|off` and runs `cleave run --random-weights --steps N` (ranks as threads: one
 process), measuring the process's peak RSS (wait4's ru_maxrss). What
 inspect predicts a policy saves is the drop of the planned arena (the
 activations' peak: every value the step computes lives there) times the
@@ -61,49 +63,16 @@ def main():
     rows = []
     for tp in [int(t) for t in args.tp.split(",")]:
         base = None
-        for policy in POLICIES:
-            bundle = os.path.join(args.work, f"tp{tp}-{policy}")
-            subprocess.run([args.cleave, "compile", model, "-o", bundle, "--tp", str(tp),
-                            "--optimizer", "adamw", "--recompute", policy],
-                           check=True, stdout=subprocess.DEVNULL)
-            info = json.loads(subprocess.check_output(
-                [args.cleave, "inspect", bundle, "--json"]))
-            arena = info["memory_per_rank"]["activations_peak"]
-            metrics = bundle + ".metrics"
-            cmd = [args.cleave, "run", bundle, "--random-weights", "--inputs", data,
-                   "--steps", str(args.steps), "--progress", "lines",
-                   "--metrics", metrics]
-            if tp > 1:
-                cmd.append("--threads")
-            rss = run_measured(cmd)["peak_rss_mb"] * 2**20
-            with open(metrics) as f:
-                seconds = [json.loads(line)["seconds"] for line in f if line.strip()]
-            # The first step warms the caches and the arena's pages.
-            step = statistics.median(seconds[1:] or seconds)
-            row = {"tp": tp, "policy": policy, "arena_bytes": arena,
-                   "peak_rss_bytes": int(rss), "ops_made_again": info["recompute"]["ops"],
-                   "flops_made_again": info["recompute"]["flops"],
-                   "step_flops": info["recompute"]["step_flops"],
-                   "step_seconds": step}
-            if base is None:
-                base = row
-            row["predicted_drop"] = (base["arena_bytes"] - arena) * tp
-            row["measured_drop"] = base["peak_rss_bytes"] - row["peak_rss_bytes"]
-            rows.append(row)
-            ratio = (row["measured_drop"] / row["predicted_drop"]
-                     if row["predicted_drop"] else float("nan"))
-            print(f"tp={tp} {policy:9s} arena {arena / 2**20:8.1f} MiB  peak RSS "
-                  f"{rss / 2**20:8.1f} MiB  drop predicted "
-                  f"{row['predicted_drop'] / 2**20:7.1f} MiB measured "
-                  f"{row['measured_drop'] / 2**20:7.1f} MiB ({ratio:.2f}x)  "
-                  f"{row['ops_made_again']} ops made again, "
-                  f"{row['flops_made_again'] / max(row['step_flops'], 1):.0%} of the "
-                  f"product FLOPs, step {step:.2f} s", flush=True)
-    print("\n| tp | recompute | arena (MiB) | peak RSS (MiB) | drop predicted (MiB) "
-          "| drop measured (MiB) | FLOPs made again | step (s) |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for sp in ((False, True) if tp > 1 else (False,)):
+            for policy in POLICIES:
+                rows.append(measure(args, model, data, tp, policy, sp, base))
+                base = base or rows[-1]
+    print("\n| tp | recompute | sequence parallel | arena (MiB) | peak RSS (MiB) "
+          "| drop predicted (MiB) | drop measured (MiB) | FLOPs made again | step (s) |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['tp']} | {r['policy']} | {r['arena_bytes'] / 2**20:.1f} | "
+        print(f"| {r['tp']} | {r['policy']} | {'yes' if r['sequence_parallel'] else 'no'} | "
+              f"{r['arena_bytes'] / 2**20:.1f} | "
               f"{r['peak_rss_bytes'] / 2**20:.1f} | {r['predicted_drop'] / 2**20:.1f} | "
               f"{r['measured_drop'] / 2**20:.1f} | "
               f"{r['flops_made_again'] / max(r['step_flops'], 1):.0%} | "
@@ -111,6 +80,49 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def measure(args, model, data, tp, policy, sp, base):
+    """One compile and run; the drops against base (the plain plan at this
+    tp; None: this is it)."""
+    bundle = os.path.join(args.work, f"tp{tp}-{policy}{'-sp' if sp else ''}")
+    subprocess.run([args.cleave, "compile", model, "-o", bundle, "--tp", str(tp),
+                    "--optimizer", "adamw", "--recompute", policy,
+                    "--sequence-parallel", "on" if sp else "off"],
+                   check=True, stdout=subprocess.DEVNULL)
+    info = json.loads(subprocess.check_output(
+        [args.cleave, "inspect", bundle, "--json"]))
+    arena = info["memory_per_rank"]["activations_peak"]
+    metrics = bundle + ".metrics"
+    cmd = [args.cleave, "run", bundle, "--random-weights", "--inputs", data,
+           "--steps", str(args.steps), "--progress", "lines",
+           "--metrics", metrics]
+    if tp > 1:
+        cmd.append("--threads")
+    rss = run_measured(cmd)["peak_rss_mb"] * 2**20
+    with open(metrics) as f:
+        seconds = [json.loads(line)["seconds"] for line in f if line.strip()]
+    # The first step warms the caches and the arena's pages.
+    step = statistics.median(seconds[1:] or seconds)
+    row = {"tp": tp, "policy": policy, "sequence_parallel": sp,
+           "arena_bytes": arena,
+           "peak_rss_bytes": int(rss), "ops_made_again": info["recompute"]["ops"],
+           "flops_made_again": info["recompute"]["flops"],
+           "step_flops": info["recompute"]["step_flops"],
+           "step_seconds": step}
+    base = base or row
+    row["predicted_drop"] = (base["arena_bytes"] - arena) * tp
+    row["measured_drop"] = base["peak_rss_bytes"] - row["peak_rss_bytes"]
+    ratio = (row["measured_drop"] / row["predicted_drop"]
+             if row["predicted_drop"] else float("nan"))
+    print(f"tp={tp} {policy:9s} {'sp' if sp else '  '} arena {arena / 2**20:8.1f} MiB  peak RSS "
+          f"{rss / 2**20:8.1f} MiB  drop predicted "
+          f"{row['predicted_drop'] / 2**20:7.1f} MiB measured "
+          f"{row['measured_drop'] / 2**20:7.1f} MiB ({ratio:.2f}x)  "
+          f"{row['ops_made_again']} ops made again, "
+          f"{row['flops_made_again'] / max(row['step_flops'], 1):.0%} of the "
+          f"product FLOPs, step {step:.2f} s", flush=True)
+    return row
 
 
 if __name__ == "__main__":

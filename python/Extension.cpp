@@ -344,6 +344,8 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("plan_only", &driver::CompileOptions::planOnly)
       .def_readwrite("precision", &driver::CompileOptions::precision)
       .def_readwrite("recompute", &driver::CompileOptions::recompute)
+      .def_readwrite("sequence_parallel",
+                     &driver::CompileOptions::sequenceParallel)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
       .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");

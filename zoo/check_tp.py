@@ -222,7 +222,13 @@ def check_recompute(args, model, case, opt, tp, work, ref, plain):
     """--recompute's policies and --squeeze at one tp, against the plain
     tp=1 run; returns the failures."""
     failed = 0
-    runs = [(p, ("--recompute", p)) for p in args.recompute.split(",") if p]
+    policies = [p for p in args.recompute.split(",") if p]
+    runs = [(f"recompute {p}", ("--recompute", p)) for p in policies]
+    if args.sequence_parallel:
+        sp = ("--sequence-parallel", "on")
+        runs += [("sequence-parallel", sp)] + [
+            (f"sequence-parallel recompute {p}", sp + ("--recompute", p))
+            for p in policies]
     if not runs and not args.squeeze:
         return 0
     peak = inspect_json(args.cleave, plain)["memory_per_rank"]["activations_peak"]
@@ -246,15 +252,22 @@ def check_recompute(args, model, case, opt, tp, work, ref, plain):
         # batch's activations may not be it): never above the plain plan,
         # below it whenever something is made again.
         got_peak = info["memory_per_rank"]["activations_peak"]
-        if got_peak > peak or (made["ops"] and got_peak >= peak):
+        if name.startswith("sequence-parallel"):
+            # Split between the blocks: regions from reduce-scatters (the
+            # peak may be elsewhere in a small model).
+            if not info["sequence_parallel"]["regions"]:
+                failures.append("sequence parallelism asked for, no region")
+        elif got_peak > peak or (made["ops"] and got_peak >= peak):
             failures.append(f"activation peak {got_peak} bytes with "
                             f"{made['ops']} ops made again, the plain plan's {peak}")
         if name == "squeezed":
             chosen = info["mesh_choice"]["candidates"][0]
-            name += f" chose {chosen['recompute']}"
-            if chosen.get("refused") or chosen["recompute"] == "none":
+            name += f" chose {chosen['recompute']}" + (
+                " sequence-parallel" if chosen["sequence_parallel"] else "")
+            if chosen.get("refused") or (chosen["recompute"] == "none" and
+                                         not chosen["sequence_parallel"]):
                 failures.append(f"chose {chosen}")
-        failed += report(f"{model} tp={tp} recompute {name} {opt}: worst "
+        failed += report(f"{model} tp={tp} {name} {opt}: worst "
                          f"{worst[0]:.2e} ({worst[1]}); {made['ops']} ops made again, "
                          f"{made['flops'] / max(made['step_flops'], 1):.0%} of the "
                          f"step's product FLOPs; peak {got_peak} of {peak} bytes",
@@ -292,11 +305,15 @@ def main():
                          "run; each plan peaks at most at the plain plan's "
                          "peak at that tp, and below it where it makes ops "
                          "again")
+    ap.add_argument("--sequence-parallel", action="store_true",
+                    help="also train at each --tp with --sequence-parallel on, "
+                         "alone and with each --recompute policy, compared "
+                         "with the plain tp=1 run")
     ap.add_argument("--squeeze", action="store_true",
                     help="also compile at each --tp with --memory-per-device "
                          "a byte under the plain plan's need: the compiler "
-                         "must choose a recomputation that fits, trained "
-                         "as exactly")
+                         "must choose sequence parallelism or a "
+                         "recomputation that fits, trained as exactly")
     add_launcher_flag(ap)
     args = ap.parse_args()
     global LAUNCHER

@@ -130,6 +130,16 @@ static rt::Status trainOptions(const CompileOptions &o,
                              "auto, not '" +
                              o.recompute + "'");
   train->recompute = o.recompute == "auto" ? "none" : o.recompute;
+  if (o.sequenceParallel != "on" && o.sequenceParallel != "off" &&
+      o.sequenceParallel != "auto")
+    return rt::Status::error("--sequence-parallel must be on, off or auto, "
+                             "not '" +
+                             o.sequenceParallel + "'");
+  if (o.sequenceParallel == "on" && o.tp == 1 && o.devices == 0)
+    return rt::Status::error("--sequence-parallel on splits activations over "
+                             "the tp ranks: give --tp 2 or more (or "
+                             "--devices)");
+  train->sequenceParallel = o.sequenceParallel == "on";
   return rt::Status::ok();
 }
 
@@ -156,6 +166,7 @@ static void recordConfig(const CompileOptions &o,
     config->set_precision(train.precision);
   if (train.recompute != "none")
     config->set_recompute(train.recompute);
+  config->set_sequence_parallel(train.sequenceParallel);
   if (o.tp > 1)
     hp["tp"] = o.tp;
   if (o.dp > 1)
@@ -198,7 +209,7 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
     return rt::Status::error(
         "give either --devices (the compiler chooses the mesh) or --tp, "
         "--mesh and --zero, not both");
-  std::map<std::tuple<int64_t, int64_t, int64_t, std::string>,
+  std::map<std::tuple<int64_t, int64_t, int64_t, std::string, bool>,
            OwningOpRef<ModuleOp>>
       copies;
   int64_t widest = widestWeightDim(module);
@@ -214,8 +225,10 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
     t.tp = trial.tp;
     t.zero = trial.zero;
     t.recompute = trial.recompute;
+    t.sequenceParallel = trial.sequenceParallel;
     OwningOpRef<ModuleOp> &copy =
-        copies[{trial.dp, trial.tp, trial.zero, trial.recompute}];
+        copies[{trial.dp, trial.tp, trial.zero, trial.recompute,
+                trial.sequenceParallel}];
     copy = module->clone();
     // A trial's errors name why it is refused; they are not the user's.
     ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
@@ -232,17 +245,22 @@ static rt::Status chooseMeshFor(MLIRContext &ctx, OwningOpRef<ModuleOp> &module,
   std::vector<MeshTrial> trials =
       o.devices > 0 ? meshTrials(o.devices, policy)
                     : std::vector<MeshTrial>{{o.dp, o.tp, o.zero, policy}};
+  for (MeshTrial &t : trials)
+    t.sequenceParallel = train.sequenceParallel && t.tp > 1;
+  bool sequenceLadder = o.sequenceParallel == "auto" && o.memoryPerDevice > 0;
   std::string error;
   MeshTrial trial;
-  if (!chooseMesh(trials, o.devices, o.memoryPerDevice, ladder, o.topology,
-                  compile, *plan.mutable_mesh_choice(), *plan.add_programs(),
-                  trial, error))
+  if (!chooseMesh(trials, o.devices, o.memoryPerDevice, ladder, sequenceLadder,
+                  o.topology, compile, *plan.mutable_mesh_choice(),
+                  *plan.add_programs(), trial, error))
     return rt::Status::error(error);
-  module = std::move(copies[{trial.dp, trial.tp, trial.zero, trial.recompute}]);
+  module = std::move(copies[{trial.dp, trial.tp, trial.zero, trial.recompute,
+                             trial.sequenceParallel}]);
   mesh.dp = train.dp = trial.dp;
   mesh.tp = train.tp = trial.tp;
   mesh.zero = train.zero = trial.zero;
   train.recompute = trial.recompute;
+  train.sequenceParallel = trial.sequenceParallel;
   return rt::Status::ok();
 }
 

@@ -116,6 +116,12 @@ struct BundleSummary {
   double recomputedFlops = 0, stepFlops = 0;
   /// The kernels made again, with their counts.
   std::map<std::string, int64_t> recomputedKernels;
+  /// Sequence parallelism: whether it was asked for, and where its
+  /// regions start (each reduce-scatter of a block's partial sum into the
+  /// tokens' split, up to the all-gather of the next op that reads it
+  /// whole): the collective's index among the step's.
+  bool sequenceParallel = false;
+  std::vector<size_t> sequenceRegions;
   /// What --devices and --memory-per-device count for the rank.
   int64_t totalBytes = 0;
   /// The planned arena (activationBytes less the half copies counted as
@@ -237,6 +243,7 @@ BundleSummary summarize(const pb::Plan &plan) {
 
   if (!plan.train_config().recompute().empty())
     out.recompute = plan.train_config().recompute();
+  out.sequenceParallel = plan.train_config().sequence_parallel();
   for (const pb::Instruction &inst : program.instructions()) {
     ++out.kernels[inst.kernel()];
     double flops = cleave::driver::instructionFlops(program, inst);
@@ -268,6 +275,8 @@ BundleSummary summarize(const pb::Plan &plan) {
         {inst.kernel(), inst.phase().empty() ? "forward" : inst.phase(),
          inst.location(), inst.reason(), inst.carries(), inst.origin(),
          layerOf(inst.origin()), bytes, wire, inst.megatron(), axes});
+    if (llvm::StringRef(inst.reason()).starts_with("sequence parallelism"))
+      out.sequenceRegions.push_back(out.collectives.size() - 1);
   }
   out.arenaBytes = out.activationBytes = program.arena_bytes();
   out.totalBytes = cleave::driver::stepMemoryBytes(program);
@@ -298,6 +307,7 @@ llvm::json::Object choiceJson(const pb::MeshChoice &choice) {
         {"tp", c.tp()},
         {"zero", c.zero()},
         {"recompute", c.recompute().empty() ? "none" : c.recompute()},
+        {"sequence_parallel", c.sequence_parallel()},
         {"chosen", &c == &choice.candidates(0)},
         {"step_seconds", c.compute_seconds() + c.communication_seconds()},
         {"compute_seconds", c.compute_seconds()},
@@ -334,13 +344,14 @@ void printChoice(const pb::MeshChoice &choice, llvm::raw_ostream &os) {
      << "; " << choice.node_size() << " per node, links "
      << llvm::format("%g/%g GB/s, %g TFLOP/s)\n", choice.intra_node_gbps(),
                      choice.inter_node_gbps(), choice.device_tflops())
-     << "     dp   tp  zero recompute   step (ms)  compute  communication  "
-        "memory/rank\n";
+     << "     dp   tp  zero recompute sp    step (ms)  compute  "
+        "communication  memory/rank\n";
   for (const pb::MeshCandidate &c : choice.candidates()) {
     os << (&c == &choice.candidates(0) && c.refused().empty() ? "  * " : "    ")
-       << llvm::format("%-4lld %-4lld %-4lld %-9s", (long long)c.dp(),
+       << llvm::format("%-4lld %-4lld %-4lld %-9s %-3s", (long long)c.dp(),
                        (long long)c.tp(), (long long)c.zero(),
-                       c.recompute().empty() ? "none" : c.recompute().c_str());
+                       c.recompute().empty() ? "none" : c.recompute().c_str(),
+                       c.sequence_parallel() ? "sp" : "-");
     if (c.refused().empty() || c.memory_bytes())
       os << llvm::format(
                 " %10.3f %8.3f %14.3f  ",
@@ -445,6 +456,14 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
                                          {"kernels", std::move(remade)},
                                          {"flops", sum.recomputedFlops},
                                          {"step_flops", sum.stepFlops}};
+  llvm::json::Array regions;
+  for (size_t i : sum.sequenceRegions) {
+    const CollectiveRow &c = sum.collectives[i];
+    regions.push_back(llvm::json::Object{
+        {"phase", c.phase}, {"source", c.source}, {"bytes", c.bytes}});
+  }
+  root["sequence_parallel"] = llvm::json::Object{
+      {"on", sum.sequenceParallel}, {"regions", std::move(regions)}};
   if (sum.choice)
     root["mesh_choice"] = choiceJson(*sum.choice);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
@@ -550,6 +569,15 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
     for (const auto &[name, count] : sum.recomputedKernels)
       os << " " << name << " x" << count;
     os << "\n";
+  }
+  if (sum.sequenceParallel) {
+    os << "\nsequence parallelism: " << sum.sequenceRegions.size()
+       << " regions between the blocks hold each rank's share of the tokens "
+          "(each from a reduce-scatter to the all-gather of the next op that "
+          "reads the value whole):\n";
+    for (size_t i : sum.sequenceRegions)
+      os << "  " << sum.collectives[i].phase << " " << sum.collectives[i].source
+         << "\n";
   }
   if (sum.choice)
     printChoice(*sum.choice, os);

@@ -264,13 +264,15 @@ static std::string noFitError(const std::vector<pb::MeshCandidate> &candidates,
                                         " devices can train this model:"
                                   : "the step does not fit " +
                                         humanBytes(memoryPerDevice) +
-                                        " per device with any recomputation:";
+                                        " per device with any recomputation "
+                                        "or sequence parallelism:";
   for (size_t i : order) {
     const pb::MeshCandidate &c = candidates[i];
     error += " dp=" + std::to_string(c.dp()) + ",tp=" + std::to_string(c.tp()) +
              (c.zero() ? ",zero=" + std::to_string(c.zero()) : "") +
              (c.recompute().empty() ? "" : ",recompute=" + c.recompute()) +
-             ": " + c.refused() + ";";
+             (c.sequence_parallel() ? ",sequence-parallel" : "") + ": " +
+             c.refused() + ";";
   }
   error.pop_back();
   return error;
@@ -278,9 +280,10 @@ static std::string noFitError(const std::vector<pb::MeshCandidate> &candidates,
 
 bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
                 int64_t memoryPerDevice, bool recomputeLadder,
-                const Topology &topology, const CompileTrial &compile,
-                pb::MeshChoice &choice, pb::Program &chosen,
-                MeshTrial &chosenTrial, std::string &error) {
+                bool sequenceLadder, const Topology &topology,
+                const CompileTrial &compile, pb::MeshChoice &choice,
+                pb::Program &chosen, MeshTrial &chosenTrial,
+                std::string &error) {
   choice.set_devices(devices);
   choice.set_memory_per_device(memoryPerDevice);
   choice.set_node_size(topology.nodeSize);
@@ -320,6 +323,7 @@ bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
     c.set_zero(trial.zero);
     if (trial.recompute != "none")
       c.set_recompute(trial.recompute);
+    c.set_sequence_parallel(trial.sequenceParallel);
     std::string why;
     if (!compile(trial, programs[i], why)) {
       c.set_refused(why.empty() ? "does not compile" : why);
@@ -360,16 +364,27 @@ bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
       // reduce-scatter and an all-gather), so it only ever wins on memory:
       // its stages are tried where stage 0 does not fit.
       double bound = e.computeSeconds + e.communicationSeconds;
-      if (trial.zero == 0 && trial.dp > 1 && trial.recompute == "none")
+      bool plain = trial.recompute == "none" && !trial.sequenceParallel;
+      if (trial.zero == 0 && trial.dp > 1 && plain)
         for (int64_t stage = 1; stage <= 3; ++stage)
           pending.push_back({bound, {trial.dp, trial.tp, stage}});
+      // Sequence parallelism moves the all-reduces' bytes as reduce-scatters
+      // and all-gathers (a latency more each) and splits the activations
+      // between the blocks: tried, as recomputation, where the plan does
+      // not fit.
+      // (Neither helps where what is not activations is over the budget.)
+      bool restFits =
+          e.memoryBytes - programs[i].arena_bytes() <= memoryPerDevice;
+      if (sequenceLadder && trial.tp > 1 && plain && restFits)
+        pending.push_back(
+            {bound, {trial.dp, trial.tp, trial.zero, "none", true}});
       // Recomputation trades FLOPs for activations: each policy is tried
-      // on a mesh (and ZeRO stage) that does not fit without it, unless
-      // what is not activations is over the budget already.
-      if (recomputeLadder && trial.recompute == "none" &&
-          e.memoryBytes - programs[i].arena_bytes() <= memoryPerDevice)
+      // on a mesh (and ZeRO stage) that does not fit without it.
+      if (recomputeLadder && trial.recompute == "none" && restFits)
         for (const char *policy : {"selective", "full"})
-          pending.push_back({bound, {trial.dp, trial.tp, trial.zero, policy}});
+          pending.push_back({bound,
+                             {trial.dp, trial.tp, trial.zero, policy,
+                              trial.sequenceParallel}});
     } else {
       bestFit = std::min(bestFit, e.computeSeconds + e.communicationSeconds);
     }

@@ -180,16 +180,19 @@ private:
 /// Selective recomputation: what makes a value again at a few operations
 /// per element of it. A product with a weight (d multiply-adds per
 /// element), attention (a row of keys per element), the loss, convolutions
-/// and pools, collectives (traffic) and checks are kept; a product of two
-/// activations (attention's scores, unfused) is made again, as in
-/// Megatron's selective recomputation.
+/// and pools, reductions across ranks (traffic) and checks are kept; a
+/// product of two activations (attention's scores, unfused) is made again,
+/// as in Megatron's selective recomputation. So is an all-gather of a kept
+/// split value: under sequence parallelism the norm's output a column-
+/// parallel product reads whole is gathered again for its weight's
+/// gradient, as Megatron does, rather than kept whole from the forward.
 bool cheapToMakeAgain(Operation *op, DataFree &dataFree) {
   if (auto mm = dyn_cast<MatmulOp>(op))
     return !dataFree(mm->getOperand(0)) && !dataFree(mm->getOperand(1));
   return !isa<MatmulDequantOp, AttentionOp, AttentionBackwardOp, CrossEntropyOp,
               CrossEntropyBackwardOp, Conv2DOp, MaxPool2DOp, AvgPool2DOp,
               BatchNormOp, ScatterAddOp, SliceScatterOp, AllReduceOp,
-              AllGatherOp, ReduceScatterOp, AllToAllOp, CheckIndexOp>(op) &&
+              ReduceScatterOp, AllToAllOp, CheckIndexOp>(op) &&
          op->getNumRegions() == 0;
 }
 

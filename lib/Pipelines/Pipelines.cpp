@@ -97,6 +97,7 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     PartitionPassOptions partition;
     partition.tp = options.tp;
     partition.planFile = options.planFile;
+    partition.sequenceParallel = options.sequenceParallel;
     pm.addPass(createPartitionPass(partition));
   }
   if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
@@ -122,6 +123,8 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<bool> fuse{*this, "fuse", llvm::cl::init(true)};
   Option<std::string> precision{*this, "precision", llvm::cl::init("f32")};
   Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
+  Option<bool> sequenceParallel{*this, "sequence-parallel",
+                                llvm::cl::init(false)};
 };
 } // namespace
 
@@ -138,6 +141,7 @@ void mlir::cleave::registerPipelines() {
         t.fuse = o.fuse;
         t.precision = o.precision;
         t.recompute = o.recompute;
+        t.sequenceParallel = o.sequenceParallel;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

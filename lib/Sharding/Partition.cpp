@@ -168,6 +168,7 @@ void PartitionPass::partitionTensorParallel(ModuleOp module, int64_t meshAxis) {
       layouts = chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
     }
     options.meshAxis = meshAxis;
+    options.sequenceParallel = sequenceParallel;
     if (failed(layouts) ||
         failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,
                          &alternatives, options)))

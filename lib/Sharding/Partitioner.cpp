@@ -133,6 +133,8 @@ Value Partitioner::convert(int32_t id, Layout to) {
   Value local = rewrite ? mapping.lookupOrNull(v) : Value();
   if (from.isReplicated() && layouts[id] != from && rewrite)
     local = converted[key(id, Layout::replicated())]; // the reduced copy
+  if (from.isSplit() && layouts[id].isPartial() && rewrite)
+    local = converted[key(id, from)]; // the reduce-scattered copy
   if (from == to)
     return local;
   ConversionKey k = key(id, to);
@@ -193,7 +195,16 @@ Value Partitioner::convert(int32_t id, Layout to) {
   }
   // First to replicated.
   Value full = local;
-  if (from.isSplit()) {
+  if (int32_t source = gatheredViewSource(id); source >= 0) {
+    // The view's source made whole (once, for every view of it), viewed.
+    Value whole = convert(source, Layout::replicated());
+    if (rewrite) {
+      IRMapping viewed;
+      Operation *def = v.getDefiningOp();
+      viewed.map(def->getOperand(0), whole);
+      full = builder.clone(*def, viewed)->getResult(0);
+    }
+  } else if (from.isSplit()) {
     if (!counted) {
       result.seconds += allGatherCost(gatheredBytes(id, from));
       if (splitSource[id] == id)
@@ -222,6 +233,12 @@ Value Partitioner::convert(int32_t id, Layout to) {
       return out;
     }
     full = reduceGradients(id);
+  } else if (from.isPartial() && scattersPartial(id, to) && !dense) {
+    Value out = scatterPartial(id, to, counted, local);
+    scattered[id] = to;
+    if (rewrite)
+      converted[k] = out;
+    return out;
   } else if (from.isPartial()) {
     full = reducePartial(id, from, counted, local);
     // Reduced on the way to a split, the whole sum serves later users too.
@@ -393,6 +410,8 @@ static bool movesOnly(Operation *def) {
          in.getNumElements() == out.getNumElements();
 }
 
+bool Partitioner::movesOnlyOp(Operation *def) { return movesOnly(def); }
+
 int32_t Partitioner::viewRoot(int32_t id) const {
   while (movesOnly(index.values[id].getDefiningOp()))
     id = idOf(index.values[id].getDefiningOp()->getOperand(0));
@@ -418,12 +437,7 @@ Value Partitioner::reducePartial(int32_t id, Layout from, bool counted,
   // bf16, rounded once (Megatron's fused QKV input gradient is one bf16
   // all-reduce); a partial that has met an f32 value (a residual) keeps
   // f32, or each layer would round the residual stream.
-  auto global = typeOf(index.values[id]);
-  Type wire = index.wireType && from.combine == ReduceKind::sum &&
-                      global.getElementType().isF32() &&
-                      index.sumOfHalfProducts[id]
-                  ? index.wireType
-                  : Type();
+  Type wire = wireTypeOf(id, from);
   if (!counted) {
     result.seconds += allReduceCost(wire ? bytesOf(id) / 2 : bytesOf(id));
     // An embedded split summed before anything shrank it to half is a
@@ -446,6 +460,37 @@ Value Partitioner::reducePartial(int32_t id, Layout from, bool counted,
   if (wire)
     full = CastOp::create(builder, loc, localF32, full);
   return full;
+}
+
+Value Partitioner::scatterPartial(int32_t id, Layout to, bool counted,
+                                  Value local) {
+  Type wire = wireTypeOf(id, layouts[id]);
+  if (!counted)
+    result.seconds += allGatherCost(wire ? bytesOf(id) / 2 : bytesOf(id));
+  if (!rewrite)
+    return Value();
+  SmallVector<int64_t> axes{meshAxis};
+  auto part = localType(typeOf(index.values[id]), to);
+  Value sent = local;
+  if (wire)
+    sent = CastOp::create(
+        builder, loc,
+        RankedTensorType::get(
+            cast<RankedTensorType>(local.getType()).getShape(), wire),
+        local);
+  Value out = ReduceScatterOp::create(
+      builder, loc, wire ? RankedTensorType::get(part.getShape(), wire) : part,
+      sent, axes, to.dim);
+  auto [reason, megatron] = reduceReason(id);
+  tag(out.getDefiningOp(),
+      "sequence parallelism: " + reason + "; " + user +
+          " reads it split along dim " + std::to_string(to.dim) +
+          ", so it is reduce-scattered there (half the all-reduce's bytes; "
+          "the other half gathers it where it is needed whole)",
+      /*megatron=*/false, id);
+  if (wire)
+    out = CastOp::create(builder, loc, part, out);
+  return out;
 }
 
 Value Partitioner::reduceEmbedded(int32_t split, int32_t view) {
@@ -820,6 +865,21 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
              : f.operandDims[0] == rule.lookup->axis))
       continue;
     double cost = cands.cost(c, cut);
+    // Sequence parallelism splits the tokens, which the backward's scatters
+    // and weight products reduce over: a partial result bigger than the
+    // operand split (the embedding table's gradient from the tokens') costs
+    // at least its reduce-scatter later, where gathering the operand costs
+    // only the operand's bytes now.
+    if (sequenceParallel && f.kind == ShardingFactor::Kind::Reduction) {
+      int64_t in = 0, out = 0;
+      for (auto [i, d] : llvm::enumerate(f.operandDims))
+        if (d >= 0)
+          in = std::max(in, bytesOf(operandId(e, i)));
+      for (unsigned r = 0; r < e.numResults; ++r)
+        out += bytesOf(e.firstResult + r);
+      if (out > in)
+        cost += allGatherCost(out);
+    }
     bool atHome =
         home && f.resultDims[0] >= 0 &&
         canonicalFor(e.firstResult, Layout::split(f.resultDims[0], cut.blocks,

@@ -212,6 +212,7 @@ public:
         scatterGradients(options.scatterGradients),
         shardParameters(options.shardParameters),
         earlyBucketBytes(options.earlyBucketBytes),
+        sequenceParallel(options.sequenceParallel),
         tensorLayouts(options.tensorLayouts), builder(func.getContext()),
         index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
@@ -234,6 +235,7 @@ private:
   bool bucketGradients = true, shardOptimizerState = false,
        scatterGradients = false, shardParameters = false;
   int64_t earlyBucketBytes = -1;
+  bool sequenceParallel = false;
   const ParameterLayouts *tensorLayouts = nullptr;
   /// The parameters' layouts of the run in progress.
   const ParameterLayouts *runParams = nullptr;
@@ -339,7 +341,79 @@ private:
     if (l.isPartial() &&
         countedConversions.count(key(id, Layout::replicated())))
       return Layout::replicated();
+    if (l.isPartial())
+      if (auto it = scattered.find(id); it != scattered.end())
+        return it->second;
     return l;
+  }
+  /// Sequence parallelism: partial values reduce-scattered into a split,
+  /// which their later users read (gathered where they need them whole).
+  llvm::DenseMap<int32_t, Layout> scattered;
+  /// Sequence parallelism: partial activation \p id goes to split \p to
+  /// by one reduce-scatter (plain, even chunks; a view of a partial value
+  /// is reduced through its source, as without).
+  bool scattersPartial(int32_t id, Layout to) const {
+    Layout from = layoutOf(id);
+    return sequenceParallel && from.isPartial() &&
+           from.combine == ReduceKind::sum && index.isFloat[id] &&
+           !index.gradientOf.count(id) && to.isSplit() && to.blocks == 1 &&
+           to.granule == 1 && !isPadded(id, to) && movedPartialSource(id) < 0 &&
+           embeddedRegroup[id] < 0;
+  }
+  /// Sequence parallelism: the split value a split view \p id (a reshape
+  /// or transpose) is made from, whose gathered whole serves every view of
+  /// it (the backward reads a norm's output as [b * t, d] where the
+  /// forward gathered it as [b, t, d]); -1 where there is none.
+  int32_t gatheredViewSource(int32_t id) const {
+    if (!sequenceParallel || !layoutOf(id).isSplit())
+      return -1;
+    Operation *def = index.values[id].getDefiningOp();
+    if (!def || !movesOnlyOp(def))
+      return -1;
+    int32_t parent = idOf(def->getOperand(0));
+    return layoutOf(parent).isSplit() ? parent : -1;
+  }
+  /// Whether split value \p id's whole is made already (its own gather, or
+  /// a gather of the value it is a view of).
+  bool gatheredAlready(int32_t id) const {
+    if (!sequenceParallel)
+      return false;
+    for (; id >= 0; id = gatheredViewSource(id))
+      if (countedConversions.count(key(id, Layout::replicated())))
+        return true;
+    return false;
+  }
+  static bool movesOnlyOp(Operation *def);
+  /// Sequence parallelism splits the tokens, and at long sequences a
+  /// weight is smaller than the tokens' activations: op by op, gathering
+  /// the weight for a token-split product would look cheaper than
+  /// gathering the activation, and the walk would turn tensor parallelism
+  /// into data parallelism with every weight gathered each step (what the
+  /// layout search rules out). A split weight (or its cast copy) is
+  /// therefore gathered only where nothing else can be.
+  double weightGatherPenalty(int32_t id) const {
+    if (!sequenceParallel)
+      return 0;
+    Value v = index.values[id];
+    while (Operation *def = v.getDefiningOp()) {
+      if (def->getNumOperands() != 1 || def->getNumResults() != 1)
+        return 0;
+      v = def->getOperand(0);
+    }
+    return index.argIsParameter[cast<BlockArgument>(v).getArgNumber()] ? 1.0
+                                                                       : 0;
+  }
+  /// Partial value \p id (\p local when rewriting) reduce-scattered into
+  /// split \p to.
+  Value scatterPartial(int32_t id, Layout to, bool counted, Value local);
+  /// The type a partial sum of value \p id crosses the wire in under mixed
+  /// precision (bf16 for a sum of bf16 products), null for its own.
+  Type wireTypeOf(int32_t id, Layout from) const {
+    return index.wireType && from.combine == ReduceKind::sum &&
+                   typeOf(index.values[id]).getElementType().isF32() &&
+                   index.sumOfHalfProducts[id]
+               ? index.wireType
+               : Type();
   }
 
   int64_t bytesOf(int32_t id) const { return index.bytes[id]; }
@@ -457,6 +531,10 @@ private:
                      index.isFloat[id]
                  ? slice
                  : kInfinity;
+    // Sequence parallelism: half an all-reduce (its gather comes later,
+    // where a user needs the value whole).
+    if (scattersPartial(id, to))
+      return allGatherCost(wireTypeOf(id, from) ? bytes / 2 : bytes);
     // ZeRO 2: a gradient goes to a shard by one reduce-scatter; to its
     // optimizer state's split by preference (a tie otherwise, as for
     // AdamW's g * g, may take another split and gather the state for it).
@@ -465,10 +543,13 @@ private:
                                 index.gradientOf.lookup(id));
       return allGatherCost(bytes) + (to == home ? 0 : 2e-15 * bytes);
     }
-    double toReplicated = from.isReplicated() ? 0
-                          : from.isSplit()
-                              ? allGatherCost(gatheredBytes(id, from))
-                              : allReduceCost(bytes);
+    double toReplicated =
+        from.isReplicated() ? 0
+        : from.isSplit()
+            ? (gatheredAlready(id) ? 0
+                                   : allGatherCost(gatheredBytes(id, from)) +
+                                         weightGatherPenalty(id))
+            : allReduceCost(bytes);
     return to.isReplicated() ? toReplicated : toReplicated + slice;
   }
 

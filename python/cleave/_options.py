@@ -140,6 +140,10 @@ class Options:
     ``"selective"``: norms, softmax and elementwise values made again,
     ``"full"``: only the forward's cheapest cuts kept, or ``"auto"``: the
     least that fits ``memory_per_device``, none without it).
+    ``sequence_parallel``: Megatron's sequence parallelism (the
+    activations between the tensor-parallel blocks split over the tp ranks)
+    ``True``, ``False`` or ``"auto"`` (tried where ``memory_per_device``
+    is not met without it).
 
     The train step: ``optimizer`` (:class:`cleave.SGD` or
     :class:`cleave.AdamW`; default ``SGD(lr=0.01)``), ``loss`` (``"auto"``:
@@ -176,6 +180,7 @@ class Options:
     backend: str = "cpu"
     precision: str = "f32"
     recompute: str = "auto"
+    sequence_parallel: Union[bool, str] = "auto"
 
     def __post_init__(self):
         def put(name, value):
@@ -218,6 +223,14 @@ class Options:
         put("backend", _choice("backend", self.backend, _BACKENDS))
         put("precision", _choice("precision", self.precision, _PRECISIONS))
         put("recompute", _choice("recompute", self.recompute, _RECOMPUTE))
+        if self.sequence_parallel not in (True, False, "auto"):
+            raise ArgumentError("sequence_parallel must be True, False or "
+                                f"'auto', not {self.sequence_parallel!r}")
+        if self.sequence_parallel is True and self.tp == 1 and \
+                self.devices is None:
+            raise ArgumentError("sequence_parallel=True splits activations "
+                                "over the tp ranks: give tp=2 or more (or "
+                                "devices=)")
         if self.precision != "f32" and self.backend == "cuda":
             raise ArgumentError(f"precision={self.precision!r} runs on the "
                                 "CPU backend; the CUDA backend does not run "
@@ -273,6 +286,8 @@ class Options:
             o.devices = self.devices
         o.memory_per_device = self.memory_per_device or 0
         o.recompute = self.recompute
+        o.sequence_parallel = {True: "on", False: "off"}.get(
+            self.sequence_parallel, "auto")
         o.freeze = list(self.freeze)
         o.plan_only = self.plan_only
         o.precision = self.precision

@@ -336,10 +336,16 @@ def cases(F, W):
         r"give either --devices \(the compiler chooses the mesh\) or --tp, --mesh and "
         r"--zero, not both$")
     add("compile", "--memory-per-device nothing fits", dev("--memory-per-device", "100"),
-        r"the step does not fit 100 B per device with any recomputation: "
+        r"the step does not fit 100 B per device with any recomputation or "
+        r"sequence parallelism: "
         r"dp=1,tp=1: needs \d+ B per device, over 100 B(; dp=1,tp=1,recompute=.*)?$")
     add("compile", "--recompute unknown", dev("--recompute", "some"),
         r"--recompute must be none, selective, full or auto, not 'some'$")
+    add("compile", "--sequence-parallel unknown", dev("--sequence-parallel", "yes"),
+        r"--sequence-parallel must be on, off or auto, not 'yes'$")
+    add("compile", "--sequence-parallel on at tp 1", dev("--sequence-parallel", "on"),
+        r"--sequence-parallel on splits activations over the tp ranks: give --tp 2 "
+        r"or more \(or --devices\)$")
     add("compile", "--link without --devices", dev("--link", "intra=400"),
         r"--link is for --devices N \(the compiler's choice of the mesh\)$")
     add("compile", "--memory-per-device not a size", dev("--devices", "2",

@@ -155,6 +155,14 @@ static cl::opt<std::string> recomputeFlag(
              "--memory-per-device; none without it)"),
     cl::value_desc("none|selective|full|auto"), cl::init("auto"),
     cl::sub(compileCmd));
+static cl::opt<std::string> sequenceParallelFlag(
+    "sequence-parallel",
+    cl::desc("Megatron's sequence parallelism: the activations between the "
+             "tensor-parallel blocks (residual adds, norms) split over the "
+             "tp ranks, each block's all-reduce a reduce-scatter and an "
+             "all-gather: on, off, or auto (default: where "
+             "--memory-per-device is not met without it)"),
+    cl::value_desc("on|off|auto"), cl::init("auto"), cl::sub(compileCmd));
 static cl::opt<std::string>
     linkFlag("link",
              cl::desc("With --devices: link speeds per device in GB/s "
@@ -738,6 +746,7 @@ static int runCompile(MLIRContext &ctx) {
   o.fusion = !noFusion;
   o.precision = compilePrecision;
   o.recompute = recomputeFlag;
+  o.sequenceParallel = sequenceParallelFlag;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
   o.report = [](const std::string &line) {
     llvm::outs() << "cleave: " << line << "\n";

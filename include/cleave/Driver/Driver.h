@@ -81,6 +81,9 @@ struct CompileOptions {
   /// "selective", "full", or "auto" (the least that fits memoryPerDevice;
   /// none without a budget).
   std::string recompute = "auto";
+  /// --sequence-parallel: "on", "off", or "auto" (tried where the budget
+  /// is not met without it).
+  std::string sequenceParallel = "auto";
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

@@ -52,6 +52,8 @@ struct MeshTrial {
   int64_t dp = 1, tp = 1, zero = 0;
   /// What the forward keeps for the backward: "none", "selective", "full".
   std::string recompute = "none";
+  /// Megatron's sequence parallelism (tp > 1).
+  bool sequenceParallel = false;
 };
 
 /// The first trials for \p devices: every dp x tp = devices, ZeRO stage 0
@@ -68,14 +70,16 @@ using CompileTrial = std::function<bool(
 /// candidates first, fastest first). A trial over the memory budget brings
 /// in its ZeRO stages (where dp > 1) and, when \p recomputeLadder, the
 /// same mesh with selective and then full recomputation: the fastest that
-/// fits wins. Returns the chosen trial in \p chosenTrial and its program
+/// fits wins; when \p sequenceLadder, such a trial with tp > 1 is also
+/// tried with sequence parallelism (and that with each recomputation).
+/// Returns the chosen trial in \p chosenTrial and its program
 /// in \p chosen, or false with \p error naming why no mesh can be used.
 /// \p devices is 0 where the mesh was given (one trial, and only what it
 /// keeps is chosen).
 bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
                 int64_t memoryPerDevice, bool recomputeLadder,
-                const Topology &topology, const CompileTrial &compile,
-                ::cleave::plan::MeshChoice &choice,
+                bool sequenceLadder, const Topology &topology,
+                const CompileTrial &compile, ::cleave::plan::MeshChoice &choice,
                 ::cleave::plan::Program &chosen, MeshTrial &chosenTrial,
                 std::string &error);
 

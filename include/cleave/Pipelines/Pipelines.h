@@ -39,6 +39,9 @@ struct TrainStepOptions {
   /// What the forward keeps for the backward (--cleave-recompute): "none",
   /// "selective" or "full".
   std::string recompute = "none";
+  /// Megatron's sequence parallelism (--cleave-partition's
+  /// sequence-parallel).
+  bool sequenceParallel = false;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

@@ -86,6 +86,21 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     the split dimension, its blocks and granule); the module gets
     `cleave.mesh`.
 
+    With `sequence-parallel` (Megatron's sequence parallelism), a partial
+    activation an op reads split (a residual add and the norm after a
+    row-parallel product, on the tokens) is reduce-scattered into that
+    split, not all-reduced whole: the token-wise ops between the blocks run
+    on each rank's tokens, and the next op that needs the value whole (a
+    column-parallel product) all-gathers it, once for every view of it.
+    The all-reduce's bytes, a latency more, and those activations a tp-th
+    the size (`--cleave-recompute=selective` then gathers them again for
+    the backward instead of keeping them whole). A split weight is gathered
+    only where nothing else can be (at long sequences a weight is smaller
+    than the tokens, and gathering weights would make the tp ranks data
+    parallel). In the example below, a `tanh` and a third product `u` after
+    it would read `cleave.reduce_scatter %2 dim = 0` (tensor<2x8xf32>) and
+    `cleave.all_gather` of the tanh.
+
     Before (`tp=2`, `x W^T` then `relu` then `h V^T`):
     ```mlir
     func.func @main(%x: tensor<4x8xf32>, %w: tensor<16x8xf32> {cleave.parameter = "w"}, %v: tensor<8x16xf32> {cleave.parameter = "v"}) -> (tensor<4x8xf32> {cleave.loss}) {
@@ -112,6 +127,10 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
     Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
            "File of `REGEX KIND` rules applied before the search">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
+           "Reduce-scatter partial activations into the split their next op "
+           "reads (Megatron's sequence parallelism), gathering them where "
+           "an op needs them whole">,
   ];
 }
 

@@ -168,6 +168,13 @@ struct PartitionOptions {
   /// avoids the dimension tp splits, and is recorded as the layout's
   /// dp_dim beside the tp pass's dim (data inputs keep dim alone).
   const ParameterLayouts *tensorLayouts = nullptr;
+  /// Sequence parallelism (Megatron-SP): a partial activation that an op
+  /// reads split is reduce-scattered into that split rather than
+  /// all-reduced whole and sliced. The walk then keeps the token-wise ops
+  /// after a row-parallel product (residual adds, norms) on each rank's
+  /// tokens, and the next op that needs the value whole gathers it: the
+  /// bytes of the all-reduce, and 1/tp of the activations between.
+  bool sequenceParallel = false;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of

@@ -132,22 +132,31 @@ def main():
         # first choice refused for memory.
         cands2 = inspect(args, b)["mesh_choice"]["candidates"]
         c2 = cands2[0]
-        key = lambda c: (c["dp"], c["tp"], c["zero"], c["recompute"])
+        key = lambda c: (c["dp"], c["tp"], c["zero"], c["recompute"],
+                         c["sequence_parallel"])
         first = next((c for c in cands2 if key(c) == key(chosen)), {})
 
         def brought_in(c):
-            # A ZeRO stage or a recomputation is tried only where the
-            # plan without it is over the budget.
-            plain = (c["dp"], c["tp"], 0 if c["recompute"] == "none" else c["zero"],
-                     "none")
-            return key(c) == plain or any(
-                key(d) == plain and "over" in d.get("refused", "") for d in cands2)
+            # A ZeRO stage, sequence parallelism or a recomputation is tried
+            # only where the plan without it is over the budget.
+            dp, tp, zero, recompute, sp = key(c)
+            if recompute != "none":
+                parent = (dp, tp, zero, "none", sp)
+            elif sp:
+                parent = (dp, tp, zero, "none", False)
+            elif zero:
+                parent = (dp, tp, 0, "none", False)
+            else:
+                return True
+            return any(key(d) == parent and "over" in d.get("refused", "")
+                       for d in cands2)
         check("a budget under the chosen mesh moves the choice within it",
               c2["memory_bytes"] <= budget and "refused" not in c2 and
               key(c2) != key(chosen) and "over" in first.get("refused", "") and
               all(brought_in(c) for c in cands2),
               f"chose dp={c2['dp']} tp={c2['tp']} zero={c2['zero']} "
-              f"recompute={c2['recompute']} ({c2['memory_bytes']} B <= {budget} B); "
+              f"recompute={c2['recompute']} sp={c2['sequence_parallel']} "
+              f"({c2['memory_bytes']} B <= {budget} B); "
               f"before: {first.get('refused', '?')}")
     else:
         check("a budget no mesh fits is one error",
