@@ -91,6 +91,9 @@ struct BundleSummary {
   std::vector<CollectiveRow> collectives;
   int64_t paramBytes = 0, gradientBytes = 0, stateBytes = 0,
           activationBytes = 0;
+  /// Mixed precision: the f32 masters of the weights read through bf16
+  /// copies (0 in f32, where the parameters are what the products read).
+  int64_t masterBytes = 0;
   /// What the step returns beside its inputs, gradients aside: new
   /// parameters and state, the loss, the model's outputs (made in the
   /// caller's tensors, not the arena).
@@ -135,8 +138,9 @@ struct BundleSummary {
 /// Mixed precision, counted as ZeRO's paper and Megatron count it: a weight
 /// the step reads through a bf16 copy is that copy under parameters (and
 /// its gradient, made by bf16 products, at the same size), its f32 master
-/// is optimizer state, and the copies leave the arena's figure (they live
-/// there) so that the rows still add up to what the rank holds.
+/// is a row of its own beside the optimizer state, and the copies leave
+/// the arena's figure (they live there) so that the rows still add up to
+/// what the rank holds.
 void countHalfCopies(const pb::Program &program, BundleSummary &out) {
   // Mixed precision rounds a weight before it moves it (x W^T), so its
   // copy is a cast of the weight itself.
@@ -161,7 +165,7 @@ void countHalfCopies(const pb::Program &program, BundleSummary &out) {
   out.paramBytes += copies - masters;
   if (!out.gradientsReturned) // else they are the step's f32 results
     out.gradientBytes += copies - masters;
-  out.stateBytes += masters;
+  out.masterBytes += masters;
   out.activationBytes -= std::min(copies, out.activationBytes);
 }
 
@@ -433,6 +437,7 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
   root["layers"] = std::move(layers);
   root["memory_per_rank"] = llvm::json::Object{
       {"parameters", sum.paramBytes},
+      {"master_weights", sum.masterBytes},
       {"gradients", sum.gradientBytes},
       {"optimizer_state", sum.stateBytes},
       {"buffers", sum.bufferBytes},
@@ -542,9 +547,11 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
      << "  parameters       " << sum.paramBytes
      << (half ? " (the " + sum.precision + " copies the products read)" : "")
      << "\n"
-     << "  gradients        " << sum.gradientBytes << "\n"
-     << "  optimizer state  " << sum.stateBytes
-     << (half ? " (with the f32 master weights)" : "") << "\n"
+     << "  gradients        " << sum.gradientBytes << "\n";
+  if (half)
+    os << "  master weights   " << sum.masterBytes
+       << " (f32, read by the update only)\n";
+  os << "  optimizer state  " << sum.stateBytes << "\n"
      << "  buffers          " << sum.bufferBytes
      << " (state that does not train: frozen weights, statistics)\n"
      << "  activations peak " << sum.activationBytes << " (of the arena's "
