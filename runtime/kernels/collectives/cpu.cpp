@@ -12,9 +12,26 @@
 #include "cleave/runtime/comm.h"
 #include "kernels/collectives/split.h"
 
-#include <memory>
+#include <vector>
 
 namespace cleave::rt {
+
+namespace {
+
+/// The packing buffer of the collectives that move a non-leading dim: one
+/// per thread that runs a rank's program, grown to the largest collective
+/// and shared by all of them (each uses it only inside its own call). A
+/// buffer per instruction kept every such collective's whole tensor alive
+/// for the program's life: under sequence parallelism on the sequence dim,
+/// one activation per block.
+std::vector<uint8_t> &collectiveScratch(size_t bytes) {
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < bytes)
+    scratch.resize(bytes);
+  return scratch;
+}
+
+} // namespace
 
 Status prepare_all_reduce(const KernelInfo &info, KernelFn *fn) {
   const TensorType &x = info.operand(0);
@@ -55,16 +72,14 @@ Status prepare_all_gather(const KernelInfo &info, KernelFn *fn) {
     };
     return Status::ok();
   }
-  auto scratch = std::make_shared<std::vector<uint8_t>>();
   *fn = [=](const KernelArgs &args) {
-    if (scratch->size() < perRank * group)
-      scratch->resize(perRank * group);
-    if (Status s = comm->allGather(args.operands[0], scratch->data(),
+    std::vector<uint8_t> &scratch = collectiveScratch(perRank * group);
+    if (Status s = comm->allGather(args.operands[0], scratch.data(),
                                    static_cast<int64_t>(perRank), axes);
         !s)
       return s;
     auto *out = static_cast<uint8_t *>(args.results[0]);
-    const uint8_t *in = scratch->data();
+    const uint8_t *in = scratch.data();
 #pragma omp parallel for collapse(2) if (perRank * group > (1 << 20))
     for (int64_t k = 0; k < group; ++k)
       for (int64_t o = 0; o < outer; ++o)
@@ -97,12 +112,9 @@ Status prepare_reduce_scatter(const KernelInfo &info, KernelFn *fn) {
     };
     return Status::ok();
   }
-  auto scratch = std::make_shared<std::vector<uint8_t>>();
   *fn = [=](const KernelArgs &args) {
-    if (scratch->size() < perRank * group)
-      scratch->resize(perRank * group);
+    uint8_t *packed = collectiveScratch(perRank * group).data();
     const auto *in = static_cast<const uint8_t *>(args.operands[0]);
-    uint8_t *packed = scratch->data();
 #pragma omp parallel for collapse(2) if (perRank * group > (1 << 20))
     for (int64_t k = 0; k < group; ++k)
       for (int64_t o = 0; o < outer; ++o)
@@ -126,15 +138,13 @@ Status prepare_all_to_all(const KernelInfo &info, KernelFn *fn) {
   size_t total = chunk * group;
   size_t packBytes = a.sendOuter > 1 ? total : 0;
   size_t scratchBytes = packBytes + (a.recvOuter > 1 ? total : 0);
-  auto scratch = std::make_shared<std::vector<uint8_t>>();
   *fn = [=](const KernelArgs &args) {
-    if (scratch->size() < scratchBytes)
-      scratch->resize(scratchBytes);
+    uint8_t *scratch = collectiveScratch(scratchBytes).data();
     const auto *in = static_cast<const uint8_t *>(args.operands[0]);
     auto *out = static_cast<uint8_t *>(args.results[0]);
     const uint8_t *send = in;
     if (a.sendOuter > 1) {
-      uint8_t *packed = scratch->data();
+      uint8_t *packed = scratch;
 #pragma omp parallel for collapse(2) if (total > (1 << 20))
       for (int64_t j = 0; j < group; ++j)
         for (int64_t o = 0; o < a.sendOuter; ++o)
@@ -142,7 +152,7 @@ Status prepare_all_to_all(const KernelInfo &info, KernelFn *fn) {
                       in + (o * group + j) * a.sendInner, a.sendInner);
       send = packed;
     }
-    uint8_t *recv = a.recvOuter > 1 ? scratch->data() + packBytes : out;
+    uint8_t *recv = a.recvOuter > 1 ? scratch + packBytes : out;
     if (Status s =
             comm->allToAll(send, recv, static_cast<int64_t>(chunk), a.axes);
         !s)
