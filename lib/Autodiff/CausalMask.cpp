@@ -195,6 +195,7 @@ private:
   std::optional<Form> fromOp(Operation *op, int depth);
   /// A float of two values compared with a constant (tril(ones) == 0).
   std::optional<Form> compareTwoValued(CmpOp cmp, int depth);
+  llvm::DenseMap<Value, std::optional<Form>> memo;
   std::optional<Form> operand(Operation *op, unsigned i, int depth) {
     std::optional<Form> f = describe(op->getOperand(i), depth + 1);
     if (!f)
@@ -203,19 +204,58 @@ private:
   }
 };
 
+/// Whether integer form \p f holds the values of \p v exactly: its extremes
+/// (at the corners of the rows and columns, as it is linear) fit \p v's
+/// element type, so no op on the way wrapped around (an i8 cast of a
+/// 300-wide iota), and the int64 arithmetic did not overflow.
+bool fitsElementType(const Form &f, Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  Type element = type.getElementType();
+  if (f.isBool() != element.isInteger(1) || !element.isSignlessInteger())
+    return false;
+  // A comparison's difference is not a value of the IR: only int64 bounds
+  // its evaluation here.
+  unsigned width = f.isBool() ? 64 : element.getIntOrFloatBitWidth();
+  ArrayRef<int64_t> shape = type.getShape();
+  int64_t rank = shape.size();
+  int64_t rows = rank >= 2 ? shape[rank - 2] : 1;
+  int64_t cols = rank >= 1 ? shape[rank - 1] : 1;
+  for (int64_t i : {int64_t(0), rows - 1})
+    for (int64_t j : {int64_t(0), cols - 1}) {
+      int64_t ai, bj, sum, value;
+      if (__builtin_mul_overflow(f.a, i, &ai) ||
+          __builtin_mul_overflow(f.b, j, &bj) ||
+          __builtin_add_overflow(ai, bj, &sum) ||
+          __builtin_add_overflow(sum, f.c, &value))
+        return false;
+      if (width < 64 && (value < -(int64_t(1) << (width - 1)) ||
+                         value >= (int64_t(1) << (width - 1))))
+        return false;
+    }
+  return true;
+}
+
 std::optional<Form> Describer::describe(Value v, int depth) {
   if (depth > kMaxDepth || !isa<RankedTensorType>(v.getType()))
     return std::nullopt;
+  // Each value once: a mask built as a DAG of shared values (x + x, nested
+  // compares) would otherwise be walked once per path.
+  if (auto it = memo.find(v); it != memo.end())
+    return it->second;
+  std::optional<Form> f;
   DenseElementsAttr dense;
-  if (matchPattern(v, m_Constant(&dense)))
-    return fromConstant(dense);
-  Operation *op = v.getDefiningOp();
-  if (!op || op->getNumResults() != 1)
-    return std::nullopt;
-  std::optional<Form> f = fromOp(op, depth);
-  if (!f)
-    return std::nullopt;
-  return fit(*f, shapeOf(v));
+  if (matchPattern(v, m_Constant(&dense))) {
+    f = fromConstant(dense);
+  } else if (Operation *op = v.getDefiningOp();
+             op && op->getNumResults() == 1) {
+    f = fromOp(op, depth);
+    if (f)
+      f = fit(*f, shapeOf(v));
+  }
+  if (f && f->kind != Form::Kind::Table && !fitsElementType(*f, v))
+    f = std::nullopt;
+  memo[v] = f;
+  return f;
 }
 
 std::optional<Form> Describer::fromConstant(DenseElementsAttr dense) {
@@ -281,10 +321,23 @@ std::optional<Form> Describer::fromOp(Operation *op, int depth) {
       if (l->isUniform())
         std::swap(l, r);
       int64_t k = r->c;
-      return Form{Form::Kind::Int, l->a * k, l->b * k, l->c * k};
+      Form f{Form::Kind::Int};
+      if (__builtin_mul_overflow(l->a, k, &f.a) ||
+          __builtin_mul_overflow(l->b, k, &f.b) ||
+          __builtin_mul_overflow(l->c, k, &f.c))
+        return std::nullopt;
+      return f;
     }
-    Form f{Form::Kind::Int, l->a + sign * r->a, l->b + sign * r->b,
-           l->c + sign * r->c};
+    // Checked: a wrapped coefficient would describe another mask.
+    Form f{Form::Kind::Int};
+    int64_t ra, rb, rc;
+    if (__builtin_mul_overflow(sign, r->a, &ra) ||
+        __builtin_mul_overflow(sign, r->b, &rb) ||
+        __builtin_mul_overflow(sign, r->c, &rc) ||
+        __builtin_add_overflow(l->a, ra, &f.a) ||
+        __builtin_add_overflow(l->b, rb, &f.b) ||
+        __builtin_add_overflow(l->c, rc, &f.c))
+      return std::nullopt;
     if (auto cmp = dyn_cast<CmpOp>(op)) {
       f.kind = Form::Kind::Cmp;
       f.pred = cmp.getPredicate();
@@ -408,6 +461,18 @@ bool broadcastsTo(ArrayRef<int64_t> shape, int64_t rows, int64_t cols) {
          (shape[rank - 1] == cols || shape[rank - 1] == 1);
 }
 
+/// \p x rounded to \p v's float element type, as the op computing it
+/// rounds: 1e8 + 1 is 1e8 in f32, and a bias of -1e38 * 10 is -inf.
+double roundTo(Value v, double x) {
+  auto element = dyn_cast<FloatType>(getElementTypeOrSelf(v.getType()));
+  if (!element)
+    return std::nan("");
+  APFloat f(x);
+  bool lost = false;
+  f.convert(element.getFloatSemantics(), APFloat::rmNearestTiesToEven, &lost);
+  return f.convertToDouble();
+}
+
 std::optional<TwoValued> describeBias(Value v, int depth) {
   Operation *op = v.getDefiningOp();
   if (!op || depth > kMaxDepth || op->getNumResults() != 1)
@@ -442,10 +507,10 @@ std::optional<TwoValued> describeBias(Value v, int depth) {
         continue;
       auto apply = [&](double x) {
         double l = side == 0 ? x : *k, r = side == 0 ? *k : x;
-        return isa<AddOp>(op)   ? l + r
-               : isa<SubOp>(op) ? l - r
-               : isa<MulOp>(op) ? l * r
-                                : l / r;
+        return roundTo(v, isa<AddOp>(op)   ? l + r
+                          : isa<SubOp>(op) ? l - r
+                          : isa<MulOp>(op) ? l * r
+                                           : l / r);
       };
       t->cond = fit(t->cond, shapeOf(op->getOperand(side)));
       return TwoValued{t->cond, apply(t->ifTrue), apply(t->ifFalse)};

@@ -364,10 +364,14 @@ bool chooseMesh(std::vector<MeshTrial> trials, int64_t devices,
       // reduce-scatter and an all-gather), so it only ever wins on memory:
       // its stages are tried where stage 0 does not fit.
       double bound = e.computeSeconds + e.communicationSeconds;
+      // (With --sequence-parallel on every trial has it: its stages too.)
       bool plain = trial.recompute == "none" && !trial.sequenceParallel;
-      if (trial.zero == 0 && trial.dp > 1 && plain)
+      if (trial.zero == 0 && trial.dp > 1 && trial.recompute == "none" &&
+          (plain || !sequenceLadder))
         for (int64_t stage = 1; stage <= 3; ++stage)
-          pending.push_back({bound, {trial.dp, trial.tp, stage}});
+          pending.push_back(
+              {bound,
+               {trial.dp, trial.tp, stage, "none", trial.sequenceParallel}});
       // Sequence parallelism moves the all-reduces' bytes as reduce-scatters
       // and all-gathers (a latency more each) and splits the activations
       // between the blocks: tried, as recomputation, where the plan does

@@ -263,3 +263,54 @@ func.func @sliced_table(%q: tensor<1x2x4x4xf32>, %k: tensor<1x2x4x4xf32>, %v: te
   %o1 = cleave.matmul %p1, %v : (tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
   return %o, %o1 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>
 }
+
+// -----
+
+// Values as the IR computes them, not as integers and reals: an iota cast
+// to i8 wraps past 127 (key 200 of 300 reads as -56, so row 0 sees it), and
+// 1 + 1e8 is 1e8 in f32 (so the comparison holds nowhere): neither mask is
+// causal, and neither attention is fused.
+// CHECK-LABEL: func.func @wrapped_and_rounded
+// CHECK-NOT: cleave.attention
+// CHECK-COUNT-2: cleave.softmax
+func.func @wrapped_and_rounded(%q: tensor<1x1x300x4xf32>, %k: tensor<1x1x300x4xf32>, %v: tensor<1x1x300x4xf32>) -> (tensor<1x1x300x4xf32>, tensor<1x1x300x4xf32>) {
+  %row = cleave.iota dim = 2 : tensor<1x1x300x1xi64>
+  %col = cleave.iota dim = 3 : tensor<1x1x1x300xi64>
+  %r8 = cleave.cast %row : tensor<1x1x300x1xi64> -> tensor<1x1x300x1xi8>
+  %c8 = cleave.cast %col : tensor<1x1x1x300xi64> -> tensor<1x1x1x300xi8>
+  %future = cleave.cmp gt, %c8, %r8 : (tensor<1x1x1x300xi8>, tensor<1x1x300x1xi8>) -> tensor<1x1x300x300xi1>
+  %inf = cleave.constant dense<0xFF800000> : tensor<1x1x1x1xf32>
+  %s = cleave.matmul %q, %k {transpose_rhs} : (tensor<1x1x300x4xf32>, tensor<1x1x300x4xf32>) -> tensor<1x1x300x300xf32>
+  %u = cleave.select %future, %inf, %s : (tensor<1x1x300x300xi1>, tensor<1x1x1x1xf32>, tensor<1x1x300x300xf32>) -> tensor<1x1x300x300xf32>
+  %p = cleave.softmax %u axis = 3 : tensor<1x1x300x300xf32>
+  %o = cleave.matmul %p, %v : (tensor<1x1x300x300xf32>, tensor<1x1x300x4xf32>) -> tensor<1x1x300x4xf32>
+  %f64 = cleave.cmp gt, %col, %row : (tensor<1x1x1x300xi64>, tensor<1x1x300x1xi64>) -> tensor<1x1x300x300xi1>
+  %ff = cleave.cast %f64 : tensor<1x1x300x300xi1> -> tensor<1x1x300x300xf32>
+  %big = cleave.constant dense<1.0e8> : tensor<1x1x1x1xf32>
+  %shifted = cleave.add %ff, %big : (tensor<1x1x300x300xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x300x300xf32>
+  %never = cleave.cmp gt, %shifted, %big : (tensor<1x1x300x300xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x300x300xi1>
+  %s2 = cleave.matmul %q, %k {transpose_rhs} : (tensor<1x1x300x4xf32>, tensor<1x1x300x4xf32>) -> tensor<1x1x300x300xf32>
+  %u2 = cleave.select %never, %inf, %s2 : (tensor<1x1x300x300xi1>, tensor<1x1x1x1xf32>, tensor<1x1x300x300xf32>) -> tensor<1x1x300x300xf32>
+  %p2 = cleave.softmax %u2 axis = 3 : tensor<1x1x300x300xf32>
+  %o2 = cleave.matmul %p2, %v : (tensor<1x1x300x300xf32>, tensor<1x1x300x4xf32>) -> tensor<1x1x300x4xf32>
+  return %o, %o2 : tensor<1x1x300x4xf32>, tensor<1x1x300x4xf32>
+}
+
+// -----
+
+// The control: the same mask in i16, where 300 keys do not wrap, is causal.
+// CHECK-LABEL: func.func @not_wrapped
+// CHECK: cleave.attention %{{.*}}, %{{.*}}, %{{.*}} scale = 1.000000e+00 causal :
+func.func @not_wrapped(%q: tensor<1x1x300x4xf32>, %k: tensor<1x1x300x4xf32>, %v: tensor<1x1x300x4xf32>) -> tensor<1x1x300x4xf32> {
+  %row = cleave.iota dim = 2 : tensor<1x1x300x1xi64>
+  %col = cleave.iota dim = 3 : tensor<1x1x1x300xi64>
+  %r16 = cleave.cast %row : tensor<1x1x300x1xi64> -> tensor<1x1x300x1xi16>
+  %c16 = cleave.cast %col : tensor<1x1x1x300xi64> -> tensor<1x1x1x300xi16>
+  %future = cleave.cmp gt, %c16, %r16 : (tensor<1x1x1x300xi16>, tensor<1x1x300x1xi16>) -> tensor<1x1x300x300xi1>
+  %inf = cleave.constant dense<0xFF800000> : tensor<1x1x1x1xf32>
+  %s = cleave.matmul %q, %k {transpose_rhs} : (tensor<1x1x300x4xf32>, tensor<1x1x300x4xf32>) -> tensor<1x1x300x300xf32>
+  %u = cleave.select %future, %inf, %s : (tensor<1x1x300x300xi1>, tensor<1x1x1x1xf32>, tensor<1x1x300x300xf32>) -> tensor<1x1x300x300xf32>
+  %p = cleave.softmax %u axis = 3 : tensor<1x1x300x300xf32>
+  %o = cleave.matmul %p, %v : (tensor<1x1x300x300xf32>, tensor<1x1x300x4xf32>) -> tensor<1x1x300x4xf32>
+  return %o : tensor<1x1x300x4xf32>
+}
