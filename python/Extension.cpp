@@ -213,10 +213,14 @@ public:
     }
     std::vector<float> losses(trainers_.size());
     py::gil_scoped_release release;
-    check(onRanks([&](int r) {
-      return given ? trainers_[r]->step(tensors, &losses[r])
-                   : trainers_[r]->step(&losses[r]);
-    }));
+    // A step refused before any rank wrote its state (a label out of
+    // range found by the loss's kernel) leaves the model usable.
+    check(onRanks(
+        [&](int r) {
+          return given ? trainers_[r]->step(tensors, &losses[r])
+                       : trainers_[r]->step(&losses[r]);
+        },
+        [&](int r) { return trainers_[r]->lastStepKeptState(); }));
     return losses[0];
   }
 
@@ -296,9 +300,10 @@ public:
   int rank() const { return mpi_ ? mpi_->rank() : 0; }
 
 private:
-  rt::Status onRanks(const std::function<rt::Status(int)> &work) {
+  rt::Status onRanks(const std::function<rt::Status(int)> &work,
+                     const std::function<bool(int)> &kept = nullptr) {
     if (ranks_)
-      return ranks_->run(work);
+      return ranks_->run(work, kept);
     rt::Status s = work(0);
     if (!s && mpi_)
       return rt::Status::error("rank " + std::to_string(mpi_->rank()) + ": " +

@@ -21,6 +21,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from ._capture import refuse_value_reads
 from ._native import Error
 
 _NUMPY_DTYPES = {
@@ -276,13 +277,16 @@ def export_module(module, example_inputs: dict, directory: str,
             else torch.onnx.TrainingMode.EVAL)
     buffer = io.BytesIO()
     try:
-        # The tracer's notes (Python values taken as constants) are about
-        # tracing in general; the shapes are fixed here anyway.
-        with warnings.catch_warnings():
+        # The tracer's notes are about tracing in general (the shapes are
+        # fixed here anyway); a value read from a tensor into Python, which
+        # the trace would freeze, is refused instead (_capture.py).
+        with warnings.catch_warnings(), refuse_value_reads(module):
             warnings.simplefilter("ignore")
             torch.onnx.export(to_export, args, buffer,
                               input_names=order, opset_version=opset,
                               do_constant_folding=False, training=mode)
+    except Error:
+        raise
     except Exception as e:  # the exporter raises many types
         raise Error(f"torch.onnx could not export {type(module).__name__}: "
                     f"{str(e).strip().splitlines()[0] if str(e) else e!r}") \

@@ -15,7 +15,7 @@ from ._export import (LOW_PRECISION, export_module, float32_copy,
                       write_safetensors)
 from ._native import (ArgumentError, ArgumentTypeError, Error, FileError,
                       _cleave, file_error)
-from ._optim import SGD, AdamW
+from ._optim import SGD, AdamW, is_torch_optimizer
 from ._options import Options
 from ._progress import progress_bar
 
@@ -178,6 +178,14 @@ class Model:
                 converted = a.astype(want[0])
                 if np.array_equal(converted, a):
                     a = converted
+            if want and tuple(a.shape) != tuple(want[1]):
+                raise ArgumentError(
+                    f"batch input '{name}' is {list(a.shape)}; the step was "
+                    f"compiled for {list(want[1])} (every input's shape is "
+                    "fixed at compile): pad the batch to that shape (labels "
+                    "-100 where padded), drop a last partial batch "
+                    "(DataLoader's drop_last=True), or compile another "
+                    "Model with example inputs of this shape")
             out[name] = a
         return out
 
@@ -739,6 +747,8 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
 
     Returns a :class:`cleave.Model`. Errors raise :class:`cleave.Error`.
     """
+    _check_devices_call(example_inputs, tp)
+    _check_optimizer_parameters(module, optimizer)
     opts = Options._of_call(options, {"tp": tp, "optimizer": optimizer,
                                       "loss": loss, "plan": plan,
                                       "seed": seed}, compile_options)
@@ -785,6 +795,40 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         shutil.rmtree(work, ignore_errors=True)
         raise
     return Model(session, bundle, sources, owned=work, dtypes=dtypes)
+
+
+def _check_devices_call(example_inputs, tp) -> None:
+    """The tensor_parallel library's call, ``tensor_parallel(model,
+    ["cuda:0", "cuda:1"])``, refused with the call Cleave takes."""
+    if isinstance(example_inputs, (list, tuple)) and all(
+            isinstance(d, str) or type(d).__name__ == "device"
+            for d in example_inputs):
+        n = len(example_inputs)
+        raise ArgumentTypeError(
+            f"tensor_parallel(module, {list(map(str, example_inputs))!r}) is "
+            "the tensor_parallel library's call; Cleave compiles the step "
+            "ahead of time for the batch's shapes, so it takes example "
+            f"inputs and a rank count: cleave.tensor_parallel(module, "
+            f"{{'input_ids': ids, ...}}, tp={n if n else tp})")
+
+
+def _check_optimizer_parameters(module, optimizer) -> None:
+    """A torch optimizer must hold exactly the module's trainable
+    parameters: what it leaves out would train in Cleave's step."""
+    if not is_torch_optimizer(optimizer) or \
+            not hasattr(module, "named_parameters"):
+        return
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    for name, p in module.named_parameters():
+        if p.requires_grad and id(p) not in held:
+            raise ArgumentError(
+                f"the {type(optimizer).__name__} does not hold parameter "
+                f"'{name}', which requires grad: Cleave trains every such "
+                "parameter (set requires_grad=False to freeze it)")
+    if held - {id(p) for p in module.parameters() if p.requires_grad}:
+        raise ArgumentError(
+            f"the {type(optimizer).__name__} holds parameters that are not "
+            "the module's trainable ones")
 
 
 def _file_keeps_its_opset(opts: Options) -> None:

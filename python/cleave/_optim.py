@@ -83,3 +83,54 @@ class AdamW:
         o.beta1, o.beta2 = self.betas
         o.eps = self.eps
         o.weight_decay = self.weight_decay
+
+
+def _group_value(optimizer, key: str):
+    """\\p key of every parameter group of a torch optimizer, which must
+    agree (the step applies one set of hyperparameters)."""
+    values = []
+    for group in optimizer.param_groups:
+        value = group.get(key)
+        if hasattr(value, "item"):  # a tensor learning rate
+            value = value.item()
+        values.append(tuple(value) if isinstance(value, (list, tuple))
+                      else value)
+    if any(v != values[0] for v in values[1:]):
+        raise ArgumentError(
+            f"the {type(optimizer).__name__}'s parameter groups differ in "
+            f"{key} ({values[0]!r} and {next(v for v in values if v != values[0])!r}): "
+            "Cleave's step applies one set of hyperparameters to every "
+            "parameter (freeze a parameter with requires_grad=False)")
+    return values[0]
+
+
+def from_torch(optimizer):
+    """The cleave optimizer that does what the torch.optim \\p optimizer
+    does: SGD (no dampening, no Nesterov), AdamW, and Adam without weight
+    decay (Adam's is coupled L2, which AdamW's is not). Anything it would
+    do otherwise is refused by name, never dropped."""
+    name = type(optimizer).__name__
+    value = lambda key: _group_value(optimizer, key)  # noqa: E731
+    refused = [key for key, off in (("nesterov", False), ("dampening", 0),
+                                    ("amsgrad", False), ("maximize", False))
+               if value(key) not in (None, off)]
+    if name == "Adam" and value("weight_decay"):
+        refused.append("weight_decay (Adam's is L2 added to the gradient; "
+                       "use torch.optim.AdamW or cleave.AdamW)")
+    if refused:
+        raise ArgumentError(f"torch.optim.{name} with {refused[0]}: Cleave's "
+                            "step does not do it")
+    if name == "SGD":
+        return SGD(lr=value("lr"), momentum=value("momentum"),
+                   weight_decay=value("weight_decay"))
+    if name in ("AdamW", "Adam"):
+        return AdamW(lr=value("lr"), betas=value("betas"), eps=value("eps"),
+                     weight_decay=value("weight_decay"))
+    raise ArgumentTypeError(f"optimizer torch.optim.{name} has no Cleave "
+                            "step: give torch.optim.SGD, AdamW or Adam, or "
+                            "cleave.SGD(...) or cleave.AdamW(...)")
+
+
+def is_torch_optimizer(value) -> bool:
+    return any(c.__module__.startswith("torch.optim") and c.__name__ ==
+               "Optimizer" for c in type(value).__mro__)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple, Union
 
 from ._native import ArgumentError, ArgumentTypeError, _cleave
-from ._optim import SGD, AdamW
+from ._optim import SGD, AdamW, from_torch, is_torch_optimizer
 
 PathLike = Union[str, os.PathLike]
 
@@ -146,7 +146,9 @@ class Options:
     is not met without it).
 
     The train step: ``optimizer`` (:class:`cleave.SGD` or
-    :class:`cleave.AdamW`; default ``SGD(lr=0.01)``), ``loss`` (``"auto"``:
+    :class:`cleave.AdamW`, or a ``torch.optim`` SGD, AdamW or Adam over the
+    module's trainable parameters, whose hyperparameters are taken; default
+    ``SGD(lr=0.01)``), ``loss`` (``"auto"``:
     the first output; ``"cross_entropy"`` or ``"mse"`` appended by Cleave),
     ``plan`` (layout rules: a file of ``REGEX KIND`` lines or ``{regex:
     "colwise" | "rowwise" | "replicate" | "vocab"}``), ``freeze`` (regular
@@ -196,10 +198,13 @@ class Options:
                 (1, 1, 0):
             raise ArgumentError("give either devices=N (the compiler "
                                 "chooses the mesh) or tp, dp and zero")
+        if is_torch_optimizer(self.optimizer):
+            put("optimizer", from_torch(self.optimizer))
         if self.optimizer is not None and \
                 not isinstance(self.optimizer, (SGD, AdamW)):
-            raise ArgumentTypeError("optimizer must be cleave.SGD(...) or "
-                                    "cleave.AdamW(...), not "
+            raise ArgumentTypeError("optimizer must be cleave.SGD(...), "
+                                    "cleave.AdamW(...) or a torch.optim "
+                                    "SGD, AdamW or Adam, not "
                                     f"{type(self.optimizer).__name__}")
         put("loss", _choice("loss", self.loss, _LOSSES))
         put("plan", _plan(self.plan))

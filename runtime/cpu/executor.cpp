@@ -163,6 +163,9 @@ struct Executor::Impl {
   /// Per output, where a value planned in its tensor is made when the
   /// caller's tensor is also an input's (empty otherwise).
   std::vector<std::vector<uint8_t>> asideOutputs;
+  /// The run in progress: the first instruction writing over an input's
+  /// buffer (a donated output), and the instruction that failed.
+  size_t firstInputWrite = SIZE_MAX, failedAt = SIZE_MAX;
 
   Status runInstructions();
   void bindValues(const std::vector<HostTensor> &inputs,
@@ -246,6 +249,10 @@ Status Executor::create(const plan::Program &program,
   return Status::ok();
 }
 
+bool Executor::lastRunKeptInputs() const {
+  return impl_->failedAt < impl_->firstInputWrite;
+}
+
 bool Executor::canDonate(size_t input, size_t output) const {
   const Impl &impl = *impl_;
   const LoadedProgram &program = impl.program;
@@ -302,6 +309,9 @@ Status Executor::run(const std::vector<HostTensor> &inputs,
                      const std::vector<std::pair<size_t, size_t>> &donated) {
   Impl &impl = *impl_;
   const LoadedProgram &program = impl.program;
+  // Refused before any kernel runs: nothing written.
+  impl.failedAt = 0;
+  impl.firstInputWrite = SIZE_MAX;
   if (outputs == &inputs) {
     // The outputs are made beside the inputs the step still reads.
     std::vector<HostTensor> made;
@@ -410,12 +420,22 @@ void Executor::Impl::bindValues(
     outputBase[o] = t.bytes.data();
     copy[o] = false;
   }
+  std::unordered_set<int32_t> overInputs;
   for (auto [input, output] : donated) {
     // The caller owns the input tensor and gave it up for this output
     // (canDonate), so the kernel may write it.
     outputBase[output] = inputs.at(input).bytes.data();
     copy[output] = false;
+    overInputs.insert(program.outputs[output]);
   }
+  failedAt = firstInputWrite = SIZE_MAX;
+  for (size_t i = 0; i < instructions.size() && !overInputs.empty(); ++i)
+    if (std::any_of(instructions[i].inst->results.begin(),
+                    instructions[i].inst->results.end(),
+                    [&](int32_t id) { return overInputs.count(id) > 0; })) {
+      firstInputWrite = i;
+      break;
+    }
   for (size_t i = 0; i < program.values.size(); ++i) {
     const ProgramValue &v = program.values[i];
     const uint8_t *base = nullptr;
@@ -457,10 +477,12 @@ Status Executor::Impl::runInstructions() {
               : const_cast<uint8_t *>(valuePtrs[inst.results[k]]);
     KernelArgs args{bound.operandPtrs.data(), bound.resultPtrs.data()};
     int64_t start = profiler ? StepProfiler::nowNs() : 0;
-    if (Status s = kernels[i](args); !s)
+    if (Status s = kernels[i](args); !s) {
+      failedAt = i;
       return Status::error(
           describeInstruction(i, inst.info.kernel, inst.location) + ": " +
           s.message());
+    }
     if (profiler)
       profiler->record(sites[i], start, StepProfiler::nowNs());
   }

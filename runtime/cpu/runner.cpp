@@ -45,6 +45,7 @@ public:
       std::swap(inputs_[input], outputs_[output]);
     return Status::ok();
   }
+  bool keptInputs() const override { return executor_->lastRunKeptInputs(); }
   Status getInput(size_t i, HostTensor *value) override {
     if (i >= inputs_.size())
       return Status::error("no input " + std::to_string(i));

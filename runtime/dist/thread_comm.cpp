@@ -272,6 +272,15 @@ public:
     hub_->changed.notify_all();
   }
 
+  /// Forgets the mesh's abort and its unfinished rounds, and this rank's
+  /// outstanding one (every rank idle: no collective in flight).
+  void reset() {
+    std::lock_guard<std::mutex> lock(hub_->mutex);
+    hub_->aborted.clear();
+    hub_->rounds.clear();
+    outstanding_.reset();
+  }
+
   Status barrier() override {
     std::vector<int64_t> all(meshShape().size());
     for (size_t a = 0; a < all.size(); ++a)
@@ -411,6 +420,11 @@ void abortThreadMesh(Communicator &comm, const std::string &why) {
   if (!threads)
     return;
   threads->abort(why);
+}
+
+void resetThreadMesh(Communicator &comm) {
+  if (auto *threads = dynamic_cast<ThreadCommunicator *>(&comm))
+    threads->reset();
 }
 
 } // namespace cleave::rt

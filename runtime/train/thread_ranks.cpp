@@ -66,7 +66,8 @@ void ThreadRanks::onEveryRank(const std::function<void(int rank)> &body) {
     t.join();
 }
 
-Status ThreadRanks::run(const std::function<Status(int rank)> &work) {
+Status ThreadRanks::run(const std::function<Status(int rank)> &work,
+                        const std::function<bool(int rank)> &kept) {
   if (broken_)
     return brokenError();
   std::mutex mutex;
@@ -87,7 +88,17 @@ Status ThreadRanks::run(const std::function<Status(int rank)> &work) {
   onEveryRank(body);
   if (firstFailed < 0)
     return Status::ok();
-  broken_ = true;
+  // Every rank stopped before writing anything the work keeps (a bad
+  // batch refused by a kernel, the others stopped waiting for it): the
+  // mesh starts afresh with nothing mid-step.
+  bool intact = static_cast<bool>(kept);
+  for (int r = 0; r < size() && intact; ++r)
+    intact = !results[r] && kept(r);
+  if (intact)
+    for (auto &comm : comms_)
+      resetThreadMesh(*comm);
+  else
+    broken_ = true;
   return named(results[firstFailed], firstFailed);
 }
 

@@ -380,6 +380,8 @@ private:
   /// (2-D meshes) its dp group.
   Communicator *comm = nullptr, *tpComm = nullptr, *dpComm = nullptr;
   std::unique_ptr<StepRunner> executor;
+  /// Whether the last step that failed left the state as before it.
+  bool keptState = true;
   /// --profile / --trace; null otherwise.
   std::unique_ptr<StepProfiler> profiler;
   int32_t feedSite = -1;
@@ -868,12 +870,19 @@ Status TrainSession::runStep(float *lossOut,
   if (profiler)
     profiler->beginStep(step, step > std::max(first, profileFrom));
   int64_t feedStart = profiler ? StepProfiler::nowNs() : 0;
+  // A step refused before the program writes any state leaves the run as
+  // it was (the same step next, the same weights); past that, the run's
+  // state is the program's half-written one.
+  keptState = true;
   if (Status s = setStepInputs(step, batch); !s)
     return s;
   if (profiler)
     profiler->record(feedSite, feedStart, StepProfiler::nowNs());
-  if (Status s = executor->run(); !s)
+  if (Status s = executor->run(); !s) {
+    keptState = executor->keptInputs();
     return Status::error("step " + std::to_string(step) + ": " + s.message());
+  }
+  keptState = false;
   if (profiler)
     profiler->endStep();
   float loss = 0;
@@ -1157,6 +1166,7 @@ Status Trainer::open(const TrainerOptions &options,
 }
 
 int64_t Trainer::stepsDone() const { return session_->next; }
+bool Trainer::lastStepKeptState() const { return session_->keptState; }
 int64_t Trainer::lastStep() const { return session_->last; }
 Status Trainer::step(float *loss) {
   if (session_->next >= session_->last)

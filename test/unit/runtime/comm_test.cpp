@@ -416,6 +416,18 @@ TEST(Launch, MissingMpirunIsAClearError) {
 namespace cleave::rt {
 namespace {
 
+/// A collective on each of \p ranks' 3 ranks works: the mesh is usable.
+void expectSumsOnEveryRank(ThreadRanks &ranks) {
+  std::vector<float> sums(3);
+  ASSERT_TRUE(ranks.run([&](int r) {
+    float v = static_cast<float>(r + 1);
+    Status st = ranks.comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+    sums[r] = v;
+    return st;
+  }));
+  EXPECT_EQ(sums, std::vector<float>(3, 6.0f));
+}
+
 TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
   std::unique_ptr<ThreadRanks> ranks;
   ASSERT_TRUE(ThreadRanks::create(3, 10, &ranks));
@@ -427,15 +439,7 @@ TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
   EXPECT_NE(s.message().find(": no space left on device"), std::string::npos)
       << s.message();
   EXPECT_FALSE(ranks->broken());
-  std::vector<float> sums(3);
-  ASSERT_TRUE(ranks->run([&](int r) {
-    float v = static_cast<float>(r + 1);
-    Status st =
-        ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
-    sums[r] = v;
-    return st;
-  }));
-  EXPECT_EQ(sums, std::vector<float>(3, 6.0f));
+  expectSumsOnEveryRank(*ranks);
   // The message is the cause's, not an echo of another rank's failure.
   s = ranks->runAgreed([](int r) {
     return Status::error(r == 2 ? "the disk is full"
@@ -469,6 +473,34 @@ TEST(ThreadRanks, AFailureBeforeTheAgreementAbortsTheWaitingRanks) {
           .count();
   EXPECT_EQ(s.message(), "rank 1: out of memory");
   EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(ranks->broken());
+}
+
+TEST(ThreadRanks, AStepRefusedBeforeItWroteStateLeavesTheMeshUsable) {
+  std::unique_ptr<ThreadRanks> ranks;
+  ASSERT_TRUE(ThreadRanks::create(3, 30, &ranks));
+  // Rank 2 refuses its batch mid-step after a first collective; ranks 0
+  // and 1 are waiting in a second one, half-done rounds in the hub.
+  std::vector<bool> kept(3, true);
+  auto step = [&](int r) {
+    float v = 1;
+    if (Status s =
+            ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+        !s)
+      return s;
+    if (r == 2)
+      return Status::error("label 61 is out of range");
+    return ranks->comm(r).allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+  };
+  auto isKept = [&](int r) { return static_cast<bool>(kept[r]); };
+  EXPECT_EQ(ranks->run(step, isKept).message(),
+            "rank 2: label 61 is out of range");
+  EXPECT_FALSE(ranks->broken());
+  expectSumsOnEveryRank(*ranks);
+  // A rank that wrote its state first breaks the mesh, as does a rank that
+  // finished its step.
+  kept[1] = false;
+  EXPECT_FALSE(ranks->run(step, isKept));
   EXPECT_TRUE(ranks->broken());
 }
 

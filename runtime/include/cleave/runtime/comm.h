@@ -128,6 +128,12 @@ std::unique_ptr<Communicator> makeAxisView(Communicator &parent, int64_t axis);
 /// timeouts). No effect on other communicators.
 void abortThreadMesh(Communicator &comm, const std::string &why);
 
+/// Makes \p comm's in-process mesh usable again after an abort: its
+/// unfinished rounds and the abort are forgotten, and \p comm's own
+/// outstanding round. Only while no rank of the mesh is in a collective
+/// (every rank's thread joined); call it for every rank's communicator.
+void resetThreadMesh(Communicator &comm);
+
 /// A communicator over MPI_COMM_WORLD. Calls MPI_Init_thread if MPI is not
 /// initialised yet. Collective: every rank must call it with the same
 /// \p meshShape, whose product must equal the number of MPI ranks. Every

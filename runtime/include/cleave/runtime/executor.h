@@ -64,6 +64,10 @@ public:
   /// type. Writing in place saves the read-for-ownership of a second buffer
   /// per element.
   bool canDonate(size_t input, size_t output) const;
+  /// Whether the last run failed before any kernel wrote over an input's
+  /// buffer (a donated output): the caller's inputs hold what they held
+  /// before it, so a failed step can be retried or skipped.
+  bool lastRunKeptInputs() const;
 
   /// Times every instruction of each later run into \p profiler (null:
   /// stop); it must outlive the runs.

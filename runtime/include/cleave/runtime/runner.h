@@ -52,6 +52,10 @@ public:
   /// backend takes the bytes over.
   virtual Status setInput(size_t i, HostTensor value) = 0;
   virtual Status run() = 0;
+  /// After a failed run: whether every input still holds what it held
+  /// before it (the step's state untouched). Backends that cannot tell
+  /// say no.
+  virtual bool keptInputs() const { return false; }
   /// Copies input \p i (after a run: a carried input's new value).
   virtual Status getInput(size_t i, HostTensor *value) = 0;
   /// Copies output \p o of the last run.

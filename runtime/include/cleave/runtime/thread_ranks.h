@@ -37,8 +37,11 @@ public:
   /// and waits for all. A rank that fails aborts the mesh, so that its peers
   /// stop waiting for it at once; the result is the error of the rank that
   /// failed first, prefixed "rank K: ". After a failure the mesh is
-  /// unusable (its ranks may be mid-step).
-  Status run(const std::function<Status(int rank)> &work);
+  /// unusable (its ranks may be mid-step), unless every rank failed and
+  /// \p kept says of each that it kept its state (a step refused before it
+  /// wrote any): then the mesh is reset and usable.
+  Status run(const std::function<Status(int rank)> &work,
+             const std::function<bool(int rank)> &kept = nullptr);
   /// As run, for work whose every failure the ranks agree on before they
   /// return (a checkpoint: each phase ends in an all-reduce of the ranks'
   /// outcomes). When every rank failed, the mesh is left usable (nothing is

@@ -114,6 +114,10 @@ public:
 
   /// Steps made (a resumed run starts at its checkpoint's count).
   int64_t stepsDone() const;
+  /// After a step that failed: whether it failed before writing any state
+  /// (a bad batch found by a kernel, a peer that failed first), so the run
+  /// is as it was and the caller may go on with another batch.
+  bool lastStepKeptState() const;
   /// The step count the run ends at: stepsDone() at open plus
   /// options.steps.
   int64_t lastStep() const;
