@@ -296,6 +296,17 @@ public:
   }
 
   int64_t stepsDone() const { return trainers_[0]->stepsDone(); }
+  /// A new base learning rate on every rank (checked on the first: a
+  /// refusal changes none).
+  void setLr(double lr) {
+    check(trainers_[0]->setLearningRate(lr));
+    for (auto &t : trainers_)
+      check(t->setLearningRate(lr));
+  }
+  double lr() const { return trainers_[0]->learningRate(); }
+  std::map<std::string, double> metrics() const {
+    return trainers_[0]->lastMetrics();
+  }
   int64_t tp() const { return tp_; }
   int rank() const { return mpi_ ? mpi_->rank() : 0; }
 
@@ -351,6 +362,12 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("recompute", &driver::CompileOptions::recompute)
       .def_readwrite("sequence_parallel",
                      &driver::CompileOptions::sequenceParallel)
+      .def_readwrite("lr_schedule", &driver::CompileOptions::lrSchedule)
+      .def_readwrite("warmup_steps", &driver::CompileOptions::warmupSteps)
+      .def_readwrite("total_steps", &driver::CompileOptions::totalSteps)
+      .def_readwrite("clip_grad_norm", &driver::CompileOptions::clipGradNorm)
+      .def_readwrite("clip_grad_value", &driver::CompileOptions::clipGradValue)
+      .def_readwrite("on_nonfinite", &driver::CompileOptions::onNonfinite)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
       .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
@@ -410,6 +427,9 @@ PYBIND11_MODULE(_cleave, m) {
       .def("profile_report", &Session::profileReport)
       .def("tensors", &Session::tensors)
       .def("inputs", &Session::inputs)
+      .def("set_lr", &Session::setLr)
+      .def_property_readonly("lr", &Session::lr)
+      .def_property_readonly("metrics", &Session::metrics)
       .def_property_readonly("steps_done", &Session::stepsDone)
       .def_property_readonly("tp", &Session::tp)
       .def_property_readonly("rank", &Session::rank);

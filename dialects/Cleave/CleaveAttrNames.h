@@ -36,6 +36,12 @@ constexpr llvm::StringLiteral kBufferAttr = "cleave.buffer";
 constexpr llvm::StringLiteral kStepAttr = "cleave.step";
 /// Result: the scalar loss (unit attribute).
 constexpr llvm::StringLiteral kLossAttr = "cleave.loss";
+/// Argument: an optimizer hyperparameter the runtime feeds each step, by
+/// name ("lr": the learning rate of the run's schedule; an f32 scalar).
+constexpr llvm::StringLiteral kHyperparameterAttr = "cleave.hyperparameter";
+/// Result: a scalar the step reports, by name ("grad_norm": the global
+/// gradient norm before clipping).
+constexpr llvm::StringLiteral kMetricAttr = "cleave.metric";
 /// On an op the loss does not read that the step computes in its forward
 /// nonetheless (--cleave-save-derivatives' factors): the passes that tell
 /// saved values from backward ones count it with the forward.

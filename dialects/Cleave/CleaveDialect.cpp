@@ -59,6 +59,8 @@ constexpr AttrSpec kAttrSpecs[] = {
     {kBufferAttr, AttrValue::String, OnArg | OnResult},
     {kStepAttr, AttrValue::Unit, OnArg},
     {kLossAttr, AttrValue::Unit, OnResult},
+    {kHyperparameterAttr, AttrValue::String, OnArg},
+    {kMetricAttr, AttrValue::String, OnResult},
     {kGradientAttr, AttrValue::String, OnResult},
     {kOptimizerStateAttr, AttrValue::StringPair, OnArg | OnResult},
     {kMeshAttr, AttrValue::IntArray, OnOp},

@@ -15,6 +15,7 @@
 #include "cleave/Pipelines/Pipelines.h"
 #include "cleave/Sharding/Sharding.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/lr_schedule.h"
 #include "cleave/runtime/trainer.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -88,6 +89,33 @@ rt::Status loadModel(MLIRContext &ctx, const std::string &path,
   return rt::Status::ok();
 }
 
+/// The learning rate's schedule and gradient clipping, checked.
+static rt::Status scheduleOptions(const CompileOptions &o,
+                                  mlir::cleave::TrainStepOptions *train) {
+  rt::LrSchedule schedule{o.lrSchedule, o.warmupSteps, o.totalSteps};
+  if (rt::Status s = rt::checkLrSchedule(schedule, train->lr); !s)
+    return rt::Status::error("--lr-schedule: " + s.message());
+  for (auto [name, value] :
+       {std::pair<const char *, double>{"--clip-grad-norm", o.clipGradNorm},
+        {"--clip-grad-value", o.clipGradValue}})
+    if (!std::isfinite(value) || value < 0)
+      return rt::Status::error(std::string(name) +
+                               " must be a finite number >= 0 (0: no "
+                               "clipping), not " +
+                               std::to_string(value));
+  if (o.onNonfinite != "stop" && o.onNonfinite != "skip" &&
+      o.onNonfinite != "ignore")
+    return rt::Status::error("--on-nonfinite must be stop, skip or ignore, "
+                             "not '" +
+                             o.onNonfinite + "'");
+  // fp16's loss scaling skips such steps itself (they set its scale).
+  train->guardNonfinite = o.onNonfinite != "ignore";
+  train->lrInput = true;
+  train->maxGradNorm = o.clipGradNorm;
+  train->clipGradValue = o.clipGradValue;
+  return rt::Status::ok();
+}
+
 /// The training hyperparameters, checked: values that are not finite train
 /// nothing but NaNs.
 static rt::Status trainOptions(const CompileOptions &o,
@@ -140,7 +168,7 @@ static rt::Status trainOptions(const CompileOptions &o,
                              "the tp ranks: give --tp 2 or more (or "
                              "--devices)");
   train->sequenceParallel = o.sequenceParallel == "on";
-  return rt::Status::ok();
+  return scheduleOptions(o, train);
 }
 
 /// What the plan records of how it was compiled.
@@ -167,6 +195,17 @@ static void recordConfig(const CompileOptions &o,
   if (train.recompute != "none")
     config->set_recompute(train.recompute);
   config->set_sequence_parallel(train.sequenceParallel);
+  if (o.lrSchedule != "constant") {
+    config->set_lr_schedule(o.lrSchedule);
+    config->set_warmup_steps(o.warmupSteps);
+    config->set_total_steps(o.totalSteps);
+  }
+  if (o.onNonfinite != "ignore")
+    config->set_on_nonfinite(o.onNonfinite);
+  if (train.maxGradNorm > 0)
+    hp["max_grad_norm"] = train.maxGradNorm;
+  if (train.clipGradValue > 0)
+    hp["clip_grad_value"] = train.clipGradValue;
   if (o.tp > 1)
     hp["tp"] = o.tp;
   if (o.dp > 1)

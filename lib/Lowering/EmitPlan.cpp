@@ -423,6 +423,12 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
   } else if (attrs.get(kStepAttr)) {
     b.set_role(pb::Binding::STEP);
     b.set_name("step");
+  } else if (attrs.get(kHyperparameterAttr)) {
+    b.set_role(pb::Binding::HYPERPARAMETER);
+    b.set_name(str(kHyperparameterAttr));
+  } else if (attrs.get(kMetricAttr)) {
+    b.set_role(pb::Binding::METRIC);
+    b.set_name(str(kMetricAttr));
   } else if (auto state = attrs.getAs<ArrayAttr>(kOptimizerStateAttr)) {
     b.set_role(pb::Binding::OPTIMIZER_STATE);
     if (state.size() == 2) {

@@ -65,6 +65,10 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   opt.beta2 = options.beta2;
   opt.eps = options.eps;
   opt.lossScale = lossScale;
+  opt.lrInput = options.lrInput;
+  opt.maxGradNorm = options.maxGradNorm;
+  opt.clipGradValue = options.clipGradValue;
+  opt.guardNonfinite = options.guardNonfinite && !lossScale;
   fpm.addPass(createOptimizerPass(opt));
   // On the whole step, before the layouts are chosen: the search prices
   // the bf16 values (and the collectives that move them) at their size.
@@ -125,6 +129,10 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
   Option<bool> sequenceParallel{*this, "sequence-parallel",
                                 llvm::cl::init(false)};
+  Option<bool> lrInput{*this, "lr-input", llvm::cl::init(false)};
+  Option<double> maxGradNorm{*this, "max-grad-norm", llvm::cl::init(0.0)};
+  Option<double> clipGradValue{*this, "clip-grad-value", llvm::cl::init(0.0)};
+  Option<bool> guardNonfinite{*this, "guard-nonfinite", llvm::cl::init(false)};
 };
 } // namespace
 
@@ -142,6 +150,10 @@ void mlir::cleave::registerPipelines() {
         t.precision = o.precision;
         t.recompute = o.recompute;
         t.sequenceParallel = o.sequenceParallel;
+        t.lrInput = o.lrInput;
+        t.maxGradNorm = o.maxGradNorm;
+        t.clipGradValue = o.clipGradValue;
+        t.guardNonfinite = o.guardNonfinite;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

@@ -124,6 +124,30 @@ bool reducesWeightProduct(Operation *op, const PartitionIndex::Impl &index) {
   return false;
 }
 
+/// Whether reduction \p op sums values made elementwise from the step's
+/// gradients (their squares for the global norm, the check that they are
+/// finite): Megatron's optimizer all-reduces the same scalar each step
+/// (its grad-norm and found-inf reductions).
+bool reducesGradients(Operation *op, const PartitionIndex::Impl &index) {
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  SmallVector<Operation *> work{op};
+  while (!work.empty() && seen.size() < 16) {
+    Operation *at = work.pop_back_val();
+    if (!seen.insert(at).second)
+      continue;
+    std::optional<ShardingRule> rule = shardingRuleOf(at);
+    if (rule && rule->contraction)
+      continue;
+    for (Value v : at->getOperands()) {
+      if (index.gradientOf.count(index.ids.lookup(v)))
+        return true;
+      if (Operation *def = v.getDefiningOp())
+        work.push_back(def);
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 Value Partitioner::convert(int32_t id, Layout to) {
@@ -569,7 +593,8 @@ std::pair<std::string, bool> Partitioner::reduceReason(int32_t id) const {
   bool ofProduct = splitProducts == 1 && splitOthers == 0;
   bool megatron = contraction ? withWeight || ofProduct
                               : (rule && rule->lookup) ||
-                                    reducesWeightProduct(source, index);
+                                    reducesWeightProduct(source, index) ||
+                                    reducesGradients(source, index);
   return {"sums the partial results of " + describe(source) +
               (contraction
                    ? ", which contracts a split dimension" +
@@ -1394,7 +1419,8 @@ void Partitioner::classifyPhases() {
     bool fromState = llvm::any_of(op.getOperands(), [&](Value v) {
       if (auto arg = dyn_cast<BlockArgument>(v))
         return func.getArgAttr(arg.getArgNumber(), kOptimizerStateAttr) ||
-               func.getArgAttr(arg.getArgNumber(), kStepAttr);
+               func.getArgAttr(arg.getArgNumber(), kStepAttr) ||
+               func.getArgAttr(arg.getArgNumber(), kHyperparameterAttr);
       return optimizer.contains(v.getDefiningOp());
     });
     if (forward.contains(&op))

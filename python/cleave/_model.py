@@ -15,7 +15,7 @@ from ._export import (LOW_PRECISION, export_module, float32_copy,
                       write_safetensors)
 from ._native import (ArgumentError, ArgumentTypeError, Error, FileError,
                       _cleave, file_error)
-from ._optim import SGD, AdamW, is_torch_optimizer
+from ._optim import SGD, AdamW, _check, is_torch_optimizer
 from ._options import Options
 from ._progress import progress_bar
 
@@ -152,6 +152,26 @@ class Model:
     def steps_done(self) -> int:
         """Training steps made (a resumed model continues the count)."""
         return self._session.steps_done
+
+    @property
+    def lr(self) -> float:
+        """The base learning rate the schedule scales."""
+        return self._session.lr
+
+    def set_lr(self, lr: float) -> None:
+        """A new base learning rate from the next step on (no compile; a
+        checkpoint keeps it), as setting ``param_group["lr"]`` does."""
+        self._session.set_lr(_check("lr", lr, 0, low_open=True))
+
+    @property
+    def metrics(self) -> Dict[str, float]:
+        """The last step's ``loss``, the ``lr`` it applied and, with
+        ``max_grad_norm``, its ``grad_norm`` before clipping (Trainer's
+        log keys)."""
+        out = dict(self._session.metrics)
+        if self._losses:
+            out["loss"] = self._losses[-1]
+        return out
 
     @property
     def bundle(self) -> str:

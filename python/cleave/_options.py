@@ -9,15 +9,30 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple, Union
 
 from ._native import ArgumentError, ArgumentTypeError, _cleave
-from ._optim import SGD, AdamW, from_torch, is_torch_optimizer
+from ._optim import SGD, AdamW, _check, from_torch, is_torch_optimizer
 
 PathLike = Union[str, os.PathLike]
 
 _LOSSES = ("auto", "cross_entropy", "mse")
 _PLAN_KINDS = ("colwise", "rowwise", "replicate", "vocab")
+# transformers' tp_plan styles (integrations/tensor_parallel.py) by the
+# weight layout they give, which is all a plan rule fixes: how outputs are
+# gathered, kept local or packed is the compiler's to find.
+_HF_PLAN_KINDS = {
+    "colwise_rep": "colwise", "local_colwise": "colwise",
+    "packed_colwise": "colwise", "rowwise_rep": "rowwise",
+    "local_rowwise": "rowwise", "local_packed_rowwise": "rowwise",
+    "packed_rowwise": "rowwise", "gather": "replicate",
+    "sequence_parallel": "replicate",
+}
+# Styles whose weights are split over experts, not tp: refused by name.
+_HF_EXPERT_KINDS = ("local", "isolated", "grouped_gemm", "ep_router")
 _PRECISIONS = ("f32", "bf16", "fp16")
 _RECOMPUTE = ("auto", "none", "selective", "full")
 _BACKENDS = ("cpu", "cuda", "auto")
+# Hugging Face's get_scheduler names (the runtime's lr_schedule.cpp).
+_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine",
+              "cosine_with_restarts", "polynomial", "inverse_sqrt")
 # torch.onnx exports opset 7 and later; the ceiling is what the installed
 # onnx package knows (read when an opset is checked, not at import).
 _MIN_OPSET = 7
@@ -91,6 +106,13 @@ def _plan(value):
             raise ArgumentError(f"plan: {regex!r} is not a regular "
                                 "expression a plan line can hold (a non-empty"
                                 " string without spaces)")
+        if kind in _HF_EXPERT_KINDS:
+            raise ArgumentError(
+                f"plan[{regex!r}]: transformers' {kind!r} places experts on "
+                "ranks (expert parallelism), which a plan rule cannot give: "
+                "leave these weights to the compiler's search")
+        kind = _HF_PLAN_KINDS.get(kind, kind) if isinstance(kind, str) \
+            else kind
         pairs.append((regex, _choice(f"plan[{regex!r}]", kind, _PLAN_KINDS)))
     return tuple(pairs)
 
@@ -158,6 +180,19 @@ class Options:
     the matmuls and convolutions read rounded copies and accumulate in
     f32; master weights, optimizer state and reductions stay f32).
 
+    The run of updates: ``lr_scheduler`` (Hugging Face's names:
+    ``"constant"``, ``"constant_with_warmup"``, ``"linear"``, ``"cosine"``,
+    ``"cosine_with_restarts"``, ``"polynomial"``, ``"inverse_sqrt"``) over
+    ``warmup_steps`` and ``total_steps`` updates (the rate is an input of
+    the step: ``Model.set_lr`` changes it without a compile);
+    ``max_grad_norm`` (clip the gradients' global L2 norm, reported per
+    step as ``Model.metrics["grad_norm"]``) and ``clip_grad_value``;
+    ``on_nonfinite``: a step whose loss or a gradient is inf or NaN is
+    ``"stop"`` (one error naming the step and the value; the update is not
+    applied and the model stays usable), ``"skip"`` (no update) or
+    ``"ignore"`` (the default for now: applied, as plain PyTorch does; the
+    gate costs arena memory until the update is planned in place).
+
     The bundle: ``output`` (its folder; tensor_parallel uses a temporary
     one when None), ``plan_only`` (compile: no weights).
 
@@ -183,6 +218,12 @@ class Options:
     precision: str = "f32"
     recompute: str = "auto"
     sequence_parallel: Union[bool, str] = "auto"
+    lr_scheduler: str = "constant"
+    warmup_steps: int = 0
+    total_steps: Optional[int] = None
+    max_grad_norm: Optional[float] = None
+    clip_grad_value: Optional[float] = None
+    on_nonfinite: str = "ignore"
 
     def __post_init__(self):
         def put(name, value):
@@ -236,6 +277,22 @@ class Options:
             raise ArgumentError("sequence_parallel=True splits activations "
                                 "over the tp ranks: give tp=2 or more (or "
                                 "devices=)")
+        put("lr_scheduler", _choice("lr_scheduler", self.lr_scheduler,
+                                    _SCHEDULES))
+        put("warmup_steps", _integer("warmup_steps", self.warmup_steps, 0))
+        put("total_steps", _integer("total_steps", self.total_steps, 1,
+                                    optional=True))
+        if self.total_steps is None and self.lr_scheduler in (
+                "linear", "cosine", "cosine_with_restarts", "polynomial"):
+            raise ArgumentError(f"lr_scheduler={self.lr_scheduler!r} decays "
+                                "over the run: give total_steps (the "
+                                "updates it runs over)")
+        put("on_nonfinite", _choice("on_nonfinite", self.on_nonfinite,
+                                    ("stop", "skip", "ignore")))
+        for name in ("max_grad_norm", "clip_grad_value"):
+            value = getattr(self, name)
+            if value is not None:
+                put(name, _check(name, value, 0, low_open=True))
         if self.precision != "f32" and self.backend == "cuda":
             raise ArgumentError(f"precision={self.precision!r} runs on the "
                                 "CPU backend; the CUDA backend does not run "
@@ -296,6 +353,12 @@ class Options:
         o.freeze = list(self.freeze)
         o.plan_only = self.plan_only
         o.precision = self.precision
+        o.lr_schedule = self.lr_scheduler
+        o.warmup_steps = self.warmup_steps
+        o.total_steps = self.total_steps or 0
+        o.clip_grad_norm = self.max_grad_norm or 0.0
+        o.clip_grad_value = self.clip_grad_value or 0.0
+        o.on_nonfinite = self.on_nonfinite
         if isinstance(self.plan, tuple):
             path = os.path.join(work, "plan.txt")
             with open(path, "w") as f:

@@ -4,6 +4,7 @@
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/files.h"
+#include "cleave/runtime/lr_schedule.h"
 #include "cleave/runtime/npy.h"
 #include "cleave/runtime/profile.h"
 #include "cleave/runtime/runner.h"
@@ -13,6 +14,7 @@
 #include "plan/plan.pb.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -220,7 +222,8 @@ public:
     return Status::ok();
   }
 
-  void step(int64_t step, float loss, double seconds) {
+  void step(int64_t step, float loss, double seconds,
+            const std::map<std::string, double> &reported, bool logLr) {
     int64_t done = step + 1 - first, total = last - first;
     double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
@@ -231,6 +234,8 @@ public:
       metrics << "{\"step\": " << step + 1
               << ", \"loss\": " << std::setprecision(9) << loss
               << ", \"seconds\": " << std::setprecision(6) << seconds;
+      for (const auto &[name, value] : reported)
+        metrics << ", \"" << name << "\": " << std::setprecision(9) << value;
       if (tokens)
         metrics << ", \"tokens_per_second\": " << std::setprecision(6)
                 << tokens / seconds;
@@ -245,6 +250,11 @@ public:
     line << "step " << std::setw(5) << step + 1 << "/" << last << "  loss "
          << std::fixed << std::setprecision(6) << loss << "  "
          << std::setprecision(1) << seconds * 1e3 << " ms" << rate;
+    // Trainer's log keys; the rate only where a schedule moves it.
+    for (const auto &[name, value] : reported)
+      if (name != "lr" || logLr)
+        line << "  " << name << " " << std::setprecision(3) << std::scientific
+             << value << std::fixed;
     if (options.liveProgress) {
       auto now = std::chrono::steady_clock::now();
       bool final = step + 1 == last;
@@ -323,7 +333,8 @@ public:
     for (Status (TrainSession::*phase)() :
          {&TrainSession::open, &TrainSession::buildTable,
           &TrainSession::loadState, &TrainSession::checkInputs,
-          &TrainSession::openData, &TrainSession::bindState})
+          &TrainSession::openData, &TrainSession::bindState,
+          &TrainSession::bindSchedule})
       if (Status s = (this->*phase)(); !s)
         return s;
     next = first;
@@ -382,6 +393,22 @@ private:
   std::unique_ptr<StepRunner> executor;
   /// Whether the last step that failed left the state as before it.
   bool keptState = true;
+  /// The step's "lr" input (-1: the rate is a constant of the step), the
+  /// schedule it follows from the base rate, and the outputs it reports.
+  int lrInput = -1;
+  LrSchedule schedule;
+  std::vector<std::pair<std::string, int>> metricOutputs;
+  /// The last step's rate and reported outputs ("lr", "grad_norm").
+  std::map<std::string, double> metrics;
+  Status bindSchedule();
+  /// After a step the guard refused: which value was not finite (the
+  /// loss, else the first gradient of this rank's that holds one).
+  std::string firstNonfinite(float loss);
+  double baseLr() const {
+    auto &hp = plan.train_config().hyperparameters();
+    auto it = hp.find("lr");
+    return it == hp.end() ? 0 : it->second;
+  }
   /// --profile / --trace; null otherwise.
   std::unique_ptr<StepProfiler> profiler;
   int32_t feedSite = -1;
@@ -639,6 +666,11 @@ Status TrainSession::loadCheckpoint() {
                          "', which this bundle's model does not have");
   first = ckpt.step();
   resumedData = ckpt.data();
+  // The base rate a run set (Model.set_lr) goes on from its checkpoint.
+  if (auto it = ckpt.train_config().hyperparameters().find("lr");
+      it != ckpt.train_config().hyperparameters().end())
+    (*plan.mutable_train_config()->mutable_hyperparameters())["lr"] =
+        it->second;
   return Status::ok();
 }
 
@@ -748,6 +780,31 @@ Status TrainSession::bindState() {
   return Status::ok();
 }
 
+/// The learning rate's input and schedule, and the reported outputs.
+Status TrainSession::bindSchedule() {
+  for (size_t i = 0; i < numInputs; ++i) {
+    const pb::Binding &b = program->input_bindings(i);
+    if (b.role() != pb::Binding::HYPERPARAMETER)
+      continue;
+    if (b.name() != "lr" || executor->inputDType(i) != DType::F32 ||
+        !executor->inputShape(i).empty())
+      return Status::error(bundle() + ": the step takes a hyperparameter '" +
+                           b.name() + "' this runtime does not feed");
+    lrInput = static_cast<int>(i);
+  }
+  for (int o = 0; o < program->output_bindings_size(); ++o)
+    if (program->output_bindings(o).role() == pb::Binding::METRIC)
+      metricOutputs.emplace_back(program->output_bindings(o).name(), o);
+  const pb::TrainConfig &config = plan.train_config();
+  if (!config.lr_schedule().empty())
+    schedule.name = config.lr_schedule();
+  schedule.warmupSteps = config.warmup_steps();
+  schedule.totalSteps = config.total_steps();
+  if (Status s = checkLrSchedule(schedule, baseLr()); !s)
+    return Status::error(bundle() + ": " + s.message());
+  return Status::ok();
+}
+
 Status TrainSession::fetchState() {
   for (const auto &[key, i] : stateInput)
     if (Status s = executor->getInput(i, &state[key]); !s)
@@ -853,6 +910,13 @@ TrainSession::setStepInputs(int64_t step,
       HostTensor counter = HostTensor::zeros(DType::I64, {});
       *counter.data<int64_t>() = step + 1;
       s = executor->setInput(i, std::move(counter));
+    } else if (static_cast<int>(i) == lrInput) {
+      // The update of step `step` (0-based) at the schedule's rate.
+      double lr = baseLr() * lrFactor(schedule, step, baseLr());
+      HostTensor rate = HostTensor::zeros(DType::F32, {});
+      *rate.data<float>() = static_cast<float>(lr);
+      metrics["lr"] = lr;
+      s = executor->setInput(i, std::move(rate));
     }
     if (!s)
       return Status::error("step " + std::to_string(step) + ": '" + b.name() +
@@ -892,21 +956,62 @@ Status TrainSession::runStep(float *lossOut,
       return s;
     loss = *value.data<float>();
   }
+  for (const auto &[name, o] : metricOutputs) {
+    HostTensor value;
+    if (Status s = executor->getOutput(o, &value); !s)
+      return s;
+    metrics[name] = value.dtype == DType::F32 && value.bytes.size() == 4
+                        ? *value.data<float>()
+                        : NAN;
+  }
   losses.push_back(loss);
   ++next;
+  // A step the guard refused (cleave-optimizer's guard-nonfinite) changed
+  // no parameter or state and counts as skipped, as GradScaler's do.
+  if (auto it = metrics.find("nonfinite");
+      it != metrics.end() && it->second != 0) {
+    if (plan.train_config().on_nonfinite() != "skip") {
+      keptState = true;
+      return Status::error("step " + std::to_string(step) + ": " +
+                           firstNonfinite(loss) +
+                           "; the update was not applied (on_nonfinite "
+                           "'stop'; 'skip' goes on past such steps)");
+    }
+    if (leader)
+      progress->note("step " + std::to_string(step + 1) + ": " +
+                     firstNonfinite(loss) + "; the update was skipped");
+  }
   if (lossOut)
     *lossOut = loss;
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   if (leader)
-    progress->step(step, loss, seconds);
+    progress->step(step, loss, seconds, metrics, schedule.name != "constant");
   if (!options.checkpointDir.empty() &&
       ((options.saveEvery > 0 && (step + 1) % options.saveEvery == 0) ||
        step + 1 == last))
     if (Status s = save(step + 1); !s)
       return s;
   return Status::ok();
+}
+
+std::string TrainSession::firstNonfinite(float loss) {
+  if (!std::isfinite(loss))
+    return std::string("the loss is ") + (std::isnan(loss) ? "NaN" : "inf");
+  for (int o = 0; o < program->output_bindings_size(); ++o) {
+    const pb::Binding &b = program->output_bindings(o);
+    HostTensor value;
+    if (b.role() != pb::Binding::GRADIENT || !executor->getOutput(o, &value) ||
+        value.dtype != DType::F32)
+      continue;
+    const float *x = value.data<float>();
+    for (size_t i = 0; i < value.bytes.size() / 4; ++i)
+      if (!std::isfinite(x[i]))
+        return "the gradient of '" + b.name() + "' holds " +
+               (std::isnan(x[i]) ? "NaN" : "inf");
+  }
+  return "a gradient holds inf or NaN (in another rank's shard)";
 }
 
 Status TrainSession::finish() {
@@ -1167,6 +1272,25 @@ Status Trainer::open(const TrainerOptions &options,
 
 int64_t Trainer::stepsDone() const { return session_->next; }
 bool Trainer::lastStepKeptState() const { return session_->keptState; }
+double Trainer::learningRate() const { return session_->baseLr(); }
+Status Trainer::setLearningRate(double lr) {
+  if (session_->lrInput < 0)
+    return Status::error(
+        "this bundle's step holds its learning rate as a constant: compile "
+        "it again to change it");
+  if (Status s = checkLrSchedule(session_->schedule, lr);
+      !s || !(lr > 0) || !std::isfinite(lr))
+    return s ? Status::error("the learning rate must be a finite number "
+                             "> 0, not " +
+                             std::to_string(lr))
+             : s;
+  (*session_->plan.mutable_train_config()->mutable_hyperparameters())["lr"] =
+      lr;
+  return Status::ok();
+}
+const std::map<std::string, double> &Trainer::lastMetrics() const {
+  return session_->metrics;
+}
 int64_t Trainer::lastStep() const { return session_->last; }
 Status Trainer::step(float *loss) {
   if (session_->next >= session_->last)

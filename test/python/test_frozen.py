@@ -245,9 +245,10 @@ def test_mesh_chooser_counts_the_split_frozen_base():
     info = free.inspect()
     m = info["memory_per_rank"]
     chosen = [c for c in info["mesh_choice"]["candidates"] if c["chosen"]][0]
-    # The rank's share of the batch, and AdamW's step number (an i64).
+    # The rank's share of the batch, AdamW's step number (an i64) and the
+    # learning rate (an f32 the schedule feeds).
     inputs = sum(v.numel() * v.element_size() for v in batch.values()) \
-        // chosen["dp"] + 8
+        // chosen["dp"] + 8 + 4
     # The new adapters and their moments, and the loss: made beside the
     # inputs, outside the arena.
     assert m["results"] == m["parameters"] + m["optimizer_state"] + 4, m

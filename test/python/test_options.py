@@ -33,6 +33,8 @@ BAD = [
     ({"plan": {"fc1": "sideways"}}, ValueError,
      r"plan\['fc1'\] must be 'colwise'"),
     ({"plan": {"fc 1": "colwise"}}, ValueError, "not a regular expression"),
+    ({"plan": {"experts": "grouped_gemm"}}, ValueError,
+     r"plan\['experts'\]: transformers' 'grouped_gemm' places experts"),
     ({"freeze": "fc1"}, TypeError, "freeze must be a list"),
     ({"freeze": ["fc1", 2]}, TypeError, "freeze must be a list"),
     ({"freeze": [""]}, ValueError, "would freeze every tensor"),
@@ -94,6 +96,12 @@ def test_options_are_frozen_typed_and_normalised(tmp_path):
     assert (o.tp, type(o.tp)) == (2, int)
     assert o.freeze == ("fc1.*",) and o.output == os.fspath(tmp_path)
     assert o.plan == (("fc1", "colwise"),)
+    # transformers' tp_plan styles, by the weight layout each gives.
+    hf = cleave.Options(plan={"q": "colwise_rep", "o": "local_rowwise",
+                              "up": "packed_colwise", "norm":
+                              "sequence_parallel", "head": "gather"})
+    assert dict(hf.plan) == {"q": "colwise", "o": "rowwise", "up": "colwise",
+                             "norm": "replicate", "head": "replicate"}
     hash(o)  # hashable: a dict plan is kept as pairs
     with pytest.raises(AttributeError):
         o.tp = 4

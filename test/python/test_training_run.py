@@ -2,6 +2,7 @@
 and capture that cannot be silently wrong."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -154,3 +155,237 @@ def test_calls_of_other_libraries_get_the_call_cleave_takes():
                        match=r"compiled for \[2, 8\].*drop_last"):
         model.step(longer)
     assert model.steps_done == 0
+
+
+# -- learning-rate schedules and gradient clipping ---------------------------
+
+def hf_factor(name, warmup, total, lr_init):
+    """transformers.get_scheduler's lambda (optimization.py, as published),
+    for LambdaLR: the factor of the base rate at update k."""
+    def factor(k):
+        if name == "constant":
+            return 1.0
+        if k < warmup:
+            return k / max(1, warmup)
+        if name == "constant_with_warmup":
+            return 1.0
+        progress = (k - warmup) / max(1, total - warmup)
+        if name == "linear":
+            return max(0.0, (total - k) / max(1, total - warmup))
+        if name == "cosine":
+            return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 *
+                                                  progress)))
+        if name == "cosine_with_restarts":
+            if progress >= 1.0:
+                return 0.0
+            return max(0.0, 0.5 * (1.0 + math.cos(math.pi * (progress %
+                                                             1.0))))
+        if name == "polynomial":
+            lr_end = 1e-7
+            if k > total:
+                return lr_end / lr_init
+            remaining = 1 - (k - warmup) / (total - warmup)
+            return ((lr_init - lr_end) * remaining + lr_end) / lr_init
+        if name == "inverse_sqrt":
+            timescale = warmup or 10_000
+            return 1.0 / math.sqrt((k + timescale - warmup) / timescale)
+        raise KeyError(name)
+    return factor
+
+
+def train_like_pytorch(model, reference, batches, loss, clip=None,
+                       schedule=None, set_lr=None):
+    """Steps `model` on `batches` beside torch.optim.SGD (OPTIMIZERS') on
+    `reference`, with LambdaLR `schedule` and clip_grad_norm_ /
+    clip_grad_value_ (`clip`); `set_lr` = (step, lr) changes the base rate
+    before that step. Checks each step's loss, rate and gradient norm."""
+    opt = OPTIMIZERS["sgd"][1](reference)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule) \
+        if schedule else None
+    params = [p for p in reference.parameters() if p.requires_grad]
+    for k, batch in enumerate(batches):
+        if set_lr and k == set_lr[0]:
+            model.set_lr(set_lr[1])
+            sched.base_lrs = [set_lr[1]]
+            for group in opt.param_groups:  # what LambdaLR's next step sets
+                group["lr"] = set_lr[1] * schedule(k)
+        opt.zero_grad()
+        value = models.torch_loss(reference, batch, loss)
+        value.backward()
+        norm = None
+        if clip and clip[0] == "value":
+            torch.nn.utils.clip_grad_value_(params, clip[1])
+        elif clip:
+            norm = torch.nn.utils.clip_grad_norm_(params, clip[1]).item()
+        rate = opt.param_groups[0]["lr"]
+        opt.step()
+        if sched:
+            sched.step()
+        got = model.step(batch)
+        assert got == pytest.approx(value.item(), rel=1e-4, abs=1e-5), k
+        assert model.metrics["lr"] == pytest.approx(rate, rel=1e-6), k
+        if norm is not None:
+            assert norm > clip[1]  # the clipping acts
+            assert model.metrics["grad_norm"] == pytest.approx(norm,
+                                                               rel=1e-4), k
+    state = model.state_dict()
+    for name, value in reference.state_dict().items():
+        np.testing.assert_allclose(np.array(state[name]), value.numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def decoder_batches(n, seed=11):
+    gen = torch.Generator().manual_seed(seed)
+    return [models.decoder_batch(gen) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", ["constant", "constant_with_warmup",
+                                  "linear", "cosine", "cosine_with_restarts",
+                                  "polynomial", "inverse_sqrt"])
+def test_a_schedule_is_hugging_faces(name):
+    """Warmup 2 and 5 total updates, run for 6: past the end, where
+    polynomial holds its end rate and the restarts' cosine is 0."""
+    module, _, loss = models.build("decoder")
+    reference = copy.deepcopy(module)
+    batches = decoder_batches(6)
+    model = cleave.tensor_parallel(
+        module, example_of(batches[0], loss), tp=2, loss=loss,
+        optimizer=OPTIMIZERS["sgd"][0], lr_scheduler=name, warmup_steps=2,
+        total_steps=5)
+    train_like_pytorch(model, reference, batches, loss,
+                       schedule=hf_factor(name, 2, 5, 0.1))
+
+
+@pytest.mark.parametrize("mesh", [{"tp": 2}, {"dp": 2, "zero": 2},
+                                  {"dp": 2, "tp": 2}])
+def test_the_global_norm_is_one_devices(mesh):
+    """Each shard's squares counted once, replicated gradients not twice:
+    the norm and the clipped step are PyTorch's on every mesh."""
+    module, _, loss = models.build("decoder")
+    reference = copy.deepcopy(module)
+    batches = decoder_batches(3)
+    model = cleave.tensor_parallel(
+        module, example_of(batches[0], loss), loss=loss,
+        optimizer=OPTIMIZERS["sgd"][0], max_grad_norm=0.5, **mesh)
+    train_like_pytorch(model, reference, batches, loss, clip=("norm", 0.5))
+
+
+def test_clipping_by_value():
+    module, _, loss = models.build("decoder")
+    reference = copy.deepcopy(module)
+    batches = decoder_batches(2)
+    model = cleave.tensor_parallel(
+        module, example_of(batches[0], loss), tp=2, loss=loss,
+        optimizer=OPTIMIZERS["sgd"][0], clip_grad_value=0.01)
+    train_like_pytorch(model, reference, batches, loss, clip=("value", 0.01))
+
+
+def test_a_new_rate_needs_no_compile_and_resumes_exactly(tmp_path):
+    module, _, loss = models.build("decoder")
+    reference = copy.deepcopy(module)
+    batches = decoder_batches(4)
+    schedule = hf_factor("linear", 1, 4, 0.1)
+    model = cleave.tensor_parallel(
+        module, example_of(batches[0], loss), tp=2, loss=loss,
+        optimizer=OPTIMIZERS["sgd"][0], lr_scheduler="linear",
+        warmup_steps=1, total_steps=4)
+    train_like_pytorch(model, reference, batches[:2], loss, schedule=schedule,
+                       set_lr=(1, 0.05))
+    assert model.lr == pytest.approx(0.05)
+    model.save_checkpoint(str(tmp_path / "ckpt"))
+    rest = [model.step(b) for b in batches[2:]]
+    resumed = cleave.Model.resume(str(tmp_path / "ckpt"))
+    assert resumed.lr == pytest.approx(0.05)
+    assert [resumed.step(b) for b in batches[2:]] == rest
+    with pytest.raises(cleave.Error, match="lr must be > 0"):
+        model.set_lr(-1.0)
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"lr_scheduler": "warmup_cosine"}, "lr_scheduler must be"),
+    ({"lr_scheduler": "linear"}, "give total_steps"),
+    ({"lr_scheduler": "polynomial", "warmup_steps": 5, "total_steps": 5},
+     "more total steps than warmup"),
+    ({"warmup_steps": -1}, "warmup_steps must be"),
+    ({"max_grad_norm": 0.0}, "max_grad_norm must be > 0"),
+    ({"clip_grad_value": float("nan")}, "clip_grad_value must be"),
+])
+def test_bad_schedule_and_clipping_options_are_refused(options, match):
+    module, _, loss = models.build("decoder")
+    batch = decoder_batches(1)[0]
+    with pytest.raises(cleave.Error, match=match):
+        cleave.tensor_parallel(module, example_of(batch, loss), loss=loss,
+                               **options)
+
+
+# -- non-finite steps ---------------------------------------------------------
+
+class Rooted(nn.Module):
+    """A loss that is finite while a gradient is not: d sqrt(w x) / dw =
+    x / (2 sqrt(w x)) is 0 / 0 where x is 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.full((4, 6), 0.5))
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x, labels):
+        h = (x[:, :, None] * self.w).sqrt().sum(1)
+        return F.cross_entropy(self.head(h), labels)
+
+
+def rooted_batches():
+    gen = torch.Generator().manual_seed(2)
+    good = {"x": torch.rand(5, 4, generator=gen) + 0.1,
+            "labels": torch.randint(0, 3, (5,), generator=gen)}
+    zero = dict(good, x=good["x"].clone())
+    zero["x"][2, 1] = 0.0  # a NaN gradient of w, a finite loss
+    inf = dict(good, x=good["x"].clone())
+    inf["x"][0, 0] = float("inf")  # an infinite loss
+    return good, zero, inf
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_nonfinite_step_stops_and_changes_nothing(tp):
+    good, zero, inf = rooted_batches()
+    torch.manual_seed(3)
+    module = Rooted()
+    reference = copy.deepcopy(module)
+    model = cleave.tensor_parallel(module, dict(good), tp=tp,
+                                   optimizer=OPTIMIZERS["adamw"][0],
+                                   on_nonfinite="stop")
+    before = {k: np.array(v) for k, v in model.state_dict().items()}
+    with pytest.raises(cleave.Error,
+                       match=r"step 0: the gradient of 'w' holds NaN; the "
+                             r"update was not applied"):
+        model.step(zero)
+    with pytest.raises(cleave.Error, match=r"step 1: the loss is (inf|NaN)"):
+        model.step(inf)
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(np.array(value), before[name], name)
+    # AdamW's step count skips them: the next update is PyTorch's first.
+    step_like_pytorch(model, module, reference, good, "auto", "adamw")
+
+
+def test_skip_goes_on_and_ignore_applies():
+    good, zero, _ = rooted_batches()
+    torch.manual_seed(3)
+    module = Rooted()
+    reference = copy.deepcopy(module)
+    skip = cleave.tensor_parallel(module, dict(good), tp=2,
+                                  on_nonfinite="skip",
+                                  optimizer=OPTIMIZERS["adamw"][0])
+    before = {k: np.array(v) for k, v in skip.state_dict().items()}
+    assert np.isfinite(skip.step(zero))
+    assert skip.metrics["nonfinite"] == 1
+    for name, value in skip.state_dict().items():
+        np.testing.assert_array_equal(np.array(value), before[name], name)
+    # The next step is that of a run that never saw the batch.
+    step_like_pytorch(skip, module, reference, good, "auto", "adamw")
+    assert skip.metrics["nonfinite"] == 0
+    ignore = cleave.tensor_parallel(module, dict(good), on_nonfinite="ignore",
+                                    optimizer=OPTIMIZERS["sgd"][0])
+    ignore.step(zero)  # as plain PyTorch: the NaN reaches the weights
+    assert np.isnan(np.array(ignore.state_dict()["w"])).any()
+    with pytest.raises(cleave.Error, match="on_nonfinite must be"):
+        cleave.tensor_parallel(module, dict(good), on_nonfinite="raise")

@@ -346,6 +346,23 @@ def cases(F, W):
     add("compile", "--sequence-parallel on at tp 1", dev("--sequence-parallel", "on"),
         r"--sequence-parallel on splits activations over the tp ranks: give --tp 2 "
         r"or more \(or --devices\)$")
+    add("compile", "--lr-schedule unknown", dev("--lr-schedule", "warmup"),
+        r"--lr-schedule: unknown learning-rate schedule 'warmup' \(constant, "
+        r"constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial, "
+        r"inverse_sqrt\)$")
+    add("compile", "--lr-schedule linear without a total", dev("--lr-schedule", "linear"),
+        r"--lr-schedule: the 'linear' learning-rate schedule decays over the run: "
+        r"give its total steps \(--total-steps, total_steps=\)$")
+    add("compile", "--warmup-steps negative", dev("--warmup-steps", "-3"),
+        r"--lr-schedule: the warmup and total steps of a learning-rate schedule "
+        r"must be >= 0$")
+    add("compile", "--clip-grad-norm nan", dev("--clip-grad-norm", "nan"),
+        r"--clip-grad-norm must be a finite number >= 0 \(0: no clipping\), not nan$")
+    add("compile", "--clip-grad-value negative", dev("--clip-grad-value", "-1"),
+        r"--clip-grad-value must be a finite number >= 0 \(0: no clipping\), "
+        r"not -1.000000$")
+    add("compile", "--on-nonfinite unknown", dev("--on-nonfinite", "raise"),
+        r"--on-nonfinite must be stop, skip or ignore, not 'raise'$")
     add("compile", "--link without --devices", dev("--link", "intra=400"),
         r"--link is for --devices N \(the compiler's choice of the mesh\)$")
     add("compile", "--memory-per-device not a size", dev("--devices", "2",

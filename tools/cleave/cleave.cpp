@@ -163,6 +163,40 @@ static cl::opt<std::string> sequenceParallelFlag(
              "all-gather: on, off, or auto (default: where "
              "--memory-per-device is not met without it)"),
     cl::value_desc("on|off|auto"), cl::init("auto"), cl::sub(compileCmd));
+static cl::opt<std::string> lrScheduleFlag(
+    "lr-schedule",
+    cl::desc("The learning rate's schedule over the updates, Hugging "
+             "Face's: constant (default), constant_with_warmup, linear, "
+             "cosine, cosine_with_restarts, polynomial, inverse_sqrt"),
+    cl::value_desc("NAME"), cl::init("constant"), cl::sub(compileCmd));
+static cl::opt<int64_t>
+    warmupStepsFlag("warmup-steps",
+                    cl::desc("Updates the rate warms up over, from 0"),
+                    cl::init(0), cl::sub(compileCmd));
+static cl::opt<int64_t> totalStepsFlag(
+    "total-steps",
+    cl::desc("Updates a decaying schedule runs over (linear, cosine, "
+             "cosine_with_restarts, polynomial)"),
+    cl::init(0), cl::sub(compileCmd));
+static cl::opt<double> clipGradNormFlag(
+    "clip-grad-norm",
+    cl::desc("Clip the gradients' global L2 norm to this, as "
+             "clip_grad_norm_ (0, the default: no clipping); the norm is "
+             "reported per step"),
+    cl::init(0.0), cl::sub(compileCmd));
+static cl::opt<double> clipGradValueFlag(
+    "clip-grad-value",
+    cl::desc("Clamp each gradient element to [-V, V], as clip_grad_value_ "
+             "(0, the default: none)"),
+    cl::init(0.0), cl::sub(compileCmd));
+static cl::opt<std::string> onNonfiniteFlag(
+    "on-nonfinite",
+    cl::desc("A step whose loss or a gradient is inf or NaN: stop (one "
+             "error naming the step and the value; the update is not "
+             "applied), skip (go on without its update) or ignore (default: "
+             "apply it, as PyTorch does)"),
+    cl::value_desc("stop|skip|ignore"), cl::init("ignore"),
+    cl::sub(compileCmd));
 static cl::opt<std::string>
     linkFlag("link",
              cl::desc("With --devices: link speeds per device in GB/s "
@@ -747,6 +781,12 @@ static int runCompile(MLIRContext &ctx) {
   o.precision = compilePrecision;
   o.recompute = recomputeFlag;
   o.sequenceParallel = sequenceParallelFlag;
+  o.lrSchedule = lrScheduleFlag;
+  o.warmupSteps = warmupStepsFlag;
+  o.totalSteps = totalStepsFlag;
+  o.clipGradNorm = clipGradNormFlag;
+  o.clipGradValue = clipGradValueFlag;
+  o.onNonfinite = onNonfiniteFlag;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
   o.report = [](const std::string &line) {
     llvm::outs() << "cleave: " << line << "\n";

@@ -183,6 +183,21 @@ def OptimizerPass : Pass<"cleave-optimizer", "func::FuncOp"> {
     `p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
     p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
 
+    `lr-input` reads the learning rate from an f32 scalar argument
+    (`cleave.hyperparameter = "lr"`) that the runtime feeds each step from
+    the run's schedule, so a new rate never recompiles. `clip-grad-value`
+    clamps each gradient element to [-v, v] (clip_grad_value_), then
+    `max-grad-norm` scales every gradient by `min(1, max / (norm + 1e-6))`,
+    norm the L2 norm over all trained parameters' gradients
+    (clip_grad_norm_); the norm before clipping is returned as
+    `cleave.metric = "grad_norm"`. `guard-nonfinite` keeps every parameter
+    and state as it was on a step whose loss or a gradient is inf or NaN
+    (the runtime then stops or skips, as the user chose). Clipping comes
+    after loss scaling's unscale,
+    as GradScaler.unscale_ comes before clipping. The step being global,
+    the partitioner makes each split gradient's share of the sum a partial
+    sum reduced once, and counts a replicated gradient once.
+
     Before (`optimizer=sgd lr=0.1 momentum=0`):
     ```mlir
     func.func @main(%w: tensor<4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}, tensor<4xf32> {cleave.gradient = "w"}) {
@@ -220,6 +235,20 @@ def OptimizerPass : Pass<"cleave-optimizer", "func::FuncOp"> {
            "step with an inf or NaN among them changes no parameter or "
            "state (AdamW's step count included) and halves the scale; 2000 "
            "finite steps in a row double it">,
+    Option<"lrInput", "lr-input", "bool", /*default=*/"false",
+           "Read the learning rate from a cleave.hyperparameter = \"lr\" "
+           "argument (fed by the runtime's schedule) instead of `lr`">,
+    Option<"maxGradNorm", "max-grad-norm", "double", /*default=*/"0.0",
+           "Clip the gradients' global L2 norm to this (0: no clipping); "
+           "the norm is returned as cleave.metric = \"grad_norm\"">,
+    Option<"clipGradValue", "clip-grad-value", "double", /*default=*/"0.0",
+           "Clamp each gradient element to [-v, v] (0: no clamping)">,
+    Option<"guardNonfinite", "guard-nonfinite", "bool", /*default=*/"false",
+           "A step whose loss or a gradient is inf or NaN changes no "
+           "parameter or state (AdamW's step count included: the step is "
+           "counted in [\"\", \"skipped_steps\"]) and returns "
+           "cleave.metric = \"nonfinite\" 1 (0 otherwise); loss scaling "
+           "has its own">,
   ];
 }
 

@@ -84,6 +84,16 @@ struct CompileOptions {
   /// --sequence-parallel: "on", "off", or "auto" (tried where the budget
   /// is not met without it).
   std::string sequenceParallel = "auto";
+  /// --lr-schedule, --warmup-steps, --total-steps: the learning rate's
+  /// schedule (Hugging Face's names), which the runtime feeds the step.
+  std::string lrSchedule = "constant";
+  int64_t warmupSteps = 0, totalSteps = 0;
+  /// --clip-grad-norm, --clip-grad-value: gradient clipping (0: none).
+  double clipGradNorm = 0, clipGradValue = 0;
+  /// --on-nonfinite: a step with an inf or NaN loss or gradient "stop"s
+  /// the run (its update withheld), is "skip"ped, or is applied ("ignore",
+  /// the default until the gate's selects are planned in place).
+  std::string onNonfinite = "ignore";
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

@@ -42,6 +42,14 @@ struct TrainStepOptions {
   /// Megatron's sequence parallelism (--cleave-partition's
   /// sequence-parallel).
   bool sequenceParallel = false;
+  /// The learning rate read from an input the runtime's schedule feeds
+  /// (cleave-optimizer's lr-input), and gradient clipping (its
+  /// max-grad-norm and clip-grad-value; 0: none).
+  bool lrInput = false;
+  double maxGradNorm = 0, clipGradValue = 0;
+  /// cleave-optimizer's guard-nonfinite: a step with an inf or NaN loss or
+  /// gradient changes nothing (the runtime stops or skips).
+  bool guardNonfinite = false;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

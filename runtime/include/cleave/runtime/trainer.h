@@ -118,6 +118,15 @@ public:
   /// (a bad batch found by a kernel, a peer that failed first), so the run
   /// is as it was and the caller may go on with another batch.
   bool lastStepKeptState() const;
+  /// The base learning rate the run's schedule scales (the compiled one,
+  /// a checkpoint's, or the last setLearningRate's).
+  double learningRate() const;
+  /// A new base rate from the next step on, with no recompile; kept in
+  /// checkpoints. An error where the step holds its rate as a constant.
+  Status setLearningRate(double lr);
+  /// What the last step reported: "lr" (the rate it applied) and the
+  /// step's metrics ("grad_norm" under clipping).
+  const std::map<std::string, double> &lastMetrics() const;
   /// The step count the run ends at: stepsDone() at open plus
   /// options.steps.
   int64_t lastStep() const;
