@@ -296,10 +296,9 @@ public:
   }
 
   int64_t stepsDone() const { return trainers_[0]->stepsDone(); }
-  /// A new base learning rate on every rank (checked on the first: a
-  /// refusal changes none).
+  /// A new base learning rate on every rank (the ranks check alike, so a
+  /// refusal comes from the first and changes none).
   void setLr(double lr) {
-    check(trainers_[0]->setLearningRate(lr));
     for (auto &t : trainers_)
       check(t->setLearningRate(lr));
   }

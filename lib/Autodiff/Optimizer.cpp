@@ -116,6 +116,17 @@ struct Updater {
     return {m2, v2};
   }
 
+  /// The sum of every element of \p x (rank 0).
+  Value sumAll(Value x) {
+    int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+    if (!rank)
+      return x;
+    SmallVector<int64_t> dims;
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
+    return ReduceOp::create(b, loc, ReduceKind::sum, x, dims, false);
+  }
+
   /// A rank-0 value reshaped to broadcast against rank \p rank.
   Value spread(Value v, int64_t rank) {
     SmallVector<int64_t> ones(rank, 1);
@@ -161,18 +172,8 @@ Value allFinite(Updater &u, ArrayRef<Value *> grads, Value extra) {
   OpBuilder &b = u.b;
   // x * 0 is NaN where x is inf or NaN, 0 elsewhere.
   Value poison = extra ? u.mul(extra, 0.0) : u.scalar(0, 0.0);
-  for (Value *slot : grads) {
-    int64_t rank = cast<RankedTensorType>(slot->getType()).getRank();
-    SmallVector<int64_t> dims;
-    for (int64_t d = 0; d < rank; ++d)
-      dims.push_back(d);
-    Value zeroed = u.mul(*slot, 0.0);
-    Value sum =
-        rank ? ReduceOp::create(b, u.loc, ReduceKind::sum, zeroed, dims, false)
-                   .getResult()
-             : zeroed;
-    poison = u.add(poison, sum);
-  }
+  for (Value *slot : grads)
+    poison = u.add(poison, u.sumAll(u.mul(*slot, 0.0)));
   return CmpOp::create(b, u.loc, CmpPredicate::eq, poison, u.scalar(0, 0.0));
 }
 
@@ -208,18 +209,8 @@ Value clipGradients(Updater &u, ArrayRef<Value *> grads, double value,
   if (!(maxNorm > 0))
     return Value();
   Value total = u.scalar(0, 0.0);
-  for (Value *slot : grads) {
-    Value g = *slot;
-    int64_t rank = cast<RankedTensorType>(g.getType()).getRank();
-    SmallVector<int64_t> dims;
-    for (int64_t d = 0; d < rank; ++d)
-      dims.push_back(d);
-    Value squares = u.mul(g, g);
-    total = u.add(total, rank ? ReduceOp::create(b, u.loc, ReduceKind::sum,
-                                                 squares, dims, false)
-                                    .getResult()
-                              : squares);
-  }
+  for (Value *slot : grads)
+    total = u.add(total, u.sumAll(u.mul(*slot, *slot)));
   Value norm = SqrtOp::create(b, u.loc, total);
   Value coef = MinOp::create(
       b, u.loc, u.div(u.scalar(0, maxNorm), u.add(norm, u.scalar(0, 1e-6))),

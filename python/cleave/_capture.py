@@ -9,7 +9,7 @@ silently wrong on every batch that would have gone the other way.
 
 So while Cleave exports, reading a tensor's value into Python is checked:
 a value that depends on the inputs, the parameters or the buffers (the
-trace's graph inputs) is refused with a cleave.Error naming the module's
+trace's graph inputs), or on a random draw, is refused with a cleave.Error naming the module's
 source line. Values computed from shapes alone (``int(x.shape[1])``,
 ``torch.tensor(d).sqrt().item()``) are fixed for the compiled shapes anyway
 and pass: the walk up the trace stops at ops that read only a tensor's
@@ -42,7 +42,18 @@ _SHAPE_ONLY = {
     "aten::size", "aten::dim", "aten::numel", "prim::shape", "aten::len",
     "aten::ones_like", "aten::zeros_like", "aten::empty_like",
     "aten::full_like", "aten::new_ones", "aten::new_zeros",
-    "aten::new_empty", "aten::new_full",
+    "aten::new_empty", "aten::new_full", "aten::new_tensor",
+}
+
+# Ops that draw anew each call: a value read from one varies from step to
+# step as data does (stochastic depth's `if torch.rand(1) < p`), and a trace
+# would freeze its first draw.
+_RANDOM = {
+    "aten::rand", "aten::randn", "aten::randint", "aten::rand_like",
+    "aten::randn_like", "aten::randint_like", "aten::randperm",
+    "aten::bernoulli", "aten::multinomial", "aten::normal",
+    "aten::uniform", "aten::uniform_", "aten::normal_", "aten::dropout",
+    "aten::feature_dropout",
 }
 
 
@@ -51,7 +62,8 @@ class _ValueRead(Exception):
 
 
 def _depends_on_inputs(torch, tensor) -> bool:
-    """Whether the traced \\p tensor's value depends on a graph input."""
+    """Whether the traced \\p tensor's value depends on a graph input or
+    on a random draw."""
     if torch._C._get_tracing_state() is None:
         return False
     try:
@@ -61,7 +73,7 @@ def _depends_on_inputs(torch, tensor) -> bool:
     seen, stack = {value.unique()}, [value]
     while stack:
         node = stack.pop().node()
-        if node.kind() == "prim::Param":
+        if node.kind() == "prim::Param" or node.kind() in _RANDOM:
             return True
         if node.kind() in _SHAPE_ONLY:
             continue

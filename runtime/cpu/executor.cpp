@@ -163,6 +163,8 @@ struct Executor::Impl {
   /// Per output, where a value planned in its tensor is made when the
   /// caller's tensor is also an input's (empty otherwise).
   std::vector<std::vector<uint8_t>> asideOutputs;
+  /// Per value, the instruction that makes it (SIZE_MAX: none).
+  std::vector<size_t> producer;
   /// The run in progress: the first instruction writing over an input's
   /// buffer (a donated output), and the instruction that failed.
   size_t firstInputWrite = SIZE_MAX, failedAt = SIZE_MAX;
@@ -242,6 +244,11 @@ Status Executor::create(const plan::Program &program,
                             nullptr);
     impl->instructions.push_back(std::move(bound));
   }
+  impl->producer.assign(loaded.values.size(), SIZE_MAX);
+  for (size_t i = 0; i < loaded.instructions.size(); ++i)
+    for (int32_t id : loaded.instructions[i].results)
+      if (id >= 0)
+        impl->producer[id] = i;
   impl->valuePtrs.resize(loaded.values.size());
   impl->direct = directOutputs(loaded);
   impl->asideOutputs.resize(loaded.outputs.size());
@@ -420,22 +427,15 @@ void Executor::Impl::bindValues(
     outputBase[o] = t.bytes.data();
     copy[o] = false;
   }
-  std::unordered_set<int32_t> overInputs;
+  failedAt = firstInputWrite = SIZE_MAX;
   for (auto [input, output] : donated) {
     // The caller owns the input tensor and gave it up for this output
     // (canDonate), so the kernel may write it.
     outputBase[output] = inputs.at(input).bytes.data();
     copy[output] = false;
-    overInputs.insert(program.outputs[output]);
+    firstInputWrite =
+        std::min(firstInputWrite, producer[program.outputs[output]]);
   }
-  failedAt = firstInputWrite = SIZE_MAX;
-  for (size_t i = 0; i < instructions.size() && !overInputs.empty(); ++i)
-    if (std::any_of(instructions[i].inst->results.begin(),
-                    instructions[i].inst->results.end(),
-                    [&](int32_t id) { return overInputs.count(id) > 0; })) {
-      firstInputWrite = i;
-      break;
-    }
   for (size_t i = 0; i < program.values.size(); ++i) {
     const ProgramValue &v = program.values[i];
     const uint8_t *base = nullptr;

@@ -250,9 +250,10 @@ public:
     line << "step " << std::setw(5) << step + 1 << "/" << last << "  loss "
          << std::fixed << std::setprecision(6) << loss << "  "
          << std::setprecision(1) << seconds * 1e3 << " ms" << rate;
-    // Trainer's log keys; the rate only where a schedule moves it.
+    // Trainer's log keys; the rate only where a schedule moves it, the
+    // guard's flag only on a refused step.
     for (const auto &[name, value] : reported)
-      if (name != "lr" || logLr)
+      if ((name != "lr" || logLr) && (name != "nonfinite" || value != 0))
         line << "  " << name << " " << std::setprecision(3) << std::scientific
              << value << std::fixed;
     if (options.liveProgress) {
@@ -1278,12 +1279,12 @@ Status Trainer::setLearningRate(double lr) {
     return Status::error(
         "this bundle's step holds its learning rate as a constant: compile "
         "it again to change it");
-  if (Status s = checkLrSchedule(session_->schedule, lr);
-      !s || !(lr > 0) || !std::isfinite(lr))
-    return s ? Status::error("the learning rate must be a finite number "
-                             "> 0, not " +
-                             std::to_string(lr))
-             : s;
+  if (!(lr > 0) || !std::isfinite(lr))
+    return Status::error("the learning rate must be a finite number > 0, "
+                         "not " +
+                         std::to_string(lr));
+  if (Status s = checkLrSchedule(session_->schedule, lr); !s)
+    return s;
   (*session_->plan.mutable_train_config()->mutable_hyperparameters())["lr"] =
       lr;
   return Status::ok();

@@ -36,6 +36,9 @@ class ReadsValues(nn.Module):
         elif self.read == "loop":
             for _ in range(int(labels.max())):
                 h = h + 1
+        elif self.read == "random":  # stochastic depth, as timm writes it
+            if torch.rand(1).item() < 0.5:
+                h = h * 0
         else:  # values fixed by the compiled shapes: nothing to freeze
             h = h / torch.tensor(int(x.shape[1])).float().sqrt().item()
             if torch.ones_like(h).sum() > 0:
@@ -54,7 +57,9 @@ def reads_batch(seed=4):
                r"\(`if h.sum\(\) > 0:`\)"),
     ("parameter", r"takes a Python float from a tensor at "
                   r"test_training_run.py:\d+ \(`h = h \* float"),
-    ("loop", r"takes a Python int from a tensor at test_training_run.py")])
+    ("loop", r"takes a Python int from a tensor at test_training_run.py"),
+    ("random", r"takes a Python number from a tensor at "
+               r"test_training_run.py:\d+ \(`if torch.rand")])
 def test_a_value_the_trace_would_freeze_is_refused(read, what):
     # The case: PyTorch trained 6.926092 on a batch that took the
     # other branch, the frozen trace 6.957781.
