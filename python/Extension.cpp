@@ -202,15 +202,27 @@ public:
     }));
   }
 
-  /// One step on \p batch (a dict of arrays), or on the feed's next batch.
+  /// One step on \p batch (a dict of arrays, or a list of them: the
+  /// micro-batches of one update), or on the feed's next batch.
   float step(const py::object &batch) {
-    std::map<std::string, rt::HostTensor> tensors;
+    std::vector<std::map<std::string, rt::HostTensor>> tensors;
     bool given = !batch.is_none();
-    if (given) {
-      tensors = batchFromDict(batch.cast<py::dict>());
-      // Checked here, once: a bad batch must not break the mesh.
-      check(rt::DataFeed::checkBatch(tensors, trainers_[0]->inputs()));
+    if (py::isinstance<py::dict>(batch)) {
+      tensors.push_back(batchFromDict(batch.cast<py::dict>()));
+    } else if (given) {
+      for (py::handle one : batch.cast<py::list>())
+        tensors.push_back(batchFromDict(one.cast<py::dict>()));
     }
+    int64_t wanted = trainers_[0]->microBatches();
+    if (given && static_cast<int64_t>(tensors.size()) != wanted)
+      throw CleaveError("the step sums the gradients of " +
+                        std::to_string(wanted) + " micro-batch" +
+                        (wanted == 1 ? "" : "es") +
+                        " (gradient_accumulation_steps); it was given " +
+                        std::to_string(tensors.size()));
+    // Checked here, once: a bad batch must not break the mesh.
+    for (const auto &one : tensors)
+      check(rt::DataFeed::checkBatch(one, trainers_[0]->inputs()));
     std::vector<float> losses(trainers_.size());
     py::gil_scoped_release release;
     // A step refused before any rank wrote its state (a label out of
@@ -296,6 +308,7 @@ public:
   }
 
   int64_t stepsDone() const { return trainers_[0]->stepsDone(); }
+  int64_t microBatches() const { return trainers_[0]->microBatches(); }
   /// A new base learning rate on every rank (the ranks check alike, so a
   /// refusal comes from the first and changes none).
   void setLr(double lr) {
@@ -367,6 +380,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("clip_grad_norm", &driver::CompileOptions::clipGradNorm)
       .def_readwrite("clip_grad_value", &driver::CompileOptions::clipGradValue)
       .def_readwrite("on_nonfinite", &driver::CompileOptions::onNonfinite)
+      .def_readwrite("accumulate", &driver::CompileOptions::accumulate)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
       .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
@@ -430,6 +444,8 @@ PYBIND11_MODULE(_cleave, m) {
       .def_property_readonly("lr", &Session::lr)
       .def_property_readonly("metrics", &Session::metrics)
       .def_property_readonly("steps_done", &Session::stepsDone)
+      .def_property_readonly("micro_batches",
+                             [](const Session &s) { return s.microBatches(); })
       .def_property_readonly("tp", &Session::tp)
       .def_property_readonly("rank", &Session::rank);
 }

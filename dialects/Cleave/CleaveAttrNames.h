@@ -34,6 +34,10 @@ constexpr llvm::StringLiteral kBufferAttr = "cleave.buffer";
 /// The 1-based number of the training step being run (i64 scalar argument;
 /// a unit attribute).
 constexpr llvm::StringLiteral kStepAttr = "cleave.step";
+/// Argument, beside cleave.input: the micro-batch of the update this copy
+/// of the input feeds (cleave-autodiff's micro-batches; an i64, 1 to N-1;
+/// absent: 0).
+constexpr llvm::StringLiteral kMicroBatchAttr = "cleave.micro_batch";
 /// Result: the scalar loss (unit attribute).
 constexpr llvm::StringLiteral kLossAttr = "cleave.loss";
 /// Argument: an optimizer hyperparameter the runtime feeds each step, by

@@ -53,6 +53,7 @@ struct AttrSpec {
 // Every cleave.* attribute, what it holds and where it may stand.
 constexpr AttrSpec kAttrSpecs[] = {
     {kInputAttr, AttrValue::String, OnArg},
+    {kMicroBatchAttr, AttrValue::Int, OnArg},
     {kParameterAttr, AttrValue::String, OnArg | OnResult},
     {kFrozenAttr, AttrValue::Unit, OnArg},
     {kOutputAttr, AttrValue::String, OnResult},

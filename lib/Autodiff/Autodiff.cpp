@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Autodiff/Autodiff.h"
+#include "Accumulate.h"
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveInterfaces.h"
 #include "Cleave/CleaveOps.h"
@@ -65,6 +66,11 @@ void AutodiffPass::runOnOperation() {
   func::FuncOp func = getOperation();
   if (func.isExternal())
     return;
+  if (microBatches < 1) {
+    func.emitOpError("micro-batches must be at least 1, not ")
+        << static_cast<int64_t>(microBatches);
+    return signalPassFailure();
+  }
   std::optional<unsigned> lossIndex;
   for (unsigned i = 0; i < func.getNumResults(); ++i)
     if (func.getResultAttr(i, kLossAttr))
@@ -124,7 +130,8 @@ void AutodiffPass::runOnOperation() {
     Value &slot = grads[v];
     slot = slot ? AddOp::create(b, g.getLoc(), slot, g).getResult() : g;
   };
-  grads[loss] = seedOf(func, b, loss, lossScale);
+  Value seed = seedOf(func, b, loss, lossScale);
+  grads[loss] = seed;
 
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())
@@ -197,6 +204,10 @@ void AutodiffPass::runOnOperation() {
   func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),
                                  ValueRange(results).getTypes()));
   func.setAllResultAttrs(resultAttrs);
+  if (failed(accumulateMicroBatches(func, seed, microBatches)))
+    return signalPassFailure();
+  func.setType(FunctionType::get(func.getContext(), func.getArgumentTypes(),
+                                 func.getResultTypes()));
 }
 
 } // namespace

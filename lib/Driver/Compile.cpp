@@ -110,6 +110,11 @@ static rt::Status scheduleOptions(const CompileOptions &o,
                              o.onNonfinite + "'");
   // fp16's loss scaling skips such steps itself (they set its scale).
   train->guardNonfinite = o.onNonfinite != "ignore";
+  if (o.accumulate < 1)
+    return rt::Status::error("--accumulate must be at least 1 (micro-batches "
+                             "per update), not " +
+                             std::to_string(o.accumulate));
+  train->accumulate = o.accumulate;
   train->lrInput = true;
   train->maxGradNorm = o.clipGradNorm;
   train->clipGradValue = o.clipGradValue;
@@ -202,6 +207,8 @@ static void recordConfig(const CompileOptions &o,
   }
   if (o.onNonfinite != "ignore")
     config->set_on_nonfinite(o.onNonfinite);
+  if (train.accumulate > 1)
+    config->set_accumulate(train.accumulate);
   if (train.maxGradNorm > 0)
     hp["max_grad_norm"] = train.maxGradNorm;
   if (train.clipGradValue > 0)

@@ -453,6 +453,8 @@ pb::Binding bindingOf(DictionaryAttr attrs, bool isResult) {
   } else if (attrs.get(kInputAttr)) {
     b.set_role(pb::Binding::INPUT);
     b.set_name(str(kInputAttr));
+    if (auto micro = attrs.getAs<IntegerAttr>(kMicroBatchAttr))
+      b.set_micro_batch(micro.getInt());
   } else {
     b.set_role(isResult ? pb::Binding::OUTPUT : pb::Binding::INPUT);
     b.set_name(str(kOutputAttr));

@@ -55,7 +55,7 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   // fp16's narrow range needs GradScaler's dynamic loss scaling; bf16 has
   // f32's range and needs none.
   bool lossScale = options.precision == "fp16";
-  fpm.addPass(createAutodiffPass({lossScale}));
+  fpm.addPass(createAutodiffPass({lossScale, options.accumulate}));
   OptimizerPassOptions opt;
   opt.optimizer = options.optimizer;
   opt.lr = options.lr;
@@ -133,6 +133,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<double> maxGradNorm{*this, "max-grad-norm", llvm::cl::init(0.0)};
   Option<double> clipGradValue{*this, "clip-grad-value", llvm::cl::init(0.0)};
   Option<bool> guardNonfinite{*this, "guard-nonfinite", llvm::cl::init(false)};
+  Option<int64_t> accumulate{*this, "accumulate", llvm::cl::init(1)};
 };
 } // namespace
 
@@ -154,6 +155,7 @@ void mlir::cleave::registerPipelines() {
         t.maxGradNorm = o.maxGradNorm;
         t.clipGradValue = o.clipGradValue;
         t.guardNonfinite = o.guardNonfinite;
+        t.accumulate = o.accumulate;
         buildTrainPipeline(pm, t);
       });
   PassPipelineRegistration<>(

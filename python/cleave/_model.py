@@ -6,7 +6,8 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 
@@ -73,6 +74,20 @@ def _check_loss_output(module, example_inputs, loss):
         raise Error(f"{type(module).__name__}'s first output is {shape}, not "
                     "a scalar loss; give loss='cross_entropy' (with "
                     "'labels' in each batch) or loss='mse'")
+
+
+def _groups_of(batches, n):
+    """Lists of `n` consecutive batches (a list passes as it is: the
+    micro-batches of one update already)."""
+    group = []
+    for batch in batches:
+        if not isinstance(batch, Mapping):
+            yield batch
+            continue
+        group.append(batch)
+        if len(group) == n:
+            yield group
+            group = []
 
 
 class Model:
@@ -209,16 +224,28 @@ class Model:
             out[name] = a
         return out
 
-    def step(self, batch: Dict[str, Any]) -> float:
+    def step(self, batch: Union[Dict[str, Any], Sequence[Dict[str, Any]]]
+             ) -> float:
         """One training step on every rank; returns its loss (computed
         before the update).
 
         ``batch`` maps every input of the train step (the forward's
         arguments, and ``labels`` for a loss Cleave appends) to a torch
         tensor or numpy array of the shape the model was compiled for;
-        anything else raises :class:`cleave.Error` and runs nothing.
+        anything else raises :class:`cleave.Error` and runs nothing. Under
+        ``gradient_accumulation_steps=N`` it is a list of N such batches,
+        the micro-batches of one update, and the loss is the update's.
         """
-        loss = self._session.step(self._batch(batch))
+        if isinstance(batch, Mapping):
+            arrays = self._batch(batch)
+        elif isinstance(batch, (list, tuple)):
+            arrays = [self._batch(b) for b in batch]
+        else:
+            raise ArgumentTypeError(
+                "step takes a batch (a dict of tensors) or, under "
+                "gradient_accumulation_steps, a list of them; not "
+                f"{type(batch).__name__}")
+        loss = self._session.step(arrays)
         self._losses.append(loss)
         return loss
 
@@ -227,11 +254,17 @@ class Model:
             progress: bool = True) -> List[float]:
         """Trains on each batch of ``batches`` in turn (at most ``steps``),
         with a live progress bar; ``callback(step, loss)`` after each step
-        (return False to stop). Returns the losses."""
+        (return False to stop). Returns the losses. Under
+        ``gradient_accumulation_steps=N`` each N batches in turn are one
+        update's micro-batches (a last incomplete group is left out: the
+        step is compiled for N)."""
         losses = []
         total = steps
+        n = self._session.micro_batches
         if total is None and hasattr(batches, "__len__"):
-            total = len(batches)
+            total = len(batches) // n
+        if n > 1:
+            batches = _groups_of(batches, n)
         with progress_bar(total, progress) as bar:
             for batch in batches:
                 if steps is not None and len(losses) >= steps:

@@ -192,6 +192,11 @@ class Options:
     applied and the model stays usable), ``"skip"`` (no update) or
     ``"ignore"`` (the default for now: applied, as plain PyTorch does; the
     gate costs arena memory until the update is planned in place).
+    ``gradient_accumulation_steps``: each update sums the gradients of N
+    micro-batches of the compiled shape (``Model.step`` then takes a list
+    of N batches), one micro-batch's activations in memory at a time; the
+    loss is the update's (a cross-entropy's mean over the valid tokens of
+    all N, as Trainer computes it), the dp ranks sum once per update.
 
     The bundle: ``output`` (its folder; tensor_parallel uses a temporary
     one when None), ``plan_only`` (compile: no weights).
@@ -224,6 +229,7 @@ class Options:
     max_grad_norm: Optional[float] = None
     clip_grad_value: Optional[float] = None
     on_nonfinite: str = "ignore"
+    gradient_accumulation_steps: int = 1
 
     def __post_init__(self):
         def put(name, value):
@@ -289,6 +295,9 @@ class Options:
                                 "updates it runs over)")
         put("on_nonfinite", _choice("on_nonfinite", self.on_nonfinite,
                                     ("stop", "skip", "ignore")))
+        put("gradient_accumulation_steps", _integer(
+            "gradient_accumulation_steps", self.gradient_accumulation_steps,
+            1))
         for name in ("max_grad_norm", "clip_grad_value"):
             value = getattr(self, name)
             if value is not None:
@@ -359,6 +368,7 @@ class Options:
         o.clip_grad_norm = self.max_grad_norm or 0.0
         o.clip_grad_value = self.clip_grad_value or 0.0
         o.on_nonfinite = self.on_nonfinite
+        o.accumulate = self.gradient_accumulation_steps
         if isinstance(self.plan, tuple):
             path = os.path.join(work, "plan.txt")
             with open(path, "w") as f:

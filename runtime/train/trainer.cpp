@@ -29,6 +29,7 @@ namespace cleave::rt {
 
 namespace fs = std::filesystem;
 namespace pb = ::cleave::plan;
+using Batch = std::map<std::string, HostTensor>;
 
 namespace {
 
@@ -342,7 +343,7 @@ public:
     return Status::ok();
   }
   Status runStep(float *loss,
-                 const std::map<std::string, HostTensor> *batch = nullptr);
+                 const std::vector<const Batch *> *batches = nullptr);
   Status finish();
   Status save(int64_t steps, std::string *written = nullptr);
   Status readTensor(const std::string &name, HostTensor *value);
@@ -354,6 +355,8 @@ public:
   TrainerOptions options;
   pb::Plan plan;
   std::vector<InputSlot> dataInputs;
+  /// Batches per step: the micro-batches of one update.
+  int64_t microBatches = 1;
 
   int64_t next = 0;
   int64_t first = 0, last = 0;
@@ -367,8 +370,7 @@ private:
   Status checkInputs();
   Status openData();
   Status bindState();
-  Status setStepInputs(int64_t step,
-                       const std::map<std::string, HostTensor> *given);
+  Status setStepInputs(int64_t step, const std::vector<const Batch *> *given);
   Status fetchState();
   Status dump();
   Status shareOverDp(Status *status, std::string *text);
@@ -549,7 +551,10 @@ Status TrainSession::buildTable() {
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     std::string key = stateKey(b);
-    if (b.role() == pb::Binding::INPUT) {
+    if (b.role() == pb::Binding::INPUT && b.micro_batch() > 0) {
+      // Another micro-batch's copy of an input listed below.
+      microBatches = std::max(microBatches, b.micro_batch() + 1);
+    } else if (b.role() == pb::Binding::INPUT) {
       // A data-parallel input is split along its batch: the feed gives the
       // global batch and each rank takes its rows.
       std::vector<int64_t> shape = executor->inputShape(i);
@@ -875,23 +880,39 @@ Status TrainSession::shareOverDp(Status *status, std::string *text) {
   return Status::ok();
 }
 
-Status
-TrainSession::setStepInputs(int64_t step,
-                            const std::map<std::string, HostTensor> *given) {
+Status TrainSession::setStepInputs(int64_t step,
+                                   const std::vector<const Batch *> *given) {
   // A caller's batch is read in place: each rank copies only what it
-  // keeps (its rows of a split input, the whole of the others).
-  std::map<std::string, HostTensor> fed;
+  // keeps (its rows of a split input, the whole of the others). Under
+  // gradient accumulation the feed's batches are micro-batches, a step
+  // reading the next microBatches of them.
+  std::vector<Batch> fed;
   if (given) {
-    if (Status s = DataFeed::checkBatch(*given, dataInputs); !s)
-      return s;
-  } else if (Status s = feed->batch(step, &fed); !s) {
-    return s;
+    if (static_cast<int64_t>(given->size()) != microBatches)
+      return Status::error("the step sums the gradients of " +
+                           std::to_string(microBatches) + " micro-batch" +
+                           (microBatches == 1 ? "" : "es") +
+                           " (gradient accumulation); it was given " +
+                           std::to_string(given->size()));
+    for (const Batch *batch : *given)
+      if (Status s = DataFeed::checkBatch(*batch, dataInputs); !s)
+        return s;
+  } else {
+    fed.resize(microBatches);
+    for (int64_t j = 0; j < microBatches; ++j)
+      if (Status s = feed->batch(step * microBatches + j, &fed[j]); !s)
+        return s;
   }
-  const std::map<std::string, HostTensor> &batch = given ? *given : fed;
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     Status s = Status::ok();
     if (b.role() == pb::Binding::INPUT) {
+      int64_t micro = b.micro_batch();
+      if (micro < 0 || micro >= microBatches)
+        return Status::error(bundle() + ": input '" + b.name() +
+                             "' feeds micro-batch " + std::to_string(micro) +
+                             " of " + std::to_string(microBatches));
+      const Batch &batch = given ? *(*given)[micro] : fed[micro];
       auto found = batch.find(b.name());
       if (found == batch.end())
         return Status::error("step " + std::to_string(step) +
@@ -906,7 +927,7 @@ TrainSession::setStepInputs(int64_t step,
       else if (given)
         s = executor->setInput(i, value);
       else
-        s = executor->setInput(i, std::move(fed[b.name()]));
+        s = executor->setInput(i, std::move(fed[micro][b.name()]));
     } else if (b.role() == pb::Binding::STEP) {
       HostTensor counter = HostTensor::zeros(DType::I64, {});
       *counter.data<int64_t>() = step + 1;
@@ -927,7 +948,7 @@ TrainSession::setStepInputs(int64_t step,
 }
 
 Status TrainSession::runStep(float *lossOut,
-                             const std::map<std::string, HostTensor> *batch) {
+                             const std::vector<const Batch *> *batch) {
   int64_t step = next;
   auto start = std::chrono::steady_clock::now();
   // The first step of a run pays for first touches of the arena and the
@@ -1300,14 +1321,25 @@ Status Trainer::step(float *loss) {
                          " steps are done");
   return session_->runStep(loss);
 }
-Status Trainer::step(const std::map<std::string, HostTensor> &batch,
-                     float *loss) {
+Status Trainer::step(const Batch &batch, float *loss) {
   if (session_->next >= session_->last)
     return Status::error("the run's " +
                          std::to_string(session_->last - session_->first) +
                          " steps are done");
-  return session_->runStep(loss, &batch);
+  std::vector<const Batch *> one{&batch};
+  return session_->runStep(loss, &one);
 }
+Status Trainer::step(const std::vector<Batch> &batches, float *loss) {
+  if (session_->next >= session_->last)
+    return Status::error("the run's " +
+                         std::to_string(session_->last - session_->first) +
+                         " steps are done");
+  std::vector<const Batch *> each;
+  for (const Batch &b : batches)
+    each.push_back(&b);
+  return session_->runStep(loss, &each);
+}
+int64_t Trainer::microBatches() const { return session_->microBatches; }
 Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {
   if (!root.empty())
     session_->options.checkpointDir = root;

@@ -394,3 +394,143 @@ def test_skip_goes_on_and_ignore_applies():
     assert np.isnan(np.array(ignore.state_dict()["w"])).any()
     with pytest.raises(cleave.Error, match="on_nonfinite must be"):
         cleave.tensor_parallel(module, dict(good), on_nonfinite="raise")
+
+
+# -- gradient accumulation ----------------------------------------------------
+
+def gpt_updates(updates, n, seed=21):
+    """`updates` lists of `n` zoo GPT micro-batches, their labels padded
+    (-100) as a collator pads them: a different count of valid tokens in
+    each micro-batch, so that only the update's token count gives
+    Trainer's loss."""
+    from test_tensor_parallel import _zoo_gpt2_batch
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for k in range(updates):
+        micro = [_zoo_gpt2_batch(gen) for _ in range(n)]
+        for j, batch in enumerate(micro):
+            pad = (k + 3 * j) % 7
+            if pad:
+                batch["labels"][j % 2, -pad:] = -100
+        out.append(micro)
+    return out
+
+
+def accumulate_like_trainer(module, updates, total, warmup, max_norm):
+    """Trainer's loop (transformers >= 4.46): each micro-batch's summed
+    loss over the update's count of valid tokens, backward per
+    micro-batch, clip_grad_norm_, AdamW, the cosine schedule. Returns each
+    update's (loss, lr, grad_norm)."""
+    opt = OPTIMIZERS["adamw"][1](module)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, hf_factor("cosine", warmup, total, 1e-3))
+    params = [p for p in module.parameters() if p.requires_grad]
+    seen = []
+    for micro in updates:
+        count = sum(int((b["labels"] != -100).sum()) for b in micro)
+        opt.zero_grad()
+        loss = 0.0
+        for batch in micro:
+            valid = int((batch["labels"] != -100).sum())
+            part = module(**batch) * valid / count  # its summed loss / count
+            part.backward()
+            loss += part.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
+        seen.append((loss, opt.param_groups[0]["lr"], norm))
+        opt.step()
+        sched.step()
+    return seen
+
+
+@pytest.mark.parametrize("mesh", [{"tp": 2}, {"dp": 2, "tp": 2}])
+def test_an_accumulated_fine_tune_is_trainers(mesh, tmp_path):
+    """200 updates of 4 micro-batches of the zoo GPT, cosine with warmup,
+    max_grad_norm 1.0, AdamW: every update's loss, rate and gradient norm
+    and the final weights are PyTorch's; resumed at update 100 it goes on
+    bit for bit."""
+    from test_tensor_parallel import build
+    module, _, _ = build("zoo_gpt2")
+    with torch.no_grad():  # larger logits: early norms past 1, clipped
+        module.wte.weight.mul_(3)
+    reference = copy.deepcopy(module)
+    updates = gpt_updates(200, 4)
+    model = cleave.tensor_parallel(
+        module, dict(updates[0][0]), optimizer=OPTIMIZERS["adamw"][0],
+        lr_scheduler="cosine", warmup_steps=20, total_steps=200,
+        max_grad_norm=1.0, gradient_accumulation_steps=4, **mesh)
+    want = accumulate_like_trainer(reference, updates, 200, 20, 1.0)
+    got = []
+    for k, micro in enumerate(updates):
+        if k == 100:
+            model.save_checkpoint(str(tmp_path / "ckpt"))
+        got.append((model.step(micro), model.metrics["lr"],
+                    model.metrics["grad_norm"]))
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g == pytest.approx(w, rel=1e-4, abs=1e-6), k
+    assert sum(w[2] > 1.0 for w in want) > 10  # the clipping acts
+    state = model.state_dict()
+    for name, value in reference.state_dict().items():
+        mine, value = np.array(state[name]), value.numpy()
+        if name.endswith("c_attn.bias"):
+            # The key bias: softmax ignores a score added to every key, so
+            # its gradient is 0 in exact arithmetic and rounding noise on
+            # both sides, which AdamW scales up to whole steps.
+            mine, value = np.delete(mine, np.s_[64:128]), \
+                np.delete(value, np.s_[64:128])
+        np.testing.assert_allclose(mine, value, rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+    resumed = cleave.Model.resume(str(tmp_path / "ckpt"))
+    assert [resumed.step(micro) for micro in updates[100:]] == \
+        [g[0] for g in got[100:]]
+    for name, value in resumed.state_dict().items():
+        np.testing.assert_array_equal(np.array(value), np.array(state[name]),
+                                      name)
+
+
+def test_accumulation_holds_one_micro_batch_at_a_time():
+    """The arena of 4 accumulated micro-batches is one micro-batch's plus
+    the gradients' running sum (PyTorch's .grad), far below the arena of
+    the one batch of 4 times the rows; the dp ranks' gradient reductions
+    are those of one step, not one per micro-batch."""
+    from test_tensor_parallel import build
+    micro = gpt_updates(1, 1)[0][0]
+    whole = {k: torch.cat([v] * 4) for k, v in micro.items()}
+    seen = {}
+    for name, example, n, mesh in [
+            ("one", micro, 1, {"tp": 2}), ("acc", micro, 4, {"tp": 2}),
+            ("whole", whole, 1, {"tp": 2}),
+            ("dp", whole, 1, {"dp": 2}), ("dp_acc", whole, 4, {"dp": 2})]:
+        module, _, _ = build("zoo_gpt2")
+        seen[name] = cleave.tensor_parallel(
+            module, dict(example), gradient_accumulation_steps=n,
+            optimizer=OPTIMIZERS["adamw"][0], **mesh).inspect()
+    arena = {k: v["memory_per_rank"]["arena"] for k, v in seen.items()}
+    grads = seen["acc"]["memory_per_rank"]["gradients"]
+    assert arena["acc"] <= arena["one"] + 1.1 * grads, arena
+    assert arena["acc"] < 0.6 * arena["whole"], arena
+
+    def gradient_sums(report):
+        return sorted((c["kind"], c["axes"], c["bytes"])
+                      for c in report["collectives"]
+                      if c["phase"] == "backward")
+    assert gradient_sums(seen["dp_acc"]) == gradient_sums(seen["dp"])
+    assert gradient_sums(seen["dp"])
+
+
+def test_accumulation_takes_its_micro_batches():
+    from test_tensor_parallel import build
+    module, _, _ = build("zoo_gpt2")
+    micro = gpt_updates(1, 2)[0]
+    model = cleave.tensor_parallel(module, dict(micro[0]),
+                                   gradient_accumulation_steps=2)
+    with pytest.raises(cleave.Error, match="sums the gradients of 2 "
+                       "micro-batches.*given 1"):
+        model.step(micro[0])
+    with pytest.raises(cleave.Error, match="given 3"):
+        model.step(micro + micro[:1])
+    assert model.steps_done == 0
+    model.step(micro)
+    with pytest.raises(cleave.Error,
+                       match="gradient_accumulation_steps must be"):
+        cleave.tensor_parallel(module, dict(micro[0]),
+                               gradient_accumulation_steps=0)

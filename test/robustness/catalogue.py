@@ -363,6 +363,11 @@ def cases(F, W):
         r"not -1.000000$")
     add("compile", "--on-nonfinite unknown", dev("--on-nonfinite", "raise"),
         r"--on-nonfinite must be stop, skip or ignore, not 'raise'$")
+    add("compile", "--accumulate zero", dev("--accumulate", "0"),
+        r"--accumulate must be at least 1 \(micro-batches per update\), "
+        r"not 0$")
+    add("compile", "--accumulate not a number", dev("--accumulate", "four"),
+        r"accumulate")
     add("compile", "--link without --devices", dev("--link", "intra=400"),
         r"--link is for --devices N \(the compiler's choice of the mesh\)$")
     add("compile", "--memory-per-device not a size", dev("--devices", "2",

@@ -189,6 +189,13 @@ static cl::opt<double> clipGradValueFlag(
     cl::desc("Clamp each gradient element to [-V, V], as clip_grad_value_ "
              "(0, the default: none)"),
     cl::init(0.0), cl::sub(compileCmd));
+static cl::opt<int64_t> accumulateFlag(
+    "accumulate",
+    cl::desc("Gradient accumulation: each update sums the gradients of N "
+             "micro-batches of the compiled batch shape (one micro-batch's "
+             "activations in memory at a time; the loss is the update's, "
+             "token-count-correct; default 1)"),
+    cl::value_desc("N"), cl::init(1), cl::sub(compileCmd));
 static cl::opt<std::string> onNonfiniteFlag(
     "on-nonfinite",
     cl::desc("A step whose loss or a gradient is inf or NaN: stop (one "
@@ -787,6 +794,7 @@ static int runCompile(MLIRContext &ctx) {
   o.clipGradNorm = clipGradNormFlag;
   o.clipGradValue = clipGradValueFlag;
   o.onNonfinite = onNonfiniteFlag;
+  o.accumulate = accumulateFlag;
   o.freeze.assign(freezePatterns.begin(), freezePatterns.end());
   o.report = [](const std::string &line) {
     llvm::outs() << "cleave: " << line << "\n";

@@ -138,6 +138,17 @@ def AutodiffPass : Pass<"cleave-autodiff", "func::FuncOp"> {
     An op marked `cleave.no_grad` stops gradients. A needed gradient through
     an op without a rule is an error naming the op.
 
+    `micro-batches=N` (gradient accumulation) repeats the differentiated
+    body, forward then backward, once per micro-batch, so that one
+    micro-batch's activations live at a time: each graph input gains N-1
+    copies (`cleave.micro_batch = 1..N-1`), the gradients are summed in
+    order, buffers pass from one micro-batch to the next, and the random
+    masks of micro-batch j draw on step `(step - 1) N + j + 1`. The loss is
+    the whole update's: a loss divided by a count no weight changes
+    (cross-entropy's valid tokens) divides each micro-batch's sum by the
+    update's count (token-count-correct); another is the micro-batches'
+    mean, each backward seeded with 1/N.
+
     Before:
     ```mlir
     func.func @main(%x: tensor<4xf32> {cleave.input = "x"}, %w: tensor<4xf32> {cleave.parameter = "w"}) -> (tensor<f32> {cleave.loss}) {
@@ -165,6 +176,9 @@ def AutodiffPass : Pass<"cleave-autodiff", "func::FuncOp"> {
            "the step's cleave.optimizer_state [\"\", \"loss_scale\"], "
            "starting at 0) instead of 1, as GradScaler scales the loss; "
            "cleave-optimizer's loss-scale unscales and steps it">,
+    Option<"microBatches", "micro-batches", "int64_t", /*default=*/"1",
+           "Micro-batches whose gradients one update sums (gradient "
+           "accumulation)">,
   ];
 }
 

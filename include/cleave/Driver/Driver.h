@@ -94,6 +94,8 @@ struct CompileOptions {
   /// the run (its update withheld), is "skip"ped, or is applied ("ignore",
   /// the default until the gate's selects are planned in place).
   std::string onNonfinite = "ignore";
+  /// --accumulate: micro-batches whose gradients one update sums.
+  int64_t accumulate = 1;
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

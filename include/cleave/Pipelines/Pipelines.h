@@ -50,6 +50,9 @@ struct TrainStepOptions {
   /// cleave-optimizer's guard-nonfinite: a step with an inf or NaN loss or
   /// gradient changes nothing (the runtime stops or skips).
   bool guardNonfinite = false;
+  /// Micro-batches per update (cleave-autodiff's micro-batches): gradient
+  /// accumulation.
+  int64_t accumulate = 1;
 };
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,

@@ -139,6 +139,13 @@ public:
   /// another dtype or shape, with nothing run.
   Status step(const std::map<std::string, HostTensor> &batch,
               float *loss = nullptr);
+  /// One update on \p microBatches, as many as microBatches() (a step
+  /// compiled with gradient accumulation), each checked as step()'s batch.
+  Status step(const std::vector<std::map<std::string, HostTensor>> &batches,
+              float *loss = nullptr);
+  /// The batches one step reads: the micro-batches whose gradients its
+  /// update sums (1 without gradient accumulation).
+  int64_t microBatches() const;
   /// A checkpoint of the state after stepsDone() steps, under
   /// options.checkpointDir (\p root when given); its step directory in
   /// \p written.
