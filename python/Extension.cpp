@@ -180,6 +180,7 @@ public:
     ::cleave::plan::Plan plan;
     check(rt::loadBundlePlan(o.bundle, &plan));
     rt::MeshGeometry mesh = rt::meshOf(plan);
+    loss_ = plan.train_config().loss();
     tp_ = mesh.tp;
     ranks_count_ = mesh.ranks();
     py::gil_scoped_release release;
@@ -234,6 +235,33 @@ public:
         },
         [&](int r) { return trainers_[r]->lastStepKeptState(); }));
     return losses[0];
+  }
+
+  /// The model's outputs on \p batch (name, array), computed sharded with
+  /// the current weights: no update.
+  py::list forward(const py::dict &batch, bool eval) {
+    std::map<std::string, rt::HostTensor> tensors = batchFromDict(batch);
+    // (Without a forward pass the trainer says why.)
+    if (!trainers_[0]->forwardInputs().empty())
+      check(rt::DataFeed::checkBatch(tensors, trainers_[0]->forwardInputs()));
+    std::vector<std::vector<std::pair<std::string, rt::HostTensor>>> outs(
+        trainers_.size());
+    {
+      py::gil_scoped_release release;
+      // A forward writes no state: a refused one leaves the model usable.
+      check(onRanks(
+          [&](int r) { return trainers_[r]->forward(tensors, eval, &outs[r]); },
+          [](int) { return true; }));
+    }
+    py::list out;
+    for (const auto &[name, value] : outs[0])
+      out.append(py::make_tuple(name, toNumpy(value)));
+    return out;
+  }
+
+  std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>
+  forwardInputs() const {
+    return describe(trainers_[0]->forwardInputs());
   }
 
   py::array read(const std::string &name) {
@@ -296,8 +324,13 @@ public:
   /// (name, numpy dtype, shape) of every input a step takes.
   std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>
   inputs() const {
+    return describe(trainers_[0]->inputs());
+  }
+
+  static std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>
+  describe(const std::vector<rt::InputSlot> &slots) {
     std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> out;
-    for (const rt::InputSlot &slot : trainers_[0]->inputs()) {
+    for (const rt::InputSlot &slot : slots) {
       std::string dtype = rt::dtypeName(slot.dtype);
       for (const DTypeName &d : kDTypes)
         if (d.dtype == slot.dtype)
@@ -309,6 +342,9 @@ public:
 
   int64_t stepsDone() const { return trainers_[0]->stepsDone(); }
   int64_t microBatches() const { return trainers_[0]->microBatches(); }
+  /// How the step's loss was made: "auto" (the model's first output),
+  /// "cross_entropy" or "mse" (appended).
+  const std::string &lossKind() const { return loss_; }
   /// A new base learning rate on every rank (the ranks check alike, so a
   /// refusal comes from the first and changes none).
   void setLr(double lr) {
@@ -335,6 +371,7 @@ private:
   }
 
   int64_t tp_ = 1, ranks_count_ = 1;
+  std::string loss_;
   std::unique_ptr<rt::ThreadRanks> ranks_;
   std::unique_ptr<rt::Communicator> mpi_;
   std::vector<std::unique_ptr<rt::Trainer>> trainers_;
@@ -381,6 +418,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("clip_grad_value", &driver::CompileOptions::clipGradValue)
       .def_readwrite("on_nonfinite", &driver::CompileOptions::onNonfinite)
       .def_readwrite("accumulate", &driver::CompileOptions::accumulate)
+      .def_readwrite("eval_model", &driver::CompileOptions::evalModel)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
       .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames);
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
@@ -440,6 +478,11 @@ PYBIND11_MODULE(_cleave, m) {
       .def("profile_report", &Session::profileReport)
       .def("tensors", &Session::tensors)
       .def("inputs", &Session::inputs)
+      .def("forward_inputs", &Session::forwardInputs)
+      .def("forward", &Session::forward, py::arg("batch"),
+           py::arg("eval") = false)
+      .def_property_readonly("loss_kind",
+                             [](const Session &s) { return s.lossKind(); })
       .def("set_lr", &Session::setLr)
       .def_property_readonly("lr", &Session::lr)
       .def_property_readonly("metrics", &Session::metrics)

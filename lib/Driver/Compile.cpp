@@ -176,6 +176,82 @@ static rt::Status trainOptions(const CompileOptions &o,
   return scheduleOptions(o, train);
 }
 
+/// Compiles \p model's forward pass split by \p layouts into a program
+/// named \p name; false (the compiler's errors in \p why) where it fails.
+static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
+                             const mlir::cleave::OnnxImportOptions &options,
+                             const llvm::StringMap<Attribute> &layouts,
+                             const CompileOptions &mesh, const char *name,
+                             ::cleave::plan::Plan &plan, std::string *why) {
+  ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error)
+      *why += (why->empty() ? "" : "; ") + d.str();
+    return success();
+  });
+  OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, model, options);
+  ::cleave::plan::Program program;
+  if (!module || failed(mlir::cleave::compileShardedForward(
+                     *module, mesh.tp, mesh.fusion, layouts, program)))
+    return false;
+  program.set_name(name);
+  *plan.add_programs() = std::move(program);
+  return true;
+}
+
+/// The model's forward pass beside the train step (Model.forward,
+/// evaluate), and in eval mode where \p mesh.evalModel gives that graph:
+/// imported again and split as \p trainMain's state is. Where it cannot
+/// be made the bundle says why instead: training does not need it.
+static void addForwardPrograms(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
+                               mlir::cleave::OnnxImportOptions options,
+                               func::FuncOp trainMain,
+                               const CompileOptions &mesh,
+                               ::cleave::plan::Plan &plan) {
+  if (!mesh.forwardPass) {
+    plan.set_forward_missing("it was compiled with --no-forward-pass");
+    return;
+  }
+  if (mesh.dp > 1 || mesh.zero > 0) {
+    plan.set_forward_missing("the forward pass runs on tp meshes; this "
+                             "bundle is compiled for a dp axis");
+    return;
+  }
+  options.notFinite = nullptr;
+  llvm::StringMap<Attribute> layouts;
+  for (unsigned i = 0, e = trainMain.getNumArguments(); i < e; ++i) {
+    auto name =
+        trainMain.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
+    if (!name)
+      name =
+          trainMain.getArgAttrOfType<StringAttr>(i, mlir::cleave::kBufferAttr);
+    auto layout = trainMain.getArgAttrOfType<mlir::cleave::LayoutAttr>(
+        i, mlir::cleave::kLayoutAttr);
+    if (name && layout && layout.getDim() >= 0)
+      layouts[name.getValue()] = mlir::cleave::LayoutAttr::get(
+          &ctx, layout.getDim(), layout.getBlocks(), layout.getGranule(), -1);
+  }
+  std::string why;
+  if (!compileForwardOf(ctx, model, options, layouts, mesh, "forward", plan,
+                        &why)) {
+    plan.set_forward_missing("its forward pass did not compile: " + why);
+    return;
+  }
+  if (mesh.evalModel.empty())
+    return;
+  std::unique_ptr<mlir::cleave::OnnxModel> evalModel;
+  if (rt::Status s =
+          loadModel(ctx, mesh.evalModel, mesh.inputs, options, &evalModel);
+      !s)
+    why = s.message();
+  else if (compileForwardOf(ctx, *evalModel, options, layouts, mesh,
+                            "forward_eval", plan, &why))
+    return;
+  // Eval mode then has no program of its own: refused, never run as
+  // training mode.
+  plan.set_forward_missing("its forward pass in eval mode did not compile: " +
+                           why);
+}
+
 /// What the plan records of how it was compiled.
 static void recordConfig(const CompileOptions &o,
                          const mlir::cleave::TrainStepOptions &train,
@@ -439,6 +515,7 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   }
   recordConfig(mesh, train, plan);
   auto main = module->lookupSymbol<func::FuncOp>("main");
+  addForwardPrograms(ctx, *model, options, main, mesh, plan);
   rt::Status written =
       writeBundle(*model, weights, main, plan, o.output, o.planOnly);
   if (written && o.report)

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Pipelines/Pipelines.h"
+#include "Cleave/CleaveAttrNames.h"
 #include "cleave/Autodiff/Passes.h"
 #include "cleave/Lowering/EmitPlan.h"
 #include "cleave/Lowering/Passes.h"
@@ -12,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "plan/plan.pb.h"
 
 using namespace mlir;
 using namespace mlir::cleave;
@@ -188,4 +190,52 @@ LogicalResult mlir::cleave::compileForward(ModuleOp module,
   PassManager pm(module.getContext());
   buildForwardPipeline(pm);
   return runAndEmit(module, pm, program);
+}
+
+LogicalResult
+mlir::cleave::compileShardedForward(ModuleOp module, int64_t tp, bool fuse,
+                                    const llvm::StringMap<Attribute> &layouts,
+                                    ::cleave::plan::Program &program) {
+  // What the train pipeline does ahead of the loss, so that the parameters
+  // are the step's (segments included) and the layouts apply by name.
+  PassManager prepare(module.getContext());
+  prepare.addPass(createCanonicalizerPass());
+  OpPassManager &fpm = prepare.nest<func::FuncOp>();
+  if (fuse) {
+    fpm.addPass(createFuseAttentionPass());
+    fpm.addPass(createCanonicalizerPass());
+  }
+  fpm.addPass(createSegmentParametersPass());
+  if (failed(prepare.run(module)))
+    return failure();
+  auto main = module.lookupSymbol<func::FuncOp>("main");
+  if (!main)
+    return module.emitError("the module has no @main function");
+  if (tp > 1) {
+    // Recorded as --cleave-choose-layouts records a choice: the
+    // partitioner takes them as they are, with no search.
+    main->setAttr(
+        kLayoutsForAttr,
+        IntegerAttr::get(IntegerType::get(module.getContext(), 64), tp));
+    for (unsigned i = 0, e = main.getNumArguments(); i < e; ++i) {
+      auto name = main.getArgAttrOfType<StringAttr>(i, kParameterAttr);
+      if (!name)
+        name = main.getArgAttrOfType<StringAttr>(i, kBufferAttr);
+      if (!name)
+        continue;
+      if (Attribute layout = layouts.lookup(name.getValue()))
+        main.setArgAttr(i, kLayoutAttr, layout);
+    }
+  }
+  PassManager pm(module.getContext());
+  if (tp > 1) {
+    PartitionPassOptions partition;
+    partition.tp = tp;
+    pm.addPass(createPartitionPass(partition));
+  }
+  buildForwardPipeline(pm);
+  if (failed(runAndEmit(module, pm, program)))
+    return failure();
+  program.set_name("forward");
+  return success();
 }

@@ -152,6 +152,9 @@ class Exported:
     # state_dict key -> the module's own dtype ("bfloat16", "float16") of a
     # tensor the bundle holds in float32 (the master weights)
     dtypes: Dict[str, str] = field(default_factory=dict)
+    # the module's graph in eval mode (dropout off, BatchNorm on its running
+    # statistics) where it differs from the training one; "" otherwise
+    eval_model: str = ""
     # state_dict key -> ("bundle", initializer) | ("module", tensor) |
     # ("counter", tensor): BatchNorm's num_batches_tracked, + steps
     sources: Dict[str, Tuple[str, object]] = field(default_factory=dict)
@@ -201,6 +204,76 @@ def _counters(module) -> Dict[str, object]:
 
 
 LOW_PRECISION = ("bfloat16", "float16")
+
+
+def _graph_of(proto):
+    """What a graph computes, without its names' spelling elsewhere."""
+    return [(n.op_type, n.domain, list(n.input), list(n.output),
+             [a.SerializeToString() for a in n.attribute])
+            for n in proto.graph.node]
+
+
+def _reads_training_mode(module) -> bool:
+    """Whether some class of `module`'s submodules mentions ``training``
+    (nn.Dropout, BatchNorm, a forward branching on self.training): only
+    then can the eval-mode graph differ. A class whose source cannot be
+    read counts as one that does."""
+    import torch
+    for m in module.modules():
+        for cls in type(m).__mro__:
+            if cls is torch.nn.Module or cls is object:
+                break
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                return True
+            if "training" in source:
+                return True
+    return False
+
+
+def _export_eval_graph(module, args, order, opset, train_proto, path) -> str:
+    """Exports `module` in eval mode to `path` where that graph differs
+    from the training one (dropout, BatchNorm, or forward code reading
+    self.training); returns the path, or "" where the two are one."""
+    import torch
+    import onnx
+
+    module.eval()
+    try:
+        data = _to_onnx(module, module, args, order, opset,
+                        torch.onnx.TrainingMode.EVAL, " in eval mode")
+    finally:
+        module.train()
+    if _graph_of(onnx.load_from_string(data)) == _graph_of(train_proto):
+        return ""
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _to_onnx(module, watched, args, order, opset, mode, what="") -> bytes:
+    """torch.onnx's export of `module` (refusing what the trace of
+    `watched` would freeze), or one cleave.Error."""
+    import torch
+
+    buffer = io.BytesIO()
+    try:
+        # The tracer's notes are about tracing in general (the shapes are
+        # fixed here anyway); a value read from a tensor into Python, which
+        # the trace would freeze, is refused instead (_capture.py).
+        with warnings.catch_warnings(), refuse_value_reads(watched):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, args, buffer, input_names=order,
+                              opset_version=opset, do_constant_folding=False,
+                              training=mode)
+    except Error:
+        raise
+    except Exception as e:  # the exporter raises many types
+        first = str(e).strip().splitlines()[0] if str(e) else repr(e)
+        raise Error(f"torch.onnx could not export {type(watched).__name__}"
+                    f"{what}: {first}") from e
+    return buffer.getvalue()
 
 
 def float32_copy(module):
@@ -275,25 +348,14 @@ def export_module(module, example_inputs: dict, directory: str,
     path = os.path.join(directory, "model.onnx")
     mode = (torch.onnx.TrainingMode.TRAINING if module.training
             else torch.onnx.TrainingMode.EVAL)
-    buffer = io.BytesIO()
-    try:
-        # The tracer's notes are about tracing in general (the shapes are
-        # fixed here anyway); a value read from a tensor into Python, which
-        # the trace would freeze, is refused instead (_capture.py).
-        with warnings.catch_warnings(), refuse_value_reads(module):
-            warnings.simplefilter("ignore")
-            torch.onnx.export(to_export, args, buffer,
-                              input_names=order, opset_version=opset,
-                              do_constant_folding=False, training=mode)
-    except Error:
-        raise
-    except Exception as e:  # the exporter raises many types
-        raise Error(f"torch.onnx could not export {type(module).__name__}: "
-                    f"{str(e).strip().splitlines()[0] if str(e) else e!r}") \
-            from e
-    proto = onnx.load_from_string(buffer.getvalue())
+    data = _to_onnx(to_export, module, args, order, opset, mode)
+    proto = onnx.load_from_string(data)
     with open(path, "wb") as f:
-        f.write(buffer.getvalue())
+        f.write(data)
+    eval_model = _export_eval_graph(
+        to_export, args, order, opset, proto,
+        os.path.join(directory, "model-eval.onnx")) \
+        if module.training and _reads_training_mode(module) else ""
 
     import onnx.numpy_helper
     initializers = {t.name for t in proto.graph.initializer}
@@ -317,7 +379,8 @@ def export_module(module, example_inputs: dict, directory: str,
 
     exported = Exported(path, os.path.join(directory, "weights.safetensors"),
                         graph_inputs, [], scalars=sorted(
-                            scalar_params & float_inits))
+                            scalar_params & float_inits),
+                        eval_model=eval_model)
     # Tied tensors are one object under several names; the exporter keeps
     # the first name.
     by_identity = {}

@@ -112,6 +112,7 @@ class Model:
         self._inputs = {n: (d, tuple(s)) for n, d, s in session.inputs()}
         self._mesh = json.loads(_cleave.inspect(bundle, True))["mesh"]
         self._losses: List[float] = []
+        self._training = True
 
     def __del__(self):
         owned = getattr(self, "_owned", None)
@@ -248,6 +249,112 @@ class Model:
         loss = self._session.step(arrays)
         self._losses.append(loss)
         return loss
+
+    def forward(self, batch: Dict[str, Any]):
+        """The module's outputs on ``batch`` (the forward's arguments at
+        their compiled shapes; a ``labels`` entry for a loss Cleave appends
+        is ignored), computed sharded with the current weights, as the
+        train step splits them: no update, no step counted. One output is a
+        tensor, several a tuple, as the module returns them. Raises
+        :class:`cleave.Error` where the bundle has no forward pass (a dp
+        mesh)."""
+        import torch
+        arrays = self._forward_batch(batch)
+        outs = [torch.from_numpy(np.array(a)) for _, a in
+                self._session.forward(arrays, not self._training)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    __call__ = forward
+
+    @property
+    def training(self) -> bool:
+        """Whether ``forward`` runs in training mode (as ``nn.Module``'s
+        flag): dropout on, BatchNorm on the batch's statistics."""
+        return self._training
+
+    def train(self, mode: bool = True) -> "Model":
+        """``forward`` and ``evaluate`` in training mode (``mode`` True) or
+        eval mode, as ``nn.Module.train``; ``step`` always trains.
+        Returns the Model."""
+        if not isinstance(mode, bool):
+            raise ArgumentTypeError(f"mode must be True or False, not "
+                                    f"{mode!r}")
+        self._training = mode
+        return self
+
+    def eval(self) -> "Model":
+        """``forward`` and ``evaluate`` in eval mode (dropout off,
+        BatchNorm on its running statistics), as ``nn.Module.eval``."""
+        return self.train(False)
+
+    def evaluate(self, batches: Iterable[Dict[str, Any]]) -> float:
+        """The mean loss over ``batches`` (each as ``step`` takes one),
+        with no update: the module's first output where it computes its
+        loss, else the loss Cleave appends (cross-entropy over the last
+        axis ignoring labels -100, or mean squared error) of its first
+        output. Each batch's loss counts once, as Trainer's eval_loss over
+        batches of one size."""
+        import torch
+        import torch.nn.functional as F
+        kind = self._session.loss_kind
+        losses = []
+        for batch in batches:
+            if not isinstance(batch, Mapping):
+                raise ArgumentTypeError("evaluate takes batches (dicts of "
+                                        "tensors), not "
+                                        f"{type(batch).__name__}")
+            out = self.forward(batch)
+            first = out[0] if isinstance(out, tuple) else out
+            if kind in ("cross_entropy", "mse"):
+                if "labels" not in batch:
+                    raise ArgumentError("evaluate needs each batch's "
+                                        "'labels' (the loss is appended)")
+                labels = torch.as_tensor(np.array(to_numpy(
+                    batch["labels"], "batch input 'labels'")))
+                first = F.cross_entropy(
+                    first.reshape(-1, first.shape[-1]), labels.reshape(-1)) \
+                    if kind == "cross_entropy" else F.mse_loss(first, labels)
+            losses.append(float(first.reshape(())))
+        if not losses:
+            raise ArgumentError("evaluate needs at least one batch")
+        return float(np.mean(losses))
+
+    def _forward_batch(self, batch) -> Dict[str, np.ndarray]:
+        if not isinstance(batch, Mapping):
+            raise ArgumentTypeError("a batch must be a dict from input "
+                                    "names to tensors, not "
+                                    f"{type(batch).__name__}")
+        wanted = {n: (d, tuple(sh))
+                  for n, d, sh in self._session.forward_inputs()}
+        appended = self._session.loss_kind in ("cross_entropy", "mse")
+        out = {}
+        for name, value in batch.items():
+            if name == "labels" and appended and name not in wanted:
+                continue
+            want = wanted.get(name)
+            if wanted and not want:
+                raise ArgumentError(
+                    f"the batch has '{name}', which is not an input of the "
+                    f"forward pass (its inputs: {', '.join(sorted(wanted))})")
+            a = to_numpy(value, f"batch input '{name}'")
+            if want and str(a.dtype) != want[0] and a.dtype.kind in "iu" \
+                    and np.dtype(want[0]).kind in "iu":
+                converted = a.astype(want[0])
+                if np.array_equal(converted, a):
+                    a = converted
+            if want and tuple(a.shape) != want[1]:
+                raise ArgumentError(
+                    f"batch input '{name}' is {list(a.shape)}; the forward "
+                    f"pass was compiled for {list(want[1])}: pad the batch "
+                    "to that shape, or compile another Model with example "
+                    "inputs of this shape")
+            out[name] = a
+        for name in wanted:
+            if name not in out:
+                raise ArgumentError(f"the batch has no '{name}' (the forward "
+                                    "pass's inputs: "
+                                    f"{', '.join(sorted(wanted))})")
+        return out
 
     def fit(self, batches: Iterable[Dict[str, Any]], steps: Optional[int] = None,
             callback: Optional[Callable[[int, float], Any]] = None,
@@ -837,6 +944,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
+            o.eval_model = exported.eval_model
             sources = exported.sources
             dtypes = exported.dtypes
         _cleave.compile(o)

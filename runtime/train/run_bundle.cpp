@@ -58,6 +58,11 @@ int runBundle(const RunBundleArgs &args) {
   options.randomWeights = args.randomWeights;
   options.profile = args.profile;
   options.traceFile = args.traceFile;
+  options.evaluate = args.eval;
+  if (args.eval && (!args.checkpointDir.empty() || args.profile ||
+                    !args.dumpDir.empty() || !args.metricsFile.empty()))
+    return fail("--eval evaluates with no update: --checkpoint, --dump, "
+                "--metrics and --profile apply to training");
   if (args.keepCheckpoints < 0)
     return fail("--keep-checkpoints must not be negative");
   options.keepCheckpoints = args.keepCheckpoints;

@@ -94,6 +94,11 @@ const std::vector<RunFlag> kFlags = {
        a.timeoutSeconds = t;
        return true;
      }},
+    {"eval", "",
+     "Evaluate instead of training: the mean loss of the first --steps "
+     "batches, the model in eval mode, no update (of a checkpoint with "
+     "--resume)",
+     CLEAVE_SWITCH(eval)},
     {"random-weights", "",
      "Train from seeded random parameters instead of the bundle's weights "
      "(benchmarks of --plan-only bundles)",

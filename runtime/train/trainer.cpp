@@ -9,6 +9,7 @@
 #include "cleave/runtime/profile.h"
 #include "cleave/runtime/runner.h"
 #include "cleave/runtime/store.h"
+#include "forward_pass.h"
 
 #include "cpu/runner.h"
 #include "plan/plan.pb.h"
@@ -170,14 +171,18 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                            "bundle plan '" + path.string() + "'");
       !s)
     return s;
-  if (plan->programs_size() != 1)
+  bool extraOk = plan->programs_size() >= 1 && plan->programs_size() <= 3;
+  for (int i = 1; extraOk && i < plan->programs_size(); ++i)
+    extraOk = plan->programs(i).name() == (i == 1 ? "forward" : "forward_eval");
+  if (!extraOk)
     return Status::error("bundle plan '" + path.string() +
-                         "' must hold exactly one program");
-  const pb::Program &p = plan->programs(0);
-  if (p.input_bindings_size() != p.inputs_size() ||
-      p.output_bindings_size() != p.outputs_size())
-    return Status::error("bundle plan '" + path.string() +
-                         "' has no train-step bindings");
+                         "' must hold its train step and at most its "
+                         "forward passes");
+  for (const pb::Program &p : plan->programs())
+    if (p.input_bindings_size() != p.inputs_size() ||
+        p.output_bindings_size() != p.outputs_size())
+      return Status::error("bundle plan '" + path.string() +
+                           "' has no train-step bindings");
   return Status::ok();
 }
 
@@ -344,6 +349,15 @@ public:
   }
   Status runStep(float *loss,
                  const std::vector<const Batch *> *batches = nullptr);
+  Status runForward(const Batch &batch, bool eval,
+                    std::vector<std::pair<std::string, HostTensor>> *outputs);
+  /// The mean loss of the feed's first \p batches batches in eval mode.
+  Status evaluate(int64_t batches, double *mean);
+  /// The bundle's forward passes, in training mode ("forward" program;
+  /// none: null) and in eval mode ("forward_eval"; null: as in training
+  /// mode, or none), and the model inputs they take.
+  ForwardPass forwardPass, evalPass;
+  std::vector<InputSlot> forwardInputs;
   Status finish();
   Status save(int64_t steps, std::string *written = nullptr);
   Status readTensor(const std::string &name, HostTensor *value);
@@ -467,6 +481,12 @@ Status TrainSession::open() {
       return s;
   }
   program = &plan.programs(0);
+  if (plan.programs_size() > 1) {
+    forwardPass.program = &plan.programs(1);
+    forwardInputs = forwardInputsOf(*forwardPass.program);
+  }
+  if (plan.programs_size() > 2)
+    evalPass.program = &plan.programs(2);
   mesh = meshOf(plan);
   comm = options.comm;
   if (!comm) {
@@ -947,6 +967,57 @@ Status TrainSession::setStepInputs(int64_t step,
   return Status::ok();
 }
 
+Status TrainSession::runForward(
+    const Batch &batch, bool eval,
+    std::vector<std::pair<std::string, HostTensor>> *outputs) {
+  // Eval mode runs the training-mode program only where the model's two
+  // graphs are one (the compiler made no other and said nothing missing).
+  bool own = eval && (evalPass.program || !plan.forward_missing().empty());
+  ForwardPass &pass = own ? evalPass : forwardPass;
+  if (!pass.program)
+    return Status::error(bundle() + " has no forward pass" +
+                         (eval ? " in eval mode" : "") + ": " +
+                         (plan.forward_missing().empty()
+                              ? std::string("compile it again")
+                              : plan.forward_missing()));
+  auto index = [&](const pb::Binding &b) -> std::optional<size_t> {
+    auto it = stateInput.find(stateKey(b));
+    return it == stateInput.end() ? std::nullopt
+                                  : std::optional<size_t>(it->second);
+  };
+  // Dropout draws as the next step would.
+  return runForwardPass(pass, comm, options.backend, batch, *executor, index,
+                        next + 1, outputs);
+}
+
+Status TrainSession::evaluate(int64_t batches, double *mean) {
+  double sum = 0;
+  for (int64_t k = 0; k < batches; ++k) {
+    Batch batch;
+    std::vector<std::pair<std::string, HostTensor>> outputs;
+    double loss = 0;
+    if (Status s = feed->batch(k, &batch); !s)
+      return s;
+    // The feed's batch holds the labels an appended loss reads; the
+    // forward pass takes the model's inputs only.
+    Batch inputs;
+    for (const InputSlot &in : forwardInputs)
+      if (auto it = batch.find(in.name); it != batch.end())
+        inputs[in.name] = it->second;
+    if (Status s = runForward(inputs, /*eval=*/true, &outputs); !s)
+      return Status::error("batch " + std::to_string(k) + ": " + s.message());
+    if (outputs.empty())
+      return Status::error(bundle() + ": the forward pass has no output");
+    if (Status s = batchLoss(plan.train_config().loss(), batch,
+                             outputs.front().second, &loss);
+        !s)
+      return Status::error("batch " + std::to_string(k) + ": " + s.message());
+    sum += loss;
+  }
+  *mean = batches ? sum / batches : 0;
+  return Status::ok();
+}
+
 Status TrainSession::runStep(float *lossOut,
                              const std::vector<const Batch *> *batch) {
   int64_t step = next;
@@ -1340,6 +1411,28 @@ Status Trainer::step(const std::vector<Batch> &batches, float *loss) {
   return session_->runStep(loss, &each);
 }
 int64_t Trainer::microBatches() const { return session_->microBatches; }
+Status
+Trainer::forward(const Batch &batch, bool eval,
+                 std::vector<std::pair<std::string, HostTensor>> *outputs) {
+  return session_->runForward(batch, eval, outputs);
+}
+Status Trainer::evaluate(int64_t batches, double *mean) {
+  if (batches < 1)
+    return Status::error("evaluate needs at least one batch");
+  if (Status s = session_->evaluate(batches, mean); !s)
+    return s;
+  if (session_->leader && session_->options.log) {
+    std::ostringstream line;
+    line << "eval_loss " << std::setprecision(7) << *mean << " over " << batches
+         << " batch" << (batches == 1 ? "" : "es")
+         << " (eval mode, no update)\n";
+    *session_->options.log << line.str() << std::flush;
+  }
+  return Status::ok();
+}
+const std::vector<InputSlot> &Trainer::forwardInputs() const {
+  return session_->forwardInputs;
+}
 Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {
   if (!root.empty())
     session_->options.checkpointDir = root;
@@ -1426,6 +1519,10 @@ Status train(const TrainerOptions &options) {
   std::unique_ptr<Trainer> trainer;
   if (Status s = Trainer::open(options, &trainer); !s)
     return s;
+  if (options.evaluate) {
+    double mean = 0;
+    return trainer->evaluate(options.steps, &mean);
+  }
   while (trainer->stepsDone() < trainer->lastStep())
     if (Status s = trainer->step(); !s)
       return s;

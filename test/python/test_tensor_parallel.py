@@ -279,8 +279,10 @@ def test_a_batch_of_the_wrong_shape_raises_and_runs_nothing():
         model.step({"input_ids": batch["input_ids"]})
     with pytest.raises(cleave.Error, match="'oops'"):
         model.step(dict(batch, oops=batch["labels"]))
-    with pytest.raises(cleave.Error):
-        model.step([batch])
+    with pytest.raises(cleave.Error, match="given 2"):
+        model.step([batch, batch])  # two micro-batches; it takes one
+    with pytest.raises(cleave.Error, match="not str"):
+        model.step("batch")
     assert model.steps_done == 0
     assert torch.equal(model.state_dict()["lm_head.weight"], before)
     model.step(batch)  # still usable

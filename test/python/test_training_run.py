@@ -534,3 +534,118 @@ def test_accumulation_takes_its_micro_batches():
                        match="gradient_accumulation_steps must be"):
         cleave.tensor_parallel(module, dict(micro[0]),
                                gradient_accumulation_steps=0)
+
+
+# -- evaluation and inference -------------------------------------------------
+
+@pytest.mark.parametrize("name", ["decoder", "zoo_gpt2"])
+def test_calling_the_model_gives_the_modules_outputs(name):
+    """Model(batch) is the module's forward, computed sharded on the
+    current weights: the decoder's logits (its loss appended) and the zoo
+    GPT's own loss, at tp 1, 2 and 4, and again after an update."""
+    from test_tensor_parallel import build
+    for tp in (1, 2, 4):
+        module, batch_fn, loss = build(name)
+        reference = copy.deepcopy(module)
+        gen = torch.Generator().manual_seed(3)
+        batch, other = batch_fn(gen), batch_fn(gen)
+        model = cleave.tensor_parallel(module, example_of(batch, loss),
+                                       tp=tp, loss=loss,
+                                       optimizer=OPTIMIZERS["sgd"][0])
+        with torch.no_grad():
+            want = reference(**example_of(other, loss))
+        np.testing.assert_allclose(model(other).numpy(), want.numpy(),
+                                   rtol=1e-5, atol=1e-5, err_msg=str(tp))
+        assert model.steps_done == 0
+    step_like_pytorch(model, module, reference, batch, loss, "sgd")
+    with torch.no_grad():
+        want = reference(**example_of(other, loss))
+    np.testing.assert_allclose(model.forward(other).numpy(), want.numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_evaluate_is_pytorchs_mean_loss_and_updates_nothing():
+    module, _, loss = models.build("decoder")
+    batches = decoder_batches(3, seed=5)
+    model = cleave.tensor_parallel(module, example_of(batches[0], loss),
+                                   tp=2, loss=loss)
+    before = {k: np.array(v) for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        want = np.mean([models.torch_loss(module, b, loss).item()
+                        for b in batches])
+    assert model.evaluate(batches) == pytest.approx(want, rel=1e-5)
+    assert model.steps_done == 0
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(np.array(value), before[name], name)
+    with pytest.raises(cleave.Error, match="needs each batch's 'labels'"):
+        model.evaluate([example_of(batches[0], loss)])
+
+
+class DropoutBatchNorm(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.l1 = nn.Linear(8, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.drop = nn.Dropout(p)
+        self.l2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.l2(self.drop(torch.relu(self.bn(self.l1(x)))))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5])
+def test_eval_mode_switches_dropout_and_batchnorm(p):
+    """eval(): BatchNorm on its running statistics and no dropout, as
+    PyTorch's eval(); train(): the batch's statistics (and dropout's
+    masks, which PyTorch draws from another stream)."""
+    torch.manual_seed(0)
+    module = DropoutBatchNorm(p)
+    with torch.no_grad():
+        module.bn.running_mean.uniform_(-1, 1)
+        module.bn.running_var.uniform_(0.5, 2)
+    training, evaluating = copy.deepcopy(module), copy.deepcopy(module).eval()
+    gen = torch.Generator().manual_seed(1)
+    batch = {"x": torch.randn(6, 8, generator=gen),
+             "labels": torch.randint(0, 4, (6,), generator=gen)}
+    model = cleave.tensor_parallel(module, {"x": batch["x"]}, tp=2,
+                                   loss="cross_entropy")
+    assert model.training
+    trained = model(batch)
+    assert model.eval() is model and not model.training
+    with torch.no_grad():
+        np.testing.assert_allclose(model(batch).numpy(),
+                                   evaluating(batch["x"]).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+        if p == 0.0:
+            np.testing.assert_allclose(trained.numpy(),
+                                       training(batch["x"]).numpy(),
+                                       rtol=1e-5, atol=1e-6)
+        want = F.cross_entropy(evaluating(batch["x"]), batch["labels"])
+    assert model.evaluate([batch]) == pytest.approx(want.item(), rel=1e-5)
+    assert not np.allclose(model.train()(batch).numpy(),
+                           model.eval()(batch).numpy(), atol=1e-3)
+
+
+def test_a_forward_batch_is_checked_before_it_runs():
+    module, _, loss = models.build("decoder")
+    batch = decoder_batches(1)[0]
+    model = cleave.tensor_parallel(module, example_of(batch, loss), tp=2,
+                                   loss=loss)
+    with pytest.raises(cleave.Error, match="'ids', which is not an input of "
+                       "the forward pass"):
+        model({"ids": batch["input_ids"]})
+    with pytest.raises(cleave.Error, match="the batch has no 'input_ids'"):
+        model({})
+    with pytest.raises(cleave.Error, match=r"compiled for \[2, 8\]"):
+        model({"input_ids": batch["input_ids"][:, :4]})
+    assert model(batch).shape == (2, 8, 61)  # labels of an appended loss
+
+
+def test_a_dp_mesh_says_why_it_has_no_forward():
+    module, _, loss = models.build("decoder")
+    batch = decoder_batches(1)[0]
+    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=2,
+                                   loss=loss)
+    with pytest.raises(cleave.Error, match="forward pass runs on tp meshes"):
+        model(batch)
+    model.step(batch)  # the model stays usable

@@ -231,6 +231,11 @@ static cl::opt<bool>
                       "fused attention and cross_entropy ops: to compare "
                       "the two"),
              cl::sub(compileCmd));
+static cl::opt<bool> noForwardPass(
+    "no-forward-pass",
+    cl::desc("Leave out the model's forward pass (cleave run --eval, "
+             "Model(batch)): the bundle only trains"),
+    cl::sub(compileCmd));
 static cl::opt<std::string> compilePrecision(
     "precision",
     cl::desc("f32 (default), or mixed precision: bf16 (or fp16) copies of "
@@ -785,6 +790,7 @@ static int runCompile(MLIRContext &ctx) {
   o.weightsFile = weightsPath;
   o.planOnly = planOnly;
   o.fusion = !noFusion;
+  o.forwardPass = !noForwardPass;
   o.precision = compilePrecision;
   o.recompute = recomputeFlag;
   o.sequenceParallel = sequenceParallelFlag;

@@ -96,6 +96,12 @@ struct CompileOptions {
   std::string onNonfinite = "ignore";
   /// --accumulate: micro-batches whose gradients one update sums.
   int64_t accumulate = 1;
+  /// The model exported in eval mode (dropout off, BatchNorm on running
+  /// statistics), where that differs from \c model: the bundle then also
+  /// carries its forward pass ("forward_eval", Model.eval()).
+  std::string evalModel;
+  /// --no-forward-pass clears it: no forward programs in the bundle.
+  bool forwardPass = true;
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace cleave::plan {
 class Program;
@@ -54,6 +55,17 @@ struct TrainStepOptions {
   /// accumulation.
   int64_t accumulate = 1;
 };
+
+/// The forward pass as imported (\p module's @main: the model's outputs,
+/// no loss or update), split as the train step of the same model was:
+/// attention fused as there (\p fuse), parameters segmented as there, each
+/// parameter or buffer named in \p layouts given that layout (the train
+/// step's cleave.layout, by name; the others replicated), partitioned over
+/// \p tp ranks, lowered and planned into \p program. The runtime then feeds
+/// it the step's own state chunks (Model.forward, evaluate).
+LogicalResult compileShardedForward(ModuleOp module, int64_t tp, bool fuse,
+                                    const llvm::StringMap<Attribute> &layouts,
+                                    ::cleave::plan::Program &program);
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,
 /// clean up, partition for tensor parallelism (tp > 1), then the forward

@@ -92,6 +92,9 @@ struct TrainerOptions {
   /// Start from random parameters (seeded, N(0, 0.02)-like) instead of the
   /// bundle's weights: benchmarks of bundles compiled with --plan-only.
   bool randomWeights = false;
+  /// train(): evaluate `steps` batches (Trainer::evaluate) instead of
+  /// training.
+  bool evaluate = false;
   /// Time every kernel (profile.h): finish() prints where the steps after
   /// the first spent their time to options.log (rank 0)...
   bool profile = false;
@@ -143,6 +146,21 @@ public:
   /// compiled with gradient accumulation), each checked as step()'s batch.
   Status step(const std::vector<std::map<std::string, HostTensor>> &batches,
               float *loss = nullptr);
+  /// The model's forward pass on \p batch (forwardInputs(), by name) with
+  /// the current state, split as the step splits it: no update, no step
+  /// counted; in eval mode (\p eval: dropout off, BatchNorm on its running
+  /// statistics) or training mode. Every output of the model, whole, by
+  /// name. An error naming why where the bundle has no such pass (a dp
+  /// mesh).
+  Status forward(const std::map<std::string, HostTensor> &batch, bool eval,
+                 std::vector<std::pair<std::string, HostTensor>> *outputs);
+  /// The mean loss of the data feed's first \p batches batches (from its
+  /// start, whatever the steps done), the model in eval mode, with no
+  /// update: the model's first output where it is the loss, else the loss
+  /// the step appends. Rank 0 prints it to options.log.
+  Status evaluate(int64_t batches, double *mean);
+  /// The inputs forward() takes (empty without a forward pass).
+  const std::vector<InputSlot> &forwardInputs() const;
   /// The batches one step reads: the micro-batches whose gradients its
   /// update sums (1 without gradient accumulation).
   int64_t microBatches() const;
@@ -203,6 +221,8 @@ struct RunBundleArgs {
   bool randomWeights = false;
   bool profile = false;
   std::string traceFile;
+  /// --eval: the mean loss of `steps` batches in eval mode, no update.
+  bool eval = false;
   /// The ranks are threads of this process (no MPI).
   bool threads = false;
   /// The whole command line with argv[0] resolved: each rank runs it again
