@@ -214,7 +214,7 @@ def _graph_of(proto):
 
 
 def _reads_training_mode(module) -> bool:
-    """Whether some class of `module`'s submodules mentions ``training``
+    """Whether some class of `module`'s submodules reads ``.training``
     (nn.Dropout, BatchNorm, a forward branching on self.training): only
     then can the eval-mode graph differ. A class whose source cannot be
     read counts as one that does."""
@@ -227,7 +227,7 @@ def _reads_training_mode(module) -> bool:
                 source = inspect.getsource(cls)
             except (OSError, TypeError):
                 return True
-            if "training" in source:
+            if ".training" in source:  # code, not a docstring's word
                 return True
     return False
 
