@@ -76,6 +76,20 @@ def _check_loss_output(module, example_inputs, loss):
                     "'labels' in each batch) or loss='mse'")
 
 
+def _input_array(name, value, want):
+    """Batch input `name` as a numpy array, in the dtype of `want` ((dtype,
+    shape), or None) where it is an integer one: integer data may come as
+    any integer dtype (torch's int64, a numpy int32 array), converted when
+    every value fits."""
+    a = to_numpy(value, f"batch input '{name}'")
+    if want and str(a.dtype) != want[0] and a.dtype.kind in "iu" and \
+            np.dtype(want[0]).kind in "iu":
+        converted = a.astype(want[0])
+        if np.array_equal(converted, a):
+            a = converted
+    return a
+
+
 def _groups_of(batches, n):
     """Lists of `n` consecutive batches (a list passes as it is: the
     micro-batches of one update already)."""
@@ -205,15 +219,8 @@ class Model:
                         f"not {type(batch).__name__}")
         out = {}
         for name, value in batch.items():
-            a = to_numpy(value, f"batch input '{name}'")
             want = self._inputs.get(name)
-            # Integer data may come as any integer dtype (torch's int64, a
-            # numpy int32 array); Cleave converts it when every value fits.
-            if want and str(a.dtype) != want[0] and a.dtype.kind in "iu" and \
-                    np.dtype(want[0]).kind in "iu":
-                converted = a.astype(want[0])
-                if np.array_equal(converted, a):
-                    a = converted
+            a = _input_array(name, value, want)
             if want and tuple(a.shape) != tuple(want[1]):
                 raise ArgumentError(
                     f"batch input '{name}' is {list(a.shape)}; the step was "
@@ -336,12 +343,7 @@ class Model:
                 raise ArgumentError(
                     f"the batch has '{name}', which is not an input of the "
                     f"forward pass (its inputs: {', '.join(sorted(wanted))})")
-            a = to_numpy(value, f"batch input '{name}'")
-            if want and str(a.dtype) != want[0] and a.dtype.kind in "iu" \
-                    and np.dtype(want[0]).kind in "iu":
-                converted = a.astype(want[0])
-                if np.array_equal(converted, a):
-                    a = converted
+            a = _input_array(name, value, want)
             if want and tuple(a.shape) != want[1]:
                 raise ArgumentError(
                     f"batch input '{name}' is {list(a.shape)}; the forward "

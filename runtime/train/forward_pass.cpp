@@ -87,7 +87,7 @@ runForwardPass(ForwardPass &pass, Communicator *comm,
   if (!pass.runner)
     if (Status s = createRunner(program, comm, backend, &pass.runner); !s)
       return s;
-  std::vector<InputSlot> inputs = forwardInputsOf(program);
+  const std::vector<InputSlot> &inputs = pass.inputs;
   for (const auto &[name, value] : batch)
     if (std::none_of(inputs.begin(), inputs.end(),
                      [&](const InputSlot &in) { return in.name == name; }))

@@ -24,9 +24,11 @@
 
 namespace cleave::rt {
 
-/// One forward program and its runner, made on first use.
+/// One forward program, the model inputs it takes, and its runner, made
+/// on first use.
 struct ForwardPass {
   const plan::Program *program = nullptr;
+  std::vector<InputSlot> inputs;
   std::unique_ptr<StepRunner> runner;
 };
 

@@ -10,6 +10,7 @@
 #include "cleave/runtime/runner.h"
 #include "cleave/runtime/store.h"
 #include "forward_pass.h"
+#include "progress.h"
 
 #include "cpu/runner.h"
 #include "plan/plan.pb.h"
@@ -72,18 +73,6 @@ Status gatherAlong(Communicator &comm, const HostTensor &local, Split split,
               fromLocal(part, split, size, k, parts));
   }
   return Status::ok();
-}
-
-/// "1:02:03" or "2:03".
-std::string clock(double seconds) {
-  long s = static_cast<long>(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60,
-                  s % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  return buf;
 }
 
 } // namespace
@@ -202,109 +191,6 @@ std::string stateKeyOf(const pb::TensorEntry &e) {
   return stateKey(b);
 }
 
-/// Progress for the user (rank 0): one line rewritten in place on a
-/// terminal, else a line every N steps; and the JSON lines of --metrics.
-class Progress {
-public:
-  Progress(const TrainerOptions &o, int64_t first, int64_t last,
-           const DataFeed &feed)
-      : options(o), first(first), last(last), tokens(feed.tokensPerStep()),
-        samples(feed.samplesPerStep()),
-        begin(std::chrono::steady_clock::now()) {
-    logEvery = o.logEvery > 0 ? o.logEvery : (o.steps <= 20 ? 1 : o.steps / 20);
-  }
-
-  Status openMetrics(bool append) {
-    if (options.metricsFile.empty())
-      return Status::ok();
-    std::error_code ec;
-    if (std::filesystem::is_directory(options.metricsFile, ec))
-      return Status::error("cannot write --metrics file '" +
-                           options.metricsFile + "': it is a directory");
-    metrics.open(options.metricsFile, append ? std::ios::app : std::ios::trunc);
-    if (!metrics)
-      return Status::error("cannot write --metrics file '" +
-                           options.metricsFile + "'");
-    return Status::ok();
-  }
-
-  void step(int64_t step, float loss, double seconds,
-            const std::map<std::string, double> &reported, bool logLr) {
-    int64_t done = step + 1 - first, total = last - first;
-    double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
-            .count();
-    double perStep = elapsed / done;
-    std::string rate = throughput(seconds);
-    if (metrics) {
-      metrics << "{\"step\": " << step + 1
-              << ", \"loss\": " << std::setprecision(9) << loss
-              << ", \"seconds\": " << std::setprecision(6) << seconds;
-      for (const auto &[name, value] : reported)
-        metrics << ", \"" << name << "\": " << std::setprecision(9) << value;
-      if (tokens)
-        metrics << ", \"tokens_per_second\": " << std::setprecision(6)
-                << tokens / seconds;
-      else if (samples)
-        metrics << ", \"samples_per_second\": " << std::setprecision(6)
-                << samples / seconds;
-      metrics << "}" << std::endl;
-    }
-    if (!options.log)
-      return;
-    std::ostringstream line;
-    line << "step " << std::setw(5) << step + 1 << "/" << last << "  loss "
-         << std::fixed << std::setprecision(6) << loss << "  "
-         << std::setprecision(1) << seconds * 1e3 << " ms" << rate;
-    // Trainer's log keys; the rate only where a schedule moves it, the
-    // guard's flag only on a refused step.
-    for (const auto &[name, value] : reported)
-      if ((name != "lr" || logLr) && (name != "nonfinite" || value != 0))
-        line << "  " << name << " " << std::setprecision(3) << std::scientific
-             << value << std::fixed;
-    if (options.liveProgress) {
-      auto now = std::chrono::steady_clock::now();
-      bool final = step + 1 == last;
-      if (!final && done > 1 && now - lastDraw < std::chrono::milliseconds(100))
-        return;
-      lastDraw = now;
-      line << "  ETA " << clock(perStep * (total - done));
-      *options.log << "\r" << line.str() << "\x1b[K" << (final ? "\n" : "")
-                   << std::flush;
-      return;
-    }
-    if (done % logEvery == 0 || done == 1 || step + 1 == last)
-      *options.log << line.str() << std::endl;
-  }
-
-  /// A line of its own (a checkpoint written) without breaking the live
-  /// line.
-  void note(const std::string &text) {
-    if (!options.log)
-      return;
-    if (options.liveProgress)
-      *options.log << "\r\x1b[K";
-    *options.log << text << std::endl;
-  }
-
-private:
-  std::string throughput(double seconds) const {
-    std::ostringstream os;
-    if (tokens)
-      os << "  " << std::fixed << std::setprecision(0) << tokens / seconds
-         << " tok/s";
-    else if (samples)
-      os << "  " << std::fixed << std::setprecision(0) << samples / seconds
-         << " samples/s";
-    return os.str();
-  }
-
-  const TrainerOptions &options;
-  int64_t first, last, tokens, samples, logEvery;
-  std::chrono::steady_clock::time_point begin, lastDraw;
-  std::ofstream metrics;
-};
-
 /// Uniform values of standard deviation 0.02 (a transformer's usual
 /// initialisation scale) from a generator seeded by the tensor's name, so
 /// every rank draws the same values for a replicated tensor.
@@ -355,9 +241,8 @@ public:
   Status evaluate(int64_t batches, double *mean);
   /// The bundle's forward passes, in training mode ("forward" program;
   /// none: null) and in eval mode ("forward_eval"; null: as in training
-  /// mode, or none), and the model inputs they take.
+  /// mode, or none).
   ForwardPass forwardPass, evalPass;
-  std::vector<InputSlot> forwardInputs;
   Status finish();
   Status save(int64_t steps, std::string *written = nullptr);
   Status readTensor(const std::string &name, HostTensor *value);
@@ -481,12 +366,11 @@ Status TrainSession::open() {
       return s;
   }
   program = &plan.programs(0);
-  if (plan.programs_size() > 1) {
-    forwardPass.program = &plan.programs(1);
-    forwardInputs = forwardInputsOf(*forwardPass.program);
+  for (int i = 1; i < plan.programs_size(); ++i) {
+    ForwardPass &pass = i == 1 ? forwardPass : evalPass;
+    pass.program = &plan.programs(i);
+    pass.inputs = forwardInputsOf(*pass.program);
   }
-  if (plan.programs_size() > 2)
-    evalPass.program = &plan.programs(2);
   mesh = meshOf(plan);
   comm = options.comm;
   if (!comm) {
@@ -1001,7 +885,7 @@ Status TrainSession::evaluate(int64_t batches, double *mean) {
     // The feed's batch holds the labels an appended loss reads; the
     // forward pass takes the model's inputs only.
     Batch inputs;
-    for (const InputSlot &in : forwardInputs)
+    for (const InputSlot &in : forwardPass.inputs)
       if (auto it = batch.find(in.name); it != batch.end())
         inputs[in.name] = it->second;
     if (Status s = runForward(inputs, /*eval=*/true, &outputs); !s)
@@ -1020,6 +904,9 @@ Status TrainSession::evaluate(int64_t batches, double *mean) {
 
 Status TrainSession::runStep(float *lossOut,
                              const std::vector<const Batch *> *batch) {
+  if (next >= last)
+    return Status::error("the run's " + std::to_string(last - first) +
+                         " steps are done");
   int64_t step = next;
   auto start = std::chrono::steady_clock::now();
   // The first step of a run pays for first touches of the arena and the
@@ -1385,26 +1272,12 @@ const std::map<std::string, double> &Trainer::lastMetrics() const {
   return session_->metrics;
 }
 int64_t Trainer::lastStep() const { return session_->last; }
-Status Trainer::step(float *loss) {
-  if (session_->next >= session_->last)
-    return Status::error("the run's " +
-                         std::to_string(session_->last - session_->first) +
-                         " steps are done");
-  return session_->runStep(loss);
-}
+Status Trainer::step(float *loss) { return session_->runStep(loss); }
 Status Trainer::step(const Batch &batch, float *loss) {
-  if (session_->next >= session_->last)
-    return Status::error("the run's " +
-                         std::to_string(session_->last - session_->first) +
-                         " steps are done");
   std::vector<const Batch *> one{&batch};
   return session_->runStep(loss, &one);
 }
 Status Trainer::step(const std::vector<Batch> &batches, float *loss) {
-  if (session_->next >= session_->last)
-    return Status::error("the run's " +
-                         std::to_string(session_->last - session_->first) +
-                         " steps are done");
   std::vector<const Batch *> each;
   for (const Batch &b : batches)
     each.push_back(&b);
@@ -1431,7 +1304,7 @@ Status Trainer::evaluate(int64_t batches, double *mean) {
   return Status::ok();
 }
 const std::vector<InputSlot> &Trainer::forwardInputs() const {
-  return session_->forwardInputs;
+  return session_->forwardPass.inputs;
 }
 Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {
   if (!root.empty())
