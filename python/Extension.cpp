@@ -223,7 +223,7 @@ public:
                         std::to_string(tensors.size()));
     // Checked here, once: a bad batch must not break the mesh.
     for (const auto &one : tensors)
-      check(rt::DataFeed::checkBatch(one, trainers_[0]->inputs()));
+      check(trainers_[0]->checkBatch(one, /*forward=*/false));
     std::vector<float> losses(trainers_.size());
     py::gil_scoped_release release;
     // A step refused before any rank wrote its state (a label out of
@@ -243,7 +243,7 @@ public:
     std::map<std::string, rt::HostTensor> tensors = batchFromDict(batch);
     // (Without a forward pass the trainer says why.)
     if (!trainers_[0]->forwardInputs().empty())
-      check(rt::DataFeed::checkBatch(tensors, trainers_[0]->forwardInputs()));
+      check(trainers_[0]->checkBatch(tensors, /*forward=*/true));
     std::vector<std::vector<std::pair<std::string, rt::HostTensor>>> outs(
         trainers_.size());
     {
@@ -262,6 +262,18 @@ public:
   std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>
   forwardInputs() const {
     return describe(trainers_[0]->forwardInputs());
+  }
+
+  /// Every batch shape's inputs (of its step, or its forward pass).
+  std::vector<
+      std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>>
+  batchShapes(bool forward) const {
+    std::vector<
+        std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>>
+        out;
+    for (const auto &slots : trainers_[0]->batchShapes(forward))
+      out.push_back(describe(slots));
+    return out;
   }
 
   py::array read(const std::string &name) {
@@ -420,7 +432,17 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("accumulate", &driver::CompileOptions::accumulate)
       .def_readwrite("eval_model", &driver::CompileOptions::evalModel)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
-      .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames);
+      .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames)
+      .def(
+          "add_shape",
+          [](driver::CompileOptions &o, const std::string &model,
+             const std::string &evalModel,
+             const std::map<std::string, std::string> &inputs) {
+            o.moreShapes.push_back({model, evalModel, inputs});
+          },
+          py::arg("model"), py::arg("eval_model"), py::arg("inputs"),
+          "One more batch shape (cleave compile --shape): its model file "
+          "(\"\": the first's) and its inputs' specs");
   m.def("compile", &compile, "Writes a bundle (cleave compile)");
   m.def("inspect", &inspect, py::arg("bundle"), py::arg("json"),
         "cleave inspect [--json]");
@@ -479,6 +501,7 @@ PYBIND11_MODULE(_cleave, m) {
       .def("tensors", &Session::tensors)
       .def("inputs", &Session::inputs)
       .def("forward_inputs", &Session::forwardInputs)
+      .def("batch_shapes", &Session::batchShapes, py::arg("forward") = false)
       .def("forward", &Session::forward, py::arg("batch"),
            py::arg("eval") = false)
       .def_property_readonly("loss_kind",

@@ -16,13 +16,17 @@
 #include "cleave/Sharding/Sharding.h"
 #include "cleave/runtime/files.h"
 #include "cleave/runtime/lr_schedule.h"
+#include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
+#include "cleave/runtime/types.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "onnx/onnx_pb.h"
 #include "plan/plan.pb.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 
@@ -182,7 +186,8 @@ static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
                              const mlir::cleave::OnnxImportOptions &options,
                              const llvm::StringMap<Attribute> &layouts,
                              const CompileOptions &mesh, const char *name,
-                             ::cleave::plan::Plan &plan, std::string *why) {
+                             int32_t shape, ::cleave::plan::Plan &plan,
+                             std::string *why) {
   ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &d) {
     if (d.getSeverity() == DiagnosticSeverity::Error)
       *why += (why->empty() ? "" : "; ") + d.str();
@@ -194,18 +199,20 @@ static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
                      *module, mesh.tp, mesh.fusion, layouts, program)))
     return false;
   program.set_name(name);
+  program.set_shape(shape);
   *plan.add_programs() = std::move(program);
   return true;
 }
 
-/// The model's forward pass beside the train step (Model.forward,
-/// evaluate), and in eval mode where \p mesh.evalModel gives that graph:
-/// imported again and split as \p trainMain's state is. Where it cannot
-/// be made the bundle says why instead: training does not need it.
+/// The model's forward pass beside the train step of batch shape \p shape
+/// (Model.forward, evaluate), and in eval mode where \p evalPath gives that
+/// graph: imported again and split as \p trainMain's state is. Where it
+/// cannot be made the bundle says why instead: training does not need it.
 static void addForwardPrograms(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
                                mlir::cleave::OnnxImportOptions options,
                                func::FuncOp trainMain,
                                const CompileOptions &mesh,
+                               const std::string &evalPath, int32_t shape,
                                ::cleave::plan::Plan &plan) {
   if (!mesh.forwardPass) {
     plan.set_forward_missing("it was compiled with --no-forward-pass");
@@ -231,25 +238,156 @@ static void addForwardPrograms(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
           &ctx, layout.getDim(), layout.getBlocks(), layout.getGranule(), -1);
   }
   std::string why;
-  if (!compileForwardOf(ctx, model, options, layouts, mesh, "forward", plan,
-                        &why)) {
-    plan.set_forward_missing("its forward pass did not compile: " + why);
+  std::string its =
+      shape > 0 ? "batch shape " + std::to_string(shape) + "'s" : "its";
+  if (!compileForwardOf(ctx, model, options, layouts, mesh, "forward", shape,
+                        plan, &why)) {
+    plan.set_forward_missing(its + " forward pass did not compile: " + why);
     return;
   }
-  if (mesh.evalModel.empty())
+  if (evalPath.empty())
     return;
   std::unique_ptr<mlir::cleave::OnnxModel> evalModel;
-  if (rt::Status s =
-          loadModel(ctx, mesh.evalModel, mesh.inputs, options, &evalModel);
-      !s)
+  if (rt::Status s = loadModel(ctx, evalPath, {}, options, &evalModel); !s)
     why = s.message();
   else if (compileForwardOf(ctx, *evalModel, options, layouts, mesh,
-                            "forward_eval", plan, &why))
+                            "forward_eval", shape, plan, &why))
     return;
   // Eval mode then has no program of its own: refused, never run as
   // training mode.
-  plan.set_forward_missing("its forward pass in eval mode did not compile: " +
-                           why);
+  plan.set_forward_missing(
+      its + " forward pass in eval mode did not compile: " + why);
+}
+
+/// The step's parameter layouts as --plan rules of exact names and
+/// layouts (Layout::str()'s spelling), for another batch shape's step.
+static std::string layoutRules(func::FuncOp main) {
+  std::string rules;
+  for (unsigned i = 0, e = main.getNumArguments(); i < e; ++i) {
+    auto name =
+        main.getArgAttrOfType<StringAttr>(i, mlir::cleave::kParameterAttr);
+    if (!name)
+      continue;
+    auto attr = main.getArgAttrOfType<mlir::cleave::LayoutAttr>(
+        i, mlir::cleave::kLayoutAttr);
+    mlir::cleave::Layout layout;
+    if (attr && attr.getDim() >= 0)
+      layout = mlir::cleave::Layout::split(attr.getDim(), attr.getBlocks(),
+                                           attr.getGranule());
+    rules +=
+        "^" + llvm::Regex::escape(name.getValue()) + "$ " + layout.str() + "\n";
+  }
+  return rules;
+}
+
+/// Where \p step holds its state and data inputs otherwise than \p first
+/// (a tensor split or typed otherwise, an input more or less): why; empty
+/// where one set of weights serves both.
+static std::string differsFrom(const ::cleave::plan::Program &first,
+                               const ::cleave::plan::Program &step) {
+  using ::cleave::plan::Binding;
+  auto key = [](const Binding &b) {
+    return std::to_string(b.role()) + "/" + b.name() + "/" + b.slot() + "/" +
+           std::to_string(b.micro_batch());
+  };
+  auto held = [](const ::cleave::plan::Program &p, int i) {
+    const Binding &b = p.input_bindings(i);
+    Binding layout;
+    layout.set_split_dim(b.split_dim());
+    layout.set_split_blocks(b.split_blocks());
+    layout.set_split_granule(b.split_granule());
+    layout.set_dp_split_dim(b.dp_split_dim());
+    return p.values(p.inputs(i)).type().SerializeAsString() + "|" +
+           (b.has_split_dim() || b.has_dp_split_dim()
+                ? layout.SerializeAsString()
+                : "");
+  };
+  std::map<std::string, std::string> want;
+  for (int i = 0; i < first.input_bindings_size(); ++i) {
+    const Binding &b = first.input_bindings(i);
+    if (b.role() != Binding::STEP && b.role() != Binding::HYPERPARAMETER)
+      want[key(b)] = b.role() == Binding::INPUT ? "" : held(first, i);
+  }
+  for (int i = 0; i < step.input_bindings_size(); ++i) {
+    const Binding &b = step.input_bindings(i);
+    if (b.role() == Binding::STEP || b.role() == Binding::HYPERPARAMETER)
+      continue;
+    auto it = want.find(key(b));
+    if (it == want.end())
+      return "it takes '" + b.name() + "', which the first shape's does not";
+    if (b.role() != Binding::INPUT && it->second != held(step, i))
+      return "it holds '" + b.name() + "' split otherwise";
+    want.erase(it);
+  }
+  if (!want.empty())
+    return "it does not take '" +
+           want.begin()->first.substr(want.begin()->first.find('/') + 1) +
+           "', which the first shape's does";
+  return "";
+}
+
+/// Compiles batch shape \p index (1, 2, ...) of \p o.moreShapes: its train
+/// step on the first step's layouts (\p main), then its forward passes.
+static rt::Status addBatchShape(MLIRContext &ctx, const CompileOptions &o,
+                                size_t index,
+                                mlir::cleave::OnnxImportOptions options,
+                                mlir::cleave::TrainStepOptions train,
+                                const CompileOptions &mesh, func::FuncOp main,
+                                ::cleave::plan::Plan &plan) {
+  const CompileOptions::BatchShape &shape = o.moreShapes[index - 1];
+  std::string what = "batch shape " + std::to_string(index);
+  std::map<std::string, std::string> inputs = o.inputs;
+  for (const auto &[name, spec] : shape.inputs)
+    inputs[name] = spec;
+  std::unique_ptr<mlir::cleave::OnnxModel> model;
+  options.notFinite = nullptr;
+  const std::string &path = shape.model.empty() ? o.model : shape.model;
+  if (rt::Status s = loadModel(ctx, path, inputs, options, &model); !s)
+    return rt::Status::error(what + ": " + s.message());
+  std::string why;
+  ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error)
+      why += (why.empty() ? "" : "; ") + d.str();
+    return success();
+  });
+  // The first step's layouts, as rules the partitioner applies without a
+  // search: every state tensor is then held alike in every shape's step.
+  llvm::SmallString<128> rulesPath;
+  std::optional<llvm::FileRemover> remove;
+  if (mesh.tp > 1) {
+    int fd = -1;
+    if (llvm::sys::fs::createTemporaryFile("cleave-layouts", "txt", fd,
+                                           rulesPath))
+      return rt::Status::error(what + ": cannot write a temporary file");
+    remove.emplace(rulesPath);
+    llvm::raw_fd_ostream out(fd, /*shouldClose=*/true);
+    out << layoutRules(main);
+  }
+  train.planFile = rulesPath.str().str();
+  OwningOpRef<ModuleOp> module =
+      mlir::cleave::importOnnx(&ctx, *model, options);
+  ::cleave::plan::Program program;
+  if (!module ||
+      failed(mlir::cleave::compileTrainStep(*module, train, program)))
+    return rt::Status::error(what + " did not compile: " + why);
+  program.set_shape(static_cast<int32_t>(index));
+  const ::cleave::plan::Program &first = plan.programs(0);
+  if (std::string differs = differsFrom(first, program); !differs.empty())
+    return rt::Status::error(what +
+                             "'s step cannot share the first shape's "
+                             "weights: " +
+                             differs);
+  for (const ::cleave::plan::Program &p : plan.programs())
+    if (!rt::isForwardProgram(p) &&
+        batchShapeText(p, mesh.dp) == batchShapeText(program, mesh.dp))
+      return rt::Status::error(what + " (" + batchShapeText(program, mesh.dp) +
+                               ") repeats batch shape " +
+                               std::to_string(p.shape()));
+  *plan.add_programs() = std::move(program);
+  addForwardPrograms(ctx, *model, options,
+                     module->lookupSymbol<func::FuncOp>("main"), mesh,
+                     shape.evalModel, static_cast<int32_t>(index), plan);
+  return rt::Status::ok();
 }
 
 /// What the plan records of how it was compiled.
@@ -515,7 +653,12 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   }
   recordConfig(mesh, train, plan);
   auto main = module->lookupSymbol<func::FuncOp>("main");
-  addForwardPrograms(ctx, *model, options, main, mesh, plan);
+  addForwardPrograms(ctx, *model, options, main, mesh, mesh.evalModel, 0, plan);
+  for (size_t k = 1; k <= o.moreShapes.size(); ++k)
+    if (rt::Status s =
+            addBatchShape(ctx, o, k, options, train, mesh, main, plan);
+        !s)
+      return s;
   rt::Status written =
       writeBundle(*model, weights, main, plan, o.output, o.planOnly);
   if (written && o.report)

@@ -6,11 +6,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "cleave/Driver/Inspect.h"
+#include "cleave/Driver/Bundle.h"
 #include "cleave/Driver/Driver.h"
 #include "cleave/Driver/MeshChoice.h"
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/store.h"
 #include "cleave/runtime/trainer.h"
+#include "cleave/runtime/types.h"
 #include "plan/plan.pb.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -127,6 +129,10 @@ struct BundleSummary {
   std::vector<size_t> sequenceRegions;
   /// What --devices and --memory-per-device count for the rank.
   int64_t totalBytes = 0;
+  /// Every batch shape's inputs (batchShapeText) and its step's arena: a
+  /// bundle compiled for several trains on each (the figures here are the
+  /// first's).
+  std::vector<std::pair<std::string, int64_t>> batchShapes;
   /// The planned arena (activationBytes less the half copies counted as
   /// parameters), its most bytes live at once, and the instruction then
   /// running.
@@ -177,6 +183,10 @@ BundleSummary summarize(const pb::Plan &plan) {
     out.mesh.push_back(
         {plan.mesh_axes_size() ? plan.mesh_axes(i) : "tp", mesh.shape[i]});
   const pb::Program &program = plan.programs(0);
+  for (const pb::Program &p : plan.programs())
+    if (!rt::isForwardProgram(p))
+      out.batchShapes.emplace_back(cleave::driver::batchShapeText(p, mesh.dp),
+                                   p.arena_bytes());
   std::map<std::string, rt::Split> split;
   std::map<std::string, int64_t> dpSplit; // ZeRO 3 on a dp x tp mesh
   for (const pb::Binding &b : program.input_bindings()) {
@@ -398,6 +408,11 @@ void printJson(const BundleSummary &sum, llvm::raw_ostream &os) {
     mesh[axis] = size;
   root["mesh"] = std::move(mesh);
   root["precision"] = sum.precision;
+  llvm::json::Array shapes;
+  for (const auto &[inputs, arena] : sum.batchShapes)
+    shapes.push_back(
+        llvm::json::Object{{"inputs", inputs}, {"arena_bytes", arena}});
+  root["batch_shapes"] = std::move(shapes);
   auto rows = [](const std::vector<ParamRow> &list, bool trainable) {
     llvm::json::Array ps;
     for (const ParamRow &p : list) {
@@ -479,6 +494,12 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
   for (const auto &[axis, size] : sum.mesh)
     os << (&axis == &sum.mesh.front().first ? " " : ", ") << axis << " = "
        << size;
+  if (sum.batchShapes.size() > 1) {
+    os << "\nbatch shapes (a step each, the weights shared; the figures "
+          "below are the first's):";
+    for (const auto &[inputs, arena] : sum.batchShapes)
+      os << "\n  " << inputs << "  (arena " << arena << " B)";
+  }
   if (sum.precision != "f32")
     os << "\nprecision: " << sum.precision
        << " (matmuls and convolutions on rounded copies, accumulated in f32; "
@@ -590,6 +611,25 @@ void printText(const BundleSummary &sum, llvm::raw_ostream &os) {
     printChoice(*sum.choice, os);
 }
 } // namespace
+
+/// "input_ids int64[4, 32], labels int64[4, 32]".
+std::string cleave::driver::batchShapeText(const pb::Program &program,
+                                           int64_t dp) {
+  std::string text;
+  for (int i = 0; i < program.input_bindings_size(); ++i) {
+    const pb::Binding &b = program.input_bindings(i);
+    if (b.role() != pb::Binding::INPUT || b.micro_batch() > 0)
+      continue;
+    const pb::TensorType &t = program.values(program.inputs(i)).type();
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (b.has_split_dim() && b.split_dim() >= 0 &&
+        b.split_dim() < static_cast<int64_t>(shape.size()))
+      shape[b.split_dim()] *= dp;
+    text += (text.empty() ? "" : ", ") + b.name() + " " +
+            rt::describeTensor(rt::fromPlan(t.dtype()), shape);
+  }
+  return text;
+}
 
 rt::Status cleave::driver::inspectBundle(const std::string &bundle, bool json,
                                          std::string *out) {

@@ -680,6 +680,25 @@ std::optional<int64_t> contractedDim(BlockArgument param) {
   return firstFlipped ? 1 - firstDim : firstDim;
 }
 
+/// "R" or "S(DIM[,BLOCKS][;GRANULE])" (Layout::str()'s spelling); none
+/// where \p kind is neither.
+std::optional<Layout> parseExactLayout(StringRef kind) {
+  if (kind == "R")
+    return Layout::replicated();
+  if (!kind.consume_front("S(") || !kind.consume_back(")"))
+    return std::nullopt;
+  auto [head, granuleText] = kind.split(';');
+  auto [dimText, blocksText] = head.split(',');
+  int64_t dim = 0, blocks = 1, granule = 1;
+  if (dimText.getAsInteger(10, dim) || dim < 0 || dim > 15 ||
+      (!blocksText.empty() && (blocksText.getAsInteger(10, blocks) ||
+                               blocks < 1 || blocks > 1 << 20)) ||
+      (kind.contains(';') && (granuleText.getAsInteger(10, granule) ||
+                              granule < 1 || granule > 1 << 20)))
+    return std::nullopt;
+  return Layout::split(dim, blocks, granule);
+}
+
 } // namespace
 
 LogicalResult mlir::cleave::readLayoutPlan(func::FuncOp func,
@@ -699,11 +718,13 @@ LogicalResult mlir::cleave::readLayoutPlan(func::FuncOp func,
     pattern = pattern.trim();
     kind = kind.trim();
     auto where = [&]() { return planFile.str() + ":" + std::to_string(n + 1); };
+    std::optional<Layout> exact = parseExactLayout(kind);
     if (pattern.empty() ||
-        !llvm::is_contained({"colwise", "rowwise", "replicate", "vocab"}, kind))
+        (!exact && !llvm::is_contained(
+                       {"colwise", "rowwise", "replicate", "vocab"}, kind)))
       return func.emitError(where())
              << ": expected 'REGEX KIND' with KIND colwise, rowwise, "
-                "replicate or vocab";
+                "replicate, vocab, R or S(DIM[,BLOCKS][;GRANULE])";
     llvm::Regex regex(pattern);
     std::string why;
     if (!regex.isValid(why))
@@ -718,7 +739,17 @@ LogicalResult mlir::cleave::readLayoutPlan(func::FuncOp func,
       any = true;
       auto type = cast<RankedTensorType>(arg.getType());
       Layout l;
-      if (kind == "vocab") {
+      if (exact) {
+        // A layout written out (a bundle's other batch shapes take the
+        // first shape's, by name): checked against the tensor, not derived.
+        l = *exact;
+        if (l.isSplit() && (l.dim >= type.getRank() ||
+                            type.getDimSize(l.dim) % l.blocks != 0 ||
+                            type.getDimSize(l.dim) / l.blocks % l.granule != 0))
+          return func.emitError(where())
+                 << ": parameter '" << name.getValue() << "' of shape ["
+                 << type.getShape() << "] has no layout " << kind.str();
+      } else if (kind == "vocab") {
         l = Layout::split(0);
       } else if (kind != "replicate") {
         std::optional<int64_t> contracted = contractedDim(arg);

@@ -6,9 +6,8 @@ import os
 import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-from ._export import export_module
-from ._model import (_check_loss_output, _forward_inputs, _input_specs,
-                     _file_keeps_its_opset, _open_session)
+from ._model import (_compile_inputs, _example_batches, _file_keeps_its_opset,
+                     _open_session)
 from ._options import Options
 from ._native import ArgumentError, ArgumentTypeError, Error, _cleave
 from ._optim import SGD, AdamW
@@ -125,7 +124,8 @@ class Bundle:
         return losses
 
 
-def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
+def compile(model, example_inputs: Union[Dict[str, Any],
+                                         List[Dict[str, Any]], None] = None, *,
             output: Optional[str] = None, tp: int = 1,
             optimizer: Union[SGD, AdamW, None] = None, loss: str = "auto",
             plan=None, seed: int = 0, plan_only: bool = False, dp: int = 1,
@@ -159,24 +159,13 @@ def compile(model, example_inputs: Optional[Dict[str, Any]] = None, *,
         raise ArgumentError(f"{run[0]} applies to running a bundle, not to "
                             "compiling one: give it to Bundle.train or "
                             "cleave run")
-    if example_inputs is not None and not isinstance(example_inputs, dict):
-        raise ArgumentTypeError(
-            "example_inputs must be a dict from the forward's argument names "
-            f"to tensors, not {type(example_inputs).__name__}")
+    _example_batches(example_inputs)
     with tempfile.TemporaryDirectory(prefix="cleave-") as work:
         o = opts._native(work)
         o.output = opts.output
         if isinstance(model, (str, os.PathLike)):
             _file_keeps_its_opset(opts)
-            o.model = os.fspath(model)
-            o.inputs = _input_specs(example_inputs)
-        else:
-            example = _forward_inputs(model, example_inputs or {}, opts.loss)
-            _check_loss_output(model, example, opts.loss)
-            exported = export_module(model, example, work, opts.opset)
-            o.model = exported.model
-            o.weights = exported.weights
-            o.frozen_names = exported.frozen
+        _compile_inputs(o, model, example_inputs, opts.loss, work, opts.opset)
         _cleave.compile(o)
     return Bundle(o.output)
 

@@ -90,6 +90,74 @@ def _input_array(name, value, want):
     return a
 
 
+def _example_batches(example_inputs) -> list:
+    """``example_inputs`` as a list of example batches, one per batch shape
+    the bundle is compiled for (a dict is one)."""
+    if example_inputs is None or isinstance(example_inputs, dict):
+        return [example_inputs]
+    if isinstance(example_inputs, (list, tuple)) and example_inputs and \
+            all(isinstance(e, dict) for e in example_inputs):
+        return list(example_inputs)
+    raise ArgumentTypeError(
+        "example_inputs must be a dict from the forward's argument names to "
+        "tensors, or a list of such dicts (one per batch shape), not "
+        f"{type(example_inputs).__name__}")
+
+
+def _compile_inputs(o, model, example_inputs, loss, work, opset):
+    """Fills the native options \\p o with \\p model's inputs: a model file's
+    --input and --shape specs, or a torch module exported once per example
+    batch (the first export's graph and weights; the others' graphs as
+    more batch shapes). The first export, or None for a file."""
+    examples = _example_batches(example_inputs)
+    if isinstance(model, (str, os.PathLike)):
+        o.model = os.fspath(model)
+        o.inputs = _input_specs(examples[0])
+        for more in examples[1:]:
+            o.add_shape("", "", _input_specs(more))
+        return None
+    first = None
+    for k, example in enumerate(examples):
+        example = _forward_inputs(model, example or {}, loss)
+        directory = work
+        if k == 0:
+            _check_loss_output(model, example, loss)
+        else:
+            directory = os.path.join(work, f"shape{k}")
+            os.makedirs(directory, exist_ok=True)
+        exported = export_module(model, example, directory, opset)
+        if k == 0:
+            first = exported
+            o.model = exported.model
+            o.weights = exported.weights
+            o.frozen_names = exported.frozen
+            o.eval_model = exported.eval_model
+        else:
+            o.add_shape(exported.model, exported.eval_model, {})
+    return first
+
+
+def _check_shape(batch, shapes, what) -> None:
+    """Raises unless every input of \\p batch (numpy arrays) has the shape
+    one of \\p shapes (each {name: (dtype, shape)}, a batch shape the
+    bundle was compiled for) gives it."""
+    if any(all(name not in shape or tuple(a.shape) == shape[name][1]
+               for name, a in batch.items()) for shape in shapes):
+        return
+    name = next(n for n, a in batch.items()
+                if n in shapes[0] and tuple(a.shape) != shapes[0][n][1])
+    compiled = "; ".join(
+        "(" + ", ".join(f"{n} {list(s[1])}" for n, s in shape.items()) + ")"
+        for shape in shapes)
+    raise ArgumentError(
+        f"batch input '{name}' is {list(batch[name].shape)}; the {what} was "
+        f"compiled for {compiled} (input shapes are fixed at compile): add "
+        "this shape (example_inputs as a list of example batches, one "
+        "program per shape, the weights shared), pad the batch to a "
+        "compiled shape (labels -100 where padded), or drop a last partial "
+        "batch (DataLoader's drop_last=True)")
+
+
 def _groups_of(batches, n):
     """Lists of `n` consecutive batches (a list passes as it is: the
     micro-batches of one update already)."""
@@ -123,7 +191,11 @@ class Model:
         self._dtypes = dict(dtypes or {})
         self._owned = owned  # a temporary directory to remove
         self._trained = dict(session.tensors())
-        self._inputs = {n: (d, tuple(s)) for n, d, s in session.inputs()}
+        # Every batch shape the bundle was compiled for (the first: the
+        # one `inputs` reports).
+        self._shapes = [{n: (d, tuple(sh)) for n, d, sh in one}
+                        for one in session.batch_shapes()]
+        self._inputs = self._shapes[0]
         self._mesh = json.loads(_cleave.inspect(bundle, True))["mesh"]
         self._losses: List[float] = []
         self._training = True
@@ -217,19 +289,9 @@ class Model:
         if not isinstance(batch, dict):
             raise ArgumentTypeError("a batch must be a dict from input names to tensors, "
                         f"not {type(batch).__name__}")
-        out = {}
-        for name, value in batch.items():
-            want = self._inputs.get(name)
-            a = _input_array(name, value, want)
-            if want and tuple(a.shape) != tuple(want[1]):
-                raise ArgumentError(
-                    f"batch input '{name}' is {list(a.shape)}; the step was "
-                    f"compiled for {list(want[1])} (every input's shape is "
-                    "fixed at compile): pad the batch to that shape (labels "
-                    "-100 where padded), drop a last partial batch "
-                    "(DataLoader's drop_last=True), or compile another "
-                    "Model with example inputs of this shape")
-            out[name] = a
+        out = {name: _input_array(name, value, self._inputs.get(name))
+               for name, value in batch.items()}
+        _check_shape(out, self._shapes, "step")
         return out
 
     def step(self, batch: Union[Dict[str, Any], Sequence[Dict[str, Any]]]
@@ -331,8 +393,9 @@ class Model:
             raise ArgumentTypeError("a batch must be a dict from input "
                                     "names to tensors, not "
                                     f"{type(batch).__name__}")
-        wanted = {n: (d, tuple(sh))
-                  for n, d, sh in self._session.forward_inputs()}
+        shapes = [{n: (d, tuple(sh)) for n, d, sh in one}
+                  for one in self._session.batch_shapes(True)]
+        wanted = shapes[0] if shapes else {}
         appended = self._session.loss_kind in ("cross_entropy", "mse")
         out = {}
         for name, value in batch.items():
@@ -343,14 +406,9 @@ class Model:
                 raise ArgumentError(
                     f"the batch has '{name}', which is not an input of the "
                     f"forward pass (its inputs: {', '.join(sorted(wanted))})")
-            a = _input_array(name, value, want)
-            if want and tuple(a.shape) != want[1]:
-                raise ArgumentError(
-                    f"batch input '{name}' is {list(a.shape)}; the forward "
-                    f"pass was compiled for {list(want[1])}: pad the batch "
-                    "to that shape, or compile another Model with example "
-                    "inputs of this shape")
-            out[name] = a
+            out[name] = _input_array(name, value, want)
+        if wanted:
+            _check_shape(out, shapes, "forward pass")
         for name in wanted:
             if name not in out:
                 raise ArgumentError(f"the batch has no '{name}' (the forward "
@@ -859,7 +917,9 @@ def _finalize_at_exit():
         _finalizer_registered = True
 
 
-def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
+def tensor_parallel(module, example_inputs: Union[Dict[str, Any],
+                                                  List[Dict[str, Any]]], *,
+                    tp: int = 1,
                     optimizer: Union[SGD, AdamW, None] = None,
                     loss: str = "auto", plan=None, distributed: bool = False,
                     seed: int = 0, options: Optional[Options] = None,
@@ -874,7 +934,10 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         the path of an ``.onnx`` or TorchScript ``.pt`` file.
     example_inputs
         ``{argument name: tensor}`` for the forward's inputs; their shapes
-        and dtypes are the ones every batch must have.
+        and dtypes are the ones every batch must have. A list of such
+        dicts compiles a step (and forward pass) per batch shape, the
+        weights shared: ``step`` and ``Model(batch)`` run the one of the
+        batch's shape (a longer sequence, a last partial batch).
     tp
         Ranks the weights are split over (tensor parallelism). Cleave picks
         every weight's split itself (Megatron's pattern where it applies).
@@ -918,10 +981,7 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         raise ArgumentError("plan_only writes a bundle without weights, "
                             "which tensor_parallel cannot train: use "
                             "cleave.compile")
-    if example_inputs is not None and not isinstance(example_inputs, dict):
-        raise ArgumentTypeError(
-            "example_inputs must be a dict from the forward's argument names "
-            f"to tensors, not {type(example_inputs).__name__}")
+    _example_batches(example_inputs)
     if not isinstance(distributed, bool):
         raise ArgumentTypeError("distributed must be True or False, not "
                                 f"{distributed!r}")
@@ -933,20 +993,14 @@ def tensor_parallel(module, example_inputs: Dict[str, Any], *, tp: int = 1,
         sources, dtypes = {}, {}
         if isinstance(module, (str, os.PathLike)):
             _file_keeps_its_opset(opts)
-            o.model = os.fspath(module)
-            o.inputs = _input_specs(example_inputs)
         else:
             import torch
             if not isinstance(module, torch.nn.Module):
                 raise ArgumentTypeError("module must be a torch.nn.Module or a model "
                             f"file's path, not {type(module).__name__}")
-            example_inputs = _forward_inputs(module, example_inputs, opts.loss)
-            _check_loss_output(module, example_inputs, opts.loss)
-            exported = export_module(module, example_inputs, work, opts.opset)
-            o.model = exported.model
-            o.weights = exported.weights
-            o.frozen_names = exported.frozen
-            o.eval_model = exported.eval_model
+        exported = _compile_inputs(o, module, example_inputs, opts.loss, work,
+                                   opts.opset)
+        if exported is not None:
             sources = exported.sources
             dtypes = exported.dtypes
         _cleave.compile(o)

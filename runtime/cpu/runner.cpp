@@ -53,6 +53,19 @@ public:
     *value = inputs_[i];
     return Status::ok();
   }
+  Status takeInput(size_t i, HostTensor *value) override {
+    if (i >= inputs_.size())
+      return Status::error("no input " + std::to_string(i));
+    allocate(i);
+    *value = std::move(inputs_[i]);
+    inputs_[i] = HostTensor();
+    // The buffer a carried output swaps with holds the value before the
+    // last run: let it go too.
+    for (auto [input, output] : carried_)
+      if (input == i && output < outputs_.size())
+        outputs_[output] = HostTensor();
+    return Status::ok();
+  }
   Status getOutput(size_t o, HostTensor *value) override {
     if (o >= outputs_.size())
       return Status::error("output " + std::to_string(o) +

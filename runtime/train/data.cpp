@@ -390,6 +390,50 @@ Status DataFeed::checkBatch(const std::map<std::string, HostTensor> &batch,
   return Status::ok();
 }
 
+Status
+DataFeed::matchBatch(const std::map<std::string, HostTensor> &batch,
+                     const std::vector<const std::vector<InputSlot> *> &shapes,
+                     size_t *index) {
+  if (shapes.empty())
+    return Status::error("the bundle has no train step");
+  for (size_t k = 0; k < shapes.size(); ++k)
+    if (checkBatch(batch, *shapes[k])) {
+      *index = k;
+      return Status::ok();
+    }
+  // Every shape takes the same inputs by name: a missing or unknown one is
+  // the first shape's error; a dtype or shape names them all.
+  Status first = checkBatch(batch, *shapes.front());
+  bool typed = true;
+  for (const InputSlot &slot : *shapes.front())
+    typed = typed && batch.count(slot.name);
+  typed = typed && batch.size() == shapes.front()->size();
+  if (!typed)
+    return first;
+  const char *remedy = "; compile it for this shape too (example_inputs as "
+                       "a list of example batches, or cleave compile "
+                       "--shape), or pad or drop the batch";
+  if (shapes.size() == 1)
+    return Status::error(first.message() + remedy);
+  std::string message, compiled;
+  for (const std::vector<InputSlot> *shape : shapes) {
+    std::string one;
+    for (const InputSlot &slot : *shape) {
+      one += (one.empty() ? "" : ", ") + slot.name + " " +
+             describeTensor(slot.dtype, slot.shape);
+      const HostTensor &given = batch.at(slot.name);
+      if (message.empty() &&
+          (given.dtype != slot.dtype || given.shape != slot.shape))
+        message = "batch input '" + slot.name + "' is " +
+                  describeTensor(given.dtype, given.shape);
+    }
+    compiled += (compiled.empty() ? "" : "; ") + ("(" + one + ")");
+  }
+  return Status::error(message + "; the train step is compiled for " +
+                       std::to_string(shapes.size()) +
+                       " batch shapes: " + compiled + remedy);
+}
+
 Status DataFeed::create(const DataOptions &options,
                         const std::vector<InputSlot> &inputs,
                         std::unique_ptr<DataFeed> *result) {

@@ -1,6 +1,7 @@
 //===- trainer.cpp - Runs a compiled training bundle ----------------------===//
 
-#include "cleave/runtime/trainer.h"
+#include "train_session.h"
+
 #include "cleave/runtime/checkpoint.h"
 #include "cleave/runtime/comm.h"
 #include "cleave/runtime/files.h"
@@ -30,14 +31,14 @@
 namespace cleave::rt {
 
 namespace fs = std::filesystem;
-namespace pb = ::cleave::plan;
-using Batch = std::map<std::string, HostTensor>;
 
 namespace {
 
 std::vector<int64_t> shapeOf(const pb::TensorType &t) {
   return {t.shape().begin(), t.shape().end()};
 }
+
+} // namespace
 
 std::string stateKey(const pb::Binding &b) {
   switch (b.role()) {
@@ -51,31 +52,6 @@ std::string stateKey(const pb::Binding &b) {
     return {};
   }
 }
-
-/// The full tensor from every rank's chunk (collective).
-Status gatherAlong(Communicator &comm, const HostTensor &local, Split split,
-                   int64_t size, HostTensor *full) {
-  std::vector<int64_t> axes{0};
-  int64_t parts = comm.groupSize(axes);
-  std::vector<uint8_t> all(local.bytes.size() * parts);
-  if (Status s = comm.allGather(local.bytes.data(), all.data(),
-                                local.bytes.size(), axes);
-      !s)
-    return s;
-  std::vector<int64_t> shape = local.shape;
-  shape[split.dim] = size;
-  *full = HostTensor::zeros(local.dtype, shape);
-  HostTensor part = HostTensor::zeros(local.dtype, local.shape);
-  for (int64_t k = 0; k < parts; ++k) {
-    std::copy(all.begin() + k * local.bytes.size(),
-              all.begin() + (k + 1) * local.bytes.size(), part.bytes.begin());
-    putRanges(full, split.dim, rankRanges(size, split, k, parts),
-              fromLocal(part, split, size, k, parts));
-  }
-  return Status::ok();
-}
-
-} // namespace
 
 Status checkMesh(const pb::Plan &plan) {
   bool named = plan.mesh_axes_size() > 0;
@@ -125,6 +101,31 @@ std::string MeshGeometry::str() const {
   return "dp = " + std::to_string(dp) + ", tp = " + std::to_string(tp);
 }
 
+bool isForwardProgram(const pb::Program &program) {
+  return program.name() == "forward" || program.name() == "forward_eval";
+}
+
+namespace {
+
+/// Train steps for shapes 0, 1, ... in order, each followed by at most one
+/// "forward" and one "forward_eval" of its shape, in that order.
+bool programsInOrder(const pb::Plan &plan) {
+  int32_t shape = -1;
+  std::string last;
+  for (const pb::Program &p : plan.programs()) {
+    if (!isForwardProgram(p)) {
+      if (p.shape() != ++shape)
+        return false;
+    } else if (p.shape() != shape || p.name() <= last) {
+      return false;
+    }
+    last = isForwardProgram(p) ? p.name() : "";
+  }
+  return shape >= 0;
+}
+
+} // namespace
+
 Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
   fs::path path = fs::path(bundleDir) / kBundlePlanFile;
   std::error_code ec;
@@ -160,13 +161,10 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
                            "bundle plan '" + path.string() + "'");
       !s)
     return s;
-  bool extraOk = plan->programs_size() >= 1 && plan->programs_size() <= 3;
-  for (int i = 1; extraOk && i < plan->programs_size(); ++i)
-    extraOk = plan->programs(i).name() == (i == 1 ? "forward" : "forward_eval");
-  if (!extraOk)
+  if (!programsInOrder(*plan))
     return Status::error("bundle plan '" + path.string() +
-                         "' must hold its train step and at most its "
-                         "forward passes");
+                         "' must hold a train step per batch shape, each "
+                         "followed by at most its forward passes");
   for (const pb::Program &p : plan->programs())
     if (p.input_bindings_size() != p.inputs_size() ||
         p.output_bindings_size() != p.outputs_size())
@@ -181,14 +179,6 @@ namespace {
 std::string optimizerKey(const std::string &name, const std::string &slot) {
   // The step's own state (no parameter's) is "optimizer/loss_scale".
   return "optimizer/" + slot + (name.empty() ? "" : "/" + name);
-}
-
-std::string stateKeyOf(const pb::TensorEntry &e) {
-  pb::Binding b;
-  b.set_role(e.role());
-  b.set_name(e.name());
-  b.set_slot(e.slot());
-  return stateKey(b);
 }
 
 /// Uniform values of standard deviation 0.02 (a transformer's usual
@@ -211,147 +201,13 @@ void fillRandom(const std::string &name, HostTensor *value) {
 
 } // namespace
 
-/// One run of a bundle on this rank, one method per job: open the bundle
-/// and its runner, build the state table, load the state (from the bundle
-/// or a checkpoint, in any layout: resume and reshard), bind it to the
-/// runner, open the data, run steps, and save or dump what it holds.
-class TrainSession {
-  // The facade reaches the profiler's state to start and stop it mid-run.
-  friend class Trainer;
-
-public:
-  explicit TrainSession(const TrainerOptions &options) : options(options) {}
-
-  Status openAll() {
-    for (Status (TrainSession::*phase)() :
-         {&TrainSession::open, &TrainSession::buildTable,
-          &TrainSession::loadState, &TrainSession::checkInputs,
-          &TrainSession::openData, &TrainSession::bindState,
-          &TrainSession::bindSchedule})
-      if (Status s = (this->*phase)(); !s)
-        return s;
-    next = first;
-    return Status::ok();
-  }
-  Status runStep(float *loss,
-                 const std::vector<const Batch *> *batches = nullptr);
-  Status runForward(const Batch &batch, bool eval,
-                    std::vector<std::pair<std::string, HostTensor>> *outputs);
-  /// The mean loss of the feed's first \p batches batches in eval mode.
-  Status evaluate(int64_t batches, double *mean);
-  /// The bundle's forward passes, in training mode ("forward" program;
-  /// none: null) and in eval mode ("forward_eval"; null: as in training
-  /// mode, or none).
-  ForwardPass forwardPass, evalPass;
-  Status finish();
-  Status save(int64_t steps, std::string *written = nullptr);
-  Status readTensor(const std::string &name, HostTensor *value);
-  Status writeTensor(const std::string &name, const HostTensor &value);
-  Status checkTensorWrite(const std::string &name, const HostTensor &value,
-                          ModelTensor *t) const;
-  Status findTensor(const std::string &name, ModelTensor *out) const;
-
-  TrainerOptions options;
-  pb::Plan plan;
-  std::vector<InputSlot> dataInputs;
-  /// Batches per step: the micro-batches of one update.
-  int64_t microBatches = 1;
-
-  int64_t next = 0;
-  int64_t first = 0, last = 0;
-
-private:
-  Status open();
-  Status buildTable();
-  Status loadState();
-  Status loadCheckpoint();
-  Status loadBundle();
-  Status checkInputs();
-  Status openData();
-  Status bindState();
-  Status setStepInputs(int64_t step, const std::vector<const Batch *> *given);
-  Status fetchState();
-  Status dump();
-  Status shareOverDp(Status *status, std::string *text);
-  Status dumpTensor(const ModelTensor &t, bool grads);
-  Status gatherTensor(const ModelTensor &t, bool grads, HostTensor *full,
-                      bool *present);
-  Status gatherFull(const HostTensor &t, const std::string &key,
-                    HostTensor *full);
-  /// The program's chunk of \p value, padded where tp does not divide.
-  void padChunk(const pb::TensorEntry &e, HostTensor *value) const;
-  std::string bundle() const { return "bundle '" + options.bundleDir + "'"; }
-
-  const pb::Program *program = nullptr;
-  MeshGeometry mesh;
-  /// tp: the parts tensors are split in (mesh.tensorParts()); rank: this
-  /// rank's index among them; dpRank: its index on the dp axis.
-  int64_t tp = 1, rank = 0, dpRank = 0;
-  bool leader = false;
-  std::unique_ptr<Communicator> single, tpView, dpView;
-  /// The whole mesh (the step's collectives), this rank's tp group, and
-  /// (2-D meshes) its dp group.
-  Communicator *comm = nullptr, *tpComm = nullptr, *dpComm = nullptr;
-  std::unique_ptr<StepRunner> executor;
-  /// Whether the last step that failed left the state as before it.
-  bool keptState = true;
-  /// The step's "lr" input (-1: the rate is a constant of the step), the
-  /// schedule it follows from the base rate, and the outputs it reports.
-  int lrInput = -1;
-  LrSchedule schedule;
-  std::vector<std::pair<std::string, int>> metricOutputs;
-  /// The last step's rate and reported outputs ("lr", "grad_norm").
-  std::map<std::string, double> metrics;
-  Status bindSchedule();
-  /// After a step the guard refused: which value was not finite (the
-  /// loss, else the first gradient of this rank's that holds one).
-  std::string firstNonfinite(float loss);
-  double baseLr() const {
-    auto &hp = plan.train_config().hyperparameters();
-    auto it = hp.find("lr");
-    return it == hp.end() ? 0 : it->second;
-  }
-  /// --profile / --trace; null otherwise.
-  std::unique_ptr<StepProfiler> profiler;
-  int32_t feedSite = -1;
-  Status finishProfile();
-  /// With \p report, the profile's report (rank 0's text into \p log);
-  /// the trace to \p traceFile if set. Collective.
-  Status reportProfile(bool report, std::ostream *log,
-                       const std::string &traceFile);
-  /// Steps after this one count in the profile (the first is traced only).
-  int64_t profileFrom = 0;
-  size_t numInputs = 0;
-  std::map<std::string, Split> layoutOf;
-  /// Gradients the step returns split otherwise than their parameter (ZeRO
-  /// 2 returns each rank's shard), by parameter name.
-  std::map<std::string, Split> gradientLayout;
-  /// ZeRO on a dp x tp mesh: tensors whose tp-local chunk is split again
-  /// over dp (by state key), and gradients returned so (by name).
-  std::map<std::string, Split> dpLayoutOf, gradientDpLayout;
-  /// This rank's dp chunk of tp-local \p value of state \p key.
-  void takeDpChunk(const std::string &key, HostTensor *value) const;
-  /// \p value (dp-split along \p split) whole over the dp group.
-  Status gatherDp(const HostTensor &value, Split split, HostTensor *out);
-  /// gatherFull's tp half.
-  Status gatherTp(const HostTensor &t, const std::string &key,
-                  HostTensor *full);
-  std::vector<pb::TensorEntry> table;
-  std::map<std::string, const pb::TensorEntry *> bundleEntry;
-  /// Data inputs split over the ranks (data parallelism), by name.
-  std::map<std::string, Split> inputSplit;
-  /// The rows of each global batch this rank's feed builds (rowCount 0:
-  /// every row; data parallelism splits them).
-  int64_t rowFirst = 0, rowCount = 0;
-  std::map<std::string, HostTensor> state;
-  std::string resumedData;
-  std::unique_ptr<DataFeed> feed;
-  std::unique_ptr<Progress> progress;
-  std::map<std::string, size_t> stateInput;
-  std::vector<float> losses;
-  std::map<std::string, HostTensor> lastGrads;
-  int lossOutput = -1;
-};
+std::string stateKeyOf(const pb::TensorEntry &e) {
+  pb::Binding b;
+  b.set_role(e.role());
+  b.set_name(e.name());
+  b.set_slot(e.slot());
+  return stateKey(b);
+}
 
 Status TrainSession::open() {
   if (Status s = loadBundlePlan(options.bundleDir, &plan); !s)
@@ -365,12 +221,19 @@ Status TrainSession::open() {
         !s)
       return s;
   }
-  program = &plan.programs(0);
-  for (int i = 1; i < plan.programs_size(); ++i) {
-    ForwardPass &pass = i == 1 ? forwardPass : evalPass;
-    pass.program = &plan.programs(i);
-    pass.inputs = forwardInputsOf(*pass.program);
+  for (const pb::Program &p : plan.programs()) {
+    if (!isForwardProgram(p)) {
+      shapes.emplace_back();
+      shapes.back().program = &p;
+      continue;
+    }
+    ForwardPass &pass = p.name() == "forward" ? shapes.back().forwardPass
+                                              : shapes.back().evalPass;
+    pass.program = &p;
+    pass.inputs = forwardInputsOf(p);
   }
+  // Shape 0 is the active one: its members become the session's.
+  std::swap(static_cast<ShapeStep &>(*this), shapes[0]);
   mesh = meshOf(plan);
   comm = options.comm;
   if (!comm) {
@@ -452,33 +315,21 @@ Status TrainSession::buildTable() {
     table.push_back(t);
     bundleEntry[stateKeyOf(t)] = &t;
   }
+  // Every shape's batch inputs are known from the start (a batch is
+  // checked against them all); its runner is made on first use.
+  if (Status s = readDataInputs(); !s)
+    return s;
+  for (size_t k = 1; k < shapes.size(); ++k) {
+    std::swap(static_cast<ShapeStep &>(*this), shapes[k]);
+    numInputs = program->inputs_size();
+    Status s = readDataInputs();
+    std::swap(static_cast<ShapeStep &>(*this), shapes[k]);
+    if (!s)
+      return s;
+  }
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     std::string key = stateKey(b);
-    if (b.role() == pb::Binding::INPUT && b.micro_batch() > 0) {
-      // Another micro-batch's copy of an input listed below.
-      microBatches = std::max(microBatches, b.micro_batch() + 1);
-    } else if (b.role() == pb::Binding::INPUT) {
-      // A data-parallel input is split along its batch: the feed gives the
-      // global batch and each rank takes its rows.
-      std::vector<int64_t> shape = executor->inputShape(i);
-      if (b.has_split_dim()) {
-        if (b.split_dim() < 0 ||
-            b.split_dim() >= static_cast<int64_t>(shape.size()))
-          return Status::error(bundle() + ": input '" + b.name() +
-                               "' is split along a dimension it lacks");
-        shape[b.split_dim()] *= mesh.dp;
-        inputSplit[b.name()] = splitOf(b);
-      }
-      // The feed builds only this rank's rows of a batch split along
-      // dimension 0 (the dp split).
-      dataInputs.push_back({b.name(), executor->inputDType(i), shape,
-                            b.has_split_dim() && b.split_dim() == 0});
-      if (dataInputs.back().splitRows) {
-        rowCount = shape[0] / mesh.dp;
-        rowFirst = dpRank * rowCount;
-      }
-    }
     if (key.empty() || bundleEntry.count(key))
       continue;
     if (b.role() != pb::Binding::OPTIMIZER_STATE)
@@ -519,6 +370,41 @@ Status TrainSession::buildTable() {
     e.clear_slices();
     auto it = layoutOf.find(stateKeyOf(e));
     setSplit(&e, it != layoutOf.end() ? it->second : Split());
+  }
+  return Status::ok();
+}
+
+/// The active step's batch inputs: names, types, dp splits.
+Status TrainSession::readDataInputs() {
+  for (size_t i = 0; i < numInputs; ++i) {
+    const pb::Binding &b = program->input_bindings(i);
+    if (b.role() != pb::Binding::INPUT)
+      continue;
+    if (b.micro_batch() > 0) {
+      // Another micro-batch's copy of an input listed before.
+      microBatches = std::max(microBatches, b.micro_batch() + 1);
+      continue;
+    }
+    // A data-parallel input is split along its batch: the feed gives the
+    // global batch and each rank takes its rows.
+    const pb::TensorType &type = program->values(program->inputs(i)).type();
+    std::vector<int64_t> shape = shapeOf(type);
+    if (b.has_split_dim()) {
+      if (b.split_dim() < 0 ||
+          b.split_dim() >= static_cast<int64_t>(shape.size()))
+        return Status::error(bundle() + ": input '" + b.name() +
+                             "' is split along a dimension it lacks");
+      shape[b.split_dim()] *= mesh.dp;
+      inputSplit[b.name()] = splitOf(b);
+    }
+    // The feed builds only this rank's rows of a batch split along
+    // dimension 0 (the dp split).
+    dataInputs.push_back({b.name(), fromPlan(type.dtype()), shape,
+                          b.has_split_dim() && b.split_dim() == 0});
+    if (dataInputs.back().splitRows) {
+      rowCount = shape[0] / mesh.dp;
+      rowFirst = dpRank * rowCount;
+    }
   }
   return Status::ok();
 }
@@ -663,16 +549,22 @@ Status TrainSession::openData() {
 /// The state lives in the runner (on the GPU for CUDA): load it there, let
 /// every state output feed its input, and copy it back only to save it.
 Status TrainSession::bindState() {
-  for (size_t i = 0; i < numInputs; ++i) {
-    const pb::Binding &b = program->input_bindings(i);
-    std::string key = stateKey(b);
-    if (key.empty())
-      continue;
-    stateInput[key] = i;
+  if (Status s = mapState(); !s)
+    return s;
+  for (const auto &[key, i] : stateInput) {
     if (Status s = executor->setInput(i, std::move(state[key])); !s)
-      return Status::error("'" + b.name() + "': " + s.message());
+      return Status::error("'" + program->input_bindings(i).name() +
+                           "': " + s.message());
     state[key] = HostTensor();
   }
+  return Status::ok();
+}
+
+/// Where the active step takes and returns each state tensor.
+Status TrainSession::mapState() {
+  for (size_t i = 0; i < numInputs; ++i)
+    if (std::string key = stateKey(program->input_bindings(i)); !key.empty())
+      stateInput[key] = i;
   for (int o = 0; o < program->output_bindings_size(); ++o) {
     const pb::Binding &b = program->output_bindings(o);
     if (b.role() == pb::Binding::LOSS)
@@ -692,6 +584,20 @@ Status TrainSession::bindState() {
 
 /// The learning rate's input and schedule, and the reported outputs.
 Status TrainSession::bindSchedule() {
+  if (Status s = mapSchedule(); !s)
+    return s;
+  const pb::TrainConfig &config = plan.train_config();
+  if (!config.lr_schedule().empty())
+    schedule.name = config.lr_schedule();
+  schedule.warmupSteps = config.warmup_steps();
+  schedule.totalSteps = config.total_steps();
+  if (Status s = checkLrSchedule(schedule, baseLr()); !s)
+    return Status::error(bundle() + ": " + s.message());
+  return Status::ok();
+}
+
+/// The active step's learning-rate input and reported outputs.
+Status TrainSession::mapSchedule() {
   for (size_t i = 0; i < numInputs; ++i) {
     const pb::Binding &b = program->input_bindings(i);
     if (b.role() != pb::Binding::HYPERPARAMETER)
@@ -705,14 +611,72 @@ Status TrainSession::bindSchedule() {
   for (int o = 0; o < program->output_bindings_size(); ++o)
     if (program->output_bindings(o).role() == pb::Binding::METRIC)
       metricOutputs.emplace_back(program->output_bindings(o).name(), o);
-  const pb::TrainConfig &config = plan.train_config();
-  if (!config.lr_schedule().empty())
-    schedule.name = config.lr_schedule();
-  schedule.warmupSteps = config.warmup_steps();
-  schedule.totalSteps = config.total_steps();
-  if (Status s = checkLrSchedule(schedule, baseLr()); !s)
-    return Status::error(bundle() + ": " + s.message());
   return Status::ok();
+}
+
+Status TrainSession::setUpShape() {
+  if (Status s = createRunner(*program, comm, options.backend, &executor); !s)
+    return Status::error(bundle() + ": " + s.message());
+  if (profiler)
+    if (Status s = executor->setProfiler(profiler.get()); !s)
+      return s;
+  numInputs = program->inputs_size();
+  if (Status s = mapState(); !s)
+    return s;
+  return mapSchedule();
+}
+
+Status TrainSession::useShape(size_t k) {
+  if (k == activeShape)
+    return Status::ok();
+  ShapeStep &to = shapes[k];
+  auto swapIn = [&] { std::swap(static_cast<ShapeStep &>(*this), to); };
+  if (!to.executor) {
+    swapIn();
+    Status s = setUpShape();
+    swapIn();
+    if (!s)
+      return s;
+  }
+  // Every state tensor is held alike in every shape's step (the compiler
+  // checked): checked again before any moves, so a refusal moves nothing.
+  for (const auto &[key, i] : stateInput) {
+    auto j = to.stateInput.find(key);
+    if (j == to.stateInput.end() ||
+        to.executor->inputDType(j->second) != executor->inputDType(i) ||
+        to.executor->inputShape(j->second) != executor->inputShape(i))
+      return Status::error(
+          bundle() + ": batch shape " + std::to_string(k) + "'s step holds '" +
+          program->input_bindings(i).name() + "' otherwise than batch shape " +
+          std::to_string(activeShape) + "'s");
+  }
+  if (to.stateInput.size() != stateInput.size())
+    return Status::error(bundle() + ": batch shape " + std::to_string(k) +
+                         "'s step holds other state than batch shape " +
+                         std::to_string(activeShape) + "'s");
+  for (const auto &[key, i] : stateInput) {
+    HostTensor value;
+    Status s = executor->takeInput(i, &value);
+    if (s)
+      s = to.executor->setInput(to.stateInput[key], std::move(value));
+    if (!s) {
+      keptState = false;
+      return s;
+    }
+  }
+  swapIn();
+  std::swap(to, shapes[activeShape]);
+  activeShape = k;
+  return Status::ok();
+}
+
+Status TrainSession::batchShapeOf(const Batch &batch, bool forward,
+                                  size_t *k) const {
+  std::vector<const std::vector<InputSlot> *> each;
+  for (size_t j = 0; j < shapes.size(); ++j)
+    each.push_back(forward ? &shapeStep(j).forwardPass.inputs
+                           : &shapeStep(j).dataInputs);
+  return DataFeed::matchBatch(batch, each, k);
 }
 
 Status TrainSession::fetchState() {
@@ -854,10 +818,17 @@ Status TrainSession::setStepInputs(int64_t step,
 Status TrainSession::runForward(
     const Batch &batch, bool eval,
     std::vector<std::pair<std::string, HostTensor>> *outputs) {
+  // The forward pass of the batch's shape reads the state where the
+  // active step holds it.
+  size_t k = activeShape;
+  if (shapes.size() > 1)
+    if (Status s = batchShapeOf(batch, /*forward=*/true, &k); !s)
+      return s;
+  ShapeStep &at = shapeStep(k);
   // Eval mode runs the training-mode program only where the model's two
   // graphs are one (the compiler made no other and said nothing missing).
-  bool own = eval && (evalPass.program || !plan.forward_missing().empty());
-  ForwardPass &pass = own ? evalPass : forwardPass;
+  bool own = eval && (at.evalPass.program || !plan.forward_missing().empty());
+  ForwardPass &pass = own ? at.evalPass : at.forwardPass;
   if (!pass.program)
     return Status::error(bundle() + " has no forward pass" +
                          (eval ? " in eval mode" : "") + ": " +
@@ -885,7 +856,7 @@ Status TrainSession::evaluate(int64_t batches, double *mean) {
     // The feed's batch holds the labels an appended loss reads; the
     // forward pass takes the model's inputs only.
     Batch inputs;
-    for (const InputSlot &in : forwardPass.inputs)
+    for (const InputSlot &in : shapeStep(0).forwardPass.inputs)
       if (auto it = batch.find(in.name); it != batch.end())
         inputs[in.name] = it->second;
     if (Status s = runForward(inputs, /*eval=*/true, &outputs); !s)
@@ -908,6 +879,13 @@ Status TrainSession::runStep(float *lossOut,
     return Status::error("the run's " + std::to_string(last - first) +
                          " steps are done");
   int64_t step = next;
+  // The step of the batch's shape (the feed's batches have the first).
+  size_t k = 0;
+  if (batch && !batch->empty() && shapes.size() > 1)
+    if (Status s = batchShapeOf(*batch->front(), /*forward=*/false, &k); !s)
+      return s;
+  if (Status s = useShape(k); !s)
+    return s;
   auto start = std::chrono::steady_clock::now();
   // The first step of a run pays for first touches of the arena and the
   // thread pools' start: traced, never counted.
@@ -1037,206 +1015,6 @@ Status TrainSession::reportProfile(bool report, std::ostream *log,
   return Status::ok();
 }
 
-/// The whole of a tensor whose per-rank value is \p t (collective).
-void TrainSession::takeDpChunk(const std::string &key,
-                               HostTensor *value) const {
-  auto it = dpLayoutOf.find(key);
-  if (it != dpLayoutOf.end())
-    *value = chunkOf(*value, it->second, dpRank, mesh.dp);
-}
-
-Status TrainSession::gatherDp(const HostTensor &value, Split split,
-                              HostTensor *out) {
-  return gatherAlong(*dpComm, value, split, value.shape[split.dim] * mesh.dp,
-                     out);
-}
-
-Status TrainSession::gatherFull(const HostTensor &t, const std::string &key,
-                                HostTensor *full) {
-  if (auto it = dpLayoutOf.find(key); it != dpLayoutOf.end()) {
-    HostTensor tpLocal;
-    if (Status s = gatherDp(t, it->second, &tpLocal); !s)
-      return s;
-    return gatherTp(tpLocal, key, full);
-  }
-  return gatherTp(t, key, full);
-}
-
-Status TrainSession::gatherTp(const HostTensor &t, const std::string &key,
-                              HostTensor *full) {
-  auto it = layoutOf.find(key);
-  if (it == layoutOf.end()) {
-    *full = t;
-    return Status::ok();
-  }
-  int64_t dim = it->second.dim;
-  auto entry = bundleEntry.find(key);
-  int64_t size = entry != bundleEntry.end() ? entry->second->type().shape(dim)
-                                            : t.shape[dim] * tp;
-  return gatherAlong(*tpComm, t, it->second, size, full);
-}
-
-/// One of the model's own tensors (a parameter cut into segments whole), or
-/// its gradient (absent when it is not trained), gathered whole on every
-/// rank: every rank takes part.
-Status TrainSession::gatherTensor(const ModelTensor &t, bool grads,
-                                  HostTensor *full, bool *present) {
-  *present = false;
-  std::vector<HostTensor> parts(t.entries.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    std::string key = stateKeyOf(*t.entries[i]);
-    const HostTensor *value = &state[key];
-    HostTensor tpLocal; // a gradient gathered over dp
-    if (grads) {
-      auto it = lastGrads.find(t.entries[i]->name());
-      if (it == lastGrads.end())
-        return Status::ok(); // not trained
-      value = &it->second;
-      if (auto g = gradientDpLayout.find(t.entries[i]->name());
-          g != gradientDpLayout.end()) {
-        if (Status s = gatherDp(*value, g->second, &tpLocal); !s)
-          return s;
-        value = &tpLocal;
-      }
-      if (auto g = gradientLayout.find(t.entries[i]->name());
-          g != gradientLayout.end()) {
-        int64_t size = t.entries[i]->type().shape(g->second.dim);
-        if (Status s = gatherAlong(*tpComm, *value, g->second, size, &parts[i]);
-            !s)
-          return s;
-        continue;
-      }
-    }
-    if (Status s = grads ? gatherTp(*value, key, &parts[i])
-                         : gatherFull(*value, key, &parts[i]);
-        !s)
-      return s;
-  }
-  *full = joinSegments(t, std::move(parts));
-  *present = true;
-  return Status::ok();
-}
-
-/// Writes gatherTensor's tensor (rank 0).
-Status TrainSession::dumpTensor(const ModelTensor &t, bool grads) {
-  HostTensor full;
-  bool present = false;
-  if (Status s = gatherTensor(t, grads, &full, &present); !s)
-    return s;
-  if (!leader || !present)
-    return Status::ok();
-  std::string file = sanitizeFileName(t.name) + (grads ? ".grad.npy" : ".npy");
-  widenToF32(&full); // a frozen weight held in bf16: numpy has no bfloat16
-  return writeNpy((fs::path(options.dumpDir) / file).string(), full);
-}
-
-Status TrainSession::findTensor(const std::string &name,
-                                ModelTensor *out) const {
-  std::vector<ModelTensor> tensors;
-  if (Status s = modelTensors(plan.tensors(), &tensors); !s)
-    return s;
-  for (ModelTensor &t : tensors)
-    if (t.name == name) {
-      *out = std::move(t);
-      return Status::ok();
-    }
-  return Status::error(bundle() + " has no tensor '" + name + "'");
-}
-
-Status TrainSession::readTensor(const std::string &name, HostTensor *value) {
-  ModelTensor t;
-  if (Status s = findTensor(name, &t); !s)
-    return s;
-  if (Status s = fetchState(); !s)
-    return s;
-  bool present = false;
-  return gatherTensor(t, false, value, &present);
-}
-
-/// Each entry (a segment of the tensor, or all of it) gets this rank's
-/// chunk of its part of \p value, padded as the program keeps it.
-Status TrainSession::checkTensorWrite(const std::string &name,
-                                      const HostTensor &value,
-                                      ModelTensor *t) const {
-  if (Status s = findTensor(name, t); !s)
-    return s;
-  if (value.shape != t->shape ||
-      value.dtype != fromPlan(t->entries.front()->type().dtype()))
-    return Status::error(
-        "'" + name + "' is " + describeTensor(value.dtype, value.shape) +
-        "; the model has " +
-        describeTensor(fromPlan(t->entries.front()->type().dtype()), t->shape));
-  for (const pb::TensorEntry *entry : t->entries)
-    if (!stateInput.count(stateKeyOf(*entry)))
-      return Status::error(bundle() + ": '" + name + "' is not in the step");
-  return Status::ok();
-}
-
-Status TrainSession::writeTensor(const std::string &name,
-                                 const HostTensor &value) {
-  ModelTensor t;
-  if (Status s = checkTensorWrite(name, value, &t); !s)
-    return s;
-  int64_t offset = 0;
-  for (const pb::TensorEntry *entry : t.entries) {
-    HostTensor part = value;
-    if (t.entries.size() > 1) {
-      int64_t extent = entry->type().shape(t.dim);
-      part = takeRanges(value, t.dim, {{offset, offset + extent}});
-      offset += extent;
-    }
-    std::string key = stateKeyOf(*entry);
-    auto input = stateInput.find(key);
-    if (input == stateInput.end())
-      return Status::error(bundle() + ": '" + name + "' is not in the step");
-    HostTensor chunk = chunkOf(part, splitOf(*entry), rank, tp);
-    padChunk(*entry, &chunk);
-    takeDpChunk(key, &chunk);
-    if (Status s = executor->setInput(input->second, std::move(chunk)); !s)
-      return Status::error("'" + name + "': " + s.message());
-  }
-  return Status::ok();
-}
-
-Status TrainSession::dump() {
-  if (Status s = fetchState(); !s)
-    return s;
-  if (options.steps > 0)
-    for (int o = 0; o < program->output_bindings_size(); ++o)
-      if (program->output_bindings(o).role() == pb::Binding::GRADIENT) {
-        HostTensor &grad = lastGrads[program->output_bindings(o).name()];
-        if (Status s = executor->getOutput(o, &grad); !s)
-          return s;
-        widenToF32(&grad); // mixed precision returns a product's bf16
-      }
-  std::error_code ec;
-  if (leader)
-    fs::create_directories(options.dumpDir, ec);
-  if (ec)
-    return Status::error("cannot create '" + options.dumpDir +
-                         "': " + ec.message());
-  HostTensor lossTensor =
-      HostTensor::zeros(DType::F32, {static_cast<int64_t>(losses.size())});
-  std::copy(losses.begin(), losses.end(), lossTensor.data<float>());
-  if (leader)
-    if (Status s = writeNpy((fs::path(options.dumpDir) / "loss.npy").string(),
-                            lossTensor);
-        !s)
-      return s;
-  std::vector<ModelTensor> tensors;
-  if (Status s = modelTensors(plan.tensors(), &tensors); !s)
-    return s;
-  for (const ModelTensor &t : tensors)
-    if (Status s = dumpTensor(t, false); !s)
-      return s;
-  if (!lastGrads.empty())
-    for (const ModelTensor &t : tensors)
-      if (t.entries.front()->role() == pb::Binding::PARAMETER)
-        if (Status s = dumpTensor(t, true); !s)
-          return s;
-  return Status::ok();
-}
-
 Trainer::Trainer(std::unique_ptr<TrainSession> session)
     : session_(std::move(session)) {}
 Trainer::~Trainer() = default;
@@ -1304,7 +1082,18 @@ Status Trainer::evaluate(int64_t batches, double *mean) {
   return Status::ok();
 }
 const std::vector<InputSlot> &Trainer::forwardInputs() const {
-  return session_->forwardPass.inputs;
+  return session_->shapeStep(0).forwardPass.inputs;
+}
+Status Trainer::checkBatch(const Batch &batch, bool forward) const {
+  size_t k = 0;
+  return session_->batchShapeOf(batch, forward, &k);
+}
+std::vector<std::vector<InputSlot>> Trainer::batchShapes(bool forward) const {
+  std::vector<std::vector<InputSlot>> out;
+  for (size_t k = 0; k < session_->shapeCount(); ++k)
+    out.push_back(forward ? session_->shapeStep(k).forwardPass.inputs
+                          : session_->shapeStep(k).dataInputs);
+  return out;
 }
 Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {
   if (!root.empty())
@@ -1355,7 +1144,7 @@ std::vector<std::pair<std::string, bool>> Trainer::tensorNames() const {
   return names;
 }
 const std::vector<InputSlot> &Trainer::inputs() const {
-  return session_->dataInputs;
+  return session_->shapeStep(0).dataInputs;
 }
 Status Trainer::finish() { return session_->finish(); }
 

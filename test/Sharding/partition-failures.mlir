@@ -1,6 +1,6 @@
 // Every --plan diagnostic of cleave-partition.
 // RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/bad-kind.txt" 2>&1 | FileCheck %s --check-prefix=KIND
-// KIND: bad-kind.txt:1: expected 'REGEX KIND' with KIND colwise, rowwise, replicate or vocab
+// KIND: bad-kind.txt:1: expected 'REGEX KIND' with KIND colwise, rowwise, replicate, vocab, R or S(DIM[,BLOCKS][;GRANULE])
 // RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/no-match.txt" 2>&1 | FileCheck %s --check-prefix=MATCH
 // MATCH: no-match.txt:1: 'nothing' matches no parameter
 // RUN: not cleave-opt %s --cleave-partition="tp=32 plan=%S/Inputs/w-colwise.txt" 2>&1 | FileCheck %s --check-prefix=DIVIDE
@@ -19,6 +19,13 @@
 // Layouts chosen for another tp are refused, not applied.
 // RUN: not cleave-opt %s --cleave-choose-layouts=tp=2 --cleave-partition="tp=4" 2>&1 | FileCheck %s --check-prefix=CHOSEN
 // CHOSEN: error: the layouts were chosen for tp=2 (--cleave-choose-layouts), not tp=4
+// A layout written out (Layout::str()'s spelling) is checked against the
+// tensor, and applied as it is.
+// RUN: not cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/w-exact-bad.txt" 2>&1 | FileCheck %s --check-prefix=EXACTBAD
+// EXACTBAD: w-exact-bad.txt:1: parameter 'w' of shape [16, 8] has no layout S(2)
+// RUN: cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/w-exact.txt" | FileCheck %s --check-prefix=EXACT
+// EXACT: %arg1: tensor<16x4xf32> {cleave.layout = #cleave.layout<dim = 1>, cleave.parameter = "w"}, %arg2: tensor<16xf32> {cleave.parameter = "b"}
+// EXACT: cleave.all_reduce sum
 // A vector parameter has no matmul, so only colwise (split) or replicate.
 // RUN: cleave-opt %s --cleave-partition="tp=2 plan=%S/Inputs/bias-rowwise.txt" | FileCheck %s --check-prefix=BIAS
 // BIAS: %arg2: tensor<16xf32> {cleave.parameter = "b"}

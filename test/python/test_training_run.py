@@ -157,7 +157,8 @@ def test_calls_of_other_libraries_get_the_call_cleave_takes():
     model = cleave.tensor_parallel(module, example_of(batch, loss), loss=loss)
     longer = batch_fn(torch.Generator().manual_seed(5), t=16)
     with pytest.raises(cleave.ArgumentError,
-                       match=r"compiled for \[2, 8\].*drop_last"):
+                       match=r"compiled for \(input_ids \[2, 8\].*"
+                       r"example_inputs as a list.*drop_last"):
         model.step(longer)
     assert model.steps_done == 0
 
@@ -199,12 +200,12 @@ def hf_factor(name, warmup, total, lr_init):
 
 
 def train_like_pytorch(model, reference, batches, loss, clip=None,
-                       schedule=None, set_lr=None):
-    """Steps `model` on `batches` beside torch.optim.SGD (OPTIMIZERS') on
+                       schedule=None, set_lr=None, optimizer="sgd"):
+    """Steps `model` on `batches` beside OPTIMIZERS' torch `optimizer` on
     `reference`, with LambdaLR `schedule` and clip_grad_norm_ /
     clip_grad_value_ (`clip`); `set_lr` = (step, lr) changes the base rate
     before that step. Checks each step's loss, rate and gradient norm."""
-    opt = OPTIMIZERS["sgd"][1](reference)
+    opt = OPTIMIZERS[optimizer][1](reference)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule) \
         if schedule else None
     params = [p for p in reference.parameters() if p.requires_grad]
@@ -641,7 +642,7 @@ def test_a_forward_batch_is_checked_before_it_runs():
         model({"ids": batch["input_ids"]})
     with pytest.raises(cleave.Error, match="the batch has no 'input_ids'"):
         model({})
-    with pytest.raises(cleave.Error, match=r"compiled for \[2, 8\]"):
+    with pytest.raises(cleave.Error, match=r"compiled for \(input_ids \[2, 8\]\)"):
         model({"input_ids": batch["input_ids"][:, :4]})
     assert model(batch).shape == (2, 8, 61)  # labels of an appended loss
 
@@ -654,3 +655,61 @@ def test_a_dp_mesh_says_why_it_has_no_forward():
     with pytest.raises(cleave.Error, match="forward pass runs on tp meshes"):
         model(batch)
     model.step(batch)  # the model stays usable
+
+
+# -- several batch shapes ------------------------------------------------------
+
+@pytest.mark.parametrize("mesh", [{"tp": 2}, {"dp": 2, "tp": 2}])
+def test_a_model_compiled_for_two_shapes_trains_on_both(mesh):
+    """A shorter sequence in a larger batch beside the first shape: a step
+    per shape, one set of weights and AdamW state moved between them; every
+    loss, rate and gradient norm and the final state are PyTorch's."""
+    module, batch_fn, loss = models.build("decoder")
+    reference = copy.deepcopy(module)
+    gen = torch.Generator().manual_seed(3)
+    full = [batch_fn(gen) for _ in range(3)]
+    short = [batch_fn(gen, b=4, t=5) for _ in range(2)]
+    model = cleave.tensor_parallel(
+        module, [example_of(full[0], loss), example_of(short[0], loss)],
+        loss=loss, optimizer=OPTIMIZERS["adamw"][0], max_grad_norm=0.5,
+        **mesh)
+    shapes = model.inspect()["batch_shapes"]
+    assert [s["inputs"] for s in shapes] == [
+        "input_ids i64 [2, 8], labels i64 [2, 8]",
+        "input_ids i64 [4, 5], labels i64 [4, 5]"]
+    train_like_pytorch(model, reference,
+                       [full[0], short[0], short[1], full[1], full[2]], loss,
+                       clip=("norm", 0.5), optimizer="adamw")
+    with pytest.raises(cleave.ArgumentError,
+                       match=r"'input_ids' is \[2, 6\]; the step was compiled "
+                       r"for \(input_ids \[2, 8\], labels \[2, 8\]\); "
+                       r"\(input_ids \[4, 5\], labels \[4, 5\]\)"):
+        model.step(batch_fn(gen, t=6))
+    assert model.steps_done == 5
+
+
+def test_each_shape_has_its_forward_pass():
+    module, batch_fn, loss = models.build("decoder")
+    gen = torch.Generator().manual_seed(4)
+    full, short = batch_fn(gen), batch_fn(gen, b=3, t=5)
+    model = cleave.tensor_parallel(
+        module, [example_of(full, loss), example_of(short, loss)], tp=2,
+        loss=loss, optimizer=OPTIMIZERS["adamw"][0])
+    model.step(short)
+    model.step(full)
+    with torch.no_grad():
+        for batch in (full, short, full):
+            module.load_state_dict({k: torch.from_numpy(np.array(v))
+                                    for k, v in model.state_dict().items()})
+            np.testing.assert_allclose(model(batch),
+                                       module(batch["input_ids"]).numpy(),
+                                       rtol=1e-5, atol=1e-5)
+            model.step(batch)
+    # A refused batch of the other shape leaves the state where it was.
+    before = model.state_dict()
+    bad = dict(short, labels=torch.full_like(short["labels"], 99))
+    with pytest.raises(cleave.Error, match="99"):
+        model.step(bad)
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(np.array(value), np.array(before[name]))
+    model.step(full)

@@ -368,6 +368,15 @@ def cases(F, W):
         r"not 0$")
     add("compile", "--accumulate not a number", dev("--accumulate", "four"),
         r"accumulate")
+    add("compile", "--shape without dims", dev("--shape", "x"),
+        r"--shape 'x' must look like NAME=4x32\[xi64\]\[,NAME=DIMS...\], each "
+        r"input once$")
+    add("compile", "--shape of an unknown input", dev("--shape", "nope=4x8"),
+        r"batch shape 1 did not compile: --input names 'nope', which is not a "
+        r"graph input of the model$")
+    add("compile", "--shape repeating the first", dev("--shape", "x=5x4"),
+        r"batch shape 1 \(x f32 \[5, 4\], labels i64 \[5\]\) repeats batch "
+        r"shape 0$")
     add("compile", "--link without --devices", dev("--link", "intra=400"),
         r"--link is for --devices N \(the compiler's choice of the mesh\)$")
     add("compile", "--memory-per-device not a size", dev("--devices", "2",

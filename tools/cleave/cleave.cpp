@@ -86,6 +86,12 @@ static cl::list<std::string>
     inputSpecs("input", cl::desc("Fix a graph input: NAME=8x128[xi64]"),
                cl::value_desc("NAME=DIMS"), cl::sub(importCmd),
                cl::sub(compileCmd), cl::sub(runCmd));
+static cl::list<std::string> shapeSpecs(
+    "shape",
+    cl::desc("Also compile the step for another batch shape (repeatable; "
+             "the inputs' dims over --input's): one set of weights trains "
+             "on every shape"),
+    cl::value_desc("NAME=DIMS[,NAME=DIMS...]"), cl::sub(compileCmd));
 static cl::opt<std::string> outputPath("o",
                                        cl::desc("Output file (bundle "
                                                 "directory for compile)"),
@@ -371,6 +377,29 @@ static bool inputFlags(std::map<std::string, std::string> &specs) {
       return fail("--input '" + spec + "' must look like NAME=8x128[xi64]"),
              false;
     specs[spec.substr(0, eq)] = spec.substr(eq + 1);
+  }
+  return true;
+}
+
+/// The --shape flags as batch shapes; false after printing an error.
+static bool
+shapeFlags(std::vector<::cleave::driver::CompileOptions::BatchShape> &shapes) {
+  for (const std::string &spec : shapeSpecs) {
+    ::cleave::driver::CompileOptions::BatchShape shape;
+    for (llvm::StringRef rest = spec; !rest.empty();) {
+      auto [item, tail] = rest.split(',');
+      rest = tail;
+      auto [name, dims] = item.split('=');
+      if (name.empty() || dims.empty() || shape.inputs.count(name.str()))
+        return fail("--shape '" + spec +
+                    "' must look like NAME=4x32[xi64][,NAME=DIMS...], each "
+                    "input once"),
+               false;
+      shape.inputs[name.str()] = dims.str();
+    }
+    if (shape.inputs.empty())
+      return fail("--shape '' gives no input's dims"), false;
+    shapes.push_back(std::move(shape));
   }
   return true;
 }
@@ -739,7 +768,7 @@ static int runCompile(MLIRContext &ctx) {
   ::cleave::driver::CompileOptions o;
   o.model = modelPath;
   o.output = outputPath;
-  if (!inputFlags(o.inputs))
+  if (!inputFlags(o.inputs) || !shapeFlags(o.moreShapes))
     return 1;
   o.loss = lossKind;
   o.optimizer = optimizerKind;

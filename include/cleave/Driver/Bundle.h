@@ -12,6 +12,7 @@
 
 namespace cleave::plan {
 class Plan;
+class Program;
 class TensorEntry;
 } // namespace cleave::plan
 
@@ -68,6 +69,11 @@ rt::Status writeBundle(const mlir::cleave::OnnxModel &model,
 /// (OUTPUT.onnx) or a safetensors file of them under their names;
 /// \p trainableOnly: only the tensors that train (PEFT's adapter-only
 /// save), as safetensors.
+/// "input_ids int64[4, 32], labels int64[4, 32]": the global batch a train
+/// step \p program on \p dp data-parallel ranks takes (its first
+/// micro-batch's inputs).
+std::string batchShapeText(const ::cleave::plan::Program &program, int64_t dp);
+
 rt::Status exportModel(const std::string &source, const std::string &output,
                        bool trainableOnly = false);
 

@@ -102,6 +102,16 @@ struct CompileOptions {
   std::string evalModel;
   /// --no-forward-pass clears it: no forward programs in the bundle.
   bool forwardPass = true;
+  /// A batch shape beyond the first: the model exported for it (empty:
+  /// \c model) and its inputs' specs on top of \c inputs.
+  struct BatchShape {
+    std::string model, evalModel;
+    std::map<std::string, std::string> inputs;
+  };
+  /// --shape, or Python's list of example batches: each shape gets a train
+  /// step (and forward passes) of its own, splitting every state tensor as
+  /// the first shape's step does, so one set of weights trains on all.
+  std::vector<BatchShape> moreShapes;
 };
 
 /// Loads MODEL (ONNX, or TorchScript translated with the \p inputs shapes)

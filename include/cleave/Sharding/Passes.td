@@ -46,7 +46,9 @@ def ChooseLayoutsPass : Pass<"cleave-choose-layouts", "ModuleOp"> {
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
     Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
-           "File of `REGEX KIND` rules applied before the search">,
+           "File of `REGEX KIND` rules applied before the search (KIND "
+           "colwise, rowwise, replicate, vocab, or a layout written out: "
+           "R, S(DIM[,BLOCKS][;GRANULE]))">,
   ];
 }
 
@@ -59,7 +61,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     fused projection, and by whole heads where tp does not divide them,
     each rank's chunk padded to the same extent); the layouts come
     from `plan` rules where given (a file of `REGEX KIND` lines, KIND one of
-    colwise, rowwise, replicate, vocab), the rest from a search that scores
+    colwise, rowwise, replicate, vocab, or a layout written out as
+    `cleave inspect` prints it, `R` or `S(DIM[,BLOCKS][;GRANULE])`: how a
+    bundle's other batch shapes take its first shape's layouts), the rest from a search that scores
     each candidate plan by a dry run of the partitioner over the whole train
     step (alpha-beta communication time plus a charge for per-rank memory);
     layouts `--cleave-choose-layouts` recorded (`cleave.layout` on the
@@ -126,7 +130,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
   let options = [
     Option<"tp", "tp", "int64_t", /*default=*/"1", "Tensor-parallel ranks">,
     Option<"planFile", "plan", "std::string", /*default=*/"\"\"",
-           "File of `REGEX KIND` rules applied before the search">,
+           "File of `REGEX KIND` rules applied before the search (KIND "
+           "colwise, rowwise, replicate, vocab, R or "
+           "S(DIM[,BLOCKS][;GRANULE]))">,
     Option<"sequenceParallel", "sequence-parallel", "bool", /*default=*/"false",
            "Reduce-scatter partial activations into the split their next op "
            "reads (Megatron's sequence parallelism), gathering them where "

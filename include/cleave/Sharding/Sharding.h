@@ -187,7 +187,8 @@ partition(func::FuncOp func, int64_t tp, const ParameterLayouts &layouts,
           PartitionOptions options = {});
 
 /// Reads a --plan file's `REGEX KIND` rules (KIND colwise, rowwise,
-/// replicate or vocab) into layouts of \p func's parameters for \p tp
+/// replicate, vocab, or a layout in Layout::str()'s spelling, R or
+/// S(DIM[,BLOCKS][;GRANULE])) into layouts of \p func's parameters for \p tp
 /// ranks; errors name the file and line.
 LogicalResult readLayoutPlan(func::FuncOp func, StringRef planFile, int64_t tp,
                              ParameterLayouts &layouts);

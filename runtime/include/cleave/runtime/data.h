@@ -64,6 +64,14 @@ public:
   /// them.
   static Status checkBatch(const std::map<std::string, HostTensor> &batch,
                            const std::vector<InputSlot> &inputs);
+  /// The first of \p shapes (each one batch shape's inputs) that \p batch
+  /// fits, in \p index; otherwise checkBatch's error against the first,
+  /// where the batch's dtypes or shapes are the trouble naming every shape
+  /// compiled and how to add one.
+  static Status
+  matchBatch(const std::map<std::string, HostTensor> &batch,
+             const std::vector<const std::vector<InputSlot> *> &shapes,
+             size_t *index);
   /// Samples (dimension 0 of the first input) and tokens (text) per step.
   int64_t samplesPerStep() const { return samples_; }
   int64_t tokensPerStep() const { return tokens_; }

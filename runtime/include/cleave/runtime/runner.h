@@ -58,6 +58,12 @@ public:
   virtual bool keptInputs() const { return false; }
   /// Copies input \p i (after a run: a carried input's new value).
   virtual Status getInput(size_t i, HostTensor *value) = 0;
+  /// Moves input \p i out (another program takes the state over); it must
+  /// be set again before the next run. Backends that cannot give up its
+  /// memory copy it.
+  virtual Status takeInput(size_t i, HostTensor *value) {
+    return getInput(i, value);
+  }
   /// Copies output \p o of the last run.
   virtual Status getOutput(size_t o, HostTensor *value) = 0;
 

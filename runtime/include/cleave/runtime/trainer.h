@@ -42,6 +42,9 @@ constexpr const char *kBundleModelFile = "model.onnx";
 
 /// Reads and checks BUNDLE/plan.pb (presence, parse, format version).
 Status loadBundlePlan(const std::string &bundleDir, plan::Plan *plan);
+/// Whether \p program is a forward pass ("forward", "forward_eval"), not
+/// a train step.
+bool isForwardProgram(const plan::Program &program);
 
 /// A plan's device mesh: its shape (outermost axis first) and where its dp
 /// and tp axes are (-1: absent, size 1). Tensors are split over one axis
@@ -159,8 +162,17 @@ public:
   /// update: the model's first output where it is the loss, else the loss
   /// the step appends. Rank 0 prints it to options.log.
   Status evaluate(int64_t batches, double *mean);
-  /// The inputs forward() takes (empty without a forward pass).
+  /// The inputs forward() takes (empty without a forward pass), for the
+  /// first batch shape.
   const std::vector<InputSlot> &forwardInputs() const;
+  /// Every batch shape's inputs, of its step or (\p forward) its forward
+  /// pass: a bundle compiled for several shapes trains on each.
+  std::vector<std::vector<InputSlot>> batchShapes(bool forward) const;
+  /// Whether step() (or, \p forward, forward()) takes \p batch: an error
+  /// naming what is missing, unknown, or of a dtype or shape no step was
+  /// compiled for (and how to add one). Touches nothing.
+  Status checkBatch(const std::map<std::string, HostTensor> &batch,
+                    bool forward) const;
   /// The batches one step reads: the micro-batches whose gradients its
   /// update sums (1 without gradient accumulation).
   int64_t microBatches() const;
@@ -183,7 +195,8 @@ public:
   /// The model's parameters and buffers (names as the model gives them),
   /// in the bundle's order, and whether each is trained.
   std::vector<std::pair<std::string, bool>> tensorNames() const;
-  /// The inputs each step takes (data, labels).
+  /// The inputs each step takes (data, labels), for the first batch shape
+  /// (the data feed's).
   const std::vector<InputSlot> &inputs() const;
   /// Ends the run: the re-sharded checkpoint of a 0-step run, then what
   /// options.dumpDir asks for.
