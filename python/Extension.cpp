@@ -431,16 +431,23 @@ PYBIND11_MODULE(_cleave, m) {
       .def_readwrite("on_nonfinite", &driver::CompileOptions::onNonfinite)
       .def_readwrite("accumulate", &driver::CompileOptions::accumulate)
       .def_readwrite("eval_model", &driver::CompileOptions::evalModel)
+      .def_readwrite("unlabeled_model", &driver::CompileOptions::unlabeledModel)
+      .def_readwrite("unlabeled_eval_model",
+                     &driver::CompileOptions::unlabeledEvalModel)
       .def_readwrite("freeze", &driver::CompileOptions::freeze)
       .def_readwrite("frozen_names", &driver::CompileOptions::frozenNames)
       .def(
           "add_shape",
           [](driver::CompileOptions &o, const std::string &model,
              const std::string &evalModel,
-             const std::map<std::string, std::string> &inputs) {
-            o.moreShapes.push_back({model, evalModel, inputs});
+             const std::map<std::string, std::string> &inputs,
+             const std::string &unlabeledModel,
+             const std::string &unlabeledEvalModel) {
+            o.moreShapes.push_back(
+                {model, evalModel, inputs, unlabeledModel, unlabeledEvalModel});
           },
           py::arg("model"), py::arg("eval_model"), py::arg("inputs"),
+          py::arg("unlabeled_model") = "", py::arg("unlabeled_eval_model") = "",
           "One more batch shape (cleave compile --shape): its model file "
           "(\"\": the first's) and its inputs' specs");
   m.def("compile", &compile, "Writes a bundle (cleave compile)");

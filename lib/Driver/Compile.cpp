@@ -180,13 +180,13 @@ static rt::Status trainOptions(const CompileOptions &o,
   return scheduleOptions(o, train);
 }
 
-/// Compiles \p model's forward pass split by \p layouts into a program
+/// Compiles \p model's forward pass split by \p layouts into \p program,
 /// named \p name; false (the compiler's errors in \p why) where it fails.
 static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
                              const mlir::cleave::OnnxImportOptions &options,
                              const llvm::StringMap<Attribute> &layouts,
                              const CompileOptions &mesh, const char *name,
-                             int32_t shape, ::cleave::plan::Plan &plan,
+                             int32_t shape, ::cleave::plan::Program &program,
                              std::string *why) {
   ScopedDiagnosticHandler capture(&ctx, [&](Diagnostic &d) {
     if (d.getSeverity() == DiagnosticSeverity::Error)
@@ -194,36 +194,31 @@ static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
     return success();
   });
   OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, model, options);
-  ::cleave::plan::Program program;
   if (!module || failed(mlir::cleave::compileShardedForward(
                      *module, mesh.tp, mesh.fusion, layouts, program)))
     return false;
   program.set_name(name);
   program.set_shape(shape);
-  *plan.add_programs() = std::move(program);
   return true;
 }
 
-/// The model's forward pass beside the train step of batch shape \p shape
-/// (Model.forward, evaluate), and in eval mode where \p evalPath gives that
-/// graph: imported again and split as \p trainMain's state is. Where it
-/// cannot be made the bundle says why instead: training does not need it.
-static void addForwardPrograms(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
-                               mlir::cleave::OnnxImportOptions options,
-                               func::FuncOp trainMain,
-                               const CompileOptions &mesh,
-                               const std::string &evalPath, int32_t shape,
-                               ::cleave::plan::Plan &plan) {
-  if (!mesh.forwardPass) {
-    plan.set_forward_missing("it was compiled with --no-forward-pass");
-    return;
-  }
-  if (mesh.dp > 1 || mesh.zero > 0) {
-    plan.set_forward_missing("the forward pass runs on tp meshes; this "
-                             "bundle is compiled for a dp axis");
-    return;
-  }
-  options.notFinite = nullptr;
+namespace {
+/// One set of arguments a forward pass is compiled for: the model (loaded,
+/// or its file) and its eval-mode export ("": the eval graph is the same).
+struct ForwardVariant {
+  mlir::cleave::OnnxModel *model = nullptr;
+  std::string path, evalPath;
+  std::string what; ///< "", or " without labels"
+};
+} // namespace
+
+static void noteMissing(std::string *field, const std::string &why) {
+  *field += (field->empty() ? "" : "; ") + why;
+}
+
+/// The step's state layouts by name (parameters and buffers), as the
+/// forward passes take them.
+static llvm::StringMap<Attribute> stateLayouts(func::FuncOp trainMain) {
   llvm::StringMap<Attribute> layouts;
   for (unsigned i = 0, e = trainMain.getNumArguments(); i < e; ++i) {
     auto name =
@@ -235,28 +230,89 @@ static void addForwardPrograms(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
         i, mlir::cleave::kLayoutAttr);
     if (name && layout && layout.getDim() >= 0)
       layouts[name.getValue()] = mlir::cleave::LayoutAttr::get(
-          &ctx, layout.getDim(), layout.getBlocks(), layout.getGranule(), -1);
+          trainMain.getContext(), layout.getDim(), layout.getBlocks(),
+          layout.getGranule(), -1);
   }
-  std::string why;
+  return layouts;
+}
+
+/// The model's forward passes beside the train step of batch shape
+/// \p shape (Model.forward, evaluate), one per variant of its arguments,
+/// each in eval mode too where the variant gives that graph: imported
+/// again and split as \p trainMain's state is. Where one cannot be made
+/// the bundle says why instead: training does not need it.
+static void addForwardPrograms(MLIRContext &ctx,
+                               const std::vector<ForwardVariant> &variants,
+                               mlir::cleave::OnnxImportOptions options,
+                               func::FuncOp trainMain,
+                               const CompileOptions &mesh, int32_t shape,
+                               ::cleave::plan::Plan &plan) {
+  if (!mesh.forwardPass) {
+    plan.set_forward_missing("it was compiled with --no-forward-pass");
+    return;
+  }
+  if (mesh.dp > 1 || mesh.zero > 0) {
+    plan.set_forward_missing("the forward pass runs on tp meshes; this "
+                             "bundle is compiled for a dp axis");
+    return;
+  }
+  options.notFinite = nullptr;
+  llvm::StringMap<Attribute> layouts = stateLayouts(trainMain);
   std::string its =
       shape > 0 ? "batch shape " + std::to_string(shape) + "'s" : "its";
-  if (!compileForwardOf(ctx, model, options, layouts, mesh, "forward", shape,
-                        plan, &why)) {
-    plan.set_forward_missing(its + " forward pass did not compile: " + why);
-    return;
+  std::vector<::cleave::plan::Program> made;
+  for (const ForwardVariant &v : variants) {
+    std::string why;
+    std::unique_ptr<mlir::cleave::OnnxModel> loaded;
+    mlir::cleave::OnnxModel *model = v.model;
+    if (!model) {
+      if (rt::Status s = loadModel(ctx, v.path, {}, options, &loaded); !s)
+        why = s.message();
+      model = loaded.get();
+    }
+    std::string forward = its + " forward pass" + v.what;
+    if (!model ||
+        !compileForwardOf(ctx, *model, options, layouts, mesh, "forward", shape,
+                          made.emplace_back(), &why)) {
+      if (model)
+        made.pop_back();
+      noteMissing(plan.mutable_forward_missing(),
+                  forward + " did not compile: " + why);
+      continue;
+    }
+    if (v.evalPath.empty())
+      continue;
+    std::unique_ptr<mlir::cleave::OnnxModel> evalModel;
+    why.clear();
+    if (rt::Status s = loadModel(ctx, v.evalPath, {}, options, &evalModel); !s)
+      why = s.message();
+    else if (compileForwardOf(ctx, *evalModel, options, layouts, mesh,
+                              "forward_eval", shape, made.emplace_back(), &why))
+      continue;
+    else
+      made.pop_back();
+    // Eval mode then has no program of its own: refused, never run as
+    // training mode.
+    noteMissing(plan.mutable_eval_missing(),
+                forward + " in eval mode did not compile: " + why);
   }
-  if (evalPath.empty())
-    return;
-  std::unique_ptr<mlir::cleave::OnnxModel> evalModel;
-  if (rt::Status s = loadModel(ctx, evalPath, {}, options, &evalModel); !s)
-    why = s.message();
-  else if (compileForwardOf(ctx, *evalModel, options, layouts, mesh,
-                            "forward_eval", shape, plan, &why))
-    return;
-  // Eval mode then has no program of its own: refused, never run as
-  // training mode.
-  plan.set_forward_missing(
-      its + " forward pass in eval mode did not compile: " + why);
+  // Each shape's training-mode passes before its eval-mode ones.
+  std::stable_sort(made.begin(), made.end(), [](const auto &a, const auto &b) {
+    return a.name() < b.name();
+  });
+  for (::cleave::plan::Program &p : made)
+    *plan.add_programs() = std::move(p);
+}
+
+/// \p shape's forward variants: with its labels (\p model) and without.
+static std::vector<ForwardVariant>
+forwardVariants(mlir::cleave::OnnxModel &model,
+                const CompileOptions::BatchShape &shape) {
+  std::vector<ForwardVariant> variants{{&model, "", shape.evalModel, ""}};
+  if (!shape.unlabeledModel.empty())
+    variants.push_back({nullptr, shape.unlabeledModel, shape.unlabeledEvalModel,
+                        " without labels"});
+  return variants;
 }
 
 /// The step's parameter layouts as --plan rules of exact names and
@@ -384,9 +440,9 @@ static rt::Status addBatchShape(MLIRContext &ctx, const CompileOptions &o,
                                ") repeats batch shape " +
                                std::to_string(p.shape()));
   *plan.add_programs() = std::move(program);
-  addForwardPrograms(ctx, *model, options,
+  addForwardPrograms(ctx, forwardVariants(*model, shape), options,
                      module->lookupSymbol<func::FuncOp>("main"), mesh,
-                     shape.evalModel, static_cast<int32_t>(index), plan);
+                     static_cast<int32_t>(index), plan);
   return rt::Status::ok();
 }
 
@@ -653,7 +709,10 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   }
   recordConfig(mesh, train, plan);
   auto main = module->lookupSymbol<func::FuncOp>("main");
-  addForwardPrograms(ctx, *model, options, main, mesh, mesh.evalModel, 0, plan);
+  CompileOptions::BatchShape first{
+      "", mesh.evalModel, {}, mesh.unlabeledModel, mesh.unlabeledEvalModel};
+  addForwardPrograms(ctx, forwardVariants(*model, first), options, main, mesh,
+                     0, plan);
   for (size_t k = 1; k <= o.moreShapes.size(); ++k)
     if (rt::Status s =
             addBatchShape(ctx, o, k, options, train, mesh, main, plan);

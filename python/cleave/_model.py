@@ -126,15 +126,43 @@ def _compile_inputs(o, model, example_inputs, loss, work, opset):
             directory = os.path.join(work, f"shape{k}")
             os.makedirs(directory, exist_ok=True)
         exported = export_module(model, example, directory, opset)
+        bare = _export_unlabeled(model, example, loss, directory, opset)
         if k == 0:
             first = exported
             o.model = exported.model
             o.weights = exported.weights
             o.frozen_names = exported.frozen
             o.eval_model = exported.eval_model
+            o.unlabeled_model, o.unlabeled_eval_model = bare
         else:
-            o.add_shape(exported.model, exported.eval_model, {})
+            o.add_shape(exported.model, exported.eval_model, {}, *bare)
     return first
+
+
+def _export_unlabeled(module, example, loss, directory, opset):
+    """(model, eval model) of an HF-style module's forward without its
+    labels (``forward(input_ids, labels=None)`` computing its own loss
+    only when given them), for ``Model(batch)`` on batches without labels;
+    ("", "") where the module has no such forward or it does not export
+    (a batch without labels is then refused, naming them)."""
+    import inspect
+    if loss != "auto" or "labels" not in example:
+        return "", ""
+    try:
+        parameter = inspect.signature(module.forward).parameters.get("labels")
+    except (TypeError, ValueError):
+        return "", ""
+    if parameter is None or parameter.default is not None:
+        return "", ""
+    bare = os.path.join(directory, "unlabeled")
+    os.makedirs(bare, exist_ok=True)
+    try:
+        exported = export_module(
+            module, {k: v for k, v in example.items() if k != "labels"}, bare,
+            opset)
+    except Error:
+        return "", ""
+    return exported.model, exported.eval_model
 
 
 def _check_shape(batch, shapes, what) -> None:
@@ -393,9 +421,14 @@ class Model:
             raise ArgumentTypeError("a batch must be a dict from input "
                                     "names to tensors, not "
                                     f"{type(batch).__name__}")
-        shapes = [{n: (d, tuple(sh)) for n, d, sh in one}
-                  for one in self._session.batch_shapes(True)]
-        wanted = shapes[0] if shapes else {}
+        # One pass per shape and set of arguments (with labels, and an
+        # HF-style forward without them).
+        variants = [{n: (d, tuple(sh)) for n, d, sh in one}
+                    for one in self._session.batch_shapes(True)]
+        wanted = {}
+        for variant in variants:
+            for name, want in variant.items():
+                wanted.setdefault(name, want)
         appended = self._session.loss_kind in ("cross_entropy", "mse")
         out = {}
         for name, value in batch.items():
@@ -407,13 +440,18 @@ class Model:
                     f"the batch has '{name}', which is not an input of the "
                     f"forward pass (its inputs: {', '.join(sorted(wanted))})")
             out[name] = _input_array(name, value, want)
-        if wanted:
-            _check_shape(out, shapes, "forward pass")
-        for name in wanted:
-            if name not in out:
-                raise ArgumentError(f"the batch has no '{name}' (the forward "
-                                    "pass's inputs: "
-                                    f"{', '.join(sorted(wanted))})")
+        if not variants:
+            return out  # the session says why it has no forward pass
+        named = [v for v in variants if set(v) == set(out)]
+        if not named:
+            closest = min(variants, key=lambda v: len(set(v) ^ set(out)))
+            missing = sorted(set(closest) - set(out)) or \
+                sorted(set(out) - set(closest))
+            raise ArgumentError(
+                f"the batch has {'no ' if set(closest) - set(out) else ''}"
+                f"'{missing[0]}' (the forward pass's inputs: "
+                f"{', '.join(sorted(closest))})")
+        _check_shape(out, named, "forward pass")
         return out
 
     def fit(self, batches: Iterable[Dict[str, Any]], steps: Optional[int] = None,

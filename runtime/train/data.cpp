@@ -401,22 +401,26 @@ DataFeed::matchBatch(const std::map<std::string, HostTensor> &batch,
       *index = k;
       return Status::ok();
     }
-  // Every shape takes the same inputs by name: a missing or unknown one is
-  // the first shape's error; a dtype or shape names them all.
-  Status first = checkBatch(batch, *shapes.front());
-  bool typed = true;
-  for (const InputSlot &slot : *shapes.front())
-    typed = typed && batch.count(slot.name);
-  typed = typed && batch.size() == shapes.front()->size();
-  if (!typed)
-    return first;
+  // The shapes that take the batch's inputs by name: where none does, the
+  // first's error names what is missing or unknown; else the dtypes or
+  // shapes are the trouble, and the error names every shape compiled.
+  std::vector<const std::vector<InputSlot> *> named;
+  for (const std::vector<InputSlot> *shape : shapes) {
+    bool same = shape->size() == batch.size();
+    for (const InputSlot &slot : *shape)
+      same = same && batch.count(slot.name);
+    if (same)
+      named.push_back(shape);
+  }
+  if (named.empty())
+    return checkBatch(batch, *shapes.front());
   const char *remedy = "; compile it for this shape too (example_inputs as "
                        "a list of example batches, or cleave compile "
                        "--shape), or pad or drop the batch";
-  if (shapes.size() == 1)
-    return Status::error(first.message() + remedy);
+  if (named.size() == 1)
+    return Status::error(checkBatch(batch, *named.front()).message() + remedy);
   std::string message, compiled;
-  for (const std::vector<InputSlot> *shape : shapes) {
+  for (const std::vector<InputSlot> *shape : named) {
     std::string one;
     for (const InputSlot &slot : *shape) {
       one += (one.empty() ? "" : ", ") + slot.name + " " +
@@ -430,7 +434,7 @@ DataFeed::matchBatch(const std::map<std::string, HostTensor> &batch,
     compiled += (compiled.empty() ? "" : "; ") + ("(" + one + ")");
   }
   return Status::error(message + "; the train step is compiled for " +
-                       std::to_string(shapes.size()) +
+                       std::to_string(named.size()) +
                        " batch shapes: " + compiled + remedy);
 }
 

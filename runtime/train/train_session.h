@@ -62,10 +62,11 @@ struct ShapeStep {
   /// The rows of each global batch this rank's feed builds (rowCount 0:
   /// every row; data parallelism splits them).
   int64_t rowFirst = 0, rowCount = 0;
-  /// The shape's forward passes, in training mode ("forward" program;
-  /// none: null) and in eval mode ("forward_eval"; null: as in training
-  /// mode, or none).
-  ForwardPass forwardPass, evalPass;
+  /// The shape's forward passes, one per set of arguments (with labels,
+  /// without), in training mode ("forward" programs) and in eval mode
+  /// ("forward_eval"; none: as in training mode, unless the plan's
+  /// eval_missing says why not).
+  std::vector<ForwardPass> forwardPasses, evalPasses;
 };
 
 /// One run of a bundle on this rank, one method per job: open the bundle
@@ -106,6 +107,11 @@ public:
   size_t shapeCount() const { return shapes.size(); }
   /// The batch shape \p batch has (its step's or forward pass's inputs).
   Status batchShapeOf(const Batch &batch, bool forward, size_t *k) const;
+  /// Every shape's forward passes in training mode, in order.
+  std::vector<const ForwardPass *> allForwardPasses() const;
+  /// The forward pass (\p eval: in eval mode) whose arguments \p batch
+  /// gives; an error naming why where none does.
+  Status findForwardPass(const Batch &batch, bool eval, ForwardPass **pass);
   Status finish();
   Status save(int64_t steps, std::string *written = nullptr);
   Status readTensor(const std::string &name, HostTensor *value);

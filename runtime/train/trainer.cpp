@@ -107,8 +107,8 @@ bool isForwardProgram(const pb::Program &program) {
 
 namespace {
 
-/// Train steps for shapes 0, 1, ... in order, each followed by at most one
-/// "forward" and one "forward_eval" of its shape, in that order.
+/// Train steps for shapes 0, 1, ... in order, each followed by its
+/// shape's "forward" programs, then its "forward_eval" ones.
 bool programsInOrder(const pb::Plan &plan) {
   int32_t shape = -1;
   std::string last;
@@ -116,7 +116,7 @@ bool programsInOrder(const pb::Plan &plan) {
     if (!isForwardProgram(p)) {
       if (p.shape() != ++shape)
         return false;
-    } else if (p.shape() != shape || p.name() <= last) {
+    } else if (p.shape() != shape || p.name() < last) {
       return false;
     }
     last = isForwardProgram(p) ? p.name() : "";
@@ -164,7 +164,7 @@ Status loadBundlePlan(const std::string &bundleDir, pb::Plan *plan) {
   if (!programsInOrder(*plan))
     return Status::error("bundle plan '" + path.string() +
                          "' must hold a train step per batch shape, each "
-                         "followed by at most its forward passes");
+                         "followed by its forward passes");
   for (const pb::Program &p : plan->programs())
     if (p.input_bindings_size() != p.inputs_size() ||
         p.output_bindings_size() != p.outputs_size())
@@ -227,8 +227,9 @@ Status TrainSession::open() {
       shapes.back().program = &p;
       continue;
     }
-    ForwardPass &pass = p.name() == "forward" ? shapes.back().forwardPass
-                                              : shapes.back().evalPass;
+    ForwardPass &pass = (p.name() == "forward" ? shapes.back().forwardPasses
+                                               : shapes.back().evalPasses)
+                            .emplace_back();
     pass.program = &p;
     pass.inputs = forwardInputsOf(p);
   }
@@ -673,10 +674,60 @@ Status TrainSession::useShape(size_t k) {
 Status TrainSession::batchShapeOf(const Batch &batch, bool forward,
                                   size_t *k) const {
   std::vector<const std::vector<InputSlot> *> each;
-  for (size_t j = 0; j < shapes.size(); ++j)
-    each.push_back(forward ? &shapeStep(j).forwardPass.inputs
-                           : &shapeStep(j).dataInputs);
+  if (forward) {
+    // An eval-mode pass takes its training-mode twin's arguments.
+    for (const ForwardPass *pass : allForwardPasses())
+      each.push_back(&pass->inputs);
+    if (each.empty())
+      return Status::ok(); // the forward says why it has none
+  } else {
+    for (size_t j = 0; j < shapes.size(); ++j)
+      each.push_back(&shapeStep(j).dataInputs);
+  }
   return DataFeed::matchBatch(batch, each, k);
+}
+
+std::vector<const ForwardPass *> TrainSession::allForwardPasses() const {
+  std::vector<const ForwardPass *> all;
+  for (size_t j = 0; j < shapes.size(); ++j)
+    for (const ForwardPass &pass : shapeStep(j).forwardPasses)
+      all.push_back(&pass);
+  return all;
+}
+
+Status TrainSession::findForwardPass(const Batch &batch, bool eval,
+                                     ForwardPass **found) {
+  // Eval mode runs the training-mode programs only where the model's two
+  // graphs are one (the compiler made no other and said nothing missing).
+  std::vector<ForwardPass *> candidates;
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    ShapeStep &at = shapeStep(j);
+    std::vector<ForwardPass> &passes =
+        eval && (!at.evalPasses.empty() || !plan.eval_missing().empty())
+            ? at.evalPasses
+            : at.forwardPasses;
+    for (ForwardPass &pass : passes)
+      candidates.push_back(&pass);
+  }
+  const std::string &missing = eval && !plan.eval_missing().empty()
+                                   ? plan.eval_missing()
+                                   : plan.forward_missing();
+  std::string mode = eval ? " in eval mode" : "";
+  if (candidates.empty())
+    return Status::error(bundle() + " has no forward pass" + mode + ": " +
+                         (missing.empty() ? "compile it again" : missing));
+  std::vector<const std::vector<InputSlot> *> each;
+  for (ForwardPass *pass : candidates)
+    each.push_back(&pass->inputs);
+  size_t k = 0;
+  if (Status s = DataFeed::matchBatch(batch, each, &k); !s)
+    return Status::error(s.message() + (missing.empty()
+                                            ? ""
+                                            : " (the bundle has no other "
+                                              "forward pass" +
+                                                  mode + ": " + missing + ")"));
+  *found = candidates[k];
+  return Status::ok();
 }
 
 Status TrainSession::fetchState() {
@@ -818,30 +869,18 @@ Status TrainSession::setStepInputs(int64_t step,
 Status TrainSession::runForward(
     const Batch &batch, bool eval,
     std::vector<std::pair<std::string, HostTensor>> *outputs) {
-  // The forward pass of the batch's shape reads the state where the
-  // active step holds it.
-  size_t k = activeShape;
-  if (shapes.size() > 1)
-    if (Status s = batchShapeOf(batch, /*forward=*/true, &k); !s)
-      return s;
-  ShapeStep &at = shapeStep(k);
-  // Eval mode runs the training-mode program only where the model's two
-  // graphs are one (the compiler made no other and said nothing missing).
-  bool own = eval && (at.evalPass.program || !plan.forward_missing().empty());
-  ForwardPass &pass = own ? at.evalPass : at.forwardPass;
-  if (!pass.program)
-    return Status::error(bundle() + " has no forward pass" +
-                         (eval ? " in eval mode" : "") + ": " +
-                         (plan.forward_missing().empty()
-                              ? std::string("compile it again")
-                              : plan.forward_missing()));
+  // The forward pass of the batch's shape and arguments reads the state
+  // where the active step holds it.
+  ForwardPass *pass = nullptr;
+  if (Status s = findForwardPass(batch, eval, &pass); !s)
+    return s;
   auto index = [&](const pb::Binding &b) -> std::optional<size_t> {
     auto it = stateInput.find(stateKey(b));
     return it == stateInput.end() ? std::nullopt
                                   : std::optional<size_t>(it->second);
   };
   // Dropout draws as the next step would.
-  return runForwardPass(pass, comm, options.backend, batch, *executor, index,
+  return runForwardPass(*pass, comm, options.backend, batch, *executor, index,
                         next + 1, outputs);
 }
 
@@ -856,9 +895,11 @@ Status TrainSession::evaluate(int64_t batches, double *mean) {
     // The feed's batch holds the labels an appended loss reads; the
     // forward pass takes the model's inputs only.
     Batch inputs;
-    for (const InputSlot &in : shapeStep(0).forwardPass.inputs)
-      if (auto it = batch.find(in.name); it != batch.end())
-        inputs[in.name] = it->second;
+    if (std::vector<const ForwardPass *> passes = allForwardPasses();
+        !passes.empty())
+      for (const InputSlot &in : passes.front()->inputs)
+        if (auto it = batch.find(in.name); it != batch.end())
+          inputs[in.name] = it->second;
     if (Status s = runForward(inputs, /*eval=*/true, &outputs); !s)
       return Status::error("batch " + std::to_string(k) + ": " + s.message());
     if (outputs.empty())
@@ -1082,7 +1123,9 @@ Status Trainer::evaluate(int64_t batches, double *mean) {
   return Status::ok();
 }
 const std::vector<InputSlot> &Trainer::forwardInputs() const {
-  return session_->shapeStep(0).forwardPass.inputs;
+  static const std::vector<InputSlot> none;
+  const std::vector<ForwardPass> &passes = session_->shapeStep(0).forwardPasses;
+  return passes.empty() ? none : passes.front().inputs;
 }
 Status Trainer::checkBatch(const Batch &batch, bool forward) const {
   size_t k = 0;
@@ -1090,9 +1133,12 @@ Status Trainer::checkBatch(const Batch &batch, bool forward) const {
 }
 std::vector<std::vector<InputSlot>> Trainer::batchShapes(bool forward) const {
   std::vector<std::vector<InputSlot>> out;
-  for (size_t k = 0; k < session_->shapeCount(); ++k)
-    out.push_back(forward ? session_->shapeStep(k).forwardPass.inputs
-                          : session_->shapeStep(k).dataInputs);
+  if (forward)
+    for (const ForwardPass *pass : session_->allForwardPasses())
+      out.push_back(pass->inputs);
+  else
+    for (size_t k = 0; k < session_->shapeCount(); ++k)
+      out.push_back(session_->shapeStep(k).dataInputs);
   return out;
 }
 Status Trainer::saveCheckpoint(const std::string &root, std::string *written) {

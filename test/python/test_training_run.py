@@ -713,3 +713,63 @@ def test_each_shape_has_its_forward_pass():
     for name, value in model.state_dict().items():
         np.testing.assert_array_equal(np.array(value), np.array(before[name]))
     model.step(full)
+
+
+class CausalLM(nn.Module):
+    """Hugging Face's calling convention: forward(input_ids, labels=None)
+    returns the logits, and (loss, logits) given labels, shifted inside as
+    LlamaForCausalLM does."""
+
+    def __init__(self, vocab=37, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.proj = nn.Linear(d, 2 * d)
+        self.drop = nn.Dropout(0.25)
+        self.lm_head = nn.Linear(2 * d, vocab, bias=False)
+
+    def forward(self, input_ids, labels=None):
+        logits = self.lm_head(self.drop(torch.tanh(
+            self.proj(self.embed(input_ids)))))
+        if labels is None:
+            return logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                               labels[:, 1:].reshape(-1))
+        return loss, logits
+
+
+def test_a_forward_without_labels_gives_the_logits():
+    """Model(batch) without labels runs the forward as written for those
+    arguments (the logits), in training and eval mode and at each shape;
+    with labels, (loss, logits); evaluate takes the model's own loss."""
+    torch.manual_seed(0)
+    module = CausalLM()
+    gen = torch.Generator().manual_seed(6)
+    batches = [{"input_ids": torch.randint(0, 37, (b, t), generator=gen),
+                "labels": torch.randint(0, 37, (b, t), generator=gen)}
+               for b, t in ((2, 8), (3, 5))]
+    model = cleave.tensor_parallel(module, batches, tp=2,
+                                   optimizer=OPTIMIZERS["sgd"][0])
+    model.step(batches[0])
+    module.load_state_dict({k: torch.from_numpy(np.array(v))
+                            for k, v in model.state_dict().items()})
+    module.eval()
+    model.eval()
+    with torch.no_grad():
+        for batch in batches:
+            ids = batch["input_ids"]
+            np.testing.assert_allclose(model({"input_ids": ids}),
+                                       module(ids).numpy(), rtol=1e-5,
+                                       atol=1e-5)
+            loss, logits = model(batch)
+            want_loss, want_logits = module(**batch)
+            assert float(loss) == pytest.approx(want_loss.item(), rel=1e-5)
+            np.testing.assert_allclose(logits, want_logits.numpy(),
+                                       rtol=1e-5, atol=1e-5)
+        assert model.evaluate(batches) == pytest.approx(
+            np.mean([module(**b)[0].item() for b in batches]), rel=1e-5)
+        model.train()
+        dropped = model({"input_ids": batches[0]["input_ids"]})
+        assert dropped.shape == (2, 8, 37)
+        assert not np.allclose(dropped, module(batches[0]["input_ids"]))
+    with pytest.raises(cleave.Error, match="the batch has no 'input_ids'"):
+        model({"labels": batches[0]["labels"]})

@@ -102,11 +102,17 @@ struct CompileOptions {
   std::string evalModel;
   /// --no-forward-pass clears it: no forward programs in the bundle.
   bool forwardPass = true;
+  /// The model exported without its labels (an HF-style forward(input_ids,
+  /// labels=None) then returns its logits) and that in eval mode: forward
+  /// passes only, beside those of \c model, for batches without labels.
+  std::string unlabeledModel, unlabeledEvalModel;
   /// A batch shape beyond the first: the model exported for it (empty:
-  /// \c model) and its inputs' specs on top of \c inputs.
+  /// \c model), its inputs' specs on top of \c inputs, and its exports as
+  /// \c evalModel, \c unlabeledModel and \c unlabeledEvalModel are.
   struct BatchShape {
     std::string model, evalModel;
     std::map<std::string, std::string> inputs;
+    std::string unlabeledModel, unlabeledEvalModel;
   };
   /// --shape, or Python's list of example batches: each shape gets a train
   /// step (and forward passes) of its own, splitting every state tensor as
