@@ -194,12 +194,45 @@ static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
     return success();
   });
   OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, model, options);
-  if (!module || failed(mlir::cleave::compileShardedForward(
-                     *module, mesh.tp, mesh.fusion, layouts, program)))
+  if (!module ||
+      failed(mlir::cleave::compileShardedForward(
+          *module, mesh.tp, mesh.dp, mesh.zero, mesh.fusion, layouts, program)))
     return false;
   program.set_name(name);
   program.set_shape(shape);
   return true;
+}
+
+/// How \p program takes its input \p i: its local type and split, as text
+/// to compare.
+static std::string heldAs(const ::cleave::plan::Program &program, int i) {
+  const ::cleave::plan::Binding &b = program.input_bindings(i);
+  return program.values(program.inputs(i)).type().SerializeAsString() + "|" +
+         std::to_string(b.has_split_dim() ? b.split_dim() : -1) + "," +
+         std::to_string(b.split_blocks()) + "," +
+         std::to_string(b.split_granule()) + "," +
+         std::to_string(b.has_dp_split_dim() ? b.dp_split_dim() : -1);
+}
+
+/// Where \p forward takes a weight or buffer split otherwise than \p step
+/// holds it (the runtime feeds it the step's chunks as they are): why;
+/// empty where it takes every one as held.
+static std::string heldOtherwise(const ::cleave::plan::Program &step,
+                                 const ::cleave::plan::Program &forward) {
+  using ::cleave::plan::Binding;
+  std::map<std::pair<int, std::string>, std::string> want;
+  for (int i = 0; i < step.input_bindings_size(); ++i)
+    want[{step.input_bindings(i).role(), step.input_bindings(i).name()}] =
+        heldAs(step, i);
+  for (int i = 0; i < forward.input_bindings_size(); ++i) {
+    const Binding &b = forward.input_bindings(i);
+    if (b.role() != Binding::PARAMETER && b.role() != Binding::BUFFER)
+      continue;
+    auto it = want.find({b.role(), b.name()});
+    if (it == want.end() || it->second != heldAs(forward, i))
+      return "it holds '" + b.name() + "' otherwise than the train step";
+  }
+  return "";
 }
 
 namespace {
@@ -245,15 +278,11 @@ static void addForwardPrograms(MLIRContext &ctx,
                                const std::vector<ForwardVariant> &variants,
                                mlir::cleave::OnnxImportOptions options,
                                func::FuncOp trainMain,
+                               const ::cleave::plan::Program &step,
                                const CompileOptions &mesh, int32_t shape,
                                ::cleave::plan::Plan &plan) {
   if (!mesh.forwardPass) {
     plan.set_forward_missing("it was compiled with --no-forward-pass");
-    return;
-  }
-  if (mesh.dp > 1 || mesh.zero > 0) {
-    plan.set_forward_missing("the forward pass runs on tp meshes; this "
-                             "bundle is compiled for a dp axis");
     return;
   }
   options.notFinite = nullptr;
@@ -271,11 +300,18 @@ static void addForwardPrograms(MLIRContext &ctx,
       model = loaded.get();
     }
     std::string forward = its + " forward pass" + v.what;
-    if (!model ||
-        !compileForwardOf(ctx, *model, options, layouts, mesh, "forward", shape,
-                          made.emplace_back(), &why)) {
-      if (model)
-        made.pop_back();
+    // A pass the runtime cannot feed the step's chunks as they are is left
+    // out, as one that does not compile.
+    auto compile = [&](mlir::cleave::OnnxModel &m, const char *name) {
+      ::cleave::plan::Program &program = made.emplace_back();
+      if (compileForwardOf(ctx, m, options, layouts, mesh, name, shape, program,
+                           &why) &&
+          (why = heldOtherwise(step, program)).empty())
+        return true;
+      made.pop_back();
+      return false;
+    };
+    if (!model || !compile(*model, "forward")) {
       noteMissing(plan.mutable_forward_missing(),
                   forward + " did not compile: " + why);
       continue;
@@ -286,11 +322,8 @@ static void addForwardPrograms(MLIRContext &ctx,
     why.clear();
     if (rt::Status s = loadModel(ctx, v.evalPath, {}, options, &evalModel); !s)
       why = s.message();
-    else if (compileForwardOf(ctx, *evalModel, options, layouts, mesh,
-                              "forward_eval", shape, made.emplace_back(), &why))
+    else if (compile(*evalModel, "forward_eval"))
       continue;
-    else
-      made.pop_back();
     // Eval mode then has no program of its own: refused, never run as
     // training mode.
     noteMissing(plan.mutable_eval_missing(),
@@ -346,23 +379,11 @@ static std::string differsFrom(const ::cleave::plan::Program &first,
     return std::to_string(b.role()) + "/" + b.name() + "/" + b.slot() + "/" +
            std::to_string(b.micro_batch());
   };
-  auto held = [](const ::cleave::plan::Program &p, int i) {
-    const Binding &b = p.input_bindings(i);
-    Binding layout;
-    layout.set_split_dim(b.split_dim());
-    layout.set_split_blocks(b.split_blocks());
-    layout.set_split_granule(b.split_granule());
-    layout.set_dp_split_dim(b.dp_split_dim());
-    return p.values(p.inputs(i)).type().SerializeAsString() + "|" +
-           (b.has_split_dim() || b.has_dp_split_dim()
-                ? layout.SerializeAsString()
-                : "");
-  };
   std::map<std::string, std::string> want;
   for (int i = 0; i < first.input_bindings_size(); ++i) {
     const Binding &b = first.input_bindings(i);
     if (b.role() != Binding::STEP && b.role() != Binding::HYPERPARAMETER)
-      want[key(b)] = b.role() == Binding::INPUT ? "" : held(first, i);
+      want[key(b)] = b.role() == Binding::INPUT ? "" : heldAs(first, i);
   }
   for (int i = 0; i < step.input_bindings_size(); ++i) {
     const Binding &b = step.input_bindings(i);
@@ -371,7 +392,7 @@ static std::string differsFrom(const ::cleave::plan::Program &first,
     auto it = want.find(key(b));
     if (it == want.end())
       return "it takes '" + b.name() + "', which the first shape's does not";
-    if (b.role() != Binding::INPUT && it->second != held(step, i))
+    if (b.role() != Binding::INPUT && it->second != heldAs(step, i))
       return "it holds '" + b.name() + "' split otherwise";
     want.erase(it);
   }
@@ -440,8 +461,10 @@ static rt::Status addBatchShape(MLIRContext &ctx, const CompileOptions &o,
                                ") repeats batch shape " +
                                std::to_string(p.shape()));
   *plan.add_programs() = std::move(program);
+  // Protobuf's repeated messages stay where they are as more are added.
+  const ::cleave::plan::Program &step = plan.programs(plan.programs_size() - 1);
   addForwardPrograms(ctx, forwardVariants(*model, shape), options,
-                     module->lookupSymbol<func::FuncOp>("main"), mesh,
+                     module->lookupSymbol<func::FuncOp>("main"), step, mesh,
                      static_cast<int32_t>(index), plan);
   return rt::Status::ok();
 }
@@ -711,8 +734,9 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
   auto main = module->lookupSymbol<func::FuncOp>("main");
   CompileOptions::BatchShape first{
       "", mesh.evalModel, {}, mesh.unlabeledModel, mesh.unlabeledEvalModel};
-  addForwardPrograms(ctx, forwardVariants(*model, first), options, main, mesh,
-                     0, plan);
+  const ::cleave::plan::Program &step = plan.programs(0);
+  addForwardPrograms(ctx, forwardVariants(*model, first), options, main, step,
+                     mesh, 0, plan);
   for (size_t k = 1; k <= o.moreShapes.size(); ++k)
     if (rt::Status s =
             addBatchShape(ctx, o, k, options, train, mesh, main, plan);

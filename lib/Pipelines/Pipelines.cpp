@@ -193,7 +193,8 @@ LogicalResult mlir::cleave::compileForward(ModuleOp module,
 }
 
 LogicalResult
-mlir::cleave::compileShardedForward(ModuleOp module, int64_t tp, bool fuse,
+mlir::cleave::compileShardedForward(ModuleOp module, int64_t tp, int64_t dp,
+                                    int64_t zero, bool fuse,
                                     const llvm::StringMap<Attribute> &layouts,
                                     ::cleave::plan::Program &program) {
   // What the train pipeline does ahead of the loss, so that the parameters
@@ -227,8 +228,17 @@ mlir::cleave::compileShardedForward(ModuleOp module, int64_t tp, bool fuse,
         main.setArgAttr(i, kLayoutAttr, layout);
     }
   }
+  // As the train pipeline partitions: the batch over dp first (with
+  // ZeRO's parameter split, on the recorded tp layouts), then tp.
   PassManager pm(module.getContext());
-  if (tp > 1) {
+  if (dp > 1 || zero != 0) {
+    PartitionDataPassOptions data;
+    data.dp = dp;
+    data.tp = tp;
+    data.zero = zero;
+    pm.addPass(createPartitionDataPass(data));
+  }
+  if (tp > 1 || dp > 1 || zero != 0) {
     PartitionPassOptions partition;
     partition.tp = tp;
     pm.addPass(createPartitionPass(partition));

@@ -317,8 +317,7 @@ class Model:
         if not isinstance(batch, dict):
             raise ArgumentTypeError("a batch must be a dict from input names to tensors, "
                         f"not {type(batch).__name__}")
-        out = {name: _input_array(name, value, self._inputs.get(name))
-               for name, value in batch.items()}
+        out = self._batch_arrays(batch)
         _check_shape(out, self._shapes, "step")
         return out
 
@@ -456,18 +455,37 @@ class Model:
 
     def fit(self, batches: Iterable[Dict[str, Any]], steps: Optional[int] = None,
             callback: Optional[Callable[[int, float], Any]] = None,
-            progress: bool = True) -> List[float]:
+            progress: bool = True, drop_last: bool = False,
+            pad_last: bool = False) -> List[float]:
         """Trains on each batch of ``batches`` in turn (at most ``steps``),
         with a live progress bar; ``callback(step, loss)`` after each step
         (return False to stop). Returns the losses. Under
         ``gradient_accumulation_steps=N`` each N batches in turn are one
         update's micro-batches (a last incomplete group is left out: the
-        step is compiled for N)."""
+        step is compiled for N).
+
+        A last batch of fewer rows than any compiled shape (a dataset that
+        does not divide by the batch size) is an error, unless
+        ``drop_last`` (DataLoader's: it is left out) or ``pad_last``: its
+        rows are padded to the smallest compiled batch that holds them,
+        the padded labels -100 (which cross-entropy ignores: PyTorch's and
+        Hugging Face's ignore_index) and every other input 0 (an attention
+        mask's padding), so the step's loss and update are the partial
+        batch's. Where rows meet inside the model (BatchNorm's batch
+        statistics) padding would change them: compile the last batch's
+        shape instead (example_inputs as a list)."""
+        if not isinstance(drop_last, bool) or not isinstance(pad_last, bool):
+            raise ArgumentTypeError("drop_last and pad_last must be True or "
+                                    "False")
+        if drop_last and pad_last:
+            raise ArgumentError("give drop_last or pad_last, not both")
         losses = []
         total = steps
         n = self._session.micro_batches
         if total is None and hasattr(batches, "__len__"):
             total = len(batches) // n
+        if drop_last or pad_last:
+            batches = self._last_batch_fitted(batches, pad_last)
         if n > 1:
             batches = _groups_of(batches, n)
         with progress_bar(total, progress) as bar:
@@ -481,6 +499,59 @@ class Model:
                         is False:
                     break
         return losses
+
+    def _last_batch_fitted(self, batches, pad):
+        """``batches`` with the last one dropped, or its rows padded to a
+        compiled batch (``pad``), where it has no compiled shape."""
+        it = iter(batches)
+        try:
+            last = next(it)
+        except StopIteration:
+            return
+        for following in it:
+            yield last
+            last = following
+        if not isinstance(last, Mapping):
+            yield last
+            return
+        arrays = self._batch_arrays(last)
+        if any(all(name in shape and tuple(a.shape) == shape[name][1]
+                   for name, a in arrays.items()) for shape in self._shapes):
+            yield last
+        elif pad:
+            yield self._padded(arrays)
+
+    def _batch_arrays(self, batch) -> Dict[str, np.ndarray]:
+        return {name: _input_array(name, value, self._inputs.get(name))
+                for name, value in batch.items()}
+
+    def _padded(self, arrays):
+        """\\p arrays' rows padded to the fewest-row compiled shape whose
+        other dims they have: labels -100, every other input 0."""
+        labels = arrays.get("labels")
+        if self._session.loss_kind == "mse" or labels is None or \
+                labels.dtype.kind not in "iu":
+            raise ArgumentError(
+                "pad_last masks the padded rows by labels -100, which needs "
+                "integer labels and a loss that ignores them "
+                "(cross-entropy); use drop_last, or compile the last "
+                "batch's shape (example_inputs as a list)")
+        rows = {a.shape[0] if a.ndim else None for a in arrays.values()}
+        fits = [shape for shape in self._shapes
+                if set(shape) == set(arrays) and len(rows) == 1 and
+                all(a.ndim and tuple(a.shape[1:]) == shape[n][1][1:] and
+                    a.shape[0] <= shape[n][1][0] for n, a in arrays.items())]
+        if not fits:
+            _check_shape(arrays, self._shapes, "step")  # names the shapes
+            raise ArgumentError("the last batch's inputs differ in rows")
+        target = min(fits, key=lambda shape: shape["labels"][1][0])
+        out = {}
+        for name, a in arrays.items():
+            padded = np.full(target[name][1], -100 if name == "labels" else 0,
+                             dtype=a.dtype)
+            padded[:a.shape[0]] = a
+            out[name] = padded
+        return out
 
     def profile(self, batch: Dict[str, Any], steps: int = 5,
                 trace: Optional[str] = None) -> str:

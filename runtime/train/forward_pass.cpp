@@ -13,16 +13,18 @@ namespace cleave::rt {
 namespace pb = ::cleave::plan;
 using Batch = std::map<std::string, HostTensor>;
 
-std::vector<InputSlot> forwardInputsOf(const pb::Program &program) {
+std::vector<InputSlot> forwardInputsOf(const pb::Program &program, int64_t dp) {
   std::vector<InputSlot> out;
   for (int i = 0; i < program.input_bindings_size(); ++i) {
     const pb::Binding &b = program.input_bindings(i);
     if (b.role() != pb::Binding::INPUT)
       continue;
     const pb::TensorType &t = program.values(program.inputs(i)).type();
-    out.push_back({b.name(), fromPlan(t.dtype()),
-                   std::vector<int64_t>(t.shape().begin(), t.shape().end()),
-                   false});
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (b.has_split_dim() && b.split_dim() >= 0 &&
+        b.split_dim() < static_cast<int64_t>(shape.size()))
+      shape[b.split_dim()] *= dp;
+    out.push_back({b.name(), fromPlan(t.dtype()), shape, false});
   }
   return out;
 }
@@ -33,7 +35,7 @@ namespace {
 /// the step count.
 Status forwardInput(const pb::Binding &b, size_t i, const Batch &batch,
                     StepRunner &step, const StateIndex &stateIndex,
-                    int64_t stepNumber, StepRunner &runner) {
+                    int64_t stepNumber, DpPlace place, StepRunner &runner) {
   auto fits = [&](const HostTensor &t) {
     return t.dtype == runner.inputDType(i) && t.shape == runner.inputShape(i);
   };
@@ -42,13 +44,22 @@ Status forwardInput(const pb::Binding &b, size_t i, const Batch &batch,
     auto it = batch.find(b.name());
     if (it == batch.end())
       return Status::error("the batch has no '" + b.name() + "'");
-    if (!fits(it->second))
+    // Split over dp: this rank's rows (the batch was checked whole).
+    HostTensor value = it->second;
+    if (b.has_split_dim() && place.dp > 1 && b.split_dim() >= 0 &&
+        b.split_dim() < static_cast<int64_t>(value.shape.size()) &&
+        value.shape[b.split_dim()] % place.dp == 0)
+      value = chunkOf(value, splitOf(b), place.rank, place.dp);
+    if (!fits(value))
       return Status::error(
           "batch input '" + b.name() + "' is " +
           describeTensor(it->second.dtype, it->second.shape) +
           "; the forward pass needs " +
-          describeTensor(runner.inputDType(i), runner.inputShape(i)));
-    return runner.setInput(i, it->second);
+          describeTensor(runner.inputDType(i), runner.inputShape(i)) +
+          (place.dp > 1 ? " on each of " + std::to_string(place.dp) +
+                              " data-parallel ranks"
+                        : ""));
+    return runner.setInput(i, std::move(value));
   }
   case pb::Binding::PARAMETER:
   case pb::Binding::BUFFER: {
@@ -81,7 +92,7 @@ Status
 runForwardPass(ForwardPass &pass, Communicator *comm,
                const BackendOptions &backend, const Batch &batch,
                StepRunner &step, const StateIndex &stateIndex,
-               int64_t stepNumber,
+               int64_t stepNumber, DpPlace place,
                std::vector<std::pair<std::string, HostTensor>> *outputs) {
   const pb::Program &program = *pass.program;
   if (!pass.runner)
@@ -95,7 +106,7 @@ runForwardPass(ForwardPass &pass, Communicator *comm,
                            "', which is not an input of the forward pass");
   for (int i = 0; i < program.input_bindings_size(); ++i)
     if (Status s = forwardInput(program.input_bindings(i), i, batch, step,
-                                stateIndex, stepNumber, *pass.runner);
+                                stateIndex, stepNumber, place, *pass.runner);
         !s)
       return s;
   if (Status s = pass.runner->run(); !s)

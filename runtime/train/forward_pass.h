@@ -35,17 +35,25 @@ struct ForwardPass {
 /// Where the step holds the state a binding names (its input index).
 using StateIndex = std::function<std::optional<size_t>(const plan::Binding &)>;
 
-/// The model inputs \p program takes (every INPUT binding).
-std::vector<InputSlot> forwardInputsOf(const plan::Program &program);
+/// The model inputs \p program takes (every INPUT binding), whole: those
+/// split over \p dp data-parallel ranks at dp times their rows.
+std::vector<InputSlot> forwardInputsOf(const plan::Program &program,
+                                       int64_t dp);
 
-/// Runs \p pass on \p batch: its inputs from the batch, its weights and
-/// buffers copied from \p step's inputs (\p stateIndex), dropout drawing as
-/// step \p stepNumber; the model's outputs (OUTPUT bindings) by name.
+/// Where this rank sits on the data-parallel axis: its index of \p dp.
+struct DpPlace {
+  int64_t rank = 0, dp = 1;
+};
+
+/// Runs \p pass on \p batch: its inputs from the batch (this rank's rows
+/// of those split over dp, by \p place), its weights and buffers copied
+/// from \p step's inputs (\p stateIndex), dropout drawing as step
+/// \p stepNumber; the model's outputs (OUTPUT bindings) by name, whole.
 Status runForwardPass(ForwardPass &pass, Communicator *comm,
                       const BackendOptions &backend,
                       const std::map<std::string, HostTensor> &batch,
                       StepRunner &step, const StateIndex &stateIndex,
-                      int64_t stepNumber,
+                      int64_t stepNumber, DpPlace place,
                       std::vector<std::pair<std::string, HostTensor>> *outputs);
 
 /// The loss of one batch from the model's first output \p first:

@@ -221,6 +221,7 @@ Status TrainSession::open() {
         !s)
       return s;
   }
+  mesh = meshOf(plan);
   for (const pb::Program &p : plan.programs()) {
     if (!isForwardProgram(p)) {
       shapes.emplace_back();
@@ -231,11 +232,10 @@ Status TrainSession::open() {
                                                : shapes.back().evalPasses)
                             .emplace_back();
     pass.program = &p;
-    pass.inputs = forwardInputsOf(p);
+    pass.inputs = forwardInputsOf(p, mesh.dp);
   }
   // Shape 0 is the active one: its members become the session's.
   std::swap(static_cast<ShapeStep &>(*this), shapes[0]);
-  mesh = meshOf(plan);
   comm = options.comm;
   if (!comm) {
     if (mesh.ranks() != 1)
@@ -527,8 +527,10 @@ Status TrainSession::checkInputs() {
 
 Status TrainSession::openData() {
   DataOptions data = options.data;
-  data.rowFirst = rowFirst;
-  data.rowCount = rowCount;
+  // A run that evaluates reads whole batches: the forward pass returns the
+  // whole batch's outputs, which the loss compares with all the labels.
+  data.rowFirst = options.evaluate ? 0 : rowFirst;
+  data.rowCount = options.evaluate ? 0 : rowCount;
   if (Status s = DataFeed::create(data, dataInputs, &feed); !s)
     return s;
   // A resumed run continues the same sequence of batches only if it is fed
@@ -881,7 +883,7 @@ Status TrainSession::runForward(
   };
   // Dropout draws as the next step would.
   return runForwardPass(*pass, comm, options.backend, batch, *executor, index,
-                        next + 1, outputs);
+                        next + 1, {dpRank, mesh.dp}, outputs);
 }
 
 Status TrainSession::evaluate(int64_t batches, double *mean) {

@@ -647,14 +647,35 @@ def test_a_forward_batch_is_checked_before_it_runs():
     assert model(batch).shape == (2, 8, 61)  # labels of an appended loss
 
 
-def test_a_dp_mesh_says_why_it_has_no_forward():
+def forward_then_step(model, module, batches):
+    """For each batch: Model(batch) equals `module`'s outputs with the
+    model's current weights, then a step on it."""
+    with torch.no_grad():
+        for batch in batches:
+            module.load_state_dict({k: torch.from_numpy(np.array(v))
+                                    for k, v in model.state_dict().items()})
+            np.testing.assert_allclose(model(batch),
+                                       module(batch["input_ids"]).numpy(),
+                                       rtol=1e-5, atol=1e-5)
+            model.step(batch)
+
+
+@pytest.mark.parametrize("mesh", [{"dp": 2}, {"dp": 2, "tp": 2},
+                                  {"dp": 2, "zero": 3},
+                                  {"dp": 2, "tp": 2, "zero": 3}])
+def test_a_dp_mesh_runs_the_forward_split_as_its_step(mesh):
+    """Each dp rank its rows, the weights as the step holds them (ZeRO 3's
+    dp shards gathered as the step gathers them): the module's outputs,
+    whole, before and after an update."""
     module, _, loss = models.build("decoder")
-    batch = decoder_batches(1)[0]
-    model = cleave.tensor_parallel(module, example_of(batch, loss), dp=2,
-                                   loss=loss)
-    with pytest.raises(cleave.Error, match="forward pass runs on tp meshes"):
-        model(batch)
-    model.step(batch)  # the model stays usable
+    batches = decoder_batches(2)
+    model = cleave.tensor_parallel(module, example_of(batches[0], loss),
+                                   loss=loss, optimizer=OPTIMIZERS["adamw"][0],
+                                   **mesh)
+    forward_then_step(model, module, batches)
+    with pytest.raises(cleave.Error, match=r"compiled for \(input_ids "
+                       r"\[2, 8\]\)"):
+        model({"input_ids": batches[0]["input_ids"][:1]})
 
 
 # -- several batch shapes ------------------------------------------------------
@@ -697,14 +718,7 @@ def test_each_shape_has_its_forward_pass():
         loss=loss, optimizer=OPTIMIZERS["adamw"][0])
     model.step(short)
     model.step(full)
-    with torch.no_grad():
-        for batch in (full, short, full):
-            module.load_state_dict({k: torch.from_numpy(np.array(v))
-                                    for k, v in model.state_dict().items()})
-            np.testing.assert_allclose(model(batch),
-                                       module(batch["input_ids"]).numpy(),
-                                       rtol=1e-5, atol=1e-5)
-            model.step(batch)
+    forward_then_step(model, module, (full, short, full))
     # A refused batch of the other shape leaves the state where it was.
     before = model.state_dict()
     bad = dict(short, labels=torch.full_like(short["labels"], 99))
@@ -773,3 +787,58 @@ def test_a_forward_without_labels_gives_the_logits():
         assert not np.allclose(dropped, module(batches[0]["input_ids"]))
     with pytest.raises(cleave.Error, match="the batch has no 'input_ids'"):
         model({"labels": batches[0]["labels"]})
+
+
+@pytest.mark.parametrize("mesh", [{"tp": 2}, {"dp": 2}])
+def test_a_last_partial_batch_is_padded_or_dropped_by_choice(mesh):
+    """A dataset of 2-row batches and a last batch of 1 row: an error by
+    default; pad_last pads it (labels -100) and the run equals PyTorch's
+    on the partial batch; drop_last leaves it out."""
+    module, batch_fn, loss = models.build("decoder")
+    gen = torch.Generator().manual_seed(8)
+    batches = [batch_fn(gen) for _ in range(3)] + [batch_fn(gen, b=1)]
+    runs = {}
+    for how in ("pad_last", "drop_last"):
+        reference = copy.deepcopy(module)
+        opt = OPTIMIZERS["adamw"][1](reference)
+        model = cleave.tensor_parallel(
+            copy.deepcopy(module), example_of(batches[0], loss), loss=loss,
+            optimizer=OPTIMIZERS["adamw"][0], **mesh)
+        if how == "pad_last":
+            with pytest.raises(cleave.ArgumentError, match=r"\[1, 8\]; the "
+                               r"step was compiled for \(input_ids \[2, 8\]"):
+                model.fit(batches, progress=False)
+            assert model.steps_done == 3
+            model = cleave.tensor_parallel(
+                copy.deepcopy(module), example_of(batches[0], loss),
+                loss=loss, optimizer=OPTIMIZERS["adamw"][0], **mesh)
+        losses = model.fit(batches, progress=False, **{how: True})
+        kept = batches if how == "pad_last" else batches[:3]
+        want = []
+        for batch in kept:
+            opt.zero_grad()
+            value = models.torch_loss(reference, batch, loss)
+            value.backward()
+            opt.step()
+            want.append(value.item())
+        np.testing.assert_allclose(losses, want, rtol=1e-4, atol=1e-5)
+        state = model.state_dict()
+        for name, value in reference.state_dict().items():
+            np.testing.assert_allclose(np.array(state[name]), value.numpy(),
+                                       rtol=1e-4, atol=1e-5, err_msg=name)
+        runs[how] = losses
+    assert len(runs["pad_last"]) == 4 and len(runs["drop_last"]) == 3
+
+
+def test_padding_needs_labels_it_can_mask():
+    module, batch_fn, loss = models.build("frozen_mlp")  # mse: no masking
+    gen = torch.Generator().manual_seed(8)
+    batches = [batch_fn(gen), batch_fn(gen, b=3)]
+    model = cleave.tensor_parallel(module, example_of(batches[0], loss),
+                                   loss=loss, tp=2)
+    with pytest.raises(cleave.ArgumentError, match="pad_last masks the "
+                       "padded rows by labels -100"):
+        model.fit(batches, pad_last=True, progress=False)
+    with pytest.raises(cleave.ArgumentError, match="not both"):
+        model.fit(batches, pad_last=True, drop_last=True)
+    assert model.fit(batches, drop_last=True, progress=False)

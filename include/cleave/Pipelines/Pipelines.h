@@ -61,9 +61,12 @@ struct TrainStepOptions {
 /// attention fused as there (\p fuse), parameters segmented as there, each
 /// parameter or buffer named in \p layouts given that layout (the train
 /// step's cleave.layout, by name; the others replicated), partitioned over
-/// \p tp ranks, lowered and planned into \p program. The runtime then feeds
-/// it the step's own state chunks (Model.forward, evaluate).
-LogicalResult compileShardedForward(ModuleOp module, int64_t tp, bool fuse,
+/// \p tp ranks (and, on a dp x tp mesh, its batch over \p dp ranks with
+/// ZeRO stage \p zero's parameter split, as the step's), lowered and
+/// planned into \p program. The runtime then feeds it the step's own state
+/// chunks (Model.forward, evaluate).
+LogicalResult compileShardedForward(ModuleOp module, int64_t tp, int64_t dp,
+                                    int64_t zero, bool fuse,
                                     const llvm::StringMap<Attribute> &layouts,
                                     ::cleave::plan::Program &program);
 
