@@ -842,3 +842,60 @@ def test_padding_needs_labels_it_can_mask():
     with pytest.raises(cleave.ArgumentError, match="not both"):
         model.fit(batches, pad_last=True, drop_last=True)
     assert model.fit(batches, drop_last=True, progress=False)
+
+
+class MaskedMeanLM(nn.Module):
+    """A loss written by hand, as many training scripts write it: the mean
+    of the per-token losses over a mask's tokens."""
+
+    def __init__(self, vocab=29, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.mix = nn.Linear(d, d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, input_ids, labels, loss_mask):
+        logits = self.head(torch.tanh(self.mix(self.embed(input_ids))))
+        each = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               labels.reshape(-1), reduction="none")
+        mask = loss_mask.reshape(-1).to(each.dtype)
+        return (each * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("mesh", [{"tp": 2}, {"dp": 2}])
+def test_a_hand_written_masked_mean_accumulates_token_count_correct(mesh):
+    """Three micro-batches whose masks keep 3, 11 and 16 tokens: each
+    update is the one large batch's (its loss the mean over all 30 kept
+    tokens), not the mean of the three micro-batch means."""
+    torch.manual_seed(1)
+    module = MaskedMeanLM()
+    reference = copy.deepcopy(module)
+    gen = torch.Generator().manual_seed(2)
+
+    def micro(kept):
+        mask = torch.zeros(2, 8, dtype=torch.long)
+        mask.view(-1)[torch.randperm(16, generator=gen)[:kept]] = 1
+        return {"input_ids": torch.randint(0, 29, (2, 8), generator=gen),
+                "labels": torch.randint(0, 29, (2, 8), generator=gen),
+                "loss_mask": mask}
+
+    updates = [[micro(k) for k in (3, 11, 16)] for _ in range(3)]
+    model = cleave.tensor_parallel(module, updates[0][0],
+                                   optimizer=OPTIMIZERS["sgd"][0],
+                                   gradient_accumulation_steps=3, **mesh)
+    opt = OPTIMIZERS["sgd"][1](reference)
+    for batches in updates:
+        whole = {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
+        with torch.no_grad():
+            means = np.mean([reference(**b).item() for b in batches])
+        opt.zero_grad()
+        loss = reference(**whole)
+        loss.backward()
+        opt.step()
+        got = model.step(batches)
+        assert got == pytest.approx(loss.item(), rel=1e-5)
+        assert abs(got - means) > 1e-3  # the two rules differ here
+    state = model.state_dict()
+    for name, value in reference.state_dict().items():
+        np.testing.assert_allclose(np.array(state[name]), value.numpy(),
+                                   rtol=1e-4, atol=1e-6, err_msg=name)
