@@ -899,3 +899,21 @@ def test_a_hand_written_masked_mean_accumulates_token_count_correct(mesh):
     for name, value in reference.state_dict().items():
         np.testing.assert_allclose(np.array(state[name]), value.numpy(),
                                    rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_a_run_of_two_shapes_resumes_bit_for_bit(tmp_path):
+    """A checkpoint written while the second shape's step holds the state
+    resumes into both shapes' steps, to the bit."""
+    module, batch_fn, loss = models.build("decoder")
+    gen = torch.Generator().manual_seed(3)
+    full, short = batch_fn(gen), batch_fn(gen, b=4, t=5)
+    model = cleave.tensor_parallel(
+        module, [example_of(full, loss), example_of(short, loss)], tp=2,
+        loss=loss, optimizer=OPTIMIZERS["adamw"][0])
+    model.step(full)
+    model.step(short)
+    model.save_checkpoint(str(tmp_path / "ckpt"))
+    went_on = [model.step(short), model.step(full)]
+    resumed = cleave.Model.resume(str(tmp_path / "ckpt"))
+    assert [resumed.step(short), resumed.step(full)] == went_on
+    assert len(resumed.inspect()["batch_shapes"]) == 2
