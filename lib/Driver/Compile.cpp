@@ -229,7 +229,9 @@ static std::string heldOtherwise(const ::cleave::plan::Program &step,
     if (b.role() != Binding::PARAMETER && b.role() != Binding::BUFFER)
       continue;
     auto it = want.find({b.role(), b.name()});
-    if (it == want.end() || it->second != heldAs(forward, i))
+    if (it == want.end())
+      return "it reads '" + b.name() + "', which the train step does not hold";
+    if (it->second != heldAs(forward, i))
       return "it holds '" + b.name() + "' otherwise than the train step";
   }
   return "";
@@ -379,11 +381,14 @@ static std::string differsFrom(const ::cleave::plan::Program &first,
     return std::to_string(b.role()) + "/" + b.name() + "/" + b.slot() + "/" +
            std::to_string(b.micro_batch());
   };
+  std::map<std::string, std::string> names; // key -> the binding's name
   std::map<std::string, std::string> want;
   for (int i = 0; i < first.input_bindings_size(); ++i) {
     const Binding &b = first.input_bindings(i);
-    if (b.role() != Binding::STEP && b.role() != Binding::HYPERPARAMETER)
+    if (b.role() != Binding::STEP && b.role() != Binding::HYPERPARAMETER) {
       want[key(b)] = b.role() == Binding::INPUT ? "" : heldAs(first, i);
+      names[key(b)] = b.name().empty() ? b.slot() : b.name();
+    }
   }
   for (int i = 0; i < step.input_bindings_size(); ++i) {
     const Binding &b = step.input_bindings(i);
@@ -397,8 +402,7 @@ static std::string differsFrom(const ::cleave::plan::Program &first,
     want.erase(it);
   }
   if (!want.empty())
-    return "it does not take '" +
-           want.begin()->first.substr(want.begin()->first.find('/') + 1) +
+    return "it does not take '" + names[want.begin()->first] +
            "', which the first shape's does";
   return "";
 }

@@ -324,8 +324,10 @@ def _held(value):
 
 
 def export_module(module, example_inputs: dict, directory: str,
-                  opset: int = 17) -> Exported:
-    """Exports \\p module into \\p directory; see the module docstring."""
+                  opset: int = 17, write_weights: bool = True) -> Exported:
+    """Exports \\p module into \\p directory; see the module docstring.
+    Without \\p write_weights only the graph is written (another batch
+    shape's export: the first export's weights serve every shape)."""
     import torch
     import onnx
 
@@ -413,5 +415,6 @@ def export_module(module, example_inputs: dict, directory: str,
     for t in proto.graph.initializer:
         if t.name in float_inits and t.name not in named:
             weights[t.name] = onnx.numpy_helper.to_array(t)
-    write_safetensors(exported.weights, weights)
+    if write_weights:
+        write_safetensors(exported.weights, weights)
     return exported

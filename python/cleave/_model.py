@@ -125,7 +125,8 @@ def _compile_inputs(o, model, example_inputs, loss, work, opset):
         else:
             directory = os.path.join(work, f"shape{k}")
             os.makedirs(directory, exist_ok=True)
-        exported = export_module(model, example, directory, opset)
+        exported = export_module(model, example, directory, opset,
+                                 write_weights=k == 0)
         bare = _export_unlabeled(model, example, loss, directory, opset)
         if k == 0:
             first = exported
@@ -159,7 +160,7 @@ def _export_unlabeled(module, example, loss, directory, opset):
     try:
         exported = export_module(
             module, {k: v for k, v in example.items() if k != "labels"}, bare,
-            opset)
+            opset, write_weights=False)
     except Error:
         return "", ""
     return exported.model, exported.eval_model
@@ -410,6 +411,11 @@ class Model:
                 first = F.cross_entropy(
                     first.reshape(-1, first.shape[-1]), labels.reshape(-1)) \
                     if kind == "cross_entropy" else F.mse_loss(first, labels)
+            if first.numel() != 1:
+                raise ArgumentError(
+                    f"the module's first output on this batch is "
+                    f"{list(first.shape)}, not its loss: evaluate needs the "
+                    "batches as step takes them (their labels too)")
             losses.append(float(first.reshape(())))
         if not losses:
             raise ArgumentError("evaluate needs at least one batch")
@@ -520,10 +526,22 @@ class Model:
             yield last
         elif pad:
             yield self._padded(arrays)
+        elif not self._fewer_rows(arrays):
+            yield last  # not a partial batch: step names its shape
 
     def _batch_arrays(self, batch) -> Dict[str, np.ndarray]:
         return {name: _input_array(name, value, self._inputs.get(name))
                 for name, value in batch.items()}
+
+    def _fewer_rows(self, arrays):
+        """The compiled shapes \\p arrays fits but for fewer rows (a last
+        partial batch), fewest rows first."""
+        rows = {a.shape[0] if a.ndim else None for a in arrays.values()}
+        fits = [shape for shape in self._shapes
+                if set(shape) == set(arrays) and len(rows) == 1 and
+                all(a.ndim and tuple(a.shape[1:]) == shape[n][1][1:] and
+                    a.shape[0] <= shape[n][1][0] for n, a in arrays.items())]
+        return sorted(fits, key=lambda shape: next(iter(shape.values()))[1][0])
 
     def _padded(self, arrays):
         """\\p arrays' rows padded to the fewest-row compiled shape whose
@@ -536,15 +554,12 @@ class Model:
                 "integer labels and a loss that ignores them "
                 "(cross-entropy); use drop_last, or compile the last "
                 "batch's shape (example_inputs as a list)")
-        rows = {a.shape[0] if a.ndim else None for a in arrays.values()}
-        fits = [shape for shape in self._shapes
-                if set(shape) == set(arrays) and len(rows) == 1 and
-                all(a.ndim and tuple(a.shape[1:]) == shape[n][1][1:] and
-                    a.shape[0] <= shape[n][1][0] for n, a in arrays.items())]
+        fits = self._fewer_rows(arrays)
         if not fits:
             _check_shape(arrays, self._shapes, "step")  # names the shapes
-            raise ArgumentError("the last batch's inputs differ in rows")
-        target = min(fits, key=lambda shape: shape["labels"][1][0])
+            raise ArgumentError("the last batch's inputs are not those of "
+                                "a compiled shape with fewer rows")
+        target = fits[0]
         out = {}
         for name, a in arrays.items():
             padded = np.full(target[name][1], -100 if name == "labels" else 0,

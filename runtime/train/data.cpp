@@ -393,7 +393,7 @@ Status DataFeed::checkBatch(const std::map<std::string, HostTensor> &batch,
 Status
 DataFeed::matchBatch(const std::map<std::string, HostTensor> &batch,
                      const std::vector<const std::vector<InputSlot> *> &shapes,
-                     size_t *index) {
+                     size_t *index, const char *what) {
   if (shapes.empty())
     return Status::error("the bundle has no train step");
   for (size_t k = 0; k < shapes.size(); ++k)
@@ -433,7 +433,7 @@ DataFeed::matchBatch(const std::map<std::string, HostTensor> &batch,
     }
     compiled += (compiled.empty() ? "" : "; ") + ("(" + one + ")");
   }
-  return Status::error(message + "; the train step is compiled for " +
+  return Status::error(message + "; the " + what + " is compiled for " +
                        std::to_string(named.size()) +
                        " batch shapes: " + compiled + remedy);
 }

@@ -165,6 +165,8 @@ private:
   size_t activeShape = 0;
   /// Makes shape \p k's step the active one, its runner holding the state.
   Status useShape(size_t k);
+  /// Times every made runner's kernels into \p to (null: stops).
+  Status profileEveryShape(StepProfiler *to);
   /// The active step's runner, inputs and outputs, from its program.
   Status setUpShape();
   Status readDataInputs();

@@ -116,7 +116,7 @@ bool programsInOrder(const pb::Plan &plan) {
     if (!isForwardProgram(p)) {
       if (p.shape() != ++shape)
         return false;
-    } else if (p.shape() != shape || p.name() < last) {
+    } else if (shape < 0 || p.shape() != shape || p.name() < last) {
       return false;
     }
     last = isForwardProgram(p) ? p.name() : "";
@@ -629,6 +629,14 @@ Status TrainSession::setUpShape() {
   return mapSchedule();
 }
 
+Status TrainSession::profileEveryShape(StepProfiler *to) {
+  for (size_t j = 0; j < shapes.size(); ++j)
+    if (StepRunner *runner = shapeStep(j).executor.get())
+      if (Status s = runner->setProfiler(to); !s)
+        return s;
+  return Status::ok();
+}
+
 Status TrainSession::useShape(size_t k) {
   if (k == activeShape)
     return Status::ok();
@@ -638,8 +646,24 @@ Status TrainSession::useShape(size_t k) {
     swapIn();
     Status s = setUpShape();
     swapIn();
-    if (!s)
+    if (!s) {
+      // Made again on the next try, not used half set up.
+      const pb::Program *program = to.program;
+      std::vector<InputSlot> inputs = std::move(to.dataInputs);
+      std::map<std::string, Split> split = std::move(to.inputSplit);
+      std::vector<ForwardPass> forwards = std::move(to.forwardPasses);
+      std::vector<ForwardPass> evals = std::move(to.evalPasses);
+      int64_t first = to.rowFirst, count = to.rowCount;
+      to = ShapeStep();
+      to.program = program;
+      to.dataInputs = std::move(inputs);
+      to.inputSplit = std::move(split);
+      to.forwardPasses = std::move(forwards);
+      to.evalPasses = std::move(evals);
+      to.rowFirst = first;
+      to.rowCount = count;
       return s;
+    }
   }
   // Every state tensor is held alike in every shape's step (the compiler
   // checked): checked again before any moves, so a refusal moves nothing.
@@ -682,6 +706,7 @@ Status TrainSession::batchShapeOf(const Batch &batch, bool forward,
       each.push_back(&pass->inputs);
     if (each.empty())
       return Status::ok(); // the forward says why it has none
+    return DataFeed::matchBatch(batch, each, k, "forward pass");
   } else {
     for (size_t j = 0; j < shapes.size(); ++j)
       each.push_back(&shapeStep(j).dataInputs);
@@ -722,7 +747,7 @@ Status TrainSession::findForwardPass(const Batch &batch, bool eval,
   for (ForwardPass *pass : candidates)
     each.push_back(&pass->inputs);
   size_t k = 0;
-  if (Status s = DataFeed::matchBatch(batch, each, &k); !s)
+  if (Status s = DataFeed::matchBatch(batch, each, &k, "forward pass"); !s)
     return Status::error(s.message() + (missing.empty()
                                             ? ""
                                             : " (the bundle has no other "
@@ -922,6 +947,11 @@ Status TrainSession::runStep(float *lossOut,
     return Status::error("the run's " + std::to_string(last - first) +
                          " steps are done");
   int64_t step = next;
+  // A step refused before the program writes any state leaves the run as
+  // it was (the same step next, the same weights); past that, the run's
+  // state is the program's half-written one (and useShape says so where a
+  // move between shapes failed halfway).
+  keptState = true;
   // The step of the batch's shape (the feed's batches have the first).
   size_t k = 0;
   if (batch && !batch->empty() && shapes.size() > 1)
@@ -935,10 +965,6 @@ Status TrainSession::runStep(float *lossOut,
   if (profiler)
     profiler->beginStep(step, step > std::max(first, profileFrom));
   int64_t feedStart = profiler ? StepProfiler::nowNs() : 0;
-  // A step refused before the program writes any state leaves the run as
-  // it was (the same step next, the same weights); past that, the run's
-  // state is the program's half-written one.
-  keptState = true;
   if (Status s = setStepInputs(step, batch); !s)
     return s;
   if (profiler)
@@ -1201,8 +1227,10 @@ Status Trainer::startProfile(bool keepTrace) {
   if (s.profiler)
     return Status::error("the steps are already being profiled");
   auto profiler = std::make_unique<StepProfiler>(s.comm->rank(), keepTrace);
-  if (Status st = s.executor->setProfiler(profiler.get()); !st)
+  if (Status st = s.profileEveryShape(profiler.get()); !st) {
+    (void)s.profileEveryShape(nullptr);
     return st;
+  }
   s.feedSite = profiler->addSite("(feed the batch)", "", SiteKind::Host, {});
   s.profiler = std::move(profiler);
   s.profileFrom = s.next;
@@ -1218,8 +1246,8 @@ Status Trainer::profileReport(const std::string &traceFile, std::string *text) {
                   ? Status::error("profile at least 2 steps: the first one "
                                   "is not counted")
                   : s.reportProfile(true, &out, traceFile);
-  // Timing stops whatever happened.
-  (void)s.executor->setProfiler(nullptr);
+  // Timing stops whatever happened, in every shape's runner.
+  (void)s.profileEveryShape(nullptr);
   s.profiler.reset();
   *text = out.str();
   return st;

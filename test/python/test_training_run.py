@@ -787,6 +787,9 @@ def test_a_forward_without_labels_gives_the_logits():
         assert not np.allclose(dropped, module(batches[0]["input_ids"]))
     with pytest.raises(cleave.Error, match="the batch has no 'input_ids'"):
         model({"labels": batches[0]["labels"]})
+    with pytest.raises(cleave.ArgumentError, match=r"first output on this "
+                       r"batch is \[2, 8, 37\], not its loss"):
+        model.evaluate([{"input_ids": batches[0]["input_ids"]}])
 
 
 @pytest.mark.parametrize("mesh", [{"tp": 2}, {"dp": 2}])
@@ -917,3 +920,20 @@ def test_a_run_of_two_shapes_resumes_bit_for_bit(tmp_path):
     resumed = cleave.Model.resume(str(tmp_path / "ckpt"))
     assert [resumed.step(short), resumed.step(full)] == went_on
     assert len(resumed.inspect()["batch_shapes"]) == 2
+
+
+def test_profiling_times_every_shapes_step():
+    """A profile started with one shape's runner made times the other's
+    steps too, and once it is reported no runner keeps the profiler."""
+    module, batch_fn, loss = models.build("decoder")
+    gen = torch.Generator().manual_seed(5)
+    full, short = batch_fn(gen), batch_fn(gen, b=4, t=5)
+    model = cleave.tensor_parallel(
+        module, [example_of(full, loss), example_of(short, loss)], tp=2,
+        loss=loss)
+    model.step(full)
+    report = model.profile(short, steps=3)
+    assert "matmul" in report
+    model.step(full)
+    model.step(short)
+    assert model.steps_done == 6

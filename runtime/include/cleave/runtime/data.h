@@ -71,7 +71,7 @@ public:
   static Status
   matchBatch(const std::map<std::string, HostTensor> &batch,
              const std::vector<const std::vector<InputSlot> *> &shapes,
-             size_t *index);
+             size_t *index, const char *what = "train step");
   /// Samples (dimension 0 of the first input) and tokens (text) per step.
   int64_t samplesPerStep() const { return samples_; }
   int64_t tokensPerStep() const { return tokens_; }

@@ -34,7 +34,7 @@ namespace cleave::rt {
 class Communicator;
 
 /// The plan format this runtime reads and the compiler writes.
-constexpr uint32_t kPlanFormatVersion = 3;
+constexpr uint32_t kPlanFormatVersion = 4;
 /// File names inside a bundle directory.
 constexpr const char *kBundlePlanFile = "plan.pb";
 constexpr const char *kBundleWeightsDir = "weights";
