@@ -458,6 +458,25 @@ static rt::Status addBatchShape(MLIRContext &ctx, const CompileOptions &o,
                              "'s step cannot share the first shape's "
                              "weights: " +
                              differs);
+  // The mesh was chosen (or given) for the first shape: a budget this
+  // shape's step exceeds is said, never silently passed.
+  if (o.memoryPerDevice > 0) {
+    std::vector<std::pair<std::string, int64_t>> axes;
+    if (mesh.dp > 1)
+      axes.push_back({"dp", mesh.dp});
+    if (mesh.tp > 1 || mesh.dp == 1)
+      axes.push_back({"tp", mesh.tp});
+    int64_t need = estimateStep(program, axes, o.topology).memoryBytes;
+    if (need > o.memoryPerDevice)
+      return rt::Status::error(
+          what + " (" + batchShapeText(program, mesh.dp) + ") needs " +
+          std::to_string(need) +
+          " B per device on the first shape's mesh "
+          "and recomputation, over --memory-per-device " +
+          std::to_string(o.memoryPerDevice) +
+          " B: give the largest shape first, so that they are chosen for "
+          "it");
+  }
   for (const ::cleave::plan::Program &p : plan.programs())
     if (!rt::isForwardProgram(p) &&
         batchShapeText(p, mesh.dp) == batchShapeText(program, mesh.dp))
