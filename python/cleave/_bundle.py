@@ -137,7 +137,8 @@ def compile(model, example_inputs: Union[Dict[str, Any],
 
     ``model`` is an ``.onnx`` / ``.pt`` path (``example_inputs`` then fix
     its inputs' shapes, like ``--input``) or a ``torch.nn.Module`` (exported
-    with ``example_inputs``). The options are :class:`cleave.Options`'
+    with ``example_inputs``); a list of example batches compiles a step per
+    batch shape, the weights shared (``--shape``). The options are :class:`cleave.Options`'
     fields, as :func:`cleave.tensor_parallel` takes them (``options=`` an
     Options, the keywords on top); ``dp`` splits every batch over that
     many data-parallel ranks (a dp x tp mesh with ``tp``); ``devices``

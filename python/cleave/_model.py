@@ -311,8 +311,15 @@ class Model:
 
     @property
     def inputs(self) -> Dict[str, tuple]:
-        """Each input a step takes: name -> (numpy dtype, shape)."""
+        """Each input a step takes: name -> (numpy dtype, shape), at the
+        first batch shape."""
         return dict(self._inputs)
+
+    @property
+    def batch_shapes(self) -> List[Dict[str, tuple]]:
+        """Every batch shape the model was compiled for (``example_inputs``
+        as a list), each as ``inputs`` gives the first."""
+        return [dict(shape) for shape in self._shapes]
 
     def _batch(self, batch) -> Dict[str, np.ndarray]:
         if not isinstance(batch, dict):

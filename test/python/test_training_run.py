@@ -698,6 +698,8 @@ def test_a_model_compiled_for_two_shapes_trains_on_both(mesh):
     assert [s["inputs"] for s in shapes] == [
         "input_ids i64 [2, 8], labels i64 [2, 8]",
         "input_ids i64 [4, 5], labels i64 [4, 5]"]
+    assert [s["input_ids"] for s in model.batch_shapes] == [
+        ("int64", (2, 8)), ("int64", (4, 5))]
     train_like_pytorch(model, reference,
                        [full[0], short[0], short[1], full[1], full[2]], loss,
                        clip=("norm", 0.5), optimizer="adamw")
