@@ -621,12 +621,9 @@ std::string cleave::driver::batchShapeText(const pb::Program &program,
     if (b.role() != pb::Binding::INPUT || b.micro_batch() > 0)
       continue;
     const pb::TensorType &t = program.values(program.inputs(i)).type();
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    if (b.has_split_dim() && b.split_dim() >= 0 &&
-        b.split_dim() < static_cast<int64_t>(shape.size()))
-      shape[b.split_dim()] *= dp;
     text += (text.empty() ? "" : ", ") + b.name() + " " +
-            rt::describeTensor(rt::fromPlan(t.dtype()), shape);
+            rt::describeTensor(rt::fromPlan(t.dtype()),
+                               rt::globalInputShape(program, i, dp));
   }
   return text;
 }

@@ -3,6 +3,7 @@
 #include "forward_pass.h"
 
 #include "cleave/runtime/store.h"
+#include "cleave/runtime/trainer.h"
 #include "cleave/runtime/types.h"
 
 #include <algorithm>
@@ -20,11 +21,8 @@ std::vector<InputSlot> forwardInputsOf(const pb::Program &program, int64_t dp) {
     if (b.role() != pb::Binding::INPUT)
       continue;
     const pb::TensorType &t = program.values(program.inputs(i)).type();
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    if (b.has_split_dim() && b.split_dim() >= 0 &&
-        b.split_dim() < static_cast<int64_t>(shape.size()))
-      shape[b.split_dim()] *= dp;
-    out.push_back({b.name(), fromPlan(t.dtype()), shape, false});
+    out.push_back({b.name(), fromPlan(t.dtype()),
+                   globalInputShape(program, i, dp), false});
   }
   return out;
 }

@@ -101,6 +101,17 @@ std::string MeshGeometry::str() const {
   return "dp = " + std::to_string(dp) + ", tp = " + std::to_string(tp);
 }
 
+std::vector<int64_t> globalInputShape(const pb::Program &program, int i,
+                                      int64_t dp) {
+  const pb::Binding &b = program.input_bindings(i);
+  std::vector<int64_t> shape =
+      shapeOf(program.values(program.inputs(i)).type());
+  if (b.has_split_dim() && b.split_dim() >= 0 &&
+      b.split_dim() < static_cast<int64_t>(shape.size()))
+    shape[b.split_dim()] *= dp;
+  return shape;
+}
+
 bool isForwardProgram(const pb::Program &program) {
   return program.name() == "forward" || program.name() == "forward_eval";
 }
@@ -389,15 +400,14 @@ Status TrainSession::readDataInputs() {
     // A data-parallel input is split along its batch: the feed gives the
     // global batch and each rank takes its rows.
     const pb::TensorType &type = program->values(program->inputs(i)).type();
-    std::vector<int64_t> shape = shapeOf(type);
     if (b.has_split_dim()) {
-      if (b.split_dim() < 0 ||
-          b.split_dim() >= static_cast<int64_t>(shape.size()))
+      if (b.split_dim() < 0 || b.split_dim() >= type.shape_size())
         return Status::error(bundle() + ": input '" + b.name() +
                              "' is split along a dimension it lacks");
-      shape[b.split_dim()] *= mesh.dp;
       inputSplit[b.name()] = splitOf(b);
     }
+    std::vector<int64_t> shape =
+        globalInputShape(*program, static_cast<int>(i), mesh.dp);
     // The feed builds only this rank's rows of a batch split along
     // dimension 0 (the dp split).
     dataInputs.push_back({b.name(), fromPlan(type.dtype()), shape,
@@ -647,21 +657,13 @@ Status TrainSession::useShape(size_t k) {
     Status s = setUpShape();
     swapIn();
     if (!s) {
-      // Made again on the next try, not used half set up.
-      const pb::Program *program = to.program;
-      std::vector<InputSlot> inputs = std::move(to.dataInputs);
-      std::map<std::string, Split> split = std::move(to.inputSplit);
-      std::vector<ForwardPass> forwards = std::move(to.forwardPasses);
-      std::vector<ForwardPass> evals = std::move(to.evalPasses);
-      int64_t first = to.rowFirst, count = to.rowCount;
-      to = ShapeStep();
-      to.program = program;
-      to.dataInputs = std::move(inputs);
-      to.inputSplit = std::move(split);
-      to.forwardPasses = std::move(forwards);
-      to.evalPasses = std::move(evals);
-      to.rowFirst = first;
-      to.rowCount = count;
+      // Made again on the next try, not used half set up: what
+      // setUpShape sets goes.
+      to.executor.reset();
+      to.numInputs = 0;
+      to.stateInput.clear();
+      to.lrInput = to.lossOutput = -1;
+      to.metricOutputs.clear();
       return s;
     }
   }

@@ -711,13 +711,20 @@ def test_a_model_compiled_for_two_shapes_trains_on_both(mesh):
     assert model.steps_done == 5
 
 
-def test_each_shape_has_its_forward_pass():
+def two_shape_decoder(seed, rows):
+    """The decoder compiled at tp 2 (AdamW, appended cross-entropy) for a
+    [2, 8] batch and a [rows, 5] one: (model, module, the two batches)."""
     module, batch_fn, loss = models.build("decoder")
-    gen = torch.Generator().manual_seed(4)
-    full, short = batch_fn(gen), batch_fn(gen, b=3, t=5)
+    gen = torch.Generator().manual_seed(seed)
+    full, short = batch_fn(gen), batch_fn(gen, b=rows, t=5)
     model = cleave.tensor_parallel(
         module, [example_of(full, loss), example_of(short, loss)], tp=2,
         loss=loss, optimizer=OPTIMIZERS["adamw"][0])
+    return model, module, full, short
+
+
+def test_each_shape_has_its_forward_pass():
+    model, module, full, short = two_shape_decoder(4, rows=3)
     model.step(short)
     model.step(full)
     forward_then_step(model, module, (full, short, full))
@@ -909,12 +916,7 @@ def test_a_hand_written_masked_mean_accumulates_token_count_correct(mesh):
 def test_a_run_of_two_shapes_resumes_bit_for_bit(tmp_path):
     """A checkpoint written while the second shape's step holds the state
     resumes into both shapes' steps, to the bit."""
-    module, batch_fn, loss = models.build("decoder")
-    gen = torch.Generator().manual_seed(3)
-    full, short = batch_fn(gen), batch_fn(gen, b=4, t=5)
-    model = cleave.tensor_parallel(
-        module, [example_of(full, loss), example_of(short, loss)], tp=2,
-        loss=loss, optimizer=OPTIMIZERS["adamw"][0])
+    model, _, full, short = two_shape_decoder(3, rows=4)
     model.step(full)
     model.step(short)
     model.save_checkpoint(str(tmp_path / "ckpt"))
@@ -927,12 +929,7 @@ def test_a_run_of_two_shapes_resumes_bit_for_bit(tmp_path):
 def test_profiling_times_every_shapes_step():
     """A profile started with one shape's runner made times the other's
     steps too, and once it is reported no runner keeps the profiler."""
-    module, batch_fn, loss = models.build("decoder")
-    gen = torch.Generator().manual_seed(5)
-    full, short = batch_fn(gen), batch_fn(gen, b=4, t=5)
-    model = cleave.tensor_parallel(
-        module, [example_of(full, loss), example_of(short, loss)], tp=2,
-        loss=loss)
+    model, _, full, short = two_shape_decoder(5, rows=4)
     model.step(full)
     report = model.profile(short, steps=3)
     assert "matmul" in report

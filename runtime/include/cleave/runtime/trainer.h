@@ -42,6 +42,11 @@ constexpr const char *kBundleModelFile = "model.onnx";
 
 /// Reads and checks BUNDLE/plan.pb (presence, parse, format version).
 Status loadBundlePlan(const std::string &bundleDir, plan::Plan *plan);
+/// The whole batch's shape of \p program's input \p i on \p dp
+/// data-parallel ranks: the dimension its binding splits over dp is dp
+/// times the program's extent (a split dimension the input lacks is left).
+std::vector<int64_t> globalInputShape(const plan::Program &program, int i,
+                                      int64_t dp);
 /// Whether \p program is a forward pass ("forward", "forward_eval"), not
 /// a train step.
 bool isForwardProgram(const plan::Program &program);
