@@ -246,6 +246,18 @@ evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
   }
 }
 
+/// A reduction's additions, lane by lane (each lane's own order), compiled
+/// per instruction set: the OpenMP body that calls them is not, and its
+/// baseline loops took as long as the chain that feeds them.
+CLEAVE_CLONES void addLanes(double *acc, const float *v, int64_t len) {
+  for (int64_t l = 0; l < len; ++l)
+    acc[l] += static_cast<double>(v[l]);
+}
+
+CLEAVE_CLONES void addSplitLanes(double *part, const float *v, int64_t len) {
+  addSplit(part, v, len);
+}
+
 /// A chain ending in reductions, walked as the reduce kernels walk their
 /// operand (reduce_plan.h) and adding in their order, so that the results
 /// are the separate kernels' bit for bit: each output's elements are
@@ -286,12 +298,8 @@ void runReductions(const FusedProgram &f, const CpuPlan &cp,
         for (int64_t at = 0; at < width; at += kChunk) {
           int64_t len = std::min(kChunk, width - at);
           evalSegment(f, cp, args, scalars, offset + at, len, r);
-          for (size_t k = 0; k < numReductions; ++k) {
-            const float *v = r.reg[f.reductions[k].reg];
-            double *a = acc[k] + at;
-            for (int64_t l = 0; l < len; ++l)
-              a[l] += static_cast<double>(v[l]);
-          }
+          for (size_t k = 0; k < numReductions; ++k)
+            addLanes(acc[k] + at, r.reg[f.reductions[k].reg], len);
         }
       });
       for (size_t k = 0; k < numReductions; ++k) {
@@ -318,7 +326,7 @@ void runReductions(const FusedProgram &f, const CpuPlan &cp,
           // Element i of the run into part[i % kSplitSums] (kChunk is a
           // multiple), else one sum in order, as runReduce.
           if (split)
-            addSplit(part[k], v, len);
+            addSplitLanes(part[k], v, len);
           else
             for (int64_t t = 0; t < len; ++t)
               part[k][0] += static_cast<double>(v[t]);

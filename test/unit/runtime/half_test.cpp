@@ -13,6 +13,9 @@
 #include "cleave/runtime/thread_ranks.h"
 #include "core/convert.h"
 
+#include <cmath>
+#include <cstring>
+
 using namespace cleave::rt;
 using namespace cleave::rt::test;
 
@@ -103,6 +106,36 @@ TEST(HalfMatmul, MixedDtypesAreRefused) {
   plan::Program p =
       singleKernelProgram("matmul", {a, b}, {{DType::BF16, {2, 2}}});
   EXPECT_NE(createError(p).find("matmul"), std::string::npos);
+}
+
+/// The cast kernel's bf16 loops (compiled per instruction set, in pieces
+/// per thread) round and widen every element as core/convert.h does: ties,
+/// NaN, infinities, subnormals and a length that is no multiple of a piece
+/// or a vector, over the parallel threshold.
+TEST(HalfCast, Bf16CastsEqualTheElementConversions) {
+  const int64_t n = 3 * 4096 * 8 + 37;
+  std::vector<float> x(n);
+  const float edge[] = {
+      1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -0.0f,  std::nanf(""),
+      INFINITY,          -INFINITY,         1e-40f, -3e-39f,
+      3.4e38f,           1.0f + 1.0f / 512};
+  std::vector<float> random = values<float>(randomF32({n}, 7));
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = i % 7 == 0 ? edge[(i / 7) % 10] : random[i] * 1e3f;
+  HostTensor wide = makeTensor<float>(DType::F32, {n}, x);
+  HostTensor narrowed = run1("cast", {wide}, DType::BF16, {n});
+  std::vector<uint16_t> bits = values<uint16_t>(narrowed);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(bits[i], floatToBf16(x[i])) << "element " << i << ": " << x[i];
+  HostTensor back = run1("cast", {narrowed}, DType::F32, {n});
+  std::vector<float> got = values<float>(back);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t want, have;
+    float w = bf16ToFloat(bits[i]);
+    std::memcpy(&want, &w, 4);
+    std::memcpy(&have, &got[i], 4);
+    ASSERT_EQ(have, want) << "element " << i;
+  }
 }
 
 /// conv2d and its adjoints on bf16 are their f32 loop on the widened
