@@ -468,16 +468,30 @@ LogicalResult CrossEntropyBackwardOp::inferReturnTypes(
   return success();
 }
 
+/// A norm's input type and its statistics' shape (the normalised dims
+/// [axis, rank) set to 1), or failure for an axis out of range.
+static FailureOr<std::pair<RankedTensorType, SmallVector<int64_t>>>
+normShapes(std::optional<Location> loc, Value input, int64_t axis) {
+  auto type = cast<RankedTensorType>(input.getType());
+  int64_t rank = type.getRank();
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, "axis ", axis, " is out of range for rank ",
+                             rank);
+  SmallVector<int64_t> statShape(type.getShape());
+  for (int64_t i = axis; i < rank; ++i)
+    statShape[i] = 1;
+  return std::make_pair(type, statShape);
+}
+
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                                             std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &inferred) {
-  auto type = cast<RankedTensorType>(adaptor.getInput().getType());
-  int64_t rank = type.getRank();
   int64_t axis = adaptor.getAxis();
-  if (axis < 0 || axis >= rank)
-    return emitOptionalError(loc, "axis ", axis, " is out of range for rank ",
-                             rank);
+  auto shapes = normShapes(loc, adaptor.getInput(), axis);
+  if (failed(shapes))
+    return failure();
+  auto [type, statShape] = *shapes;
   ArrayRef<int64_t> normalised = type.getShape().drop_front(axis);
   for (Value v : {adaptor.getScale(), adaptor.getBias()}) {
     if (v &&
@@ -487,11 +501,40 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
           RankedTensorType::get(normalised, type.getElementType()), ", got ",
           v.getType());
   }
-  SmallVector<int64_t> statShape(type.getShape());
-  for (int64_t i = axis; i < rank; ++i)
-    statShape[i] = 1;
   auto stat = RankedTensorType::get(statShape, type.getElementType());
   inferred.append({type, stat, stat});
+  return success();
+}
+
+LogicalResult LayerNormBackwardOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferred) {
+  int64_t axis = adaptor.getAxis();
+  auto shapes = normShapes(loc, adaptor.getInput(), axis);
+  if (failed(shapes))
+    return failure();
+  auto [type, statShape] = *shapes;
+  if (shapeOf(adaptor.getGrad()) != type.getShape())
+    return emitOptionalError(loc, "grad must have the input's shape ",
+                             type.getShape(), ", got ",
+                             adaptor.getGrad().getType());
+  for (Value v : {adaptor.getInput(), adaptor.getGrad()})
+    if (!elementTypeOf(v).isF32() && !elementTypeOf(v).isBF16())
+      return emitOptionalError(loc, "input and grad must be f32 or bf16, got ",
+                               v.getType());
+  Type f32 = Float32Type::get(ctx);
+  for (Value v : {adaptor.getMean(), adaptor.getInvStdDev()})
+    if (shapeOf(v) != ArrayRef<int64_t>(statShape) || elementTypeOf(v) != f32)
+      return emitOptionalError(loc, "mean and inv_std_dev must have type ",
+                               RankedTensorType::get(statShape, f32), ", got ",
+                               v.getType());
+  ArrayRef<int64_t> normalised = type.getShape().drop_front(axis);
+  auto params = RankedTensorType::get(normalised, f32);
+  if (Value scale = adaptor.getScale(); scale && scale.getType() != params)
+    return emitOptionalError(loc, "scale must have type ", params, ", got ",
+                             scale.getType());
+  inferred.append(
+      {RankedTensorType::get(type.getShape(), f32), params, params});
   return success();
 }
 

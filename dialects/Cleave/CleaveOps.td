@@ -429,6 +429,39 @@ def Cleave_LayerNormOp : Cleave_Op<"layer_norm",
   }];
 }
 
+def Cleave_LayerNormBackwardOp : Cleave_Op<"layer_norm_backward",
+    [InferTypeOpAdaptor]> {
+  let summary = "Gradients through layer_norm";
+  let description = [{
+    The gradients of `layer_norm` over dimensions `[axis, rank)` from its
+    `mean` and `inv_std_dev` and the gradient `grad` of its result. With
+    `g = grad * scale` (`grad` where there is no scale) and
+    `xhat = (input - mean) * inv_std_dev`:
+    `grad_input = inv_std_dev * ((g - mean(g)) - xhat * mean(g * xhat))`,
+    the means over `[axis, rank)`; `grad_scale` and `grad_bias` (the shape
+    of the normalised dimensions) are the sums over `[0, axis)` of
+    `grad * xhat` and of `grad`. Each product is rounded to f32 and the sums
+    are f64, in the order the reduce kernels add, so the results are those
+    of these formulas written op by op, in two passes over the rows instead
+    of a chain of elementwise ops and five reductions. `input` and `grad`
+    may be bf16 (widened as read); the results are f32.
+
+    ```mlir
+    %gx, %gs, %gb = cleave.layer_norm_backward %x, %m, %r, %g scale %s axis = 1 : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+    ```
+  }];
+  let arguments = (ins Cleave_FloatTensor:$input, Cleave_FloatTensor:$mean,
+                   Cleave_FloatTensor:$inv_std_dev, Cleave_FloatTensor:$grad,
+                   Optional<Cleave_FloatTensor>:$scale, I64Attr:$axis);
+  let results = (outs Cleave_FloatTensor:$grad_input,
+                 Cleave_FloatTensor:$grad_scale,
+                 Cleave_FloatTensor:$grad_bias);
+  let assemblyFormat = [{
+    $input `,` $mean `,` $inv_std_dev `,` $grad (`scale` $scale^)? `axis` `=`
+    $axis attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def Cleave_BatchNormOp : Cleave_Op<"batch_norm", [InferTypeOpAdaptor]> {
   let summary = "Batch normalisation with given statistics";
   let description = [{

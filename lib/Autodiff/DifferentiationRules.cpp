@@ -560,9 +560,23 @@ LogicalResult vjp(LayerNormOp op, Emitter &e, ArrayRef<Value> g,
     return e.reshape(v, RankedTensorType::get(shape, xType.getElementType()));
   };
   Value mean = op.getMean(), inv = op.getInvStdDev();
-  Value xhat = e.mul(e.sub(x, mean), inv);
   Value gy = g[0];
   unsigned scaleIdx = 1, biasIdx = op.getScale() ? 2 : 1;
+  // The usual case, only the result's gradient: one op, whose kernel makes
+  // the three gradients in two passes (its results are those of the
+  // formulas below, bit for bit).
+  if (gy && !g[1] && !g[2] && xType.getElementType().isF32() &&
+      typeOf(gy).getElementType().isF32()) {
+    auto back = LayerNormBackwardOp::create(e.b, e.loc, x, mean, inv, gy,
+                                            op.getScale(), op.getAxisAttr());
+    out[0] = needed[0] ? back.getGradInput() : Value();
+    if (op.getScale() && needed[scaleIdx])
+      out[scaleIdx] = e.reshape(back.getGradScale(), typeOf(op.getScale()));
+    if (op.getBias() && needed[biasIdx])
+      out[biasIdx] = e.reshape(back.getGradBias(), typeOf(op.getBias()));
+    return success();
+  }
+  Value xhat = e.mul(e.sub(x, mean), inv);
   auto sumOuter = [&](Value v, Value like) {
     Value r =
         outerDims.empty() ? v : e.reduce(ReduceKind::sum, v, outerDims, false);

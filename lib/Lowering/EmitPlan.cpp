@@ -246,6 +246,11 @@ LogicalResult lowerNormalising(Operation *op, pb::Instruction &inst) {
         p.causal = a.getCausal();
         return emit(inst, p);
       })
+      .Case<LayerNormBackwardOp>([&](LayerNormBackwardOp l) {
+        Params<K::k_layer_norm_backward> p;
+        p.axis = l.getAxis();
+        return emit(inst, p);
+      })
       .Case<LayerNormOp>([&](LayerNormOp l) {
         Params<K::k_layer_norm> p;
         p.axis = l.getAxis();
@@ -325,7 +330,8 @@ LogicalResult lowerOp(Operation *op, pb::Instruction &inst) {
       })
       .Case<ReduceOp>([&](ReduceOp r) { return emitReduce(r, inst); })
       .Case<SoftmaxOp, LogSoftmaxOp, AttentionOp, AttentionBackwardOp,
-            CrossEntropyOp, CrossEntropyBackwardOp, LayerNormOp, BatchNormOp>(
+            CrossEntropyOp, CrossEntropyBackwardOp, LayerNormOp,
+            LayerNormBackwardOp, BatchNormOp>(
           [&](Operation *o) { return lowerNormalising(o, inst); })
       .Case<TransposeOp>([&](TransposeOp t) {
         Params<K::k_transpose> p;
@@ -577,6 +583,10 @@ LogicalResult mlir::cleave::emitPlan(func::FuncOp func, pb::Program &program) {
     };
     if (auto ln = dyn_cast<LayerNormOp>(op)) {
       for (Value v : {ln.getInput(), ln.getScale(), ln.getBias()})
+        appendOperand(v);
+    } else if (auto lnb = dyn_cast<LayerNormBackwardOp>(op)) {
+      for (Value v : {lnb.getInput(), lnb.getMean(), lnb.getInvStdDev(),
+                      lnb.getGrad(), lnb.getScale()})
         appendOperand(v);
     } else if (auto conv = dyn_cast<Conv2DOp>(op)) {
       for (Value v : {conv.getInput(), conv.getFilter(), conv.getBias()})

@@ -63,6 +63,9 @@ bool readsSmoothly(OpOperand &use) {
     return llvm::is_contained({2u, 3u, 5u}, use.getOperandNumber());
   if (isa<AttentionOp>(reader))
     return use.getOperandNumber() == 2;
+  // (x - mean) * inv_std_dev, and linear in the incoming gradient.
+  if (isa<LayerNormBackwardOp>(reader))
+    return use.getOperandNumber() == 0 || use.getOperandNumber() == 3;
   if (auto c = dyn_cast<CastOp>(reader))
     return isa<FloatType>(cast<RankedTensorType>(c.getType()).getElementType());
   if (auto reduce = dyn_cast<ReduceOp>(reader))

@@ -32,6 +32,15 @@ bool isExactWidening(CastOp c) {
   return (from.isBF16() || from.isF16()) && elementOf(c.getResult()).isF32();
 }
 
+/// A reader whose kernel widens this operand itself as it reads it
+/// (layer_norm_backward's input and incoming gradient): it takes the
+/// narrow value, and no f32 copy is made for it.
+bool readsNarrow(OpOperand &use, CastOp c) {
+  return isa<LayerNormBackwardOp>(use.getOwner()) &&
+         elementOf(c.getInput()).isBF16() &&
+         (use.getOperandNumber() == 0 || use.getOperandNumber() == 3);
+}
+
 struct SinkWideningPass
     : public mlir::cleave::impl::SinkWideningPassBase<SinkWideningPass> {
   using Base::Base;
@@ -45,9 +54,15 @@ struct SinkWideningPass
         widenings.push_back(c);
     });
     for (CastOp c : widenings) {
-      SmallVector<OpOperand *> uses;
+      SmallVector<OpOperand *> uses, narrow;
       for (OpOperand &use : c->getUses())
-        uses.push_back(&use);
+        (readsNarrow(use, c) ? narrow : uses).push_back(&use);
+      for (OpOperand *use : narrow)
+        use->set(c.getInput());
+      if (uses.empty()) {
+        c->erase();
+        continue;
+      }
       llvm::sort(uses, [&](OpOperand *a, OpOperand *b) {
         return position[a->getOwner()] < position[b->getOwner()];
       });

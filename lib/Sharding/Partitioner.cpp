@@ -894,14 +894,16 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
     // and weight products reduce over: a partial result bigger than the
     // operand split (the embedding table's gradient from the tokens') costs
     // at least its reduce-scatter later, where gathering the operand costs
-    // only the operand's bytes now.
+    // only the operand's bytes now. Results that keep the split dimension
+    // (a norm's input gradient beside its scale's) are not partial.
     if (sequenceParallel && f.kind == ShardingFactor::Kind::Reduction) {
       int64_t in = 0, out = 0;
       for (auto [i, d] : llvm::enumerate(f.operandDims))
         if (d >= 0)
           in = std::max(in, bytesOf(operandId(e, i)));
       for (unsigned r = 0; r < e.numResults; ++r)
-        out += bytesOf(e.firstResult + r);
+        if (f.resultDims[r] < 0)
+          out += bytesOf(e.firstResult + r);
       if (out > in)
         cost += allGatherCost(out);
     }

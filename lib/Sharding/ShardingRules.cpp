@@ -379,6 +379,29 @@ template <> LogicalResult rule(LayerNormOp op, ShardingRule &r) {
   return success();
 }
 
+/// layer_norm_backward(input, mean, inv_std_dev, grad, scale?) ->
+/// (grad_input, grad_scale, grad_bias): the rows as layer_norm's, and the
+/// scale's and bias's gradients sum over them (a split of the rows, by data
+/// or sequence parallelism, leaves them partial).
+template <> LogicalResult rule(LayerNormBackwardOp op, ShardingRule &r) {
+  ArrayRef<int64_t> in = shapeOf(op.getInput());
+  int64_t axis = op.getAxis();
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    bool norm = d >= axis;
+    ShardingFactor &f =
+        addFactor(r, op, in[d], norm ? Kind::Whole : Kind::Reduction);
+    f.operandDims[0] = f.operandDims[3] = d;
+    f.operandDims[1] = f.operandDims[2] = norm ? -1 : d;
+    if (op.getScale())
+      f.operandDims[4] = norm ? d - axis : -1;
+    f.resultDims = {d, norm ? d - axis : -1, norm ? d - axis : -1};
+  }
+  // Linear in grad: a partial incoming gradient (a column-parallel
+  // product's input gradient) gives partial gradients, reduced once later.
+  r.scalingOperands[3] = true;
+  return success();
+}
+
 template <> LogicalResult rule(BatchNormOp op, ShardingRule &r) {
   ArrayRef<int64_t> in = shapeOf(op.getInput());
   for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
@@ -718,9 +741,9 @@ void mlir::cleave::registerShardingRules(DialectRegistry &registry) {
         ReciprocalOp, TanhOp, SigmoidOp, ReluOp, ErfOp, SinOp, CosOp, NotOp,
         GeluOp, LeakyReluOp, CastOp, MatmulOp, ReduceOp, SoftmaxOp,
         LogSoftmaxOp, AttentionOp, AttentionBackwardOp, CrossEntropyOp,
-        CrossEntropyBackwardOp, LayerNormOp, BatchNormOp, TransposeOp,
-        BroadcastOp, ReshapeOp, ConcatOp, SliceOp, SliceScatterOp, GatherOp,
-        ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
+        CrossEntropyBackwardOp, LayerNormOp, LayerNormBackwardOp, BatchNormOp,
+        TransposeOp, BroadcastOp, ReshapeOp, ConcatOp, SliceOp, SliceScatterOp,
+        GatherOp, ScatterAddOp, MaxPool2DOp, AvgPool2DOp, MaxPool2DBackwardOp,
         AvgPool2DBackwardOp, Conv2DOp, Conv2DBackwardInputOp,
         Conv2DBackwardFilterOp, RandomUniformOp, CheckIndexOp, AllReduceOp,
         AllGatherOp, ReduceScatterOp, AllToAllOp, ShardSliceOp>(ctx);

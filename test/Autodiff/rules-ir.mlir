@@ -459,28 +459,34 @@ func.func @log_softmax(%x: tensor<2x3xf32> {cleave.parameter = "x"}) -> (tensor<
   return %l : tensor<f32>
 }
 
+// One layer_norm_backward makes the three gradients (its kernel runs the
+// formulas of the case below in two passes).
 // CHECK-LABEL: func.func @layer_norm(
 // CHECK: %[[V0:.*]] = cleave.constant dense<1.000000e+00> : tensor<2x3xf32>
 // CHECK: %result, %mean, %inv_std_dev = cleave.layer_norm %arg0 scale %arg1 bias %arg2 axis = 1 eps = 9.99999974E-6 : (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
 // CHECK: %[[V1:.*]] = cleave.reduce sum %result dims = [0, 1] : (tensor<2x3xf32>) -> tensor<f32>
-// CHECK: %[[V2:.*]] = cleave.sub %arg0, %mean : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V3:.*]] = cleave.mul %[[V2]], %inv_std_dev : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V4:.*]] = cleave.reduce sum %[[V0]] dims = [0] : (tensor<2x3xf32>) -> tensor<3xf32>
-// CHECK: %[[V5:.*]] = cleave.reduce sum %[[V3]] dims = [0] : (tensor<2x3xf32>) -> tensor<3xf32>
-// CHECK: %[[V6:.*]] = cleave.reshape %arg1 : tensor<3xf32> -> tensor<1x3xf32>
-// CHECK: %[[V7:.*]] = cleave.mul %[[V0]], %[[V6]] : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V8:.*]] = cleave.reduce mean %[[V7]] dims = [1] {keep_dims} : (tensor<2x3xf32>) -> tensor<2x1xf32>
-// CHECK: %[[V9:.*]] = cleave.mul %[[V7]], %[[V3]] : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V10:.*]] = cleave.reduce mean %[[V9]] dims = [1] {keep_dims} : (tensor<2x3xf32>) -> tensor<2x1xf32>
-// CHECK: %[[V11:.*]] = cleave.mul %[[V3]], %[[V10]] : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V12:.*]] = cleave.sub %[[V7]], %[[V8]] : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V13:.*]] = cleave.sub %[[V12]], %[[V11]] : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-// CHECK: %[[V14:.*]] = cleave.mul %inv_std_dev, %[[V13]] : (tensor<2x1xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-// CHECK: return %[[V1]], %[[V14]], %[[V5]], %[[V4]] : tensor<f32>, tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>
+// CHECK: %grad_input, %grad_scale, %grad_bias = cleave.layer_norm_backward %arg0, %mean, %inv_std_dev, %[[V0]] scale %arg1 axis = 1 : (tensor<2x3xf32>, tensor<2x1xf32>, tensor<2x1xf32>, tensor<2x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>)
+// CHECK: return %[[V1]], %grad_input, %grad_scale, %grad_bias : tensor<f32>, tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>
 func.func @layer_norm(%x: tensor<2x3xf32> {cleave.parameter = "x"}, %g: tensor<3xf32> {cleave.parameter = "g"}, %b: tensor<3xf32> {cleave.parameter = "b"}) -> (tensor<f32> {cleave.loss}) {
   %y, %m, %r = cleave.layer_norm %x scale %g bias %b axis = 1 eps = 1.0e-05 : (tensor<2x3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
   %l = cleave.reduce sum %y dims = [0, 1] : (tensor<2x3xf32>) -> tensor<f32>
   return %l : tensor<f32>
+}
+
+// Where the loss also reads the statistics, the gradient is the formulas
+// op by op, the statistics' gradients added in.
+// CHECK-LABEL: func.func @layer_norm_statistics(
+// CHECK-NOT: cleave.layer_norm_backward
+// CHECK: cleave.reduce mean %{{.*}} dims = [1] {keep_dims}
+// CHECK: cleave.reduce mean %{{.*}} dims = [1] {keep_dims}
+// CHECK-NOT: cleave.layer_norm_backward
+// CHECK: return
+func.func @layer_norm_statistics(%x: tensor<2x3xf32> {cleave.parameter = "x"}, %g: tensor<3xf32> {cleave.parameter = "g"}) -> (tensor<f32> {cleave.loss}) {
+  %y, %m, %r = cleave.layer_norm %x scale %g axis = 1 eps = 1.0e-05 : (tensor<2x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
+  %l = cleave.reduce sum %y dims = [0, 1] : (tensor<2x3xf32>) -> tensor<f32>
+  %lm = cleave.reduce sum %m dims = [0, 1] : (tensor<2x1xf32>) -> tensor<f32>
+  %t = cleave.add %l, %lm : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %t : tensor<f32>
 }
 
 // CHECK-LABEL: func.func @batch_norm(

@@ -89,6 +89,33 @@ func.func @layer_norm_scale(%a: tensor<4x8xf32>, %g: tensor<1x8xf32>) {
 
 // -----
 
+func.func @layer_norm_backward_grad(%x: tensor<4x8xf32>, %m: tensor<4x1xf32>, %r: tensor<4x1xf32>, %g: tensor<4x4xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{grad must have the input's shape 4, 8, got 'tensor<4x4xf32>'}}
+  %0:3 = cleave.layer_norm_backward %x, %m, %r, %g axis = 1 : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x4xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @layer_norm_backward_stats(%x: tensor<4x8xf32>, %m: tensor<4x8xf32>, %r: tensor<4x1xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{mean and inv_std_dev must have type 'tensor<4x1xf32>', got 'tensor<4x8xf32>'}}
+  %0:3 = cleave.layer_norm_backward %x, %m, %r, %g axis = 1 : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @layer_norm_backward_f16(%x: tensor<4x8xf16>, %m: tensor<4x1xf32>, %r: tensor<4x1xf32>, %g: tensor<4x8xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{input and grad must be f32 or bf16, got 'tensor<4x8xf16>'}}
+  %0:3 = cleave.layer_norm_backward %x, %m, %r, %g axis = 1 : (tensor<4x8xf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
 func.func @batch_norm_stats(%x: tensor<2x3x4xf32>, %s: tensor<4xf32>) {
   // expected-error @+2 {{failed to infer returned types}}
   // expected-error @+1 {{statistics must have type 'tensor<3xf32>'}}

@@ -102,6 +102,17 @@ func.func @contractions(%x: tensor<8x16x64xf32>, %w: tensor<1x256x64xf32>, %g: t
 
 // -----
 
+// CHECK-LABEL: func @layer_norm_backward
+func.func @layer_norm_backward(%x: tensor<4x8xbf16>, %m: tensor<4x1xf32>, %r: tensor<4x1xf32>, %g: tensor<4x8xf32>, %s: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>) {
+  // CHECK: cleave.layer_norm_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scale %{{.*}} axis = 1
+  %0:3 = cleave.layer_norm_backward %x, %m, %r, %g scale %s axis = 1 : (tensor<4x8xbf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  // CHECK: cleave.layer_norm_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} axis = 1 :
+  %1:3 = cleave.layer_norm_backward %x, %m, %r, %g axis = 1 : (tensor<4x8xbf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %0#0, %1#2 : tensor<4x8xf32>, tensor<8xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func @layer_norm_without_affine
 func.func @layer_norm_without_affine(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // CHECK: cleave.layer_norm %{{.*}} axis = 1 eps

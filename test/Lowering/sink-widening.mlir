@@ -50,3 +50,22 @@ func.func @next_to_reader(%h: tensor<4x4xbf16>, %x: tensor<4x4xbf16>) -> (tensor
   %e = cleave.exp %w : tensor<4x4xf32>
   return %m, %e : tensor<4x4xbf16>, tensor<4x4xf32>
 }
+
+// -----
+
+// layer_norm_backward widens its bf16 input and gradient as it reads them:
+// it takes them as they are, and a widening no other op reads is gone; the
+// f32 reader of the gradient keeps its copy.
+// CHECK-LABEL: func @read_narrow
+// NEAR-LABEL: func @read_narrow
+// CHECK-NOT: cleave.cast %arg0
+// CHECK: %[[G:.*]] = cleave.cast %arg3 : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK-NEXT: cleave.exp %[[G]]
+// CHECK: cleave.layer_norm_backward %arg0, %arg1, %arg2, %arg3 axis = 1 : (tensor<4x8xbf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xbf16>)
+func.func @read_narrow(%x: tensor<4x8xbf16>, %m: tensor<4x1xf32>, %r: tensor<4x1xf32>, %g: tensor<4x8xbf16>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %xw = cleave.cast %x : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %gw = cleave.cast %g : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %e = cleave.exp %gw : tensor<4x8xf32>
+  %0:3 = cleave.layer_norm_backward %xw, %m, %r, %gw axis = 1 : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %0#0, %e : tensor<4x8xf32>, tensor<4x8xf32>
+}

@@ -114,6 +114,17 @@ func.func @layer_norm_without_affine(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 
 // -----
 
+// The rows of a layer_norm's backward are a sum for its scale's and
+// bias's gradients (partial where they are split); grad may be partial.
+// CHECK-LABEL: func.func @layer_norm_backward
+// CHECK: cleave.layer_norm_backward{{.*}}cleave.sharding_rule = "({{\[}}i, j], {{\[}}i, _], {{\[}}i, _], {{\[}}i, j], {{\[}}j]) -> ({{\[}}i, j], {{\[}}j], {{\[}}j]) sum={i} whole={j} linear=scaling(3)"
+func.func @layer_norm_backward(%x: tensor<4x8xbf16>, %m: tensor<4x1xf32>, %r: tensor<4x1xf32>, %g: tensor<4x8xf32>, %s: tensor<8xf32>) -> tensor<8xf32> {
+  %0:3 = cleave.layer_norm_backward %x, %m, %r, %g scale %s axis = 1 : (tensor<4x8xbf16>, tensor<4x1xf32>, tensor<4x1xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %0#1 : tensor<8xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @batch_norm
 // CHECK: cleave.batch_norm{{.*}}cleave.sharding_rule = "({{\[}}i, j, k, l], {{\[}}j], {{\[}}j], {{\[}}j], {{\[}}j]) -> ({{\[}}i, j, k, l])"
 func.func @batch_norm(%x: tensor<2x3x4x4xf32>, %s: tensor<3xf32>) -> tensor<2x3x4x4xf32> {

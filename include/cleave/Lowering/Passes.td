@@ -339,7 +339,9 @@ def SinkWideningPass : Pass<"cleave-sink-widening", "func::FuncOp"> {
     and nearby readers still share one widening. Each widening is placed
     right before its first reader, so that an elementwise reader fuses it
     into its loads (the runtime's chains widen half inputs as they read
-    them, from a cast next to them).
+    them, from a cast next to them). A reader whose kernel widens the
+    operand itself (`layer_norm_backward`'s input and gradient, bf16) reads
+    the bf16 value, with no f32 copy made for it.
 
     Before:
     ```mlir

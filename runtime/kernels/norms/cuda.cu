@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "core/convert.h"
 #include "core/kernel_math.h"
 #include "cuda/block_reduce.cuh"
 
@@ -61,6 +62,86 @@ __global__ void layerNormKernel(const float *x, const float *scale,
     meanOut[row] = mean;
   if (invStdOut)
     invStdOut[row] = invStd;
+}
+
+__device__ float wide(float v) { return v; }
+__device__ float wide(uint16_t v) { return bf16ToFloat(v); }
+
+/// layer_norm_backward's grad_x, a row per warp or block: the two row
+/// means in f64, then the gradient, each product rounded (no FMA).
+template <bool kWarpRow, typename TX, typename TG>
+__global__ void layerNormGradKernel(const TX *x, const float *mean,
+                                    const float *inv, const TG *grad,
+                                    const float *scale, float *gx,
+                                    int64_t outer, int64_t inner) {
+  int64_t row;
+  int lane, width;
+  if (!rowOfThread<kWarpRow>(outer, &row, &lane, &width))
+    return;
+  const TX *xr = x + row * inner;
+  const TG *gr = grad + row * inner;
+  float m = mean[row], r = inv[row];
+  auto values = [&](int64_t i, float *xhat, float *g) {
+    *xhat = __fmul_rn(wide(xr[i]) - m, r);
+    *g = scale ? __fmul_rn(wide(gr[i]), scale[i]) : wide(gr[i]);
+  };
+  double sumG = 0, sumGX = 0;
+  for (int64_t i = lane; i < inner; i += width) {
+    float xhat, g;
+    values(i, &xhat, &g);
+    sumG += g;
+    sumGX += __fmul_rn(g, xhat);
+  }
+  sumG = groupAllReduce<kWarpRow, SumOp>(sumG);
+  sumGX = groupAllReduce<kWarpRow, SumOp>(sumGX);
+  auto meanG = static_cast<float>(sumG / static_cast<double>(inner));
+  auto meanGX = static_cast<float>(sumGX / static_cast<double>(inner));
+  for (int64_t i = lane; i < inner; i += width) {
+    float xhat, g;
+    values(i, &xhat, &g);
+    gx[row * inner + i] =
+        __fmul_rn(r, __fsub_rn(__fsub_rn(g, meanG), __fmul_rn(xhat, meanGX)));
+  }
+}
+
+/// grad_scale and grad_bias: a thread per column, its rows in order.
+template <typename TX, typename TG>
+__global__ void layerNormGradColumnsKernel(const TX *x, const float *mean,
+                                           const float *inv, const TG *grad,
+                                           float *gScale, float *gBias,
+                                           int64_t outer, int64_t inner) {
+  CLEAVE_GRID_LOOP(l, inner) {
+    double s = 0, b = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+      float g = wide(grad[o * inner + l]);
+      float xhat = __fmul_rn(wide(x[o * inner + l]) - mean[o], inv[o]);
+      s += __fmul_rn(g, xhat);
+      b += g;
+    }
+    gScale[l] = static_cast<float>(s);
+    gBias[l] = static_cast<float>(b);
+  }
+}
+
+template <typename TX, typename TG>
+Status launchLayerNormGrad(const KernelArgs &args, Context &ctx, int64_t outer,
+                           int64_t inner, unsigned grid, bool warpRows) {
+  const auto *x = static_cast<const TX *>(args.operands[0]);
+  const auto *mean = static_cast<const float *>(args.operands[1]);
+  const auto *inv = static_cast<const float *>(args.operands[2]);
+  const auto *grad = static_cast<const TG *>(args.operands[3]);
+  const auto *scale = static_cast<const float *>(args.operands[4]);
+  auto *gx = static_cast<float *>(args.results[0]);
+  if (warpRows)
+    layerNormGradKernel<true><<<grid, kBlock, 0, ctx.stream>>>(
+        x, mean, inv, grad, scale, gx, outer, inner);
+  else
+    layerNormGradKernel<false><<<grid, kBlock, 0, ctx.stream>>>(
+        x, mean, inv, grad, scale, gx, outer, inner);
+  layerNormGradColumnsKernel<<<gridFor(inner), kBlock, 0, ctx.stream>>>(
+      x, mean, inv, grad, static_cast<float *>(args.results[1]),
+      static_cast<float *>(args.results[2]), outer, inner);
+  return launchStatus("layer_norm_backward");
 }
 
 /// ((x - mean) * invStd) * scale + bias, rounded step by step like the CPU.
@@ -133,6 +214,36 @@ Status prepare_layer_norm(const KernelInfo &info, DeviceFn *fn) {
       layerNormKernel<false><<<grid, kBlock, 0, ctx.stream>>>(
           x, scale, bias, y, meanOut, invStdOut, outer, inner, eps);
     return launchStatus("layer_norm");
+  };
+  return Status::ok();
+}
+
+Status prepare_layer_norm_backward(const KernelInfo &info, DeviceFn *fn) {
+  const TensorType &x = info.operand(0);
+  int64_t axis = info.params<schema::Kernel::k_layer_norm_backward>().axis;
+  int64_t outer = product(x.shape, 0, axis);
+  int64_t inner = product(x.shape, axis, x.shape.size());
+  bool warpRows = inner <= kWarpRowLimit;
+  int64_t blocks = warpRows ? ceilDiv(outer, kBlock / kWarp) : outer;
+  if (blocks > kMaxGridX)
+    return gridError("layer_norm_backward", blocks);
+  bool xHalf = x.dtype == DType::BF16;
+  bool gHalf = info.operand(3).dtype == DType::BF16;
+  *fn = [=](const KernelArgs &args, Context &ctx) {
+    if (outer * inner == 0)
+      return Status::ok();
+    auto grid = static_cast<unsigned>(blocks);
+    if (xHalf && gHalf)
+      return launchLayerNormGrad<uint16_t, uint16_t>(args, ctx, outer, inner,
+                                                     grid, warpRows);
+    if (xHalf)
+      return launchLayerNormGrad<uint16_t, float>(args, ctx, outer, inner, grid,
+                                                  warpRows);
+    if (gHalf)
+      return launchLayerNormGrad<float, uint16_t>(args, ctx, outer, inner, grid,
+                                                  warpRows);
+    return launchLayerNormGrad<float, float>(args, ctx, outer, inner, grid,
+                                             warpRows);
   };
   return Status::ok();
 }

@@ -621,6 +621,27 @@ void normCases(Cases &cs) {
     flat.data<float>()[i] = 0.5f * static_cast<float>(i / 16);
   cs.add("layer_norm", {flat}, {R(kF32, {3, 16}), R(kF32, {3}), R(kF32, {3})},
          attrs(1, 1e-5), "constant rows");
+  // layer_norm_backward: f32 and bf16 input and gradient, with and
+  // without a scale, warp rows and block rows.
+  auto bf16 = [&](HostTensor v) {
+    HostTensor h = HostTensor::zeros(DType::BF16, v.shape);
+    for (int64_t i = 0; i < h.numElements(); ++i)
+      h.data<uint16_t>()[i] = floatToBf16(v.data<float>()[i]);
+    return h;
+  };
+  Attrs lnAxis{{"axis", ia({2})}};
+  HostTensor mean = cs.f({4, 6, 1}), inv = cs.f({4, 6, 1}, 0.5f, 2);
+  cs.add("layer_norm_backward", {x, mean, inv, cs.f(xs), cs.f({8})},
+         {R(kF32, xs), R(kF32, {8}), R(kF32, {8})}, lnAxis);
+  cs.add("layer_norm_backward", {x, mean, inv, cs.f(xs)},
+         {R(kF32, xs), R(kF32, {8}), R(kF32, {8})}, lnAxis, "no scale");
+  cs.add("layer_norm_backward", {bf16(x), mean, inv, bf16(cs.f(xs)), cs.f({8})},
+         {R(kF32, xs), R(kF32, {8}), R(kF32, {8})}, lnAxis, "bf16");
+  cs.add("layer_norm_backward",
+         {cs.f({3, 5000}), cs.f({3, 1}), cs.f({3, 1}, 0.5f, 2), cs.f({3, 5000}),
+          cs.f({5000})},
+         {R(kF32, {3, 5000}), R(kF32, {5000}), R(kF32, {5000})},
+         {{"axis", ia({1})}}, "block rows");
   for (Shape s : {Shape{2, 3, 4, 5}, Shape{2, 3}, Shape{2, 4, 32, 32}}) {
     int64_t c = s[1];
     cs.add("batch_norm",

@@ -2,8 +2,12 @@
 
 #include "test_util.h"
 
+#include "core/convert.h"
+
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <optional>
 
 using namespace cleave::rt;
 using namespace cleave::rt::test;
@@ -77,6 +81,104 @@ TEST(LayerNorm, AbsentScaleBiasAndStatistics) {
   EXPECT_FLOAT_EQ(v[0], -1);
   EXPECT_FLOAT_EQ(v[1], 1);
   EXPECT_TRUE(std::isnan(v[2]));
+}
+
+/// \p t as \p d: bf16 bits, or f32 unchanged.
+HostTensor asDtype(const HostTensor &t, DType d) {
+  if (d == DType::F32)
+    return t;
+  std::vector<float> v = values<float>(t);
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    bits[i] = floatToBf16(v[i]);
+  return makeTensor<uint16_t>(DType::BF16, t.shape, bits);
+}
+
+/// \p t's values as f32 (a bf16 tensor widened).
+HostTensor widenedF32(const HostTensor &t) {
+  if (t.dtype == DType::F32)
+    return t;
+  std::vector<uint16_t> bits = values<uint16_t>(t);
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    v[i] = bf16ToFloat(bits[i]);
+  return makeTensor<float>(DType::F32, t.shape, v);
+}
+
+void expectSameBits(const HostTensor &got, const HostTensor &want,
+                    const char *what) {
+  std::vector<float> a = values<float>(got), b = values<float>(want);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0)
+        << what << " element " << i << ": " << a[i] << " vs " << b[i];
+}
+
+/// layer_norm_backward against its formulas run kernel by kernel (the
+/// decomposition the compiler emits where the op does not apply): the same
+/// bits, with x and grad f32 or bf16, with and without a scale.
+void checkLayerNormBackward(const Shape &s, int64_t axis, bool withScale,
+                            DType xType, DType gType, uint32_t seed) {
+  Shape stats(s.size(), 1), params(s.begin() + axis, s.end()),
+      aligned(s.size(), 1);
+  std::vector<int64_t> outerAxes, normAxes;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    (d < axis ? outerAxes : normAxes).push_back(d);
+    (d < axis ? stats : aligned)[d] = s[d];
+  }
+  HostTensor x = asDtype(randomF32(s, seed), xType);
+  HostTensor g = asDtype(randomF32(s, seed + 1), gType);
+  HostTensor mean = randomF32(stats, seed + 2);
+  HostTensor inv = randomF32(stats, seed + 3, 0.5f, 2.0f);
+  HostTensor scale = randomF32(params, seed + 4);
+  std::optional<HostTensor> scaleOperand;
+  if (withScale)
+    scaleOperand = scale;
+  std::vector<HostTensor> got =
+      runKernel("layer_norm_backward", {x, mean, inv, g, scaleOperand},
+                {{DType::F32, s}, {DType::F32, params}, {DType::F32, params}},
+                {{"axis", {{axis}, {}}}});
+  ASSERT_EQ(got.size(), 3u);
+
+  auto op = [&](const char *k, const HostTensor &a, const HostTensor &b) {
+    return run1(k, {a, b}, DType::F32, s);
+  };
+  auto reduce = [&](const char *k, const HostTensor &a,
+                    const std::vector<int64_t> &axes, const Shape &to) {
+    if (axes.empty())
+      return makeTensor<float>(DType::F32, to, values<float>(a));
+    return run1(k, {a}, DType::F32, to, {{"axes", {axes, {}}}});
+  };
+  HostTensor xw = widenedF32(x), gw = widenedF32(g);
+  HostTensor xhat = op("mul", op("sub", xw, mean), inv);
+  HostTensor gg =
+      withScale
+          ? op("mul", gw,
+               makeTensor<float>(DType::F32, aligned, values<float>(scale)))
+          : gw;
+  HostTensor meanG = reduce("reduce_mean", gg, normAxes, stats);
+  HostTensor meanGX =
+      reduce("reduce_mean", op("mul", gg, xhat), normAxes, stats);
+  HostTensor gx =
+      op("mul", inv, op("sub", op("sub", gg, meanG), op("mul", xhat, meanGX)));
+  expectSameBits(got[0], gx, "grad_x");
+  expectSameBits(got[1],
+                 reduce("reduce_sum", op("mul", gw, xhat), outerAxes, params),
+                 "grad_scale");
+  expectSameBits(got[2], reduce("reduce_sum", gw, outerAxes, params),
+                 "grad_bias");
+}
+
+TEST(LayerNormBackward, EqualsItsFormulasKernelByKernel) {
+  for (DType xt : {DType::F32, DType::BF16})
+    for (DType gt : {DType::F32, DType::BF16}) {
+      checkLayerNormBackward({6, 20}, 1, true, xt, gt, 301);
+      checkLayerNormBackward({5, 3}, 1, true, xt, gt, 311); // runs under 8
+      checkLayerNormBackward({2, 3, 4}, 1, false, xt, gt, 321);
+      checkLayerNormBackward({3, 4}, 0, true, xt, gt, 331); // no outer dims
+      // Over the parallel threshold, the columns in two strips.
+      checkLayerNormBackward({64, 600}, 1, true, xt, gt, 341);
+    }
 }
 
 TEST(BatchNorm, Inference) {
