@@ -841,6 +841,10 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
       fansOut |= !index.oneUse[id];
     }
   }
+  // An op that makes several partial results of one partial operand (a
+  // norm's backward: its input's gradient and its parameters') multiplies
+  // the reductions as several readers of the operand would.
+  fansOut |= numPartial > 0 && e.numResults > 1;
   // A partial sum passed on is reduced later at its new size, so a
   // contraction or scatter that would make it bigger (a scatter into a
   // table, a weight gradient from a small input gradient) takes it reduced

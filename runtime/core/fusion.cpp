@@ -221,17 +221,18 @@ std::optional<Built> build(const LoadedProgram &p,
     return std::nullopt;
   // Element i of an output may be written before element j of an input is
   // read (other threads, other blocks): an output may only cover the same
-  // bytes as a whole, same-shaped input, or none of an input's.
+  // bytes as a whole, same-shaped input of its own dtype (element i read
+  // before it is written, by the same thread: a bf16 product's result read
+  // widened and a bf16 result rounded in its place), or none of an input's.
   for (int32_t out : b.outputs) {
     const ProgramValue &o = p.values[out];
     for (size_t k = 0; k < b.inputs.size(); ++k) {
       const ProgramValue &in = p.values[b.inputs[k]];
       bool same = b.program.inputs[k] == FusedInput::Full &&
                   !b.program.inputIsBool[k] &&
-                  b.program.inputStorage[k] == DType::F32 &&
-                  o.type.dtype == DType::F32 && in.storage == o.storage &&
-                  in.index == o.index && in.offset == o.offset &&
-                  in.numBytes == o.numBytes;
+                  b.program.inputStorage[k] == o.type.dtype &&
+                  in.storage == o.storage && in.index == o.index &&
+                  in.offset == o.offset && in.numBytes == o.numBytes;
       if (overlap(o, in) && !same)
         return std::nullopt;
     }
@@ -390,9 +391,13 @@ std::optional<Group> gather(const LoadedProgram &p, size_t i,
       g.members.push_back(k);
       if (g.members.size() > FusedProgram::kMaxRegisters)
         break;
+      // A group that cannot be built may become buildable with the next
+      // member: a value it would have to write (read after it so far)
+      // becomes internal, and the bytes the planner gave that value (over a
+      // half-precision input the group widens) no longer matter.
       std::optional<Built> grown = build(p, g.members, uses, viewed);
       if (!grown)
-        break;
+        continue;
       g.built = std::move(grown);
       members = g.members.size();
       hoisted = g.hoisted.size();

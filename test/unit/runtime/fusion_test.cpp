@@ -1,5 +1,6 @@
 //===- fusion_test.cpp - Elementwise fusion: grouping, hazards, results ---===//
 
+#include "core/convert.h"
 #include "core/plan_reader.h"
 #include "core/program.h"
 #include "core/vector_math.h"
@@ -462,6 +463,42 @@ TEST(Fusion, HalfPrecisionCastsJoinChainsWithTheSameBits) {
   std::vector<HostTensor> in = {bf16(randomF32(s, 1)), randomF32(s, 2),
                                 bf16(randomF32({1, 129}, 3)), k16};
   expectSameBits(runWith(true, b.program, in), runWith(false, b.program, in));
+}
+
+// A bf16 value widened into a chain whose rounded bf16 result takes its
+// bytes (the arena reuses a product's result for the chain after it): one
+// fused instruction, since each element is read before it is written; a
+// result that overlaps it shifted is not fused with the widening.
+TEST(Fusion, AHalfResultOverItsHalfInputFuses) {
+  for (bool shifted : {false, true}) {
+    ProgramBuilder b;
+    Shape s = {300};
+    int x = b.input("x", DType::BF16, {600});
+    int h = b.addValue(DType::BF16, s, plan::Value::ARENA, 0, 0);
+    int w = b.addValue(DType::F32, s, plan::Value::ARENA, 640, 0);
+    int e = b.addValue(DType::F32, s, plan::Value::ARENA, 1920, 0);
+    int r = b.addValue(DType::BF16, s, plan::Value::ARENA, shifted ? 64 : 0, 0);
+    b.program.set_arena_bytes(4096);
+    b.instruction("slice", {x}, {h}, {{"starts", {{0}}}});
+    b.instruction("cast", {h}, {w}); // h's last use
+    b.instruction("exp", {w}, {e});
+    b.instruction("cast", {e}, {r});
+    b.output(r, "r");
+    std::vector<std::string> kernels = loadedKernels(b.program);
+    if (!shifted)
+      EXPECT_EQ(kernels,
+                (std::vector<std::string>{"slice", "fused_elementwise"}));
+    else
+      EXPECT_NE(kernels,
+                (std::vector<std::string>{"slice", "fused_elementwise"}));
+    HostTensor wide = randomF32({600}, 5);
+    HostTensor half = HostTensor::zeros(DType::BF16, {600});
+    for (int64_t i = 0; i < 600; ++i)
+      half.data<uint16_t>()[i] = floatToBf16(wide.data<float>()[i]);
+    std::vector<HostTensor> inputs = {half};
+    expectSameBits(runWith(true, b.program, inputs),
+                   runWith(false, b.program, inputs));
+  }
 }
 
 TEST(Fusion, OnlyF32ChainsOfOneShapeFuse) {
