@@ -440,10 +440,11 @@ def Cleave_LayerNormBackwardOp : Cleave_Op<"layer_norm_backward",
     `grad_input = inv_std_dev * ((g - mean(g)) - xhat * mean(g * xhat))`,
     the means over `[axis, rank)`; `grad_scale` and `grad_bias` (the shape
     of the normalised dimensions) are the sums over `[0, axis)` of
-    `grad * xhat` and of `grad`. Each product is rounded to f32 and the sums
-    are f64, in the order the reduce kernels add, so the results are those
-    of these formulas written op by op, in two passes over the rows instead
-    of a chain of elementwise ops and five reductions. `input` and `grad`
+    `grad * xhat` and of `grad` (with `axis` 0, those values themselves).
+    Each product is rounded to f32 and the sums are f64; the CPU adds in
+    the reduce kernels' order, so its results are those of these formulas
+    written op by op, bit for bit, in two passes over the rows instead of a
+    chain of elementwise ops and five reductions. `input` and `grad`
     may be bf16 (widened as read); the results are f32.
 
     ```mlir

@@ -138,6 +138,18 @@ Status prepare_layer_norm_backward(const KernelInfo &info, KernelFn *fn) {
     for (int64_t t = 0; t < strips; ++t) {
       int64_t first = t * strip, width = std::min(strip, inner - first);
       std::vector<float> xs(width), gs(width);
+      if (axis == 0) {
+        // Nothing to sum over: the products and the gradient themselves,
+        // as the formulas have no reduction there (a -0.0 stays -0.0,
+        // which a sum from +0.0 would not keep).
+        const float *xr = rowOf(x, xHalf, first, width, xs);
+        const float *gr = rowOf(grad, gHalf, first, width, gs);
+        for (int64_t l = 0; l < width; ++l) {
+          gScale[first + l] = gr[l] * ((xr[l] - mean[0]) * inv[0]);
+          gBias[first + l] = gr[l];
+        }
+        continue;
+      }
       std::vector<double> scaleSum(width, 0.0), biasSum(width, 0.0);
       for (int64_t o = 0; o < outer; ++o) {
         int64_t at = o * inner + first;

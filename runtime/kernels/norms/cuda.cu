@@ -104,13 +104,20 @@ __global__ void layerNormGradKernel(const TX *x, const float *mean,
   }
 }
 
-/// grad_scale and grad_bias: a thread per column, its rows in order.
+/// grad_scale and grad_bias: a thread per column, its rows in order (with
+/// no dims to sum over, \p direct, the values themselves, as on the CPU).
 template <typename TX, typename TG>
-__global__ void layerNormGradColumnsKernel(const TX *x, const float *mean,
-                                           const float *inv, const TG *grad,
-                                           float *gScale, float *gBias,
-                                           int64_t outer, int64_t inner) {
+__global__ void
+layerNormGradColumnsKernel(const TX *x, const float *mean, const float *inv,
+                           const TG *grad, float *gScale, float *gBias,
+                           int64_t outer, int64_t inner, bool direct) {
   CLEAVE_GRID_LOOP(l, inner) {
+    if (direct) {
+      float g = wide(grad[l]);
+      gScale[l] = __fmul_rn(g, __fmul_rn(wide(x[l]) - mean[0], inv[0]));
+      gBias[l] = g;
+      continue;
+    }
     double s = 0, b = 0;
     for (int64_t o = 0; o < outer; ++o) {
       float g = wide(grad[o * inner + l]);
@@ -125,22 +132,25 @@ __global__ void layerNormGradColumnsKernel(const TX *x, const float *mean,
 
 template <typename TX, typename TG>
 Status launchLayerNormGrad(const KernelArgs &args, Context &ctx, int64_t outer,
-                           int64_t inner, unsigned grid, bool warpRows) {
+                           int64_t inner, unsigned grid, bool warpRows,
+                           bool direct) {
   const auto *x = static_cast<const TX *>(args.operands[0]);
   const auto *mean = static_cast<const float *>(args.operands[1]);
   const auto *inv = static_cast<const float *>(args.operands[2]);
   const auto *grad = static_cast<const TG *>(args.operands[3]);
   const auto *scale = static_cast<const float *>(args.operands[4]);
   auto *gx = static_cast<float *>(args.results[0]);
-  if (warpRows)
+  // No rows: no grad_x, and grad_scale and grad_bias are zeros (sums of
+  // nothing), which the column kernel writes.
+  if (outer > 0 && warpRows)
     layerNormGradKernel<true><<<grid, kBlock, 0, ctx.stream>>>(
         x, mean, inv, grad, scale, gx, outer, inner);
-  else
+  else if (outer > 0)
     layerNormGradKernel<false><<<grid, kBlock, 0, ctx.stream>>>(
         x, mean, inv, grad, scale, gx, outer, inner);
   layerNormGradColumnsKernel<<<gridFor(inner), kBlock, 0, ctx.stream>>>(
       x, mean, inv, grad, static_cast<float *>(args.results[1]),
-      static_cast<float *>(args.results[2]), outer, inner);
+      static_cast<float *>(args.results[2]), outer, inner, direct);
   return launchStatus("layer_norm_backward");
 }
 
@@ -230,20 +240,21 @@ Status prepare_layer_norm_backward(const KernelInfo &info, DeviceFn *fn) {
   bool xHalf = x.dtype == DType::BF16;
   bool gHalf = info.operand(3).dtype == DType::BF16;
   *fn = [=](const KernelArgs &args, Context &ctx) {
-    if (outer * inner == 0)
+    if (inner == 0)
       return Status::ok();
     auto grid = static_cast<unsigned>(blocks);
+    bool direct = axis == 0;
     if (xHalf && gHalf)
       return launchLayerNormGrad<uint16_t, uint16_t>(args, ctx, outer, inner,
-                                                     grid, warpRows);
+                                                     grid, warpRows, direct);
     if (xHalf)
       return launchLayerNormGrad<uint16_t, float>(args, ctx, outer, inner, grid,
-                                                  warpRows);
+                                                  warpRows, direct);
     if (gHalf)
       return launchLayerNormGrad<float, uint16_t>(args, ctx, outer, inner, grid,
-                                                  warpRows);
+                                                  warpRows, direct);
     return launchLayerNormGrad<float, float>(args, ctx, outer, inner, grid,
-                                             warpRows);
+                                             warpRows, direct);
   };
   return Status::ok();
 }
