@@ -3,7 +3,7 @@
 against PyTorch's (eager f32, and eager under torch.autocast(bfloat16)).
 
 Usage: /usr/bin/python3 bench/bf16_step.py [--steps 10] [--warmup 3]
-           [--rounds 3] [--threads N] [--json OUT]
+           [--rounds 3] [--pairs N] [--threads N] [--json OUT]
            [--cleave build/bin/cleave]
 
 The model (issue 36): a GPT of 4 pre-LayerNorm blocks (bench/gpu/torch_gpt.py's,
@@ -20,10 +20,22 @@ autocast around forward and loss, backward outside). Cleave's bundles are
 compiled once (precision="f32" and precision="bf16") and run with `cleave
 run --inputs`, the same batch every step. The first and last losses are
 printed so that a run that trains nothing is seen.
+
+--pairs N: the same four steps interleaved in one process, round after
+round (in a new order each round), so that each round's steps see the
+machine in the same state; this machine's speed drifts by 10-40% within
+minutes, which separate processes see at different moments. A second,
+identical PyTorch autocast model runs beside the first as a control: its
+ratio to the first is the method's own bias and noise. Cleave's bundles
+are made by cleave.tensor_parallel (tp 1, the ranks on the calling thread,
+so both share one OpenMP pool). Reported: each participant's median step
+and, per round, the ratios of Cleave bf16 to each PyTorch autocast step,
+of the control to the first, and of Cleave bf16 to Cleave f32.
 """
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -48,13 +60,23 @@ def gpt_module():
 
 
 def worker_torch(steps, bf16):
-    import torch
-    import torch.nn.functional as F
     module, ids, labels = gpt_module()
-    optim = torch.optim.AdamW(module.parameters(), lr=3e-4, weight_decay=0.01)
+    step = torch_stepper(module, ids, labels, bf16)
     times, losses = [], []
     for _ in range(steps):
         start = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - start)
+    return {"seconds": times, "losses": losses}
+
+
+def torch_stepper(module, ids, labels, bf16):
+    """One PyTorch training step of the module per call; returns the loss."""
+    import torch
+    import torch.nn.functional as F
+    optim = torch.optim.AdamW(module.parameters(), lr=3e-4, weight_decay=0.01)
+
+    def step():
         optim.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             out = module(ids)
@@ -62,9 +84,80 @@ def worker_torch(steps, bf16):
                                    labels.reshape(-1))
         loss.backward()
         optim.step()
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss))
-    return {"seconds": times, "losses": losses}
+        return float(loss)
+    return step
+
+
+PAIRED = ["torch bf16", "torch bf16 again", "cleave bf16", "cleave f32"]
+
+
+def worker_pairs(rounds, warmup, threads):
+    """The four steps interleaved in this process (--pairs)."""
+    import copy
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    import cleave
+    torch.set_num_threads(threads)
+    module, ids, labels = gpt_module()
+    batch = {"input_ids": ids, "labels": labels}
+    steps = {}
+    for name in PAIRED[:2]:
+        steps[name] = torch_stepper(copy.deepcopy(module), ids, labels, True)
+    for name in PAIRED[2:]:
+        model = cleave.tensor_parallel(
+            copy.deepcopy(module), batch, tp=1, loss="cross_entropy",
+            optimizer=cleave.AdamW(3e-4, weight_decay=0.01),
+            precision=name.split()[1])
+        steps[name] = (lambda m: lambda: m.step(batch))(model)
+    seconds = {n: [] for n in PAIRED}
+    losses = {n: [] for n in PAIRED}
+    # A new order each round (seeded): a step runs after each of the others
+    # as often, so one that leaves the caches cold (Cleave f32's) slows no
+    # participant more than the rest.
+    order = random.Random(0)
+    for r in range(warmup + rounds):
+        for name in order.sample(PAIRED, len(PAIRED)):
+            start = time.perf_counter()
+            loss = steps[name]()
+            if r >= warmup:
+                seconds[name].append(time.perf_counter() - start)
+            losses[name].append(loss)
+    return {"seconds": seconds, "losses": losses}
+
+
+def report_pairs(args):
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    r = run_measured([sys.executable, os.path.abspath(__file__), "--worker",
+                      "pairs", "--steps", str(args.pairs), "--warmup",
+                      str(args.warmup), "--threads", str(args.threads)],
+                     parse_json=True)
+    sec, losses = r["seconds"], r["losses"]
+    rows = {}
+    for n in PAIRED:
+        rows[n] = {"ms_per_step": 1e3 * statistics.median(sec[n]),
+                   "ms_per_round": [1e3 * s for s in sec[n]],
+                   "loss_first": losses[n][0], "loss_last": losses[n][-1]}
+        print("%-17s %7.1f ms/step  loss %.4f -> %.4f (%d steps)" %
+              (n, rows[n]["ms_per_step"], losses[n][0], losses[n][-1],
+               len(losses[n])))
+    ratios = {}
+    for a, b in (("cleave bf16", "torch bf16"),
+                 ("cleave bf16", "torch bf16 again"),
+                 ("torch bf16 again", "torch bf16"),
+                 ("cleave bf16", "cleave f32")):
+        each = [x / y for x, y in zip(sec[a], sec[b])]
+        key = "%s / %s" % (a, b)
+        ratios[key] = {"median": statistics.median(each),
+                       "below_1": sum(x < 1 for x in each),
+                       "rounds": each}
+        print("%-34s median %.3f  (below 1 in %d of %d rounds; %.2f-%.2f)" %
+              (key, ratios[key]["median"], ratios[key]["below_1"], len(each),
+               min(each), max(each)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "pairs": args.pairs,
+                       "warmup": args.warmup, "rows": rows,
+                       "ratios": ratios}, f, indent=1)
 
 
 def worker_compile(bundle, data, precision):
@@ -99,7 +192,14 @@ def main():
     ap.add_argument("--bundle", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--precision", help=argparse.SUPPRESS)
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="rounds of the four steps interleaved in one "
+                    "process (see above)")
     args = ap.parse_args()
+    if args.worker == "pairs":
+        print(json.dumps(worker_pairs(args.steps, args.warmup,
+                                      args.threads)))
+        return
     if args.worker == "torch":
         print(json.dumps(worker_torch(args.steps, args.precision == "bf16")))
         return
@@ -108,6 +208,9 @@ def main():
                                         args.precision)))
         return
 
+    if args.pairs:
+        report_pairs(args)
+        return
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     me = [sys.executable, os.path.abspath(__file__)]
     names = ["torch f32", "torch bf16", "cleave f32", "cleave bf16"]

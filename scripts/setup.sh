@@ -9,7 +9,7 @@ PKGS=(
   cmake ninja-build g++ make pkg-config ccache
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
-  libopenblas-dev libdnnl-dev libgtest-dev nlohmann-json3-dev zlib1g-dev
+  libopenblas-dev libdnnl-dev libxbyak-dev libgtest-dev nlohmann-json3-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   python3-numpy python3-onnx
   python3-torch python3-torchvision libtorch-dev dataset-fashion-mnist

@@ -137,6 +137,12 @@ void erfArray(const float *in, float *out, int64_t n);
 void tanhArray(const float *in, float *out, int64_t n);
 void sigmoidArray(const float *in, float *out, int64_t n);
 
+/// bf16 to f32 and f32 to bf16 (round to nearest even; core/convert.h's
+/// conversions) over arrays, compiled per instruction set like the above:
+/// mixed precision's casts and the kernels that read bf16 rows directly.
+void widenBf16Array(const uint16_t *in, float *out, int64_t n);
+void narrowBf16Array(const float *in, uint16_t *out, int64_t n);
+
 } // namespace cleave::rt
 
 /// In code for both backends: the device's own f32 function (expf, erff,

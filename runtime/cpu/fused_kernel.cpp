@@ -5,6 +5,7 @@
 #include "core/reduce_plan.h"
 #include "core/vector_math.h"
 #include "cpu/cpu_kernel.h"
+#include "cpu/fused_jit.h"
 
 #include <algorithm>
 #include <cstring>
@@ -82,6 +83,8 @@ inline void runOp(OpMode mode, int64_t len, float *d, const float *a,
 struct CpuPlan {
   std::vector<OpMode> modes;
   std::vector<uint8_t> inPlace, fill;
+  /// The ops compiled (fused_jit.h), or null: interpreted.
+  std::shared_ptr<const FusedJit> jit;
 };
 
 CpuPlan planCpu(const FusedProgram &f) {
@@ -112,6 +115,12 @@ CpuPlan planCpu(const FusedProgram &f) {
       if (r < numInputs && f.inputs[r] == FusedInput::Scalar)
         plan.fill[r] = true;
   }
+  std::vector<JitOperands> jitModes;
+  for (OpMode m : plan.modes)
+    jitModes.push_back(m == OpMode::ScalarA   ? JitOperands::ScalarA
+                       : m == OpMode::ScalarB ? JitOperands::ScalarB
+                                              : JitOperands::Vectors);
+  plan.jit = compileFusedJit(f, jitModes);
   return plan;
 }
 
@@ -123,9 +132,79 @@ struct Registers {
   const float *reg[FusedProgram::kMaxRegisters];
 };
 
+/// The interpreter: ops over elements [from, len) of the registers, each op
+/// a loop over them. Per instruction set, everything inlined (flatten).
+CLEAVE_CLONES __attribute__((flatten)) void
+runOps(const FusedProgram &f, const CpuPlan &cp, const float *scalars,
+       int64_t from, int64_t len, Registers &r) {
+  size_t numInputs = f.inputs.size();
+  int64_t n = len - from;
+  for (size_t o = 0; o < f.ops.size(); ++o) {
+    const FusedOp &op = f.ops[o];
+    float *d = r.regs[op.dst] + from;
+    const float *a = r.reg[op.a] + from, *b = r.reg[op.b] + from;
+    float as = scalars[op.a < numInputs ? op.a : 0];
+    float bs = scalars[op.b < numInputs ? op.b : 0];
+    OpMode mode = cp.modes[o];
+    switch (op.code) {
+#define CLEAVE_FUSED_CASE(CODE)                                                \
+  case FusedCode::CODE:                                                        \
+    runOp(mode, n, d, a, b, as, bs,                                            \
+          [](float x, float y) { return applyFused(FusedCode::CODE, x, y); }); \
+    break;
+      CLEAVE_FUSED_CASE(Add)
+      CLEAVE_FUSED_CASE(Sub)
+      CLEAVE_FUSED_CASE(Mul)
+      CLEAVE_FUSED_CASE(Div)
+      CLEAVE_FUSED_CASE(Max)
+      CLEAVE_FUSED_CASE(Min)
+      CLEAVE_FUSED_CASE(Pow)
+      CLEAVE_FUSED_CASE(Eq)
+      CLEAVE_FUSED_CASE(Ne)
+      CLEAVE_FUSED_CASE(Lt)
+      CLEAVE_FUSED_CASE(Le)
+      CLEAVE_FUSED_CASE(Gt)
+      CLEAVE_FUSED_CASE(Ge)
+      CLEAVE_FUSED_CASE(Neg)
+      CLEAVE_FUSED_CASE(Abs)
+      CLEAVE_FUSED_CASE(Log)
+      CLEAVE_FUSED_CASE(Sqrt)
+      CLEAVE_FUSED_CASE(Rsqrt)
+      CLEAVE_FUSED_CASE(Reciprocal)
+      CLEAVE_FUSED_CASE(Relu)
+      CLEAVE_FUSED_CASE(Identity)
+      CLEAVE_FUSED_CASE(RoundBf16)
+      CLEAVE_FUSED_CASE(RoundF16)
+#undef CLEAVE_FUSED_CASE
+    // Unary ops read a register; these loops are compiled per instruction
+    // set (core/vector_math.cpp).
+    case FusedCode::Exp:
+      expArray(a, 0.0f, d, n);
+      break;
+    case FusedCode::Tanh:
+      tanhArray(a, d, n);
+      break;
+    case FusedCode::Erf:
+      erfArray(a, d, n);
+      break;
+    case FusedCode::Sigmoid:
+      sigmoidArray(a, d, n);
+      break;
+    case FusedCode::Select: {
+      const float *cnd = r.reg[op.c] + from;
+      for (int64_t t = 0; t < n; ++t)
+        d[t] = applySelect(a[t], b[t], cnd[t]);
+      break;
+    }
+    }
+  }
+}
+
 /// Runs the chain over elements [base, base + len) (len <= kChunk): loads
 /// the inputs (full f32 ones read where they are), runs the ops, writes the
-/// outputs. Afterwards r.reg[k] holds register k's values.
+/// outputs. Afterwards r.reg[k] holds the values of every register an
+/// output or a reduction reads (compiled ops keep the others in vector
+/// registers).
 /// Per instruction set, everything it calls inlined (flatten): the ops'
 /// loops are its time.
 CLEAVE_CLONES __attribute__((flatten)) void
@@ -165,65 +244,15 @@ evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
     else if (cp.fill[k])
       std::fill(dst, dst + len, in[0]);
   }
-  for (size_t o = 0; o < f.ops.size(); ++o) {
-    const FusedOp &op = f.ops[o];
-    float *d = r.regs[op.dst];
-    const float *a = r.reg[op.a], *b = r.reg[op.b];
-    float as = scalars[op.a < numInputs ? op.a : 0];
-    float bs = scalars[op.b < numInputs ? op.b : 0];
-    OpMode mode = cp.modes[o];
-    switch (op.code) {
-#define CLEAVE_FUSED_CASE(CODE)                                                \
-  case FusedCode::CODE:                                                        \
-    runOp(mode, len, d, a, b, as, bs,                                          \
-          [](float x, float y) { return applyFused(FusedCode::CODE, x, y); }); \
-    break;
-      CLEAVE_FUSED_CASE(Add)
-      CLEAVE_FUSED_CASE(Sub)
-      CLEAVE_FUSED_CASE(Mul)
-      CLEAVE_FUSED_CASE(Div)
-      CLEAVE_FUSED_CASE(Max)
-      CLEAVE_FUSED_CASE(Min)
-      CLEAVE_FUSED_CASE(Pow)
-      CLEAVE_FUSED_CASE(Eq)
-      CLEAVE_FUSED_CASE(Ne)
-      CLEAVE_FUSED_CASE(Lt)
-      CLEAVE_FUSED_CASE(Le)
-      CLEAVE_FUSED_CASE(Gt)
-      CLEAVE_FUSED_CASE(Ge)
-      CLEAVE_FUSED_CASE(Neg)
-      CLEAVE_FUSED_CASE(Abs)
-      CLEAVE_FUSED_CASE(Log)
-      CLEAVE_FUSED_CASE(Sqrt)
-      CLEAVE_FUSED_CASE(Rsqrt)
-      CLEAVE_FUSED_CASE(Reciprocal)
-      CLEAVE_FUSED_CASE(Relu)
-      CLEAVE_FUSED_CASE(Identity)
-      CLEAVE_FUSED_CASE(RoundBf16)
-      CLEAVE_FUSED_CASE(RoundF16)
-#undef CLEAVE_FUSED_CASE
-    // Unary ops read a register; these loops are compiled per instruction
-    // set (core/vector_math.cpp).
-    case FusedCode::Exp:
-      expArray(a, 0.0f, d, len);
-      break;
-    case FusedCode::Tanh:
-      tanhArray(a, d, len);
-      break;
-    case FusedCode::Erf:
-      erfArray(a, d, len);
-      break;
-    case FusedCode::Sigmoid:
-      sigmoidArray(a, d, len);
-      break;
-    case FusedCode::Select: {
-      const float *cnd = r.reg[op.c];
-      for (int64_t t = 0; t < len; ++t)
-        d[t] = applySelect(a[t], b[t], cnd[t]);
-      break;
-    }
-    }
+  // The compiled ops take the whole vectors, the interpreter the rest.
+  int64_t from = 0;
+  if (cp.jit) {
+    from = len / FusedJit::kLanes * FusedJit::kLanes;
+    if (from > 0)
+      cp.jit->run(r.reg, scalars, from);
   }
+  if (from < len)
+    runOps(f, cp, scalars, from, len, r);
   for (size_t o = 0; o < f.outputRegisters.size(); ++o) {
     const float *v = r.reg[f.outputRegisters[o]];
     if (f.outputIsBool[o]) {

@@ -19,27 +19,17 @@ namespace cleave::rt {
 namespace {
 
 // Mixed precision's casts (a product's operands rounded, its result
-// widened) are most of the standalone casts' time: their loops are compiled
-// per instruction set (the rest of the runtime is built for baseline
-// x86-64), which the outlined OpenMP body of a template would not be.
-CLEAVE_CLONES void widenBf16(const uint16_t *src, float *dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = bf16ToFloat(src[i]);
-}
-
-CLEAVE_CLONES void narrowBf16(const float *src, uint16_t *dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = floatToBf16(src[i]);
-}
-
+// widened) are most of the standalone casts' time: those two take the
+// loops compiled per instruction set (core/vector_math.h), which the
+// outlined OpenMP body of a template would not be.
 template <typename From, typename To>
 void castRange(const typename StorageOf<From>::type *src,
                typename StorageOf<To>::type *dst, int64_t n) {
   if constexpr (std::is_same_v<From, BFloat16> && std::is_same_v<To, float>)
-    widenBf16(src, dst, n);
+    widenBf16Array(src, dst, n);
   else if constexpr (std::is_same_v<From, float> &&
                      std::is_same_v<To, BFloat16>)
-    narrowBf16(src, dst, n);
+    narrowBf16Array(src, dst, n);
   else
     for (int64_t i = 0; i < n; ++i)
       dst[i] = convertValue<From, To>(src[i]);

@@ -41,17 +41,14 @@ template <typename Step> void forGroup(int64_t n, int64_t inner, Step step) {
       step(k, i);
 }
 
-/// Row \p o's values of \p src (f32, or bf16 widened) as f32.
-CLEAVE_CLONES void widenBf16Row(const uint16_t *src, float *dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = bf16ToFloat(src[i]);
-}
-
+/// The \p n values of \p base from \p offset on as f32: where they are,
+/// or (bf16) widened into \p buffer.
 const float *rowOf(const void *base, bool bf16, int64_t offset, int64_t n,
                    std::vector<float> &buffer) {
   if (!bf16)
     return static_cast<const float *>(base) + offset;
-  widenBf16Row(static_cast<const uint16_t *>(base) + offset, buffer.data(), n);
+  widenBf16Array(static_cast<const uint16_t *>(base) + offset, buffer.data(),
+                 n);
   return buffer.data();
 }
 

@@ -28,34 +28,18 @@ float widen(DType d, uint16_t x) {
   return d == DType::BF16 ? bf16ToFloat(x) : halfToFloat(x);
 }
 
-/// \p t (f32) rounded to \p d.
-HostTensor rounded(const HostTensor &t, DType d) {
-  std::vector<float> v = values<float>(t);
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    out[i] = narrow(d, v[i]);
-  return makeTensor<uint16_t>(d, t.shape, out);
-}
-
-std::vector<float> widened(const HostTensor &t) {
-  std::vector<uint16_t> v = values<uint16_t>(t);
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    out[i] = widen(t.dtype, v[i]);
-  return out;
-}
-
 void checkHalfMatmul(DType d, Shape aShape, Shape bShape, Shape rShape, bool ta,
                      bool tb) {
-  HostTensor a = rounded(randomF32(aShape, 31), d);
-  HostTensor b = rounded(randomF32(bShape, 32), d);
+  HostTensor a = asDtype(randomF32(aShape, 31), d);
+  HostTensor b = asDtype(randomF32(bShape, 32), d);
   HostTensor r =
       run1("matmul", {a, b}, d, rShape,
            {{"transpose_a", {{ta}, {}}}, {"transpose_b", {{tb}, {}}}});
   ASSERT_EQ(r.dtype, d);
   size_t rank = rShape.size();
   int64_t k = ta ? aShape[rank - 2] : aShape[rank - 1];
-  std::vector<float> av = widened(a), bv = widened(b), got = widened(r);
+  std::vector<float> av = widenedValues(a), bv = widenedValues(b),
+                     got = widenedValues(r);
   // One ulp of the result's dtype, plus f32 accumulation's own error.
   double ulp = d == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
   for (int64_t i = 0; i < numel(rShape); ++i) {
@@ -101,7 +85,7 @@ TEST(HalfMatmul, EmptyKIsZero) {
 }
 
 TEST(HalfMatmul, MixedDtypesAreRefused) {
-  HostTensor a = rounded(randomF32({2, 3}, 1), DType::BF16);
+  HostTensor a = asDtype(randomF32({2, 3}, 1), DType::BF16);
   HostTensor b = randomF32({3, 2}, 2);
   plan::Program p =
       singleKernelProgram("matmul", {a, b}, {{DType::BF16, {2, 2}}});
@@ -146,10 +130,12 @@ TEST(HalfConv, WidenedConvolutionsEqualTheF32LoopRounded) {
                  {"pads", {{1, 1, 1, 1}, {}}},
                  {"dilations", {{1, 1}, {}}},
                  {"groups", {{1}, {}}}};
-  HostTensor x = rounded(randomF32({2, 3, 5, 5}, 41), d);
-  HostTensor w = rounded(randomF32({4, 3, 3, 3}, 42), d);
-  HostTensor g = rounded(randomF32({2, 4, 5, 5}, 43), d);
-  auto wide = [](const HostTensor &t) { return f32(t.shape, widened(t)); };
+  HostTensor x = asDtype(randomF32({2, 3, 5, 5}, 41), d);
+  HostTensor w = asDtype(randomF32({4, 3, 3, 3}, 42), d);
+  HostTensor g = asDtype(randomF32({2, 4, 5, 5}, 43), d);
+  auto wide = [](const HostTensor &t) {
+    return f32(t.shape, widenedValues(t));
+  };
   struct Case {
     const char *kernel;
     HostTensor a, b;
@@ -161,7 +147,7 @@ TEST(HalfConv, WidenedConvolutionsEqualTheF32LoopRounded) {
     HostTensor half = run1(c.kernel, {c.a, c.b}, d, c.result, attrs);
     HostTensor full =
         run1(c.kernel, {wide(c.a), wide(c.b)}, DType::F32, c.result, attrs);
-    EXPECT_EQ(values<uint16_t>(half), values<uint16_t>(rounded(full, d)))
+    EXPECT_EQ(values<uint16_t>(half), values<uint16_t>(asDtype(full, d)))
         << c.kernel;
   }
 }

@@ -83,28 +83,6 @@ TEST(LayerNorm, AbsentScaleBiasAndStatistics) {
   EXPECT_TRUE(std::isnan(v[2]));
 }
 
-/// \p t as \p d: bf16 bits, or f32 unchanged.
-HostTensor asDtype(const HostTensor &t, DType d) {
-  if (d == DType::F32)
-    return t;
-  std::vector<float> v = values<float>(t);
-  std::vector<uint16_t> bits(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    bits[i] = floatToBf16(v[i]);
-  return makeTensor<uint16_t>(DType::BF16, t.shape, bits);
-}
-
-/// \p t's values as f32 (a bf16 tensor widened).
-HostTensor widenedF32(const HostTensor &t) {
-  if (t.dtype == DType::F32)
-    return t;
-  std::vector<uint16_t> bits = values<uint16_t>(t);
-  std::vector<float> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i)
-    v[i] = bf16ToFloat(bits[i]);
-  return makeTensor<float>(DType::F32, t.shape, v);
-}
-
 void expectSameBits(const HostTensor &got, const HostTensor &want,
                     const char *what) {
   std::vector<float> a = values<float>(got), b = values<float>(want);
@@ -154,7 +132,8 @@ void checkLayerNormBackward(const Shape &s, int64_t axis, bool withScale,
       return makeTensor<float>(DType::F32, to, values<float>(a));
     return run1(k, {a}, DType::F32, to, {{"axes", {axes, {}}}});
   };
-  HostTensor xw = widenedF32(x), gw = widenedF32(g);
+  HostTensor xw = f32(x.shape, widenedValues(x)),
+             gw = f32(g.shape, widenedValues(g));
   HostTensor xhat = op("mul", op("sub", xw, mean), inv);
   HostTensor gg =
       withScale

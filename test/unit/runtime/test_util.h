@@ -5,6 +5,7 @@
 
 #include "cleave/runtime/executor.h"
 #include "cleave/runtime/npy.h"
+#include "core/convert.h"
 #include "plan/plan.pb.h"
 
 #include <gtest/gtest.h>
@@ -111,6 +112,28 @@ template <typename T> std::vector<T> values(const HostTensor &t) {
   std::vector<T> v(t.numElements());
   if (!v.empty())
     std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+/// \p t (f32) in \p d: unchanged for f32, else rounded to bf16 / f16.
+inline HostTensor asDtype(const HostTensor &t, DType d) {
+  if (d == DType::F32)
+    return t;
+  std::vector<float> v = values<float>(t);
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    bits[i] = d == DType::BF16 ? floatToBf16(v[i]) : floatToHalf(v[i]);
+  return makeTensor<uint16_t>(d, t.shape, bits);
+}
+
+/// \p t's values as f32: its own, or its bf16 / f16 values widened.
+inline std::vector<float> widenedValues(const HostTensor &t) {
+  if (t.dtype == DType::F32)
+    return values<float>(t);
+  std::vector<uint16_t> bits = values<uint16_t>(t);
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    v[i] = t.dtype == DType::BF16 ? bf16ToFloat(bits[i]) : halfToFloat(bits[i]);
   return v;
 }
 
