@@ -47,7 +47,9 @@ uint32_t bitsOf(float f) {
 
 class Generator : public Xbyak::CodeGenerator {
 public:
-  Generator() : Xbyak::CodeGenerator(64 * 1024) {}
+  /// Writable until finish(); never writable and executable at once.
+  explicit Generator(size_t bytes)
+      : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE) {}
 
   /// Emits the chain; false where an op is not compiled or values do not
   /// fit the registers.
@@ -65,9 +67,9 @@ private:
       pool.push_back(bits);
     return it->second * 4;
   }
-  /// A constant as an operand broadcast to every lane ({1to16}).
-  Address word(uint32_t bits) { return ptr_b[rdx + slot(bits)]; }
-  Address num(float v) { return word(bitsOf(v)); }
+  /// A constant's bits as an operand broadcast to every lane ({1to16}).
+  Address pattern(uint32_t bits) { return ptr_b[rdx + slot(bits)]; }
+  Address num(float v) { return pattern(bitsOf(v)); }
   /// A constant for vbroadcastss, which takes a plain 32-bit operand.
   Address scalar(float v) { return dword[rdx + slot(bitsOf(v))]; }
   static Zmm tmp(int i) { return Zmm(23 + i); }
@@ -95,8 +97,8 @@ private:
   void sigmoid(const Zmm &d, const Zmm &x);
   void roundBf16(const Zmm &d, const Zmm &x);
   void copySign(const Zmm &d, const Zmm &x, const Zmm &scratch) {
-    vpandd(d, d, word(0x7fffffff));
-    vpandd(scratch, x, word(0x80000000));
+    vpandd(d, d, pattern(0x7fffffff));
+    vpandd(scratch, x, pattern(0x80000000));
     vpord(d, d, scratch);
   }
   void maxMin(const Zmm &d, const Zmm &a, const Zmm &b, bool max);
@@ -140,9 +142,9 @@ void Generator::exp(const Zmm &y, const Zmm &x, int t0) {
   vcvttps2dq(n, n);
   vpsrad(c, n, 1);
   vpsubd(n, n, c);
-  vpaddd(c, c, word(127));
+  vpaddd(c, c, pattern(127));
   vpslld(c, c, 23);
-  vpaddd(n, n, word(127));
+  vpaddd(n, n, pattern(127));
   vpslld(n, n, 23);
   vmulps(p, p, c);
   vmulps(p, p, n);
@@ -155,7 +157,7 @@ void Generator::exp(const Zmm &y, const Zmm &x, int t0) {
 void Generator::erf(const Zmm &d, const Zmm &x) {
   Zmm a = tmp(0), small = tmp(1), s = tmp(2), b = tmp(3), u = tmp(4),
       twoU = tmp(5), b1 = tmp(6), b2 = tmp(7), t = tmp(8);
-  vpandd(a, x, word(0x7fffffff));
+  vpandd(a, x, pattern(0x7fffffff));
   vmulps(s, a, a);
   horner(small, vmath::kErfSmall, s);
   vmulps(small, a, small);
@@ -184,7 +186,7 @@ void Generator::erf(const Zmm &d, const Zmm &x) {
   vsubps(u, u, b2);
   vaddps(u, u, num(vmath::kErfcScaled[0]));
   vmulps(s, b, b);
-  vpxord(s, s, word(0x80000000));
+  vpxord(s, s, pattern(0x80000000));
   exp(s, s, 5);
   vmulps(s, s, u);
   vbroadcastss(b, scalar(1.0f));
@@ -199,7 +201,7 @@ void Generator::erf(const Zmm &d, const Zmm &x) {
 /// second skipped where no lane needs it.
 void Generator::tanh(const Zmm &d, const Zmm &x) {
   Zmm a = tmp(0), small = tmp(1), s = tmp(2), e = tmp(3), q = tmp(4);
-  vpandd(a, x, word(0x7fffffff));
+  vpandd(a, x, pattern(0x7fffffff));
   vmulps(s, a, a);
   horner(small, vmath::kTanhSmall, s);
   vmulps(small, a, small);
@@ -224,8 +226,8 @@ void Generator::tanh(const Zmm &d, const Zmm &x) {
 /// e = e^(-|x|); x >= 0 ? 1 / (1 + e) : e / (1 + e).
 void Generator::sigmoid(const Zmm &d, const Zmm &x) {
   Zmm e = tmp(0), den = tmp(1), pos = tmp(2);
-  vpandd(e, x, word(0x7fffffff));
-  vpxord(e, e, word(0x80000000));
+  vpandd(e, x, pattern(0x7fffffff));
+  vpxord(e, e, pattern(0x80000000));
   exp(e, e, 5);
   vbroadcastss(den, scalar(1.0f));
   vaddps(den, den, e);
@@ -240,14 +242,14 @@ void Generator::sigmoid(const Zmm &d, const Zmm &x) {
 void Generator::roundBf16(const Zmm &d, const Zmm &x) {
   Zmm t = tmp(0), q = tmp(1);
   vpsrld(t, x, 16);
-  vpandd(t, t, word(1));
-  vpaddd(t, t, word(0x7fff));
+  vpandd(t, t, pattern(1));
+  vpaddd(t, t, pattern(0x7fff));
   vpaddd(t, t, x);
-  vpandd(d, t, word(0xffff0000));
-  vpandd(q, x, word(0xffff0000));
-  vpord(q, q, word(0x00400000));
-  vpandd(t, x, word(0x7fffffff));
-  vpcmpud(k1, t, word(0x7f800000), kUnsignedGt);
+  vpandd(d, t, pattern(0xffff0000));
+  vpandd(q, x, pattern(0xffff0000));
+  vpord(q, q, pattern(0x00400000));
+  vpandd(t, x, pattern(0x7fffffff));
+  vpcmpud(k1, t, pattern(0x7f800000), kUnsignedGt);
   vmovaps(d | k1, q);
 }
 
@@ -303,10 +305,10 @@ bool Generator::emitOp(FusedCode code, const Zmm &d, const Zmm &a, const Zmm &b,
     compare(d, a, b, kGe);
     return true;
   case FusedCode::Neg:
-    vpxord(d, a, word(0x80000000));
+    vpxord(d, a, pattern(0x80000000));
     return true;
   case FusedCode::Abs:
-    vpandd(d, a, word(0x7fffffff));
+    vpandd(d, a, pattern(0x7fffffff));
     return true;
   case FusedCode::Exp:
     exp(d, a, 0);
@@ -469,15 +471,20 @@ compileFusedJit(const FusedProgram &program,
   if (std::getenv("CLEAVE_NO_JIT") || !machineHasAvx512() ||
       program.ops.empty())
     return nullptr;
-  try {
-    auto gen = std::make_unique<Generator>();
-    if (!gen->emit(program, modes))
-      return nullptr;
-    gen->readyRE();
-    return std::make_unique<CompiledChain>(std::move(gen));
-  } catch (const std::exception &) {
-    return nullptr; // Xbyak's errors (code space, mprotect): interpret
+  // Most chains take a few hundred bytes; one of 48 erfs about 40 KiB.
+  for (size_t bytes : {size_t(16) << 10, size_t(64) << 10}) {
+    try {
+      auto gen = std::make_unique<Generator>(bytes);
+      if (!gen->emit(program, modes))
+        return nullptr;
+      gen->setProtectModeRE();
+      return std::make_unique<CompiledChain>(std::move(gen));
+    } catch (const std::exception &) {
+      // Xbyak's errors: code past the buffer (try the larger one), or
+      // memory that cannot be made executable (interpret).
+    }
   }
+  return nullptr;
 }
 
 #else

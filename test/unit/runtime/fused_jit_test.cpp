@@ -20,13 +20,35 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace cleave::rt {
 namespace {
 
-bool machineHasAvx512() { return __builtin_cpu_supports("avx512f"); }
+/// Sets $CLEAVE_NO_JIT for one kernel's construction, then restores it.
+class JitSwitch {
+public:
+  explicit JitSwitch(bool compiled) {
+    const char *v = std::getenv("CLEAVE_NO_JIT");
+    saved_ = v ? std::optional<std::string>(v) : std::nullopt;
+    if (compiled)
+      unsetenv("CLEAVE_NO_JIT");
+    else
+      setenv("CLEAVE_NO_JIT", "1", 1);
+  }
+  ~JitSwitch() {
+    if (saved_)
+      setenv("CLEAVE_NO_JIT", saved_->c_str(), 1);
+    else
+      unsetenv("CLEAVE_NO_JIT");
+  }
+
+private:
+  std::optional<std::string> saved_;
+};
 
 /// Values that reach every branch, then random ones of every magnitude.
 std::vector<float> testValues(size_t n, uint32_t seed) {
@@ -89,17 +111,24 @@ FusedProgram chain(int64_t n, const std::vector<bool> &scalar,
 std::vector<std::vector<float>> run(const FusedProgram &f,
                                     const std::vector<std::vector<float>> &in,
                                     bool compiled) {
-  if (compiled)
-    unsetenv("CLEAVE_NO_JIT");
-  else
-    setenv("CLEAVE_NO_JIT", "1", 1);
-  KernelFn fn = fusedCpuKernel(std::make_shared<FusedProgram>(f));
-  unsetenv("CLEAVE_NO_JIT");
+  KernelFn fn;
+  {
+    JitSwitch jit(compiled);
+    fn = fusedCpuKernel(std::make_shared<FusedProgram>(f));
+  }
   std::vector<const void *> operands;
   for (const auto &v : in)
     operands.push_back(v.data());
   std::vector<std::vector<float>> out(f.outputRegisters.size(),
                                       std::vector<float>(f.numElements, -7.0f));
+  // The reductions' results: one per element of the dims not reduced.
+  int64_t kept = 1;
+  for (size_t d = 0; d < f.shape.size(); ++d)
+    if (std::find(f.reduceAxes.begin(), f.reduceAxes.end(),
+                  static_cast<int64_t>(d)) == f.reduceAxes.end())
+      kept *= f.shape[d];
+  for (size_t k = 0; k < f.reductions.size(); ++k)
+    out.emplace_back(kept, -7.0f);
   std::vector<void *> results;
   for (auto &v : out)
     results.push_back(v.data());
@@ -119,7 +148,10 @@ void expectSame(const FusedProgram &f,
                     : sa && !sb              ? JitOperands::ScalarA
                                              : JitOperands::Vectors);
   }
-  EXPECT_NE(compileFusedJit(f, modes), nullptr) << what;
+  {
+    JitSwitch jit(true);
+    EXPECT_NE(compileFusedJit(f, modes), nullptr) << what;
+  }
   auto want = run(f, in, false), got = run(f, in, true);
   for (size_t o = 0; o < want.size(); ++o)
     for (size_t i = 0; i < want[o].size(); ++i)
@@ -129,6 +161,33 @@ void expectSame(const FusedProgram &f,
                       << want[o][i] << " interpreted";
         return;
       }
+}
+
+/// Whether chains compile here: AVX-512, and the runtime built with Xbyak.
+bool jitAvailable() {
+  if (!__builtin_cpu_supports("avx512f"))
+    return false;
+  JitSwitch jit(true);
+  FusedProgram f = chain(16, {false}, {{FusedCode::Neg, 1, 0, 0, 0}}, {1});
+  return compileFusedJit(f, {JitOperands::Vectors}) != nullptr;
+}
+
+#define SKIP_WITHOUT_JIT()                                                     \
+  if (!jitAvailable())                                                         \
+  GTEST_SKIP() << "no AVX-512 or no Xbyak: chains are interpreted"
+
+/// 16-lane blocks where erf's and tanh's second branch is needed by no
+/// lane, by one, by a NaN, and by all; then the tail.
+std::vector<float> branchBlocks() {
+  std::vector<float> v;
+  for (int b = 0; b < 4; ++b)
+    for (int l = 0; l < 16; ++l)
+      v.push_back(b == 3 ? 1.5f + l : (l - 8) / 17.0f);
+  v[16 + 5] = 3.0f;
+  v[32 + 11] = std::nanf("");
+  v.push_back(0.3f);
+  v.push_back(-2.0f);
+  return v;
 }
 
 constexpr FusedCode kUnary[] = {
@@ -142,35 +201,39 @@ constexpr FusedCode kBinary[] = {FusedCode::Add, FusedCode::Sub, FusedCode::Mul,
                                  FusedCode::Le,  FusedCode::Gt,  FusedCode::Ge};
 
 TEST(FusedJit, EveryUnaryOpEqualsTheInterpreter) {
-  if (!machineHasAvx512())
-    GTEST_SKIP() << "no AVX-512: chains are interpreted";
+  SKIP_WITHOUT_JIT();
   // 1000 elements: segments of 256, the last one's 8 past the lanes.
-  std::vector<float> x = testValues(1000, 1);
+  std::vector<float> x = testValues(1000, 1), blocks = branchBlocks();
+  int64_t nb = static_cast<int64_t>(blocks.size());
   for (FusedCode c : kUnary) {
     std::string what = "unary op " + std::to_string(static_cast<int>(c));
     expectSame(chain(1000, {false}, {{c, 1, 0, 0, 0}}, {1}), {x}, what.c_str());
+    expectSame(chain(nb, {false}, {{c, 1, 0, 0, 0}}, {1}), {blocks},
+               (what + " on branch blocks").c_str());
   }
 }
 
 TEST(FusedJit, EveryBinaryOpInEachOperandModeEqualsTheInterpreter) {
-  if (!machineHasAvx512())
-    GTEST_SKIP() << "no AVX-512: chains are interpreted";
+  SKIP_WITHOUT_JIT();
   std::vector<float> x = testValues(777, 2), y = testValues(777, 3);
+  // Ties of signed zeros and NaNs on either side, lined up.
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  const float xs[] = {-0.0f, 0.0f, nan, 1.0f, nan, -inf, 2.0f};
+  const float ys[] = {0.0f, -0.0f, 1.0f, nan, nan, -inf, 2.0f};
+  std::copy(std::begin(xs), std::end(xs), x.begin());
+  std::copy(std::begin(ys), std::end(ys), y.begin());
   for (FusedCode c : kBinary)
     for (int mode = 0; mode < 3; ++mode) {
-      // Vectors; b a scalar; a a scalar (NaN and infinity among them).
+      // Vectors; b a scalar; a a scalar.
       std::vector<bool> scalar = {mode == 2, mode == 1};
-      std::vector<float> a = x, b = y;
-      if (mode == 1)
-        b = {0.5f};
-      if (mode == 2)
-        a = {std::nanf("")};
-      std::string what = "binary op " + std::to_string(static_cast<int>(c)) +
-                         " mode " + std::to_string(mode);
-      expectSame(chain(777, scalar, {{c, 2, 0, 1, 0}}, {2}), {a, b},
-                 what.c_str());
-      if (mode == 1) {
-        b = {-std::numeric_limits<float>::infinity()};
+      std::vector<std::vector<float>> values =
+          mode == 0
+              ? std::vector<std::vector<float>>{{}}
+              : std::vector<std::vector<float>>{{0.5f}, {-0.0f}, {-inf}, {nan}};
+      for (const std::vector<float> &v : values) {
+        std::vector<float> a = mode == 2 ? v : x, b = mode == 1 ? v : y;
+        std::string what = "binary op " + std::to_string(static_cast<int>(c)) +
+                           " mode " + std::to_string(mode);
         expectSame(chain(777, scalar, {{c, 2, 0, 1, 0}}, {2}), {a, b},
                    what.c_str());
       }
@@ -178,9 +241,12 @@ TEST(FusedJit, EveryBinaryOpInEachOperandModeEqualsTheInterpreter) {
 }
 
 TEST(FusedJit, SelectAndLongChainsEqualTheInterpreter) {
-  if (!machineHasAvx512())
-    GTEST_SKIP() << "no AVX-512: chains are interpreted";
+  SKIP_WITHOUT_JIT();
   std::vector<float> x = testValues(4099, 4), y = testValues(4099, 5);
+  // select's three operands read from the inputs themselves.
+  expectSame(
+      chain(4099, {false, false}, {{FusedCode::Select, 2, 0, 1, 0}}, {2}),
+      {x, y}, "select of inputs");
   // select(x > y, erf(x), x * y): the condition a register (0 or 1).
   expectSame(chain(4099, {false, false},
                    {{FusedCode::Gt, 2, 0, 1, 0},
@@ -221,6 +287,26 @@ TEST(FusedJit, SelectAndLongChainsEqualTheInterpreter) {
   auto want = run(f, {x}, false), got = run(f, {x}, true);
   for (size_t i = 0; i < want[0].size(); ++i)
     ASSERT_TRUE(sameBits(got[0][i], want[0][i])) << i;
+}
+
+TEST(FusedJit, ChainsEndingInReductionsEqualTheInterpreter) {
+  SKIP_WITHOUT_JIT();
+  // [64, 100]: sums along rows (each row a run) and down columns (lanes),
+  // of a computed register and of an input itself, and an output beside.
+  std::vector<float> x = testValues(6400, 6), y = testValues(6400, 7);
+  for (float &v : x)
+    v = std::isfinite(v) ? std::fmod(v, 8.0f) : 0.5f;
+  for (int64_t axis : {0, 1}) {
+    FusedProgram f = chain(6400, {false, false},
+                           {{FusedCode::Erf, 2, 0, 0, 0},
+                            {FusedCode::Mul, 3, 2, 1, 0},
+                            {FusedCode::Tanh, 4, 3, 0, 0}},
+                           {4});
+    f.shape = {64, 100};
+    f.reduceAxes = {axis};
+    f.reductions = {{3, false}, {0, true}};
+    expectSame(f, {x, y}, axis == 0 ? "sums down columns" : "sums of rows");
+  }
 }
 
 } // namespace
