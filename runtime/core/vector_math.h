@@ -66,6 +66,19 @@ constexpr float kTanhSmall[] = {
     -1.406787632e-10f, -3.333332976e-01f, 1.333318456e-01f, -5.394488932e-02f,
     2.169275955e-02f,  -8.161236196e-03f, 2.130309986e-03f};
 
+// exp: its argument clamped to [kExpMin, kExpMax] (beyond, e^x is 0 or
+// inf in f32), x = n ln2 + r with ln2 in Cody and Waite's two parts, n
+// rounded by adding and subtracting 1.5 * 2^23, e^r by Taylor's series.
+constexpr float kExpMax = 89.0f, kExpMin = -104.0f;
+constexpr float kLog2e = 1.44269504088896341f, kLn2High = 0.693359375f,
+                kLn2Low = -2.12194440e-4f, kRoundToInt = 12582912.0f;
+constexpr float kExpTaylor[] = {1.0f / 2,   1.0f / 6,   1.0f / 24,
+                                1.0f / 120, 1.0f / 720, 1.0f / 5040};
+// erf's polynomial below kErfSplit, erfc's series above it (up to kErfMax)
+// in (x - kErfcCenter) * kErfcScale; tanh's polynomial below kTanhSplit.
+constexpr float kErfSplit = 0.9f, kErfMax = 4.0f, kErfcCenter = 2.45f,
+                kErfcScale = 0.64516129032258063f, kTanhSplit = 0.625f;
+
 template <int N> inline float horner(const float (&c)[N], float s) {
   float r = c[N - 1];
   for (int k = N - 2; k >= 0; --k)
@@ -80,17 +93,14 @@ template <int N> inline float horner(const float (&c)[N], float s) {
 /// halves so that results in the subnormals round once.
 inline float vecExp(float x) {
   // Past these e^x is inf or 0 in f32; NaN compares false and stays.
-  float c = x > 89.0f ? 89.0f : x;
-  c = c < -104.0f ? -104.0f : c;
+  float c = x > vmath::kExpMax ? vmath::kExpMax : x;
+  c = c < vmath::kExpMin ? vmath::kExpMin : c;
   bool nan = x != x;
   c = nan ? 0.0f : c;
   // Rounds to the nearest integer: 1.5 * 2^23 leaves no fraction bits.
-  constexpr float kRound = 12582912.0f;
-  float n = (c * 1.44269504088896341f + kRound) - kRound;
-  float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
-  constexpr float kQ[] = {1.0f / 2,   1.0f / 6,   1.0f / 24,
-                          1.0f / 120, 1.0f / 720, 1.0f / 5040};
-  float p = 1.0f + (r + (r * r) * vmath::horner(kQ, r));
+  float n = (c * vmath::kLog2e + vmath::kRoundToInt) - vmath::kRoundToInt;
+  float r = (c - n * vmath::kLn2High) - n * vmath::kLn2Low;
+  float p = 1.0f + (r + (r * r) * vmath::horner(vmath::kExpTaylor, r));
   int32_t k = static_cast<int32_t>(n);
   int32_t half = k >> 1;
   float y = p * vmath::pow2(half) * vmath::pow2(k - half);
@@ -103,8 +113,8 @@ inline float vecErf(float x) {
   float a = std::fabs(x);
   float s = a * a;
   float small = a + a * vmath::horner(vmath::kErfSmall, s);
-  float b = a > 4.0f ? 4.0f : a;
-  float u = (b - 2.45f) * 0.64516129032258063f;
+  float b = a > vmath::kErfMax ? vmath::kErfMax : a;
+  float u = (b - vmath::kErfcCenter) * vmath::kErfcScale;
   // Clenshaw's recurrence: stable where the monomial form would cancel.
   float b1 = 0.0f, b2 = 0.0f;
   for (int k = 12; k > 0; --k) {
@@ -114,7 +124,7 @@ inline float vecErf(float x) {
   }
   float scaled = u * b1 - b2 + vmath::kErfcScaled[0];
   float large = 1.0f - vecExp(-(b * b)) * scaled;
-  return std::copysign(a < 0.9f ? small : large, x);
+  return std::copysign(a < vmath::kErfSplit ? small : large, x);
 }
 
 /// tanh: x (1 + P(x^2)) below 0.625, else 1 - 2 / (e^(2|x|) + 1).
@@ -122,7 +132,7 @@ inline float vecTanh(float x) {
   float a = std::fabs(x);
   float small = a + a * vmath::horner(vmath::kTanhSmall, a * a);
   float large = 1.0f - 2.0f / (vecExp(2.0f * a) + 1.0f);
-  return std::copysign(a < 0.625f ? small : large, x);
+  return std::copysign(a < vmath::kTanhSplit ? small : large, x);
 }
 
 /// Arrays of them, the kernels' hot loops: out[i] = exp(in[i] - shift),

@@ -11,10 +11,10 @@
 
 #include "cpu/fused_jit.h"
 
+#include "core/convert.h"
 #include "core/vector_math.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <map>
 
 #if defined(CLEAVE_HAVE_XBYAK) && defined(__x86_64__)
@@ -24,12 +24,28 @@
 
 namespace cleave::rt {
 
+std::vector<OperandMode> operandModes(const FusedProgram &f) {
+  size_t numInputs = f.inputs.size();
+  auto scalar = [&](uint8_t r) {
+    return r < numInputs && f.inputs[r] == FusedInput::Scalar &&
+           !f.inputIsBool[r];
+  };
+  std::vector<OperandMode> modes;
+  for (const FusedOp &op : f.ops) {
+    bool binary = fusedArity(op.code) == 2;
+    modes.push_back(
+        binary && scalar(op.b) && !scalar(op.a)   ? OperandMode::ScalarB
+        : binary && scalar(op.a) && !scalar(op.b) ? OperandMode::ScalarA
+                                                  : OperandMode::Vectors);
+  }
+  return modes;
+}
+
 #if defined(CLEAVE_HAVE_XBYAK) && defined(__x86_64__)
 
 namespace {
 
 using Xbyak::Address;
-using Xbyak::Opmask;
 using Xbyak::Zmm;
 
 constexpr int kValueRegs = 20;
@@ -39,21 +55,16 @@ constexpr uint8_t kEq = 0x00, kLt = 0x01, kLe = 0x02, kUnord = 0x03,
 // vpcmpud: unsigned greater than.
 constexpr uint8_t kUnsignedGt = 0x06;
 
-uint32_t bitsOf(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  return b;
-}
-
 class Generator : public Xbyak::CodeGenerator {
 public:
-  /// Writable until finish(); never writable and executable at once.
+  /// Writable while assembled; compileFusedJit then makes it read and
+  /// execute only, never both writable and executable.
   explicit Generator(size_t bytes)
       : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE) {}
 
   /// Emits the chain; false where an op is not compiled or values do not
   /// fit the registers.
-  bool emit(const FusedProgram &f, const std::vector<JitOperands> &modes);
+  bool emit(const FusedProgram &f, const std::vector<OperandMode> &modes);
 
   std::vector<uint32_t> pool;
 
@@ -69,9 +80,9 @@ private:
   }
   /// A constant's bits as an operand broadcast to every lane ({1to16}).
   Address pattern(uint32_t bits) { return ptr_b[rdx + slot(bits)]; }
-  Address num(float v) { return pattern(bitsOf(v)); }
+  Address num(float v) { return pattern(floatBits(v)); }
   /// A constant for vbroadcastss, which takes a plain 32-bit operand.
-  Address scalar(float v) { return dword[rdx + slot(bitsOf(v))]; }
+  Address scalar(float v) { return dword[rdx + slot(floatBits(v))]; }
   static Zmm tmp(int i) { return Zmm(23 + i); }
 
   void load(const Zmm &z, int reg, bool scalar) {
@@ -116,23 +127,20 @@ private:
 void Generator::exp(const Zmm &y, const Zmm &x, int t0) {
   Zmm c = tmp(t0), n = tmp(t0 + 1), r = tmp(t0 + 2), p = tmp(t0 + 3);
   vmovaps(c, x);
-  vcmpps(k1, x, num(89.0f), kGt);
-  vbroadcastss(c | k1, scalar(89.0f));
-  vcmpps(k1, c, num(-104.0f), kLt);
-  vbroadcastss(c | k1, scalar(-104.0f));
+  vcmpps(k1, x, num(vmath::kExpMax), kGt);
+  vbroadcastss(c | k1, scalar(vmath::kExpMax));
+  vcmpps(k1, c, num(vmath::kExpMin), kLt);
+  vbroadcastss(c | k1, scalar(vmath::kExpMin));
   vcmpps(k2, x, x, kUnord);
   vpxord(c | k2, c, c);
-  constexpr float kRound = 12582912.0f;
-  vmulps(n, c, num(1.44269504088896341f));
-  vaddps(n, n, num(kRound));
-  vsubps(n, n, num(kRound));
-  vmulps(r, n, num(0.693359375f));
+  vmulps(n, c, num(vmath::kLog2e));
+  vaddps(n, n, num(vmath::kRoundToInt));
+  vsubps(n, n, num(vmath::kRoundToInt));
+  vmulps(r, n, num(vmath::kLn2High));
   vsubps(r, c, r);
-  vmulps(c, n, num(-2.12194440e-4f));
+  vmulps(c, n, num(vmath::kLn2Low));
   vsubps(r, r, c);
-  constexpr float kQ[] = {1.0f / 2,   1.0f / 6,   1.0f / 24,
-                          1.0f / 120, 1.0f / 720, 1.0f / 5040};
-  horner(p, kQ, r);
+  horner(p, vmath::kExpTaylor, r);
   vmulps(c, r, r);
   vmulps(c, c, p);
   vaddps(c, r, c);
@@ -163,14 +171,15 @@ void Generator::erf(const Zmm &d, const Zmm &x) {
   vmulps(small, a, small);
   vaddps(small, a, small);
   Xbyak::Label done;
-  vcmpps(k3, a, num(0.9f), kNotLt); // the lanes that take the large branch
+  // The lanes that take the large branch.
+  vcmpps(k3, a, num(vmath::kErfSplit), kNotLt);
   kortestw(k3, k3);
   jz(done, T_NEAR);
   vmovaps(b, a);
-  vcmpps(k1, a, num(4.0f), kGt);
-  vbroadcastss(b | k1, scalar(4.0f));
-  vsubps(u, b, num(2.45f));
-  vmulps(u, u, num(0.64516129032258063f));
+  vcmpps(k1, a, num(vmath::kErfMax), kGt);
+  vbroadcastss(b | k1, scalar(vmath::kErfMax));
+  vsubps(u, b, num(vmath::kErfcCenter));
+  vmulps(u, u, num(vmath::kErfcScale));
   vaddps(twoU, u, u); // 2.0f * u, exactly
   vpxord(b1, b1, b1);
   vpxord(b2, b2, b2);
@@ -207,7 +216,7 @@ void Generator::tanh(const Zmm &d, const Zmm &x) {
   vmulps(small, a, small);
   vaddps(small, a, small);
   Xbyak::Label done;
-  vcmpps(k3, a, num(0.625f), kNotLt);
+  vcmpps(k3, a, num(vmath::kTanhSplit), kNotLt);
   kortestw(k3, k3);
   jz(done, T_NEAR);
   vaddps(s, a, a); // 2.0f * a, exactly
@@ -359,7 +368,7 @@ bool Generator::emitOp(FusedCode code, const Zmm &d, const Zmm &a, const Zmm &b,
 }
 
 bool Generator::emit(const FusedProgram &f,
-                     const std::vector<JitOperands> &modes) {
+                     const std::vector<OperandMode> &modes) {
   int numInputs = static_cast<int>(f.inputs.size());
   // The op after which each register is last read; kept ones never die.
   constexpr int kKept = 1 << 30;
@@ -402,8 +411,8 @@ bool Generator::emit(const FusedProgram &f,
         continue;
       }
       bool scalar =
-          arity == 2 && ((k == 0 && modes[o] == JitOperands::ScalarA) ||
-                         (k == 1 && modes[o] == JitOperands::ScalarB));
+          arity == 2 && ((k == 0 && modes[o] == OperandMode::ScalarA) ||
+                         (k == 1 && modes[o] == OperandMode::ScalarB));
       load(loaded[k], reg, scalar);
     }
     int z = free.back();
@@ -474,12 +483,11 @@ bool machineHasAvx512() {
 
 } // namespace
 
-std::unique_ptr<FusedJit>
-compileFusedJit(const FusedProgram &program,
-                const std::vector<JitOperands> &modes) {
+std::unique_ptr<FusedJit> compileFusedJit(const FusedProgram &program) {
   if (std::getenv("CLEAVE_NO_JIT") || !machineHasAvx512() ||
       program.ops.empty())
     return nullptr;
+  std::vector<OperandMode> modes = operandModes(program);
   // Most chains take a few hundred bytes; one of 48 erfs about 40 KiB.
   for (size_t bytes : {size_t(16) << 10, size_t(64) << 10}) {
     try {
@@ -498,8 +506,7 @@ compileFusedJit(const FusedProgram &program,
 
 #else
 
-std::unique_ptr<FusedJit> compileFusedJit(const FusedProgram &,
-                                          const std::vector<JitOperands> &) {
+std::unique_ptr<FusedJit> compileFusedJit(const FusedProgram &) {
   return nullptr;
 }
 

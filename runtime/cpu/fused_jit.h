@@ -39,16 +39,19 @@ public:
   static constexpr int64_t kLanes = 16;
 };
 
-/// How each op reads a binary op's operands: both registers, or a scalar
-/// input's value as operand a or b (fused_kernel.cpp's OpMode).
-enum class JitOperands : uint8_t { Vectors, ScalarB, ScalarA };
+/// How one op reads its operands: both as vectors, or one of a binary op's
+/// as a single f32 (a scalar input: the optimizers' hyperparameters, the
+/// constants of every formula), read once rather than filled per chunk.
+enum class OperandMode : uint8_t { Vectors, ScalarB, ScalarA };
+
+/// Per op of \p program, its mode: the interpreter's and the compiled
+/// loop's alike.
+std::vector<OperandMode> operandModes(const FusedProgram &program);
 
 /// The compiled chain, or null where the machine lacks AVX-512, the chain
 /// has an op this does not compile or more live values than registers, or
 /// $CLEAVE_NO_JIT is set (to compare).
-std::unique_ptr<FusedJit>
-compileFusedJit(const FusedProgram &program,
-                const std::vector<JitOperands> &modes);
+std::unique_ptr<FusedJit> compileFusedJit(const FusedProgram &program);
 
 } // namespace cleave::rt
 

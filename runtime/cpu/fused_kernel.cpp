@@ -54,24 +54,19 @@ void loadBroadcast(const T *in, const std::vector<int64_t> &dims,
 float asFloat(float x) { return x; }
 float boolToFloat(uint8_t x) { return static_cast<float>(x); }
 
-/// How one op reads its operands: both as vectors, or one of a binary op's
-/// as a single f32 (a scalar input: the optimizers' hyperparameters, the
-/// constants of every formula), read once rather than filled per chunk.
-enum class OpMode : uint8_t { Vectors, ScalarB, ScalarA };
-
 template <typename Apply>
-inline void runOp(OpMode mode, int64_t len, float *d, const float *a,
+inline void runOp(OperandMode mode, int64_t len, float *d, const float *a,
                   const float *b, float as, float bs, Apply apply) {
   switch (mode) {
-  case OpMode::Vectors:
+  case OperandMode::Vectors:
     for (int64_t t = 0; t < len; ++t)
       d[t] = apply(a[t], b[t]);
     break;
-  case OpMode::ScalarB:
+  case OperandMode::ScalarB:
     for (int64_t t = 0; t < len; ++t)
       d[t] = apply(a[t], bs);
     break;
-  case OpMode::ScalarA:
+  case OperandMode::ScalarA:
     for (int64_t t = 0; t < len; ++t)
       d[t] = apply(as, b[t]);
     break;
@@ -81,7 +76,7 @@ inline void runOp(OpMode mode, int64_t len, float *d, const float *a,
 /// What the kernel precomputes from a FusedProgram: per op its mode, per
 /// input whether it is read in place (full f32) or must be filled.
 struct CpuPlan {
-  std::vector<OpMode> modes;
+  std::vector<OperandMode> modes;
   std::vector<uint8_t> inPlace, fill;
   /// The ops compiled (fused_jit.h), or null: interpreted.
   std::shared_ptr<const FusedJit> jit;
@@ -90,37 +85,23 @@ struct CpuPlan {
 CpuPlan planCpu(const FusedProgram &f) {
   CpuPlan plan;
   size_t numInputs = f.inputs.size();
-  auto scalar = [&](uint8_t r) {
-    return r < numInputs && f.inputs[r] == FusedInput::Scalar &&
-           !f.inputIsBool[r];
-  };
   plan.fill.assign(numInputs, 0);
   plan.inPlace.assign(numInputs, 0);
   for (size_t k = 0; k < numInputs; ++k)
     plan.inPlace[k] = f.inputs[k] == FusedInput::Full && !f.inputIsBool[k] &&
                       f.inputStorage[k] == DType::F32;
-  for (const FusedOp &op : f.ops) {
-    int arity = fusedArity(op.code);
-    OpMode mode = OpMode::Vectors;
-    if (arity == 2 && scalar(op.b) && !scalar(op.a))
-      mode = OpMode::ScalarB;
-    else if (arity == 2 && scalar(op.a) && !scalar(op.b))
-      mode = OpMode::ScalarA;
-    plan.modes.push_back(mode);
+  plan.modes = operandModes(f);
+  for (size_t o = 0; o < f.ops.size(); ++o) {
     // Scalars that ops read as vectors (unary ops, select, two scalars)
     // are filled per chunk.
-    if (mode != OpMode::Vectors)
+    if (plan.modes[o] != OperandMode::Vectors)
       continue;
+    const FusedOp &op = f.ops[o];
     for (uint8_t r : {op.a, op.b, op.c})
       if (r < numInputs && f.inputs[r] == FusedInput::Scalar)
         plan.fill[r] = true;
   }
-  std::vector<JitOperands> jitModes;
-  for (OpMode m : plan.modes)
-    jitModes.push_back(m == OpMode::ScalarA   ? JitOperands::ScalarA
-                       : m == OpMode::ScalarB ? JitOperands::ScalarB
-                                              : JitOperands::Vectors);
-  plan.jit = compileFusedJit(f, jitModes);
+  plan.jit = compileFusedJit(f);
   return plan;
 }
 
@@ -145,7 +126,7 @@ runOps(const FusedProgram &f, const CpuPlan &cp, const float *scalars,
     const float *a = r.reg[op.a] + from, *b = r.reg[op.b] + from;
     float as = scalars[op.a < numInputs ? op.a : 0];
     float bs = scalars[op.b < numInputs ? op.b : 0];
-    OpMode mode = cp.modes[o];
+    OperandMode mode = cp.modes[o];
     switch (op.code) {
 #define CLEAVE_FUSED_CASE(CODE)                                                \
   case FusedCode::CODE:                                                        \
@@ -229,8 +210,7 @@ evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
       // loop per type: a type test inside kept the loop scalar.
       const auto *in = static_cast<const uint16_t *>(args.operands[k]) + base;
       if (d == DType::BF16)
-        for (int64_t t = 0; t < len; ++t)
-          dst[t] = bf16ToFloat(in[t]);
+        widenBf16Array(in, dst, len);
       else
         for (int64_t t = 0; t < len; ++t)
           dst[t] = halfToFloat(in[t]);
@@ -263,8 +243,7 @@ evalSegment(const FusedProgram &f, const CpuPlan &cp, const KernelArgs &args,
       // Already rounded (RoundBf16 / RoundF16): the narrowing is exact.
       auto *out = static_cast<uint16_t *>(args.results[o]) + base;
       if (d == DType::BF16)
-        for (int64_t t = 0; t < len; ++t)
-          out[t] = floatToBf16(v[t]);
+        narrowBf16Array(v, out, len);
       else
         for (int64_t t = 0; t < len; ++t)
           out[t] = floatToHalf(v[t]);

@@ -139,18 +139,9 @@ std::vector<std::vector<float>> run(const FusedProgram &f,
 /// The chain compiles (on AVX-512 machines) and equals the interpreter.
 void expectSame(const FusedProgram &f,
                 const std::vector<std::vector<float>> &in, const char *what) {
-  std::vector<JitOperands> modes;
-  for (const FusedOp &op : f.ops) {
-    bool sa = op.a < in.size() && f.inputs[op.a] == FusedInput::Scalar;
-    bool sb = op.b < in.size() && f.inputs[op.b] == FusedInput::Scalar;
-    modes.push_back(fusedArity(op.code) != 2 ? JitOperands::Vectors
-                    : sb && !sa              ? JitOperands::ScalarB
-                    : sa && !sb              ? JitOperands::ScalarA
-                                             : JitOperands::Vectors);
-  }
   {
     JitSwitch jit(true);
-    EXPECT_NE(compileFusedJit(f, modes), nullptr) << what;
+    EXPECT_NE(compileFusedJit(f), nullptr) << what;
   }
   auto want = run(f, in, false), got = run(f, in, true);
   for (size_t o = 0; o < want.size(); ++o)
@@ -169,7 +160,7 @@ bool jitAvailable() {
     return false;
   JitSwitch jit(true);
   FusedProgram f = chain(16, {false}, {{FusedCode::Neg, 1, 0, 0, 0}}, {1});
-  return compileFusedJit(f, {JitOperands::Vectors}) != nullptr;
+  return compileFusedJit(f) != nullptr;
 }
 
 #define SKIP_WITHOUT_JIT()                                                     \
@@ -282,8 +273,7 @@ TEST(FusedJit, SelectAndLongChainsEqualTheInterpreter) {
                     static_cast<uint8_t>(i == 0 ? 1 : 22 + i),
                     static_cast<uint8_t>(2 + i), 0});
   FusedProgram f = chain(4099, {false}, wide, {43});
-  EXPECT_EQ(compileFusedJit(f, std::vector<JitOperands>(f.ops.size())),
-            nullptr);
+  EXPECT_EQ(compileFusedJit(f), nullptr);
   auto want = run(f, {x}, false), got = run(f, {x}, true);
   for (size_t i = 0; i < want[0].size(); ++i)
     ASSERT_TRUE(sameBits(got[0][i], want[0][i])) << i;
