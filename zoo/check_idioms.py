@@ -36,6 +36,15 @@ ones outside Megatron's pattern may only be the K/V projections' reductions.
 
 --stores also checkpoints the tp run, checks that the checkpoint, a
 resume at tp=1 from it, and an export keep the model's shapes and values.
+
+--tp-inner N compiles each tp run above N with the tp ranks factored into
+groups of N (two mesh axes, tp and tp_inner). Its optimum is then
+Megatron's all-reduces over all tp ranks plus, per layer, the K/V
+gradients of one group's heads summed within the group (the cheaper of the
+K and V activations' gradients and the K/V weights'), as a training step
+over vLLM's layout (each group of ranks holding the K/V heads its query
+heads read) needs; every collective must run over all tp ranks except those
+K/V reductions, which run over tp_inner only, two per layer.
 """
 import argparse
 import collections
@@ -137,8 +146,44 @@ def explain(coll):
     return [c for c in coll if not c.get("megatron")], problems
 
 
+def grouped(info, cfg):
+    """The plan on tp factored into tp x tp_inner (K/V heads per group of
+    tp_inner ranks): Megatron's all-reduces over all tp ranks, the K/V
+    gradients within each group only, at most the optimum's bytes."""
+    problems = []
+    mesh = info["mesh"]
+    n, g = mesh["tp"] * mesh["tp_inner"], mesh["tp_inner"]
+    coll = info["collectives"]
+    within = [c for c in coll if c["axes"] == ["tp_inner"]]
+    others = [c for c in coll if c not in within and sorted(c["axes"]) != ["tp", "tp_inner"]]
+    if others:
+        problems.append(f"{len(others)} collectives over {others[0]['axes']}, e.g. "
+                        f"{others[0]['reason']}")
+    if any(c["kind"] != "all_reduce" for c in coll):
+        problems.append("collectives other than all-reduces")
+    if len(within) != 2 * cfg["layers"]:
+        problems.append(f"{len(within)} reductions within the groups, want K and V's "
+                        f"per layer ({2 * cfg['layers']})")
+    tokens = cfg["batch"] * cfg["seq"]
+    heads = cfg["kv_heads"] * g // n  # K/V heads a group holds
+    group = 2 * heads * cfg["head_dim"] * 4 * min(tokens, cfg["d"])
+    pattern = dict(cfg, kv_reduce_bytes=0)
+    want = (optimum_bytes(pattern) * 2 * (n - 1) // n
+            + cfg["layers"] * group * 2 * (g - 1) // g)
+    total = sum(c["wire_bytes"] for c in coll)
+    plain = optimum_bytes(pattern) * 2 * (n - 1) // n
+    if total > want:
+        problems.append(f"{total} collective bytes per step, {total / want:.4f}x the "
+                        f"grouped optimum's {want}")
+    return (f"{len(coll)} collectives, {len(within)} within groups of {g}, {total} bytes = "
+            f"{total / want:.3f}x optimum ({total / plain:.3f}x Megatron's all-reduces "
+            f"alone)", problems)
+
+
 def megatron(cleave, bundle, cfg):
     info = json.loads(run([cleave, "inspect", bundle, "--json"]))
+    if "tp_inner" in info["mesh"]:
+        return grouped(info, cfg)
     coll = info["collectives"]
     outside, problems = explain(coll)
     # Expert parallelism (the capacity form): per MoE layer the combine's
@@ -215,11 +260,10 @@ def explained(cleave, bundle):
     return f"{len(outside)} outside Megatron's pattern ({gathers} all-gathers)", problems
 
 
-def check_stores(cleave, case, man, tp, work, steps):
+def check_stores(cleave, case, man, tp, work, steps, bundle):
     """Checkpoint at tp, resume at tp=1 and export: the model's shapes."""
     problems = []
     opt = "adamw"
-    bundle = os.path.join(work, f"bundle-tp{tp}-{opt}")
     ckpt = os.path.join(work, f"ckpt-tp{tp}")
     run([cleave, "run", bundle, "--steps", str(steps // 2), "--inputs",
          os.path.join(case, "inputs"), "--checkpoint", ckpt, "--save-every",
@@ -292,6 +336,8 @@ def main():
     ap.add_argument("--explain-tp", default="",
                     help="tps (comma-separated) at which every collective must be explained")
     ap.add_argument("--stores", action="store_true")
+    ap.add_argument("--tp-inner", type=int, default=1,
+                    help="factor each tp above N into groups of N ranks")
     ap.add_argument("--against-unfused", action="store_true",
                     help="compare the fused attention at tp 1 and each --tp "
                          "with the unfused form (--no-fusion) at tp 1 instead")
@@ -317,7 +363,10 @@ def main():
                     continue
                 _, ref = train(args.cleave, case, man, opt, 1, args.steps, work)
                 for tp in [int(t) for t in args.tp.split(",")]:
-                    bundle, got = train(args.cleave, case, man, opt, tp, args.steps, work)
+                    extra = (("--tp-inner", str(args.tp_inner))
+                             if 1 < args.tp_inner < tp else ())
+                    bundle, got = train(args.cleave, case, man, opt, tp, args.steps, work,
+                                        extra)
                     # AdamW's first update is lr * g / (|g| + eps): where |g|
                     # is near eps its gain on a gradient's rounding is up to
                     # lr / eps (10 here). A model whose gradients sit there
@@ -342,7 +391,7 @@ def main():
                         checks.append(("", problems))
                         if args.stores and tp == max(megatron_tps):
                             summary, problems = check_stores(args.cleave, case, man, tp,
-                                                             work, args.steps)
+                                                             work, args.steps, bundle)
                             print(f"{'FAIL' if problems else 'PASS'} {name} tp={tp} "
                                   f"stores: {summary}")
                             checks.append(("", problems))

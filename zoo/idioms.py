@@ -252,7 +252,8 @@ def llama_model(kv_heads, **kw):
     d, heads, layers = 64, 8, 2
     hd = kw.get("head_dim") or d // heads
     cfg = {"layers": layers, "d": d, "batch": 2, "seq": 16, "parallel": False,
-           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"]}
+           "vocab_parallel": ["embed_tokens.weight", "lm_head.weight"],
+           "kv_heads": kv_heads, "head_dim": hd}
     if kv_heads < 4:
         # At tp 4 the K/V projections cannot be split by head: their
         # gradients are reduced once per layer.

@@ -29,12 +29,21 @@ def Cleave_LayoutAttr : AttrDef<Cleave_Dialect, "Layout"> {
       one extent.
     - `dp_dim`: on a dp x tp mesh with ZeRO, the dimension of the tp-local
       tensor split over the dp axis, or -1.
+    - `parts`, `copies`: where tp is factored into two mesh axes (outer x
+      inner, `cleave.mesh_axes` "tp,tp_inner"), the chunks `dim` is cut
+      into and how many neighbouring tp ranks hold each: tp rank r holds
+      chunk (r / copies) % parts. A split over the outer axis alone (K/V
+      heads held by the group of ranks whose query heads read them) has
+      `copies` the inner axis's size; over the inner alone, `parts` its
+      size. At their default (0: tp / copies, 1) each tp rank holds a
+      chunk of its own.
 
     Parameters at their default (-1, 1, 1, -1) are not printed:
     ```mlir
     %w: tensor<8x8xf32> {cleave.parameter = "w", cleave.layout = #cleave.layout<dim = 0>}
     %qkv: tensor<24x8xf32> {cleave.layout = #cleave.layout<dim = 0, blocks = 3, granule = 4>}
     %m: tensor<4x8xf32> {cleave.layout = #cleave.layout<dim = 1, dp_dim = 0>}
+    %k: tensor<8x64xf32> {cleave.layout = #cleave.layout<dim = 0, parts = 2, copies = 2>}
     ```
     A layout that splits nothing is refused: a whole tensor carries none.
   }];
@@ -46,9 +55,21 @@ def Cleave_LayoutAttr : AttrDef<Cleave_Dialect, "Layout"> {
     DefaultValuedParameter<"int64_t", "1",
                            "chunks are multiples of this">:$granule,
     DefaultValuedParameter<"int64_t", "-1",
-                           "dimension split over dp (ZeRO)">:$dp_dim);
+                           "dimension split over dp (ZeRO)">:$dp_dim,
+    DefaultValuedParameter<"int64_t", "0",
+                           "chunks of dim (0: tp / copies)">:$parts,
+    DefaultValuedParameter<"int64_t", "1",
+                           "neighbouring tp ranks holding one chunk">:$copies);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    AttrBuilder<(ins "int64_t":$dim, "int64_t":$blocks, "int64_t":$granule,
+                     "int64_t":$dp_dim, CArg<"int64_t", "0">:$parts,
+                     CArg<"int64_t", "1">:$copies), [{
+      return $_get($_ctxt, dim, blocks, granule, dp_dim, parts, copies);
+    }]>
+  ];
   let extraClassDeclaration = [{
     /// Whether the first axis splits the tensor.
     bool isSplit() const { return getDim() >= 0; }

@@ -176,8 +176,15 @@ Type functionType(Operation *op, unsigned index, bool result) {
 
 LogicalResult
 LayoutAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
-                   int64_t dim, int64_t blocks, int64_t granule,
-                   int64_t dpDim) {
+                   int64_t dim, int64_t blocks, int64_t granule, int64_t dpDim,
+                   int64_t parts, int64_t copies) {
+  if (parts < 0 || copies < 1)
+    return emitError() << "#cleave.layout parts must be at least 0 and "
+                          "copies at least 1, got parts = "
+                       << parts << ", copies = " << copies;
+  if (dim < 0 && (parts > 0 || copies > 1))
+    return emitError() << "#cleave.layout parts and copies cut the split "
+                          "dimension: they need dim";
   if (dim < -1 || dpDim < -1)
     return emitError() << "#cleave.layout dimensions must be -1 (whole) or "
                           "a dimension, got dim = "

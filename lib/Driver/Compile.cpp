@@ -152,7 +152,18 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp must be at least 1");
   if (o.dp < 1)
     return rt::Status::error("--mesh dp must be at least 1");
+  if (o.tpInner < 1 || o.tp % o.tpInner != 0)
+    return rt::Status::error("--tp-inner " + std::to_string(o.tpInner) +
+                             " must divide --tp " + std::to_string(o.tp));
+  if (o.tpInner > 1 && o.tpInner < o.tp &&
+      (o.dp > 1 || o.zero != 0 || !o.planFile.empty() ||
+       o.sequenceParallel == "on" || o.devices > 0))
+    return rt::Status::error(
+        "--tp-inner factors a tp-only mesh whose layouts the compiler "
+        "chooses: not with --mesh dp, --zero, --plan, --sequence-parallel "
+        "on or --devices");
   train->tp = o.tp;
+  train->tpInner = o.tpInner < o.tp ? o.tpInner : 1;
   train->dp = o.dp;
   train->zero = o.zero;
   train->planFile = o.planFile;
@@ -194,9 +205,9 @@ static bool compileForwardOf(MLIRContext &ctx, mlir::cleave::OnnxModel &model,
     return success();
   });
   OwningOpRef<ModuleOp> module = mlir::cleave::importOnnx(&ctx, model, options);
-  if (!module ||
-      failed(mlir::cleave::compileShardedForward(
-          *module, mesh.tp, mesh.dp, mesh.zero, mesh.fusion, layouts, program)))
+  if (!module || failed(mlir::cleave::compileShardedForward(
+                     *module, mesh.tp, mesh.dp, mesh.zero, mesh.fusion, layouts,
+                     program, mesh.tpInner)))
     return false;
   program.set_name(name);
   program.set_shape(shape);
@@ -266,7 +277,7 @@ static llvm::StringMap<Attribute> stateLayouts(func::FuncOp trainMain) {
     if (name && layout && layout.getDim() >= 0)
       layouts[name.getValue()] = mlir::cleave::LayoutAttr::get(
           trainMain.getContext(), layout.getDim(), layout.getBlocks(),
-          layout.getGranule(), -1);
+          layout.getGranule(), -1, layout.getParts(), layout.getCopies());
   }
   return layouts;
 }
@@ -417,6 +428,11 @@ static rt::Status addBatchShape(MLIRContext &ctx, const CompileOptions &o,
                                 ::cleave::plan::Plan &plan) {
   const CompileOptions::BatchShape &shape = o.moreShapes[index - 1];
   std::string what = "batch shape " + std::to_string(index);
+  // Its step would take the first's layouts as --plan rules, which name no
+  // layout over two tp axes.
+  if (train.tpInner > 1)
+    return rt::Status::error(what + ": more batch shapes than one are not "
+                                    "supported with --tp-inner yet");
   std::map<std::string, std::string> inputs = o.inputs;
   for (const auto &[name, spec] : shape.inputs)
     inputs[name] = spec;
@@ -749,7 +765,12 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
     plan.add_mesh(mesh.dp);
     plan.add_mesh_axes("dp");
   }
-  if (mesh.tp > 1 || mesh.dp == 1) {
+  if (train.tpInner > 1) {
+    plan.add_mesh(mesh.tp / train.tpInner);
+    plan.add_mesh_axes("tp");
+    plan.add_mesh(train.tpInner);
+    plan.add_mesh_axes("tp_inner");
+  } else if (mesh.tp > 1 || mesh.dp == 1) {
     plan.add_mesh(mesh.tp);
     plan.add_mesh_axes("tp");
   }

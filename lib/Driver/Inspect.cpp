@@ -220,6 +220,12 @@ BundleSummary summarize(const pb::Plan &plan) {
           (s.granule > 1 ? ", by " + std::to_string(s.granule) + "-wide heads"
                          : std::string()) +
           ")";
+      // tp factored: each chunk held by a group of neighbouring ranks (or
+      // the inner axis's ranks of every group cutting it alike).
+      if (s.copies > 1)
+        row.sharding += " per group of " + std::to_string(s.copies) + " ranks";
+      else if (s.parts > 0)
+        row.sharding += " in " + std::to_string(s.parts) + ", alike per group";
       // A dimension tp does not divide is split in padded chunks.
       row.local[dim] = rt::localExtent(row.local[dim], s, out.tp);
       bytes = bytes / row.shape[dim] * row.local[dim];

@@ -84,7 +84,9 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
   // by them. Plain dp x tp chooses the tp layouts on the per-dp-rank step
   // instead, inside the partitioner (after its dp rewrite), whose
   // activations are a dp-th of these.
-  if (options.tp > 1 && (options.dp == 1 || options.zero > 0)) {
+  // tp factored into two axes chooses each axis's layouts in its own pass.
+  bool factored = options.tpInner > 1 && options.tpInner < options.tp;
+  if (options.tp > 1 && (options.dp == 1 || options.zero > 0) && !factored) {
     ChooseLayoutsPassOptions choose;
     choose.tp = options.tp;
     choose.planFile = options.planFile;
@@ -104,6 +106,7 @@ void mlir::cleave::buildTrainPipeline(OpPassManager &pm,
     partition.tp = options.tp;
     partition.planFile = options.planFile;
     partition.sequenceParallel = options.sequenceParallel;
+    partition.tpInner = options.tpInner;
     pm.addPass(createPartitionPass(partition));
   }
   if (options.tp > 1 || options.dp > 1 || options.zero != 0 ||
@@ -131,6 +134,7 @@ struct TrainPipelineOptions : public PassPipelineOptions<TrainPipelineOptions> {
   Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
   Option<bool> sequenceParallel{*this, "sequence-parallel",
                                 llvm::cl::init(false)};
+  Option<int64_t> tpInner{*this, "tp-inner", llvm::cl::init(1)};
   Option<bool> lrInput{*this, "lr-input", llvm::cl::init(false)};
   Option<double> maxGradNorm{*this, "max-grad-norm", llvm::cl::init(0.0)};
   Option<double> clipGradValue{*this, "clip-grad-value", llvm::cl::init(0.0)};
@@ -153,6 +157,7 @@ void mlir::cleave::registerPipelines() {
         t.precision = o.precision;
         t.recompute = o.recompute;
         t.sequenceParallel = o.sequenceParallel;
+        t.tpInner = o.tpInner;
         t.lrInput = o.lrInput;
         t.maxGradNorm = o.maxGradNorm;
         t.clipGradValue = o.clipGradValue;
@@ -192,11 +197,10 @@ LogicalResult mlir::cleave::compileForward(ModuleOp module,
   return runAndEmit(module, pm, program);
 }
 
-LogicalResult
-mlir::cleave::compileShardedForward(ModuleOp module, int64_t tp, int64_t dp,
-                                    int64_t zero, bool fuse,
-                                    const llvm::StringMap<Attribute> &layouts,
-                                    ::cleave::plan::Program &program) {
+LogicalResult mlir::cleave::compileShardedForward(
+    ModuleOp module, int64_t tp, int64_t dp, int64_t zero, bool fuse,
+    const llvm::StringMap<Attribute> &layouts, ::cleave::plan::Program &program,
+    int64_t tpInner) {
   // What the train pipeline does ahead of the loss, so that the parameters
   // are the step's (segments included) and the layouts apply by name.
   PassManager prepare(module.getContext());
@@ -241,6 +245,7 @@ mlir::cleave::compileShardedForward(ModuleOp module, int64_t tp, int64_t dp,
   if (tp > 1 || dp > 1 || zero != 0) {
     PartitionPassOptions partition;
     partition.tp = tp;
+    partition.tpInner = tpInner;
     pm.addPass(createPartitionPass(partition));
   }
   buildForwardPipeline(pm);

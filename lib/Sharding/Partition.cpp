@@ -26,8 +26,14 @@ struct PartitionPass
   void runOnOperation() override;
 
   /// Chooses the parameters' layouts on the tp axis (mesh axis
-  /// \p meshAxis), or takes those recorded, and rewrites every function.
-  void partitionTensorParallel(ModuleOp module, int64_t meshAxis);
+  /// \p meshAxis, \p ranks of them), or takes those recorded, and rewrites
+  /// every function. \p bucket: whether gradients are summed as one bucket
+  /// (not where another tp axis is partitioned afterwards).
+  LogicalResult partitionTensorParallel(ModuleOp module, int64_t meshAxis,
+                                        int64_t ranks, bool bucket = true);
+
+  /// tp factored into outer x inner mesh axes (tp-inner).
+  LogicalResult partitionFactored(ModuleOp module);
 
   /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
   LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
@@ -43,7 +49,159 @@ struct PartitionPass
   std::map<std::string, LayoutAlternatives> chosenAlternatives;
   /// ... and how the search scored them, which the rewrite follows.
   std::map<std::string, PartitionOptions> chosenHow;
+  /// With tp-inner: per function, the layouts over both tp axes recorded
+  /// on its parameters (a forward pass split as its train step), which
+  /// each axis's pass takes its part of.
+  std::map<std::string, llvm::StringMap<LayoutAttr>> recordedOverBoth;
 };
+
+/// The outer pass's #cleave.layout of each argument and result of a
+/// function (null where whole), taken off so that the inner pass records
+/// its own, and the function's global type before either pass.
+struct OuterLayouts {
+  FunctionType global;
+  SmallVector<LayoutAttr> args, results;
+};
+
+OuterLayouts takeLayouts(func::FuncOp func, FunctionType global) {
+  OuterLayouts out{global, {}, {}};
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    out.args.push_back(func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr));
+    func.removeArgAttr(i, kLayoutAttr);
+  }
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
+    out.results.push_back(func.getResultAttrOfType<LayoutAttr>(i, kLayoutAttr));
+    func.removeResultAttr(i, StringAttr::get(func.getContext(), kLayoutAttr));
+  }
+  return out;
+}
+
+/// The layout over outer x inner tp ranks (row-major: tp rank o * inner +
+/// i) of a tensor of global type \p type split \p o over the outer axis
+/// and \p i over the inner (null: whole on that axis). Split over both
+/// along one dimension, each rank's chunk must be the one a plain split of
+/// tp ranks gives it (the inner chunks tile the outer chunk exactly), so
+/// that files, checkpoints and state_dict see a plain split; failure
+/// otherwise.
+FailureOr<LayoutAttr> composeLayout(LayoutAttr o, LayoutAttr i, Type type,
+                                    int64_t outer, int64_t inner) {
+  MLIRContext *ctx = type.getContext();
+  if (!o && !i)
+    return LayoutAttr();
+  if (o && !i)
+    return LayoutAttr::get(ctx, o.getDim(), o.getBlocks(), o.getGranule(), -1,
+                           outer, inner);
+  if (!o)
+    return LayoutAttr::get(ctx, i.getDim(), i.getBlocks(), i.getGranule(), -1,
+                           inner, 1);
+  if (o.getDim() != i.getDim() || o.getBlocks() != i.getBlocks())
+    return failure();
+  int64_t dim = o.getDim(), blocks = o.getBlocks();
+  int64_t block = cast<RankedTensorType>(type).getDimSize(dim) / blocks;
+  int64_t outerChunk =
+      Layout::split(dim, blocks, o.getGranule()).chunk(block, outer);
+  int64_t innerChunk =
+      Layout::split(dim, blocks, i.getGranule()).chunk(outerChunk, inner);
+  if (outerChunk != inner * innerChunk)
+    return failure();
+  for (int64_t g : {o.getGranule(), i.getGranule()})
+    if (Layout::split(dim, blocks, g).chunk(block, outer * inner) == innerChunk)
+      return LayoutAttr::get(ctx, dim, blocks, g, -1);
+  return failure();
+}
+
+/// Records on \p func the layouts over both tp axes (composeLayout) of its
+/// arguments and results, the inner pass's being on them now.
+LogicalResult composeLayouts(func::FuncOp func, const OuterLayouts &outer,
+                             int64_t outerRanks, int64_t innerRanks) {
+  auto compose = [&](LayoutAttr o, LayoutAttr i, Type type, StringRef what,
+                     unsigned n) -> FailureOr<LayoutAttr> {
+    FailureOr<LayoutAttr> l = composeLayout(o, i, type, outerRanks, innerRanks);
+    if (failed(l))
+      return func.emitError("tp over ")
+             << outerRanks << " x " << innerRanks << " ranks splits " << what
+             << " " << n << " (" << type << ") as " << o << " then " << i
+             << ", not as one split of " << outerRanks * innerRanks << " ranks";
+    return l;
+  };
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    FailureOr<LayoutAttr> l = compose(
+        outer.args[i], func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr),
+        outer.global.getInput(i), "argument", i);
+    if (failed(l))
+      return failure();
+    if (*l)
+      func.setArgAttr(i, kLayoutAttr, *l);
+  }
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
+    FailureOr<LayoutAttr> l = compose(
+        outer.results[i], func.getResultAttrOfType<LayoutAttr>(i, kLayoutAttr),
+        outer.global.getResult(i), "result", i);
+    if (failed(l))
+      return failure();
+    if (*l)
+      func.setResultAttr(i, kLayoutAttr, *l);
+  }
+  return success();
+}
+
+/// An all-reduce over one tp axis of a value just summed over the other
+/// becomes one all-reduce over both: a ring of all the tp ranks moves
+/// 2(n-1)/n of the payload, two rings of the factors more. The first one's
+/// reason and phase stay; it is one of Megatron's if either was.
+void mergeReductions(func::FuncOp func) {
+  SmallVector<AllReduceOp> seconds;
+  func.walk([&](AllReduceOp op) {
+    auto first = op.getInput().getDefiningOp<AllReduceOp>();
+    if (first && first.getKind() == op.getKind() && first->hasOneUse() &&
+        llvm::none_of(op.getAxes(), [&](int64_t a) {
+          return llvm::is_contained(first.getAxes(), a);
+        }))
+      seconds.push_back(op);
+  });
+  for (AllReduceOp op : seconds) {
+    auto first = op.getInput().getDefiningOp<AllReduceOp>();
+    SmallVector<int64_t> axes(first.getAxes());
+    llvm::append_range(axes, op.getAxes());
+    llvm::sort(axes);
+    OpBuilder builder(op);
+    auto merged = AllReduceOp::create(builder, first.getLoc(), first.getKind(),
+                                      first.getInput(), axes);
+    merged->setDiscardableAttrs(first->getDiscardableAttrDictionary());
+    merged->removeAttr(kBucketAttr);
+    if (op->hasAttr(kMegatronAttr))
+      merged->setAttr(kMegatronAttr, builder.getUnitAttr());
+    op.replaceAllUsesWith(merged.getResult());
+    op.erase();
+    first.erase();
+  }
+}
+
+/// The #cleave.layout recorded on each parameter of \p func (null where
+/// whole), by name.
+llvm::StringMap<LayoutAttr> parameterLayoutAttrs(func::FuncOp func) {
+  llvm::StringMap<LayoutAttr> out;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+    if (auto name = func.getArgAttrOfType<StringAttr>(i, kParameterAttr))
+      out[name.getValue()] = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr);
+  return out;
+}
+
+/// The outer and inner axes' layouts whose composition (composeLayout) is
+/// \p l; failure for a layout no composition gives.
+FailureOr<std::pair<Layout, Layout>>
+decomposeLayout(LayoutAttr l, int64_t outer, int64_t inner) {
+  if (!l || !l.isSplit())
+    return std::make_pair(Layout::replicated(), Layout::replicated());
+  Layout split = Layout::split(l.getDim(), l.getBlocks(), l.getGranule());
+  if (l.getParts() == 0 && l.getCopies() == 1)
+    return std::make_pair(split, split);
+  if (l.getCopies() == inner && (l.getParts() == 0 || l.getParts() == outer))
+    return std::make_pair(split, Layout::replicated());
+  if (l.getCopies() == 1 && l.getParts() == inner)
+    return std::make_pair(Layout::replicated(), split);
+  return failure();
+}
 
 /// --cleave-choose-layouts's choice for \p func (readRecordedLayouts), then
 /// removed from it and its parameters (the rewrite records the local
@@ -104,6 +262,8 @@ void PartitionPass::runOnOperation() {
   for (auto func : module.getOps<func::FuncOp>()) {
     if (afterData && !func->hasAttr(kLayoutsForAttr))
       continue;
+    if (tpInner > 1 && tpInner < tp && func->hasAttr(kLayoutsForAttr))
+      recordedOverBoth[func.getName().str()] = parameterLayoutAttrs(func);
     LayoutAlternatives why;
     std::optional<PartitionOptions> how;
     FailureOr<ParameterLayouts> chosen = takeChosenLayouts(func, tp, why, how);
@@ -129,8 +289,23 @@ void PartitionPass::runOnOperation() {
           << static_cast<int64_t>(tp);
       return signalPassFailure();
     }
-    if (tp > 1)
-      partitionTensorParallel(module, /*meshAxis=*/1);
+    if (tpInner > 1) {
+      module.emitError("tp-inner is not supported on a dp x tp mesh");
+      return signalPassFailure();
+    }
+    if (tp > 1 && failed(partitionTensorParallel(module, /*meshAxis=*/1, tp)))
+      return signalPassFailure();
+    return;
+  }
+  if (tpInner < 1 || tp % tpInner != 0) {
+    module.emitError("tp-inner=")
+        << static_cast<int64_t>(tpInner)
+        << " does not divide tp=" << static_cast<int64_t>(tp);
+    return signalPassFailure();
+  }
+  if (tpInner > 1 && tpInner < tp) {
+    if (failed(partitionFactored(module)))
+      return signalPassFailure();
     return;
   }
   module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
@@ -144,17 +319,21 @@ void PartitionPass::runOnOperation() {
         return signalPassFailure();
     return;
   }
-  partitionTensorParallel(module, /*meshAxis=*/0);
+  if (failed(partitionTensorParallel(module, /*meshAxis=*/0, tp)))
+    signalPassFailure();
 }
 
-void PartitionPass::partitionTensorParallel(ModuleOp module, int64_t meshAxis) {
+LogicalResult PartitionPass::partitionTensorParallel(ModuleOp module,
+                                                     int64_t meshAxis,
+                                                     int64_t ranks,
+                                                     bool bucket) {
   CostModel cost;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
     ParameterLayouts fixed;
     if (failed(fixedLayouts(func, fixed)))
-      return signalPassFailure();
+      return failure();
     // Layouts --cleave-choose-layouts chose are applied as it scored them,
     // with its reasons; otherwise the search runs here.
     std::string name = func.getName().str();
@@ -165,15 +344,77 @@ void PartitionPass::partitionTensorParallel(ModuleOp module, int64_t meshAxis) {
       options = how->second;
       alternatives = chosenAlternatives[name];
     } else {
-      layouts = chooseLayouts(func, tp, fixed, cost, &alternatives, &options);
+      layouts =
+          chooseLayouts(func, ranks, fixed, cost, &alternatives, &options);
     }
     options.meshAxis = meshAxis;
     options.sequenceParallel = sequenceParallel;
+    options.bucketGradients = options.bucketGradients && bucket;
     if (failed(layouts) ||
-        failed(partition(func, tp, *layouts, cost, /*rewrite=*/true, nullptr,
+        failed(partition(func, ranks, *layouts, cost, /*rewrite=*/true, nullptr,
                          &alternatives, options)))
-      return signalPassFailure();
+      return failure();
   }
+  return success();
+}
+
+LogicalResult PartitionPass::partitionFactored(ModuleOp module) {
+  int64_t inner = tpInner, outer = tp / tpInner;
+  if (!planFile.empty() || sequenceParallel)
+    return module.emitError("tp-inner takes no --plan or sequence "
+                            "parallelism: its layouts are chosen per axis");
+  // Layouts recorded over both axes: each pass applies its axis's part.
+  std::map<std::string, std::pair<ParameterLayouts, ParameterLayouts>> parts;
+  chosenHow.clear();
+  chosenAlternatives.clear();
+  for (auto &[name, attrs] : recordedOverBoth) {
+    auto &[o, i] = parts[name];
+    for (auto &entry : attrs) {
+      FailureOr<std::pair<Layout, Layout>> both =
+          decomposeLayout(entry.second, outer, inner);
+      if (failed(both))
+        return module.emitError("the layout ")
+               << entry.second << " of '" << entry.first()
+               << "' is not one of tp over " << outer << " x " << inner
+               << " ranks";
+      o[entry.first()] = both->first;
+      i[entry.first()] = both->second;
+    }
+  }
+  auto useRecorded = [&](bool second) {
+    chosenLayouts.clear();
+    for (auto &[name, both] : parts)
+      chosenLayouts[name] = second ? both.second : both.first;
+  };
+  useRecorded(false);
+  MLIRContext *ctx = &getContext();
+  module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(ctx, {outer, inner}));
+  module->setAttr(kMeshAxesAttr, StringAttr::get(ctx, "tp,tp_inner"));
+  std::map<std::string, FunctionType> globalTypes;
+  for (auto func : module.getOps<func::FuncOp>())
+    globalTypes[func.getName().str()] = func.getFunctionType();
+  // The outer pass sums each gradient where it is final: a bucket's flat
+  // concatenation would undo the inner pass's splits.
+  if (failed(partitionTensorParallel(module, /*meshAxis=*/0, outer,
+                                     /*bucket=*/false)))
+    return failure();
+  std::map<std::string, OuterLayouts> outerLayouts;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal())
+      outerLayouts[func.getName().str()] =
+          takeLayouts(func, globalTypes[func.getName().str()]);
+  useRecorded(true);
+  if (failed(partitionTensorParallel(module, /*meshAxis=*/1, inner)))
+    return failure();
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    if (failed(composeLayouts(func, outerLayouts[func.getName().str()], outer,
+                              inner)))
+      return failure();
+    mergeReductions(func);
+  }
+  return success();
 }
 
 } // namespace

@@ -662,9 +662,19 @@ void Partitioner::emit(const OpEntry &e, ArrayRef<Value> operands,
         rule->lookup->intoResult ? op->getResult(0) : op->getOperand(0);
     Layout l = rule->lookup->intoResult ? outs[0] : layoutOf(idOf(table));
     if (l.isSplit() && l.dim == rule->lookup->axis) {
-      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr({meshAxis}));
-      copy->setAttr(kShardSizeAttr,
-                    builder.getI64IntegerAttr(typeOf(table).getDimSize(l.dim)));
+      // Split over a second tp axis (tp-inner) too: the rank's offset is
+      // its index over both axes times its chunk, the inner chunks tiling
+      // the outer one (as the partition pass checks of the table's
+      // layout), and the table's size stays the outer pass's, the global.
+      SmallVector<int64_t> axes;
+      auto was = op->getAttrOfType<DenseI64ArrayAttr>(kShardAxesAttr);
+      if (was)
+        llvm::append_range(axes, was.asArrayRef());
+      axes.push_back(meshAxis);
+      copy->setAttr(kShardAxesAttr, builder.getDenseI64ArrayAttr(axes));
+      if (!was)
+        copy->setAttr(kShardSizeAttr, builder.getI64IntegerAttr(
+                                          typeOf(table).getDimSize(l.dim)));
     }
   }
   for (auto [i, r] : llvm::enumerate(copy->getResults())) {

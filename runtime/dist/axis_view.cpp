@@ -1,8 +1,9 @@
 //===- axis_view.cpp - One axis of a mesh as a communicator of its own ----===//
 //
-// The trainer keeps tensors split over the tp axis only; on a dp x tp mesh
-// it loads, gathers and checkpoints them through the tp group of its rank,
-// seen as a one-axis mesh, with the code that serves a tp-only mesh.
+// The trainer keeps tensors split over the tp axis only (or the two axes tp
+// is factored into); on a dp x tp mesh it loads, gathers and checkpoints
+// them through the tp group of its rank, seen as a one-axis mesh, with the
+// code that serves a tp-only mesh.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,15 +15,15 @@ namespace {
 
 class AxisView final : public Communicator {
 public:
-  AxisView(Communicator &parent, int64_t axis)
-      : Communicator({parent.meshShape()[axis]}), parent_(parent), axis_(axis) {
-  }
+  AxisView(Communicator &parent, std::vector<int64_t> axes)
+      : Communicator({parent.groupSize(axes)}), parent_(parent),
+        axes_(std::move(axes)) {}
 
   int rank() const override {
-    return static_cast<int>(parent_.groupRank({axis_}));
+    return static_cast<int>(parent_.groupRank(axes_));
   }
   int size() const override {
-    return static_cast<int>(parent_.groupSize({axis_}));
+    return static_cast<int>(parent_.groupSize(axes_));
   }
   double timeoutSeconds() const override { return parent_.timeoutSeconds(); }
   void setTimeoutSeconds(double s) override { parent_.setTimeoutSeconds(s); }
@@ -60,23 +61,28 @@ public:
   /// Every rank of this axis's group (not of the whole mesh).
   Status barrier() override {
     int32_t token = 0;
-    return parent_.allReduce(&token, 1, DType::I32, Reduction::Max, {axis_});
+    return parent_.allReduce(&token, 1, DType::I32, Reduction::Max, axes_);
   }
 
 private:
   std::vector<int64_t> map(const std::vector<int64_t> &axes) const {
-    return axes.empty() ? axes : std::vector<int64_t>{axis_};
+    return axes.empty() ? axes : axes_;
   }
   Communicator &parent_;
-  int64_t axis_;
+  std::vector<int64_t> axes_;
 };
 
 } // namespace
 
 std::unique_ptr<Communicator> makeAxisView(Communicator &parent, int64_t axis) {
-  if (axis < 0 || axis >= static_cast<int64_t>(parent.meshShape().size()))
+  return makeAxisView(parent, std::vector<int64_t>{axis});
+}
+
+std::unique_ptr<Communicator> makeAxisView(Communicator &parent,
+                                           std::vector<int64_t> axes) {
+  if (axes.empty() || !parent.checkAxes(axes))
     return nullptr;
-  return std::make_unique<AxisView>(parent, axis);
+  return std::make_unique<AxisView>(parent, std::move(axes));
 }
 
 } // namespace cleave::rt

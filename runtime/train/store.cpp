@@ -23,6 +23,7 @@ rankRanges(int64_t size, Split split, int64_t rank, int64_t parts) {
   if (!split.isSplit())
     return {{0, size}};
   int64_t block = size / split.blocks, chunk = split.chunk(block, parts);
+  rank = split.chunkIndex(rank, parts);
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (int64_t b = 0; b < split.blocks; ++b)
     ranges.push_back({b * block + std::min(block, rank * chunk),
@@ -182,6 +183,8 @@ template <typename Message> Split readSplit(const Message &m) {
     s.dim = m.split_dim();
     s.blocks = m.has_split_blocks() ? m.split_blocks() : 1;
     s.granule = m.has_split_granule() ? m.split_granule() : 1;
+    s.parts = m.has_split_parts() ? m.split_parts() : 0;
+    s.copies = m.has_split_copies() ? m.split_copies() : 1;
   }
   return s;
 }
@@ -195,6 +198,8 @@ void setSplit(pb::TensorEntry *entry, Split split) {
   entry->clear_split_dim();
   entry->clear_split_blocks();
   entry->clear_split_granule();
+  entry->clear_split_parts();
+  entry->clear_split_copies();
   if (!split.isSplit())
     return;
   entry->set_split_dim(split.dim);
@@ -202,6 +207,10 @@ void setSplit(pb::TensorEntry *entry, Split split) {
     entry->set_split_blocks(split.blocks);
   if (split.granule > 1)
     entry->set_split_granule(split.granule);
+  if (split.parts > 0)
+    entry->set_split_parts(split.parts);
+  if (split.copies > 1)
+    entry->set_split_copies(split.copies);
 }
 
 Status
@@ -526,6 +535,10 @@ Status StoreReader::readGlobal(const pb::TensorEntry &entry, HostTensor *out) {
         all.push_back({slice.starts(k), slice.ends(k)});
     }
     std::sort(all.begin(), all.end());
+    // tp factored into two axes: the ranks of a group (or each group's
+    // rank at one place in it) hold the same chunk, each in its own file.
+    if (split.copies > 1 || split.parts > 0)
+      all.erase(std::unique(all.begin(), all.end()), all.end());
     int64_t at = 0;
     for (auto [lo, hi] : all) {
       // A rank whose chunk is all padding holds an empty range.

@@ -16,6 +16,7 @@
 #include "cpu/runner.h"
 #include "plan/plan.pb.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -55,16 +56,21 @@ std::string stateKey(const pb::Binding &b) {
 
 Status checkMesh(const pb::Plan &plan) {
   bool named = plan.mesh_axes_size() > 0;
-  if (plan.mesh_size() > 2 ||
+  if (plan.mesh_size() > 3 ||
       (named && plan.mesh_axes_size() != plan.mesh_size()))
-    return Status::error("has a mesh this runtime cannot run (at most two "
-                         "axes, dp and tp)");
+    return Status::error("has a mesh this runtime cannot run (at most three "
+                         "axes: dp, tp and tp_inner)");
+  std::vector<std::string> seen;
   for (int i = 0; i < plan.mesh_size(); ++i) {
     std::string axis = named ? plan.mesh_axes(i) : "tp";
-    if (plan.mesh(i) < 1 || (axis != "dp" && axis != "tp") ||
-        (i > 0 && axis == (named ? plan.mesh_axes(0) : "tp")))
-      return Status::error("has a mesh this runtime cannot run (axes dp "
-                           "and tp, each once, sizes at least 1)");
+    bool known = axis == "dp" || axis == "tp" ||
+                 (axis == "tp_inner" && !seen.empty() && seen.back() == "tp");
+    if (plan.mesh(i) < 1 || !known ||
+        std::find(seen.begin(), seen.end(), axis) != seen.end())
+      return Status::error("has a mesh this runtime cannot run (axes dp, tp "
+                           "and tp_inner after tp, each once, sizes at "
+                           "least 1)");
+    seen.push_back(axis);
   }
   return Status::ok();
 }
@@ -74,12 +80,28 @@ MeshGeometry meshOf(const pb::Plan &plan) {
   for (int i = 0; i < plan.mesh_size(); ++i) {
     std::string axis = plan.mesh_axes_size() ? plan.mesh_axes(i) : "tp";
     m.shape.push_back(plan.mesh(i));
-    (axis == "dp" ? m.dpAxis : m.tpAxis) = i;
-    (axis == "dp" ? m.dp : m.tp) = plan.mesh(i);
+    if (axis == "dp") {
+      m.dpAxis = i;
+      m.dp = plan.mesh(i);
+    } else if (axis == "tp_inner") {
+      m.tpInnerAxis = i;
+      m.tp *= plan.mesh(i);
+    } else {
+      m.tpAxis = i;
+      m.tp *= plan.mesh(i);
+    }
   }
   if (m.shape.empty())
     m.shape = {1};
   return m;
+}
+
+std::vector<int64_t> MeshGeometry::tpAxes() const {
+  std::vector<int64_t> axes;
+  for (int64_t a : {tpAxis, tpInnerAxis})
+    if (a >= 0)
+      axes.push_back(a);
+  return axes;
 }
 
 int64_t MeshGeometry::tensorParts() const {
@@ -94,6 +116,10 @@ int64_t MeshGeometry::ranks() const {
 }
 
 std::string MeshGeometry::str() const {
+  if (tpInnerAxis >= 0)
+    return (dpAxis < 0 ? "" : "dp = " + std::to_string(dp) + ", ") +
+           "tp = " + std::to_string(tp) + " (" + std::to_string(shape[tpAxis]) +
+           " x " + std::to_string(shape[tpInnerAxis]) + ")";
   if (dpAxis < 0)
     return "tp = " + std::to_string(tp);
   if (tpAxis < 0)
@@ -265,8 +291,9 @@ Status TrainSession::open() {
   // tp group loads, gathers and checkpoints them, or a 1-D mesh's only axis
   // (tp, or dp for ZeRO's optimizer state).
   if (mesh.shape.size() > 1) {
-    tpView = makeAxisView(*comm, mesh.tpAxis);
-    dpView = makeAxisView(*comm, mesh.dpAxis);
+    tpView = makeAxisView(*comm, mesh.tpAxes());
+    if (mesh.dpAxis >= 0)
+      dpView = makeAxisView(*comm, mesh.dpAxis);
   }
   tpComm = tpView ? tpView.get() : comm;
   dpComm = dpView.get();
@@ -787,12 +814,14 @@ Status TrainSession::save(int64_t steps, std::string *writtenTo) {
   // dp replicas hold the same state: the first writes it, the others wait
   // for it and learn how it went.
   Status wrote = Status::ok();
-  bool replica = mesh.shape.size() > 1 && dpRank > 0;
+  // (A mesh of dp alone splits the state over it: every rank writes.)
+  bool dpReplicas = mesh.dpAxis >= 0 && mesh.tpAxis >= 0;
+  bool replica = dpReplicas && dpRank > 0;
   if (!replica)
     wrote =
         saveCheckpoint(options.checkpointDir, steps, plan, options.bundleDir,
                        tensors, feed->description(), *tpComm, &written);
-  if (mesh.shape.size() > 1)
+  if (dpReplicas)
     if (Status s = shareOverDp(&wrote, &written); !s)
       return s;
   if (!wrote)

@@ -130,6 +130,13 @@ static cl::opt<int64_t> seed("seed",
                              cl::init(0), cl::sub(compileCmd));
 static cl::opt<int64_t> tpSize("tp", cl::desc("Tensor-parallel ranks"),
                                cl::init(1), cl::sub(compileCmd));
+static cl::opt<int64_t> tpInnerFlag(
+    "tp-inner",
+    cl::desc("Factor the tp ranks into groups of N neighbours, two mesh axes "
+             "whose layouts are chosen one after the other: K/V heads fewer "
+             "than the ranks are then held by the group whose query heads "
+             "read them, their gradients summed within it"),
+    cl::value_desc("N"), cl::init(1), cl::sub(compileCmd));
 static cl::opt<std::string>
     meshSpec("mesh",
              cl::desc("The device mesh: tp=N (as --tp N) or dp=N (data "
@@ -782,6 +789,7 @@ static int runCompile(MLIRContext &ctx) {
   o.eps = eps;
   o.seed = seed;
   o.tp = tpSize;
+  o.tpInner = tpInnerFlag;
   o.zero = zeroStage;
   if (!meshSpec.empty()) {
     if (tpSize.getNumOccurrences())

@@ -42,6 +42,10 @@ struct CompileOptions {
   std::optional<double> lr, weightDecay;
   double momentum = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t seed = 0, tp = 1;
+  /// --tp-inner N: the tp ranks factored into tp / N groups of N
+  /// neighbouring ranks, two mesh axes partitioned one after the other (K/V
+  /// heads held per group); 1: one tp axis.
+  int64_t tpInner = 1;
   /// Data-parallel ranks (--mesh dp=N): the batch split, weights replicated.
   int64_t dp = 1;
   /// ZeRO stage over dp (--zero).

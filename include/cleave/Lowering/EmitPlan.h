@@ -20,7 +20,8 @@ LogicalResult emitPlan(func::FuncOp func, ::cleave::plan::Program &program);
 
 /// Copies \p layout into the split fields a plan message carries for a split
 /// tensor (a Binding's, a TensorEntry's): split_dim with its blocks and
-/// granule where they are not 1, and dp_split_dim.
+/// granule where they are not 1, parts and copies where tp is factored,
+/// and dp_split_dim.
 template <typename Message>
 void recordLayout(LayoutAttr layout, Message &message) {
   if (layout.getDpDim() >= 0)
@@ -32,6 +33,10 @@ void recordLayout(LayoutAttr layout, Message &message) {
     message.set_split_blocks(layout.getBlocks());
   if (layout.getGranule() > 1)
     message.set_split_granule(layout.getGranule());
+  if (layout.getParts() > 0)
+    message.set_split_parts(layout.getParts());
+  if (layout.getCopies() > 1)
+    message.set_split_copies(layout.getCopies());
 }
 
 } // namespace mlir::cleave

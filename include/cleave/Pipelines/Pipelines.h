@@ -43,6 +43,9 @@ struct TrainStepOptions {
   /// Megatron's sequence parallelism (--cleave-partition's
   /// sequence-parallel).
   bool sequenceParallel = false;
+  /// tp factored into tp / tpInner x tpInner mesh axes (--cleave-partition's
+  /// tp-inner); 1: one tp axis.
+  int64_t tpInner = 1;
   /// The learning rate read from an input the runtime's schedule feeds
   /// (cleave-optimizer's lr-input), and gradient clipping (its
   /// max-grad-norm and clip-grad-value; 0: none).
@@ -68,7 +71,8 @@ struct TrainStepOptions {
 LogicalResult compileShardedForward(ModuleOp module, int64_t tp, int64_t dp,
                                     int64_t zero, bool fuse,
                                     const llvm::StringMap<Attribute> &layouts,
-                                    ::cleave::plan::Program &program);
+                                    ::cleave::plan::Program &program,
+                                    int64_t tpInner = 1);
 
 /// Training lowering: append the loss, differentiate, apply the optimizer,
 /// clean up, partition for tensor parallelism (tp > 1), then the forward

@@ -105,6 +105,23 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     it would read `cleave.reduce_scatter %2 dim = 0` (tensor<2x8xf32>) and
     `cleave.all_gather` of the tanh.
 
+    With `tp-inner=N` (N dividing tp) the tp ranks are factored into two
+    mesh axes, tp / N outer x N inner (`cleave.mesh_axes` "tp,tp_inner",
+    a group of N neighbouring ranks on the inner axis), and the step is
+    partitioned over the outer axis, then the outer pass's per-rank step
+    over the inner axis, as dp x tp partitions dp then tp. What neither
+    axis alone divides finds its layout per axis: with 8 query and 2 K/V
+    heads at tp 4 = 2 x 2, the outer pass gives each group of ranks 4
+    query heads and the 1 K/V head they read (Megatron's plan), the inner
+    pass splits the query heads and keeps the K/V head whole within the
+    group, so its gradient is summed over the inner axis only (what vLLM's
+    replicated K/V heads leave a training step to do), not over all tp
+    ranks. An all-reduce over one axis of a value summed over the other
+    becomes one all-reduce over both. A tensor split over both axes along
+    one dimension is a plain split of tp ranks (the same chunks, or the
+    factoring is refused); split over one axis it has `parts` and `copies`
+    in its `#cleave.layout`.
+
     Before (`tp=2`, `x W^T` then `relu` then `h V^T`):
     ```mlir
     func.func @main(%x: tensor<4x8xf32>, %w: tensor<16x8xf32> {cleave.parameter = "w"}, %v: tensor<8x16xf32> {cleave.parameter = "v"}) -> (tensor<4x8xf32> {cleave.loss}) {
@@ -137,6 +154,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
            "Reduce-scatter partial activations into the split their next op "
            "reads (Megatron's sequence parallelism), gathering them where "
            "an op needs them whole">,
+    Option<"tpInner", "tp-inner", "int64_t", /*default=*/"1",
+           "Factor the tp ranks into two mesh axes, tp / tp-inner outer x "
+           "tp-inner inner, partitioned one after the other">,
   ];
 }
 

@@ -122,6 +122,11 @@ Status makeThreadCommunicators(std::vector<int64_t> meshShape,
 /// run over that group, and its barrier waits for the group only. Null for
 /// an axis out of range. \p parent must outlive it.
 std::unique_ptr<Communicator> makeAxisView(Communicator &parent, int64_t axis);
+/// Mesh axes \p axes of \p parent (tp factored into two axes) as one
+/// axis: its rank is the row-major index over them. Null for an axis out
+/// of range, none, or one named twice.
+std::unique_ptr<Communicator> makeAxisView(Communicator &parent,
+                                           std::vector<int64_t> axes);
 
 /// Ends every wait of \p comm's in-process mesh, current and to come, with
 /// an error saying \p why (a rank failed: its peers need not sit out their

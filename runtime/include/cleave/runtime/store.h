@@ -31,21 +31,44 @@ class FileDigest;
 
 namespace cleave::rt {
 
-/// A tensor's layout on mesh axis 0: split along `dim` (-1: replicated), the
-/// dimension being `blocks` equal blocks each split across the ranks, every
-/// rank's chunk of a block a whole number of `granule`s (heads).
+/// A tensor's layout on the tp ranks: split along `dim` (-1: replicated),
+/// the dimension being `blocks` equal blocks each split across the ranks,
+/// every rank's chunk of a block a whole number of `granule`s (heads).
+/// Where tp is factored into two mesh axes, a split over one of them cuts
+/// the dimension into `parts` chunks (0: the ranks / `copies`), each held
+/// by `copies` neighbouring ranks: rank r holds chunk (r / copies) % parts.
 struct Split {
   int64_t dim = -1;
   int64_t blocks = 1;
   int64_t granule = 1;
+  int64_t parts = 0;
+  int64_t copies = 1;
   bool isSplit() const { return dim >= 0; }
-  /// The extent of each rank's chunk of a block of \p block indices.
-  int64_t chunk(int64_t block, int64_t parts) const {
-    return (block + granule * parts - 1) / (granule * parts) * granule;
+  /// The chunks the dimension is cut into on \p ranks ranks.
+  int64_t partsOn(int64_t ranks) const {
+    return parts > 0 ? parts : ranks / copies;
+  }
+  /// The chunk rank \p rank holds.
+  int64_t chunkIndex(int64_t rank, int64_t ranks) const {
+    return rank / copies % partsOn(ranks);
+  }
+  /// Whether rank \p rank is the first of the ranks holding its chunk (the
+  /// one that writes it).
+  bool firstHolder(int64_t rank, int64_t ranks) const {
+    if (!isSplit())
+      return rank == 0;
+    return rank % copies == 0 && rank / copies < partsOn(ranks);
+  }
+  /// The extent of each rank's chunk of a block of \p block indices on
+  /// \p ranks ranks.
+  int64_t chunk(int64_t block, int64_t ranks) const {
+    int64_t n = partsOn(ranks);
+    return (block + granule * n - 1) / (granule * n) * granule;
   }
   bool operator==(const Split &o) const {
     return dim == o.dim &&
-           (dim < 0 || (blocks == o.blocks && granule == o.granule));
+           (dim < 0 || (blocks == o.blocks && granule == o.granule &&
+                        parts == o.parts && copies == o.copies));
   }
 };
 

@@ -52,11 +52,14 @@ std::vector<int64_t> globalInputShape(const plan::Program &program, int i,
 bool isForwardProgram(const plan::Program &program);
 
 /// A plan's device mesh: its shape (outermost axis first) and where its dp
-/// and tp axes are (-1: absent, size 1). Tensors are split over one axis
-/// (tensorParts); data inputs over dp.
+/// and tp axes are (-1: absent, size 1). Tensors are split over the tp
+/// ranks (tensorParts), which may be two axes, tp x tp_inner (tp is then
+/// their product); data inputs over dp.
 struct MeshGeometry {
   std::vector<int64_t> shape;
-  int64_t dpAxis = -1, tpAxis = -1, dp = 1, tp = 1;
+  int64_t dpAxis = -1, tpAxis = -1, tpInnerAxis = -1, dp = 1, tp = 1;
+  /// The axes of the tp ranks, outermost first.
+  std::vector<int64_t> tpAxes() const;
   int64_t ranks() const;
   /// The parts of the axis tensors are split over: tp on a 2-D mesh, the
   /// only axis's size on a 1-D one (dp for ZeRO's optimizer state).
