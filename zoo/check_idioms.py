@@ -147,36 +147,45 @@ def explain(coll):
 
 
 def grouped(info, cfg):
-    """The plan on tp factored into tp x tp_inner (K/V heads per group of
-    tp_inner ranks): Megatron's all-reduces over all tp ranks, the K/V
-    gradients within each group only, at most the optimum's bytes."""
+    """The plan on tp factored into tp x tp_inner. For a model whose K/V
+    heads the config gives: Megatron's all-reduces over all tp ranks, the
+    K/V gradients within each group of tp_inner ranks only (two per layer),
+    whatever else the one-axis optimum reduces per layer (norms shared by
+    the heads), and at most the bytes of that optimum. Otherwise at most
+    1.05x the one-axis optimum's bytes."""
     problems = []
     mesh = info["mesh"]
     n, g = mesh["tp"] * mesh["tp_inner"], mesh["tp_inner"]
     coll = info["collectives"]
     within = [c for c in coll if c["axes"] == ["tp_inner"]]
-    others = [c for c in coll if c not in within and sorted(c["axes"]) != ["tp", "tp_inner"]]
+    axes = [["tp", "tp_inner"], ["tp_inner"], ["tp"]]
+    others = [c for c in coll if c["axes"] not in axes]
     if others:
         problems.append(f"{len(others)} collectives over {others[0]['axes']}, e.g. "
                         f"{others[0]['reason']}")
     if any(c["kind"] != "all_reduce" for c in coll):
         problems.append("collectives other than all-reduces")
-    if len(within) != 2 * cfg["layers"]:
-        problems.append(f"{len(within)} reductions within the groups, want K and V's "
-                        f"per layer ({2 * cfg['layers']})")
-    tokens = cfg["batch"] * cfg["seq"]
-    heads = cfg["kv_heads"] * g // n  # K/V heads a group holds
-    group = 2 * heads * cfg["head_dim"] * 4 * min(tokens, cfg["d"])
-    pattern = dict(cfg, kv_reduce_bytes=0)
-    want = (optimum_bytes(pattern) * 2 * (n - 1) // n
-            + cfg["layers"] * group * 2 * (g - 1) // g)
     total = sum(c["wire_bytes"] for c in coll)
-    plain = optimum_bytes(pattern) * 2 * (n - 1) // n
-    if total > want:
+    pattern = optimum_bytes(dict(cfg, kv_reduce_bytes=0)) * 2 * (n - 1) // n
+    limit = 1.05
+    want = optimum_bytes(cfg) * 2 * (n - 1) // n
+    if "kv_heads" in cfg:
+        limit = 1.0
+        if len(within) != 2 * cfg["layers"]:
+            problems.append(f"{len(within)} reductions within the groups, want K and "
+                            f"V's per layer ({2 * cfg['layers']})")
+        heads = cfg["kv_heads"] * g // n  # K/V heads a group holds
+        tokens = cfg["batch"] * cfg["seq"]
+        group = 2 * heads * cfg["head_dim"] * 4 * min(tokens, cfg["d"])
+        kv_weights = 2 * cfg["kv_heads"] * cfg["head_dim"] * cfg["d"] * 4
+        rest = max(cfg.get("kv_reduce_bytes", 0) - kv_weights, 0)
+        want = (pattern + cfg["layers"] * group * 2 * (g - 1) // g
+                + cfg["layers"] * rest * 2 * (n - 1) // n)
+    if total > limit * want:
         problems.append(f"{total} collective bytes per step, {total / want:.4f}x the "
-                        f"grouped optimum's {want}")
+                        f"optimum's {want}")
     return (f"{len(coll)} collectives, {len(within)} within groups of {g}, {total} bytes = "
-            f"{total / want:.3f}x optimum ({total / plain:.3f}x Megatron's all-reduces "
+            f"{total / want:.3f}x optimum ({total / pattern:.3f}x Megatron's all-reduces "
             f"alone)", problems)
 
 

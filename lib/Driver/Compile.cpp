@@ -152,18 +152,22 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp must be at least 1");
   if (o.dp < 1)
     return rt::Status::error("--mesh dp must be at least 1");
-  if (o.tpInner < 1 || o.tp % o.tpInner != 0)
+  if (o.tpInner < 0 || (o.tpInner > 0 && o.tp % o.tpInner != 0))
     return rt::Status::error("--tp-inner " + std::to_string(o.tpInner) +
-                             " must divide --tp " + std::to_string(o.tp));
-  if (o.tpInner > 1 && o.tpInner < o.tp &&
-      (o.dp > 1 || o.zero != 0 || !o.planFile.empty() ||
-       o.sequenceParallel == "on" || o.devices > 0))
+                             " must divide --tp " + std::to_string(o.tp) +
+                             " (0: the compiler chooses)");
+  bool tpOnly = o.dp == 1 && o.zero == 0 && o.planFile.empty() &&
+                o.sequenceParallel != "on" && o.devices == 0;
+  if (o.tpInner > 1 && o.tpInner < o.tp && !tpOnly)
     return rt::Status::error(
         "--tp-inner factors a tp-only mesh whose layouts the compiler "
         "chooses: not with --mesh dp, --zero, --plan, --sequence-parallel "
         "on or --devices");
   train->tp = o.tp;
-  train->tpInner = o.tpInner < o.tp ? o.tpInner : 1;
+  // 0: the partitioner prices one tp axis and each factoring of it.
+  train->tpInner = o.tpInner == 0     ? (tpOnly ? 0 : 1)
+                   : o.tpInner < o.tp ? o.tpInner
+                                      : 1;
   train->dp = o.dp;
   train->zero = o.zero;
   train->planFile = o.planFile;
@@ -416,6 +420,17 @@ static std::string differsFrom(const ::cleave::plan::Program &first,
     return "it does not take '" + names[want.begin()->first] +
            "', which the first shape's does";
   return "";
+}
+
+/// The inner axis's size where the partitioner factored the tp ranks into
+/// two mesh axes (cleave.mesh_axes "tp,tp_inner"), else 1.
+static int64_t factoredTp(ModuleOp module) {
+  auto axes = module->getAttrOfType<StringAttr>(mlir::cleave::kMeshAxesAttr);
+  auto shape =
+      module->getAttrOfType<DenseI64ArrayAttr>(mlir::cleave::kMeshAttr);
+  if (!axes || axes.getValue() != "tp,tp_inner" || !shape || shape.size() != 2)
+    return 1;
+  return shape[1];
 }
 
 /// Compiles batch shape \p index (1, 2, ...) of \p o.moreShapes: its train
@@ -759,6 +774,9 @@ rt::Status compileBundle(MLIRContext &ctx, const CompileOptions &o) {
                                                    *plan.add_programs()))) {
     return rt::Status::error("");
   }
+  // The tp ranks as the partitioner factored them (tp-inner, chosen or
+  // given): the forward passes are split alike.
+  mesh.tpInner = train.tpInner = factoredTp(*module);
   // Mesh axes, outermost first: dp, then tp (ranks of one tp group are
   // neighbours, as on a node).
   if (mesh.dp > 1) {

@@ -2,12 +2,16 @@
 
 #include "Cleave/CleaveAttrNames.h"
 #include "Cleave/CleaveOps.h"
+#include "Cleave/TensorSize.h"
 #include "cleave/Sharding/Passes.h"
 #include "cleave/Sharding/Sharding.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Regex.h"
 
+#include <algorithm>
 #include <map>
 
 namespace mlir::cleave {
@@ -32,8 +36,13 @@ struct PartitionPass
   LogicalResult partitionTensorParallel(ModuleOp module, int64_t meshAxis,
                                         int64_t ranks, bool bucket = true);
 
-  /// tp factored into outer x inner mesh axes (tp-inner).
-  LogicalResult partitionFactored(ModuleOp module);
+  /// tp factored into tp / \p inner outer x \p inner mesh axes.
+  LogicalResult partitionFactored(ModuleOp module, int64_t inner);
+
+  /// tp-inner=0: partitions copies of \p module over one tp axis and over
+  /// each factoring of tp into two, and keeps the one the cost model
+  /// charges least (one axis where no factoring costs less).
+  LogicalResult partitionChoosingFactors(ModuleOp module);
 
   /// Reads `REGEX KIND` rules into layouts of \p func's parameters.
   LogicalResult readPlan(func::FuncOp func, ParameterLayouts &layouts);
@@ -146,34 +155,65 @@ LogicalResult composeLayouts(func::FuncOp func, const OuterLayouts &outer,
 }
 
 /// An all-reduce over one tp axis of a value just summed over the other
+/// (or a reshape or transpose of it: a sum commutes with moving elements)
 /// becomes one all-reduce over both: a ring of all the tp ranks moves
-/// 2(n-1)/n of the payload, two rings of the factors more. The first one's
-/// reason and phase stay; it is one of Megatron's if either was.
+/// 2(n-1)/n of the payload, two rings of the factors more. The merged one
+/// keeps the reason and phase of the outer axis's (the reduction a single
+/// tp axis would make) and is one of Megatron's if either was.
 void mergeReductions(func::FuncOp func) {
-  SmallVector<AllReduceOp> seconds;
-  func.walk([&](AllReduceOp op) {
-    auto first = op.getInput().getDefiningOp<AllReduceOp>();
-    if (first && first.getKind() == op.getKind() && first->hasOneUse() &&
-        llvm::none_of(op.getAxes(), [&](int64_t a) {
-          return llvm::is_contained(first.getAxes(), a);
-        }))
-      seconds.push_back(op);
+  auto sumOver = [](AllReduceOp op) -> AllReduceOp {
+    Value v = op.getInput();
+    while (v.hasOneUse()) {
+      Operation *def = v.getDefiningOp();
+      if (auto first = dyn_cast_or_null<AllReduceOp>(def))
+        return first.getKind() == op.getKind() &&
+                       llvm::none_of(op.getAxes(),
+                                     [&](int64_t a) {
+                                       return llvm::is_contained(
+                                           first.getAxes(), a);
+                                     })
+                   ? first
+                   : AllReduceOp();
+      if (!movesOnly(def))
+        return AllReduceOp();
+      v = def->getOperand(0);
+    }
+    return AllReduceOp();
+  };
+  // A view the inner pass made that nothing reads (the value's reduced
+  // copy serves its users) would hide a pair.
+  SmallVector<Operation *> views;
+  func.walk([&](Operation *op) {
+    if (movesOnly(op))
+      views.push_back(op);
   });
-  for (AllReduceOp op : seconds) {
-    auto first = op.getInput().getDefiningOp<AllReduceOp>();
+  for (Operation *op : llvm::reverse(views))
+    if (isOpTriviallyDead(op))
+      op->erase();
+  // One pair at a time: a merged reduction may pair again.
+  for (;;) {
+    AllReduceOp op;
+    func.walk([&](AllReduceOp r) {
+      if (!sumOver(r))
+        return WalkResult::advance();
+      op = r;
+      return WalkResult::interrupt();
+    });
+    if (!op)
+      return;
+    AllReduceOp first = sumOver(op);
     SmallVector<int64_t> axes(first.getAxes());
     llvm::append_range(axes, op.getAxes());
     llvm::sort(axes);
-    OpBuilder builder(op);
-    auto merged = AllReduceOp::create(builder, first.getLoc(), first.getKind(),
-                                      first.getInput(), axes);
-    merged->setDiscardableAttrs(first->getDiscardableAttrDictionary());
-    merged->removeAttr(kBucketAttr);
-    if (op->hasAttr(kMegatronAttr))
-      merged->setAttr(kMegatronAttr, builder.getUnitAttr());
-    op.replaceAllUsesWith(merged.getResult());
+    bool megatron = first->hasAttr(kMegatronAttr) || op->hasAttr(kMegatronAttr);
+    if (op.getAxes().front() < first.getAxes().front())
+      first->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    first.setAxes(axes);
+    first->removeAttr(kBucketAttr);
+    if (megatron)
+      first->setAttr(kMegatronAttr, UnitAttr::get(func.getContext()));
+    op.replaceAllUsesWith(op.getInput());
     op.erase();
-    first.erase();
   }
 }
 
@@ -201,6 +241,38 @@ decomposeLayout(LayoutAttr l, int64_t outer, int64_t inner) {
   if (l.getCopies() == 1 && l.getParts() == inner)
     return std::make_pair(Layout::replicated(), split);
   return failure();
+}
+
+/// What the cost model charges a partitioned module's step: each
+/// collective's latency and its bytes on the wire over its group (an
+/// all-reduce's 2(n-1)/n of the payload, the others' (n-1)/n), and each
+/// rank's parameters, their gradients and the optimizer state.
+double stepCost(ModuleOp module, const CostModel &cost) {
+  auto meshAttr = module->getAttrOfType<DenseI64ArrayAttr>(kMeshAttr);
+  ArrayRef<int64_t> mesh =
+      meshAttr ? meshAttr.asArrayRef() : ArrayRef<int64_t>();
+  double seconds = 0;
+  module.walk([&](Operation *op) {
+    if (!isa<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp>(op))
+      return;
+    int64_t n = 1;
+    for (int64_t a : op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef())
+      n *= a < static_cast<int64_t>(mesh.size()) ? mesh[a] : 1;
+    double bytes = std::max(storageBytes(op->getOperand(0).getType()),
+                            storageBytes(op->getResult(0).getType()));
+    double wire = bytes * (n - 1) / n * (isa<AllReduceOp>(op) ? 2 : 1);
+    seconds += cost.alpha + cost.beta * wire;
+  });
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+      bool param = func.getArgAttr(i, kParameterAttr) != nullptr;
+      if (!param && !func.getArgAttr(i, kOptimizerStateAttr))
+        continue;
+      int64_t copies = param && !func.getArgAttr(i, kFrozenAttr) ? 2 : 1;
+      seconds +=
+          cost.memory * copies * storageBytes(func.getArgument(i).getType());
+    }
+  return seconds;
 }
 
 /// --cleave-choose-layouts's choice for \p func (readRecordedLayouts), then
@@ -297,6 +369,13 @@ void PartitionPass::runOnOperation() {
       return signalPassFailure();
     return;
   }
+  if (tpInner == 0 && planFile.empty() && !sequenceParallel && tp > 3) {
+    if (failed(partitionChoosingFactors(module)))
+      return signalPassFailure();
+    return;
+  }
+  if (tpInner == 0)
+    tpInner = 1;
   if (tpInner < 1 || tp % tpInner != 0) {
     module.emitError("tp-inner=")
         << static_cast<int64_t>(tpInner)
@@ -304,7 +383,7 @@ void PartitionPass::runOnOperation() {
     return signalPassFailure();
   }
   if (tpInner > 1 && tpInner < tp) {
-    if (failed(partitionFactored(module)))
+    if (failed(partitionFactored(module, tpInner)))
       return signalPassFailure();
     return;
   }
@@ -358,8 +437,67 @@ LogicalResult PartitionPass::partitionTensorParallel(ModuleOp module,
   return success();
 }
 
-LogicalResult PartitionPass::partitionFactored(ModuleOp module) {
-  int64_t inner = tpInner, outer = tp / tpInner;
+LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
+  CostModel cost;
+  // What the search chose over one axis (--cleave-choose-layouts's
+  // record): the one-axis candidate applies it, the factored ones search
+  // per axis.
+  auto chosen = chosenLayouts;
+  auto how = chosenHow;
+  auto alternatives = chosenAlternatives;
+  auto restore = [&] {
+    chosenLayouts = chosen;
+    chosenHow = how;
+    chosenAlternatives = alternatives;
+  };
+  OwningOpRef<ModuleOp> best;
+  double bestCost = 0;
+  for (int64_t inner = 1; inner < tp; ++inner) {
+    if (tp % inner != 0)
+      continue;
+    OwningOpRef<ModuleOp> trial = module.clone();
+    // A factoring the layouts cannot take (chunks per axis that are not
+    // one split of the tp ranks) is no candidate: its error is not the
+    // user's.
+    ScopedDiagnosticHandler quiet(&getContext(),
+                                  [](Diagnostic &) { return success(); });
+    LogicalResult made = success();
+    if (inner == 1) {
+      (*trial)->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
+      made = partitionTensorParallel(*trial, /*meshAxis=*/0, tp);
+    } else {
+      made = partitionFactored(*trial, inner);
+    }
+    restore();
+    if (failed(made))
+      continue;
+    double c = stepCost(*trial, cost);
+    // Factoring must pay: at equal cost one axis is the simpler plan.
+    if (!best || c < bestCost * (1 - 1e-3)) {
+      best = std::move(trial);
+      bestCost = c;
+    }
+  }
+  if (!best) {
+    // Where nothing partitions, one axis says why.
+    module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
+    return partitionTensorParallel(module, /*meshAxis=*/0, tp);
+  }
+  // The winner's functions and mesh replace the module's.
+  module.getBody()->clear();
+  module.getBody()->getOperations().splice(module.getBody()->end(),
+                                           best->getBody()->getOperations());
+  for (StringRef name : {kMeshAttr.data(), kMeshAxesAttr.data()}) {
+    if (Attribute a = (*best)->getAttr(name))
+      module->setAttr(name, a);
+    else
+      module->removeAttr(name);
+  }
+  return success();
+}
+
+LogicalResult PartitionPass::partitionFactored(ModuleOp module, int64_t inner) {
+  int64_t outer = tp / inner;
   if (!planFile.empty() || sequenceParallel)
     return module.emitError("tp-inner takes no --plan or sequence "
                             "parallelism: its layouts are chosen per axis");

@@ -421,8 +421,7 @@ Value Partitioner::reduceGradients(int32_t id) {
   return converted[whole];
 }
 
-/// A reshape or transpose: one operand, the same elements of the same type.
-static bool movesOnly(Operation *def) {
+bool mlir::cleave::movesOnly(Operation *def) {
   if (!def || def->getNumOperands() != 1 || def->getNumResults() != 1)
     return false;
   std::optional<ShardingRule> rule = shardingRuleOf(def);

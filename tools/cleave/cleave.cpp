@@ -135,8 +135,9 @@ static cl::opt<int64_t> tpInnerFlag(
     cl::desc("Factor the tp ranks into groups of N neighbours, two mesh axes "
              "whose layouts are chosen one after the other: K/V heads fewer "
              "than the ranks are then held by the group whose query heads "
-             "read them, their gradients summed within it"),
-    cl::value_desc("N"), cl::init(1), cl::sub(compileCmd));
+             "read them, their gradients summed within it. 1: one tp axis; "
+             "0 (default): the compiler prices each factoring"),
+    cl::value_desc("N"), cl::init(0), cl::sub(compileCmd));
 static cl::opt<std::string>
     meshSpec("mesh",
              cl::desc("The device mesh: tp=N (as --tp N) or dp=N (data "

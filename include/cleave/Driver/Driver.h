@@ -44,8 +44,9 @@ struct CompileOptions {
   int64_t seed = 0, tp = 1;
   /// --tp-inner N: the tp ranks factored into tp / N groups of N
   /// neighbouring ranks, two mesh axes partitioned one after the other (K/V
-  /// heads held per group); 1: one tp axis.
-  int64_t tpInner = 1;
+  /// heads held per group); 1: one tp axis; 0: the compiler prices each
+  /// factoring against one axis (a tp-only mesh; one axis otherwise).
+  int64_t tpInner = 0;
   /// Data-parallel ranks (--mesh dp=N): the batch split, weights replicated.
   int64_t dp = 1;
   /// ZeRO stage over dp (--zero).

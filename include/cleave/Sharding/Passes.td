@@ -120,7 +120,11 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     becomes one all-reduce over both. A tensor split over both axes along
     one dimension is a plain split of tp ranks (the same chunks, or the
     factoring is refused); split over one axis it has `parts` and `copies`
-    in its `#cleave.layout`.
+    in its `#cleave.layout`. With `tp-inner=0` the pass partitions copies
+    of the step over one axis and over each factoring of tp (without a
+    `plan` or sequence parallelism) and keeps the one whose collectives
+    (latency and bytes on the wire over their groups) and per-rank state
+    the cost model charges least, one axis unless a factoring costs less.
 
     Before (`tp=2`, `x W^T` then `relu` then `h V^T`):
     ```mlir
@@ -156,7 +160,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
            "an op needs them whole">,
     Option<"tpInner", "tp-inner", "int64_t", /*default=*/"1",
            "Factor the tp ranks into two mesh axes, tp / tp-inner outer x "
-           "tp-inner inner, partitioned one after the other">,
+           "tp-inner inner, partitioned one after the other; 0: partition "
+           "over one axis and over each factoring, and keep the one the "
+           "cost model charges least">,
   ];
 }
 

@@ -228,6 +228,10 @@ void registerShardingRules(DialectRegistry &registry);
 /// the passes read instead of an op's kind.
 std::optional<ShardingRule> shardingRuleOf(Operation *op);
 
+/// Whether \p def (null: no) only moves its one operand's elements, all of
+/// them, by its sharding rule: a reshape or a transpose.
+bool movesOnly(Operation *def);
+
 /// Whether \p v is a sum (adds and subs) of half-precision products widened
 /// to f32, as mixed precision's backward accumulates an input's gradient
 /// (the input gradients of q, k and v): such a partial sum passes through

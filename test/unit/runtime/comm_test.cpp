@@ -428,6 +428,32 @@ void expectSumsOnEveryRank(ThreadRanks &ranks) {
   EXPECT_EQ(sums, std::vector<float>(3, 6.0f));
 }
 
+TEST(ThreadRanks, AxisViewOfTwoAxes) {
+  // dp 2 x tp 2 x tp_inner 2: the tp ranks are the group over axes {1, 2},
+  // numbered row-major, and the view's collectives run over that group.
+  std::unique_ptr<ThreadRanks> ranks;
+  ASSERT_TRUE(ThreadRanks::create({2, 2, 2}, 10, &ranks));
+  std::vector<float> sums(8);
+  std::vector<int> viewRanks(8), viewSizes(8);
+  ASSERT_TRUE(ranks->run([&](int r) {
+    std::unique_ptr<Communicator> tp = makeAxisView(ranks->comm(r), {1, 2});
+    if (!tp)
+      return Status::error("no view");
+    viewRanks[r] = tp->rank();
+    viewSizes[r] = tp->size();
+    float v = static_cast<float>(r);
+    Status s = tp->allReduce(&v, 1, DType::F32, Reduction::Sum, {0});
+    sums[r] = v;
+    return s;
+  }));
+  EXPECT_EQ(viewRanks, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(viewSizes, std::vector<int>(8, 4));
+  EXPECT_EQ(sums, (std::vector<float>{6, 6, 6, 6, 22, 22, 22, 22}));
+  EXPECT_FALSE(makeAxisView(ranks->comm(0), std::vector<int64_t>{1, 1}));
+  EXPECT_FALSE(makeAxisView(ranks->comm(0), std::vector<int64_t>{3}));
+  EXPECT_FALSE(makeAxisView(ranks->comm(0), std::vector<int64_t>{}));
+}
+
 TEST(ThreadRanks, AgreedFailuresLeaveTheMeshUsable) {
   std::unique_ptr<ThreadRanks> ranks;
   ASSERT_TRUE(ThreadRanks::create(3, 10, &ranks));

@@ -106,6 +106,37 @@ TEST(Store, PaddedChunksWhereTpDoesNotDivide) {
   EXPECT_EQ(got, (std::vector<float>{3, 4, 0, 8, 9, 0}));
 }
 
+TEST(Store, ChunksHeldByGroupsOfRanks) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  // tp 4 factored into 2 groups of 2: split over the outer axis alone (a
+  // K/V head per group), rank r holds chunk r / 2; the first of each
+  // group writes it.
+  Split outer{0, 1, 1, 2, 2};
+  EXPECT_EQ(localExtent(16, outer, 4), 8);
+  EXPECT_FALSE(isPadded(16, outer, 4));
+  std::vector<Ranges> want = {{{0, 8}}, {{0, 8}}, {{8, 16}}, {{8, 16}}};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(rankRanges(16, outer, r, 4), want[r]) << r;
+    EXPECT_EQ(outer.firstHolder(r, 4), r % 2 == 0) << r;
+  }
+  // Over the inner axis alone: rank r holds chunk r % 2, alike in every
+  // group; the first group writes.
+  Split inner{0, 1, 1, 2, 1};
+  want = {{{0, 8}}, {{8, 16}}, {{0, 8}}, {{8, 16}}};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(rankRanges(16, inner, r, 4), want[r]) << r;
+    EXPECT_EQ(inner.firstHolder(r, 4), r < 2) << r;
+  }
+  // 5 rows over the groups: chunks of 3, the second group's padded.
+  EXPECT_EQ(localExtent(5, outer, 4), 3);
+  EXPECT_TRUE(isPadded(5, outer, 4));
+  EXPECT_EQ(rankRanges(5, outer, 3, 4), (Ranges{{3, 5}}));
+  HostTensor global = iota({5, 2});
+  HostTensor local = toLocal(chunkOf(global, outer, 3, 4), outer, 5, 3, 4);
+  std::vector<float> got(local.data<float>(), local.data<float>() + 6);
+  EXPECT_EQ(got, (std::vector<float>{6, 7, 8, 9, 0, 0}));
+}
+
 TEST(Store, HeadAlignedChunksInBlocks) {
   // A fused q|k|v of 3 blocks of 5 heads of width 2 (30 rows) on 4 ranks:
   // every rank holds ceil(5 / 4) = 2 whole heads of each block (4 rows),

@@ -94,7 +94,8 @@ int64_t localExtent(int64_t size, Split split, int64_t parts);
 /// padded in memory.
 inline bool isPadded(int64_t size, Split split, int64_t parts) {
   int64_t block = size / split.blocks;
-  return split.isSplit() && split.chunk(block, parts) * parts != block;
+  return split.isSplit() &&
+         split.chunk(block, parts) * split.partsOn(parts) != block;
 }
 
 /// Rank \p rank's \p chunk (its real ranges, as files hold them) padded to
