@@ -429,6 +429,10 @@ LogicalResult PartitionPass::partitionTensorParallel(ModuleOp module,
     options.meshAxis = meshAxis;
     options.sequenceParallel = sequenceParallel;
     options.bucketGradients = options.bucketGradients && bucket;
+    // The inner of two tp axes: its sums join the outer one's.
+    auto axes = module->getAttrOfType<StringAttr>(kMeshAxesAttr);
+    options.joinOtherAxisSums =
+        meshAxis == 1 && axes && axes.getValue() == "tp,tp_inner";
     if (failed(layouts) ||
         failed(partition(func, ranks, *layouts, cost, /*rewrite=*/true, nullptr,
                          &alternatives, options)))

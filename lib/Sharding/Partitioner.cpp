@@ -833,11 +833,11 @@ std::string Partitioner::Candidates::gatherReason(unsigned i, int best,
 LogicalResult Partitioner::visitWithRule(const OpEntry &e,
                                          const ShardingRule &rule) {
   unsigned numOperands = e.numOperands;
-  // Costed without being built: the dry runs of the search visit every op
-  // many times. Cheapest wins, the earlier on a tie.
-  // A partial value with several users is reduced once, before it fans
-  // out: each user keeping it partial would need its own reduction later
-  // (the LayerNorm backward reads its incoming gradient three times).
+  // Costed without being built (the search's dry runs visit every op many
+  // times); cheapest wins, the earlier on a tie. A partial value with
+  // several users is reduced once, before it fans out: each user keeping it
+  // partial would need its own reduction later (the LayerNorm backward
+  // reads its incoming gradient three times).
   Candidates cands{*this, e, rule};
   int numPartial = 0;
   bool fansOut = false;
@@ -850,9 +850,8 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
       fansOut |= !index.oneUse[id];
     }
   }
-  // An op that makes several partial results of one partial operand (a
-  // norm's backward: its input's gradient and its parameters') multiplies
-  // the reductions as several readers of the operand would.
+  // Several partial results of one partial operand (a norm's backward:
+  // input and parameter gradients) multiply the reductions as readers do.
   fansOut |= numPartial > 0 && e.numResults > 1;
   // A partial sum passed on is reduced later at its new size, so a
   // contraction or scatter that would make it bigger (a scatter into a
@@ -873,7 +872,8 @@ LogicalResult Partitioner::visitWithRule(const OpEntry &e,
       fanOutAllowed = !index.gradientOf.count(id) && !someUserNeedsWhole(id);
   }
   bool partialCandidate =
-      numPartial > 0 && !grows && (!fansOut || fanOutAllowed) &&
+      numPartial > 0 && !grows && !joinsOtherAxisSum(e.op) &&
+      (!fansOut || fanOutAllowed) &&
       (rule.additive ||
        (numPartial == 1 && rule.scalingOperands[cands.partialOperand]));
   using Cut = Candidates::Cut;

@@ -213,6 +213,7 @@ public:
         shardParameters(options.shardParameters),
         earlyBucketBytes(options.earlyBucketBytes),
         sequenceParallel(options.sequenceParallel),
+        joinOtherAxisSums(options.joinOtherAxisSums),
         tensorLayouts(options.tensorLayouts), builder(func.getContext()),
         index(index), layouts(index.values.size()),
         pads(index.values.size(), Pad::Unknown),
@@ -235,7 +236,12 @@ private:
   bool bucketGradients = true, shardOptimizerState = false,
        scatterGradients = false, shardParameters = false;
   int64_t earlyBucketBytes = -1;
-  bool sequenceParallel = false;
+  bool sequenceParallel = false, joinOtherAxisSums = false;
+  /// tp-inner's inner pass: \p op is the other axis's all-reduce, which
+  /// sums a partial operand with its own (PartitionOptions).
+  bool joinsOtherAxisSum(Operation *op) const {
+    return joinOtherAxisSums && isa<AllReduceOp>(op);
+  }
   const ParameterLayouts *tensorLayouts = nullptr;
   /// The parameters' layouts of the run in progress.
   const ParameterLayouts *runParams = nullptr;

@@ -175,6 +175,11 @@ struct PartitionOptions {
   /// tokens, and the next op that needs the value whole gathers it: the
   /// bytes of the all-reduce, and 1/tp of the activations between.
   bool sequenceParallel = false;
+  /// tp factored into two axes, this the inner one: a partial sum that
+  /// reaches an all-reduce over the other axis is summed there (the two
+  /// then become one all-reduce over both axes) rather than carried through
+  /// it and summed on its own later.
+  bool joinOtherAxisSums = false;
 };
 
 /// Rewriting, \p alternatives (from chooseLayouts) go into the reasons of
