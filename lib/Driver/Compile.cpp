@@ -156,16 +156,16 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp-inner " + std::to_string(o.tpInner) +
                              " must divide --tp " + std::to_string(o.tp) +
                              " (0: the compiler chooses)");
-  bool tpOnly = o.dp == 1 && o.zero == 0 && o.planFile.empty() &&
-                o.sequenceParallel != "on" && o.devices == 0;
-  if (o.tpInner > 1 && o.tpInner < o.tp && !tpOnly)
+  bool factorable = o.zero == 0 && o.planFile.empty() &&
+                    o.sequenceParallel != "on" && o.devices == 0;
+  if (o.tpInner > 1 && o.tpInner < o.tp && !factorable)
     return rt::Status::error(
-        "--tp-inner factors a tp-only mesh whose layouts the compiler "
-        "chooses: not with --mesh dp, --zero, --plan, --sequence-parallel "
-        "on or --devices");
+        "--tp-inner factors the tp ranks of a mesh whose layouts the "
+        "compiler chooses: not with --zero, --plan, --sequence-parallel on "
+        "or --devices");
   train->tp = o.tp;
   // 0: the partitioner prices one tp axis and each factoring of it.
-  train->tpInner = o.tpInner == 0     ? (tpOnly ? 0 : 1)
+  train->tpInner = o.tpInner == 0     ? (factorable ? 0 : 1)
                    : o.tpInner < o.tp ? o.tpInner
                                       : 1;
   train->dp = o.dp;
@@ -423,14 +423,15 @@ static std::string differsFrom(const ::cleave::plan::Program &first,
 }
 
 /// The inner axis's size where the partitioner factored the tp ranks into
-/// two mesh axes (cleave.mesh_axes "tp,tp_inner"), else 1.
+/// two mesh axes (cleave.mesh_axes "[dp,]tp,tp_inner"), else 1.
 static int64_t factoredTp(ModuleOp module) {
   auto axes = module->getAttrOfType<StringAttr>(mlir::cleave::kMeshAxesAttr);
   auto shape =
       module->getAttrOfType<DenseI64ArrayAttr>(mlir::cleave::kMeshAttr);
-  if (!axes || axes.getValue() != "tp,tp_inner" || !shape || shape.size() != 2)
+  if (!axes || !axes.getValue().ends_with("tp,tp_inner") || !shape ||
+      shape.size() < 2)
     return 1;
-  return shape[1];
+  return shape[shape.size() - 1];
 }
 
 /// Compiles batch shape \p index (1, 2, ...) of \p o.moreShapes: its train

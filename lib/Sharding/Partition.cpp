@@ -75,6 +75,11 @@ struct OuterLayouts {
 OuterLayouts takeLayouts(func::FuncOp func, FunctionType global) {
   OuterLayouts out{global, {}, {}};
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    // A data input's layout is dp's (the batch split), which tp keeps.
+    if (func.getArgAttr(i, kInputAttr)) {
+      out.args.push_back(LayoutAttr());
+      continue;
+    }
     out.args.push_back(func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr));
     func.removeArgAttr(i, kLayoutAttr);
   }
@@ -134,6 +139,8 @@ LogicalResult composeLayouts(func::FuncOp func, const OuterLayouts &outer,
     return l;
   };
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    if (func.getArgAttr(i, kInputAttr))
+      continue;
     FailureOr<LayoutAttr> l = compose(
         outer.args[i], func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr),
         outer.global.getInput(i), "argument", i);
@@ -215,6 +222,16 @@ void mergeReductions(func::FuncOp func) {
     op.replaceAllUsesWith(op.getInput());
     op.erase();
   }
+}
+
+/// The mesh axes --cleave-partition-data made before the tp axes: [dp],
+/// or none.
+SmallVector<int64_t> dataAxes(ModuleOp module) {
+  auto axes = module->getAttrOfType<StringAttr>(kMeshAxesAttr);
+  auto mesh = module->getAttrOfType<DenseI64ArrayAttr>(kMeshAttr);
+  if (!axes || !mesh || !axes.getValue().starts_with("dp"))
+    return {};
+  return {mesh[0]};
 }
 
 /// The #cleave.layout recorded on each parameter of \p func (null where
@@ -361,9 +378,23 @@ void PartitionPass::runOnOperation() {
           << static_cast<int64_t>(tp);
       return signalPassFailure();
     }
-    if (tpInner > 1) {
-      module.emitError("tp-inner is not supported on a dp x tp mesh");
+    // ZeRO chose the tp layouts before splitting the state over dp: the
+    // tp ranks stay one axis.
+    bool zero = !chosenLayouts.empty();
+    if (tpInner > 1 && tpInner < tp && zero) {
+      module.emitError("tp-inner is not supported with ZeRO");
       return signalPassFailure();
+    }
+    if (tpInner == 0 && !zero && planFile.empty() && !sequenceParallel &&
+        tp > 3) {
+      if (failed(partitionChoosingFactors(module)))
+        signalPassFailure();
+      return;
+    }
+    if (tpInner > 1 && tpInner < tp) {
+      if (tp % tpInner != 0 || failed(partitionFactored(module, tpInner)))
+        signalPassFailure();
+      return;
     }
     if (tp > 1 && failed(partitionTensorParallel(module, /*meshAxis=*/1, tp)))
       return signalPassFailure();
@@ -429,10 +460,12 @@ LogicalResult PartitionPass::partitionTensorParallel(ModuleOp module,
     options.meshAxis = meshAxis;
     options.sequenceParallel = sequenceParallel;
     options.bucketGradients = options.bucketGradients && bucket;
-    // The inner of two tp axes: its sums join the outer one's.
+    // The inner of two tp axes (the last): its sums join the others'.
     auto axes = module->getAttrOfType<StringAttr>(kMeshAxesAttr);
-    options.joinOtherAxisSums =
-        meshAxis == 1 && axes && axes.getValue() == "tp,tp_inner";
+    int64_t inner = axes && axes.getValue() == "tp,tp_inner"      ? 1
+                    : axes && axes.getValue() == "dp,tp,tp_inner" ? 2
+                                                                  : -1;
+    options.joinOtherAxisSums = meshAxis == inner;
     if (failed(layouts) ||
         failed(partition(func, ranks, *layouts, cost, /*rewrite=*/true, nullptr,
                          &alternatives, options)))
@@ -456,6 +489,7 @@ LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
   };
   OwningOpRef<ModuleOp> best;
   double bestCost = 0;
+  int64_t base = dataAxes(module).size();
   for (int64_t inner = 1; inner < tp; ++inner) {
     if (tp % inner != 0)
       continue;
@@ -467,8 +501,10 @@ LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
                                   [](Diagnostic &) { return success(); });
     LogicalResult made = success();
     if (inner == 1) {
-      (*trial)->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
-      made = partitionTensorParallel(*trial, /*meshAxis=*/0, tp);
+      if (base == 0)
+        (*trial)->setAttr(kMeshAttr,
+                          DenseI64ArrayAttr::get(&getContext(), {tp}));
+      made = partitionTensorParallel(*trial, /*meshAxis=*/base, tp);
     } else {
       made = partitionFactored(*trial, inner);
     }
@@ -484,8 +520,9 @@ LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
   }
   if (!best) {
     // Where nothing partitions, one axis says why.
-    module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
-    return partitionTensorParallel(module, /*meshAxis=*/0, tp);
+    if (base == 0)
+      module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(&getContext(), {tp}));
+    return partitionTensorParallel(module, /*meshAxis=*/base, tp);
   }
   // The winner's functions and mesh replace the module's.
   module.getBody()->clear();
@@ -530,14 +567,19 @@ LogicalResult PartitionPass::partitionFactored(ModuleOp module, int64_t inner) {
   };
   useRecorded(false);
   MLIRContext *ctx = &getContext();
-  module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(ctx, {outer, inner}));
-  module->setAttr(kMeshAxesAttr, StringAttr::get(ctx, "tp,tp_inner"));
+  // After --cleave-partition-data the dp axis stays first.
+  SmallVector<int64_t> mesh = dataAxes(module);
+  int64_t base = mesh.size();
+  mesh.append({outer, inner});
+  module->setAttr(kMeshAttr, DenseI64ArrayAttr::get(ctx, mesh));
+  module->setAttr(kMeshAxesAttr, StringAttr::get(ctx, base ? "dp,tp,tp_inner"
+                                                           : "tp,tp_inner"));
   std::map<std::string, FunctionType> globalTypes;
   for (auto func : module.getOps<func::FuncOp>())
     globalTypes[func.getName().str()] = func.getFunctionType();
   // The outer pass sums each gradient where it is final: a bucket's flat
   // concatenation would undo the inner pass's splits.
-  if (failed(partitionTensorParallel(module, /*meshAxis=*/0, outer,
+  if (failed(partitionTensorParallel(module, /*meshAxis=*/base, outer,
                                      /*bucket=*/false)))
     return failure();
   std::map<std::string, OuterLayouts> outerLayouts;
@@ -546,7 +588,7 @@ LogicalResult PartitionPass::partitionFactored(ModuleOp module, int64_t inner) {
       outerLayouts[func.getName().str()] =
           takeLayouts(func, globalTypes[func.getName().str()]);
   useRecorded(true);
-  if (failed(partitionTensorParallel(module, /*meshAxis=*/1, inner)))
+  if (failed(partitionTensorParallel(module, /*meshAxis=*/base + 1, inner)))
     return failure();
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())

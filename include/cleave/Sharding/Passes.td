@@ -120,7 +120,9 @@ def PartitionPass : Pass<"cleave-partition", "ModuleOp"> {
     becomes one all-reduce over both. A tensor split over both axes along
     one dimension is a plain split of tp ranks (the same chunks, or the
     factoring is refused); split over one axis it has `parts` and `copies`
-    in its `#cleave.layout`. With `tp-inner=0` the pass partitions copies
+    in its `#cleave.layout`. After `--cleave-partition-data` the tp axis
+    of its dp x tp mesh is factored alike (axes "dp,tp,tp_inner"; not under
+    ZeRO). With `tp-inner=0` the pass partitions copies
     of the step over one axis and over each factoring of tp (without a
     `plan` or sequence parallelism) and keeps the one whose collectives
     (latency and bytes on the wire over their groups) and per-rank state
