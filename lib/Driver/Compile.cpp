@@ -156,13 +156,16 @@ static rt::Status trainOptions(const CompileOptions &o,
     return rt::Status::error("--tp-inner " + std::to_string(o.tpInner) +
                              " must divide --tp " + std::to_string(o.tp) +
                              " (0: the compiler chooses)");
+  // (More batch shapes take the first's layouts as --plan rules, which
+  // name no layout over two tp axes.)
   bool factorable = o.zero == 0 && o.planFile.empty() &&
-                    o.sequenceParallel != "on" && o.devices == 0;
+                    o.sequenceParallel != "on" && o.devices == 0 &&
+                    o.moreShapes.empty();
   if (o.tpInner > 1 && o.tpInner < o.tp && !factorable)
     return rt::Status::error(
         "--tp-inner factors the tp ranks of a mesh whose layouts the "
-        "compiler chooses: not with --zero, --plan, --sequence-parallel on "
-        "or --devices");
+        "compiler chooses: not with --zero, --plan, --sequence-parallel on, "
+        "--devices or more batch shapes than one");
   train->tp = o.tp;
   // 0: the partitioner prices one tp axis and each factoring of it.
   train->tpInner = o.tpInner == 0     ? (factorable ? 0 : 1)
@@ -226,6 +229,8 @@ static std::string heldAs(const ::cleave::plan::Program &program, int i) {
          std::to_string(b.has_split_dim() ? b.split_dim() : -1) + "," +
          std::to_string(b.split_blocks()) + "," +
          std::to_string(b.split_granule()) + "," +
+         std::to_string(b.split_parts()) + "," +
+         std::to_string(b.split_copies()) + "," +
          std::to_string(b.has_dp_split_dim() ? b.dp_split_dim() : -1);
 }
 

@@ -234,6 +234,17 @@ SmallVector<int64_t> dataAxes(ModuleOp module) {
   return {mesh[0]};
 }
 
+/// Whether --cleave-partition-data split some state over dp (ZeRO: a
+/// dp_dim in an argument's #cleave.layout).
+bool splitsOverDp(ModuleOp module) {
+  for (auto func : module.getOps<func::FuncOp>())
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (auto l = func.getArgAttrOfType<LayoutAttr>(i, kLayoutAttr))
+        if (l.getDpDim() >= 0)
+          return true;
+  return false;
+}
+
 /// The #cleave.layout recorded on each parameter of \p func (null where
 /// whole), by name.
 llvm::StringMap<LayoutAttr> parameterLayoutAttrs(func::FuncOp func) {
@@ -365,6 +376,12 @@ void PartitionPass::runOnOperation() {
     if (!why.empty())
       chosenAlternatives[func.getName().str()] = std::move(why);
   }
+  if (tpInner < 0 || (tpInner > 0 && tp % tpInner != 0)) {
+    module.emitError("tp-inner=")
+        << static_cast<int64_t>(tpInner)
+        << " does not divide tp=" << static_cast<int64_t>(tp);
+    return signalPassFailure();
+  }
   // After --cleave-partition-data: tp is axis 1 of its dp x tp mesh, split
   // in the per-dp-rank step, whose dp collectives carry tp layouts through.
   if (afterData) {
@@ -378,9 +395,9 @@ void PartitionPass::runOnOperation() {
           << static_cast<int64_t>(tp);
       return signalPassFailure();
     }
-    // ZeRO chose the tp layouts before splitting the state over dp: the
-    // tp ranks stay one axis.
-    bool zero = !chosenLayouts.empty();
+    // ZeRO split the state over dp (a dp_dim beside tp's layout): the tp
+    // ranks stay one axis.
+    bool zero = splitsOverDp(module);
     if (tpInner > 1 && tpInner < tp && zero) {
       module.emitError("tp-inner is not supported with ZeRO");
       return signalPassFailure();
@@ -392,7 +409,7 @@ void PartitionPass::runOnOperation() {
       return;
     }
     if (tpInner > 1 && tpInner < tp) {
-      if (tp % tpInner != 0 || failed(partitionFactored(module, tpInner)))
+      if (failed(partitionFactored(module, tpInner)))
         signalPassFailure();
       return;
     }

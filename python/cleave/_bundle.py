@@ -25,13 +25,16 @@ class Bundle:
 
     @property
     def mesh(self) -> dict:
-        """The device mesh: {"tp": T}, {"dp": D} or {"dp": D, "tp": T}."""
+        """The device mesh: {"tp": T}, {"dp": D} or {"dp": D, "tp": T}, and
+        "tp_inner" where the tp ranks are factored into two axes (T x the
+        inner axis's size)."""
         return dict(self._summary["mesh"])
 
     @property
     def tp(self) -> int:
-        """Tensor-parallel ranks the bundle is compiled for."""
-        return int(self.mesh.get("tp", 1))
+        """Tensor-parallel ranks the bundle is compiled for (both tp axes
+        where they are factored)."""
+        return int(self.mesh.get("tp", 1)) * int(self.mesh.get("tp_inner", 1))
 
     @property
     def ranks(self) -> int:
