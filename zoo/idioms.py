@@ -1118,6 +1118,9 @@ MODELS = collections.OrderedDict([
     # GQA without any repeat: query heads grouped [b, kv, rep, t, hd], the
     # K/V head broadcast in the score and value matmuls.
     ("gqa_broadcast", llama_model(4, repeat="broadcast")),
+    # The same with 2 K/V heads: at tp 4 one axis splits them in halves and
+    # gathers them for attention; 2 x 2 holds one per group of ranks.
+    ("gqa_broadcast_kv2", llama_model(2, repeat="broadcast")),
     # Meta's reference LLaMA: rotary on (2i, 2i + 1) pairs through a
     # reshape to [..., hd / 2, 2] and a stack back.
     ("llama_meta_rope", llama_model(4, rope="pairs")),

@@ -286,9 +286,6 @@ void descend(const std::vector<Param> &params, ParameterLayouts &plan,
 /// Score of each gather of a value that carries a parameter's split (see
 /// chooseLayouts): seconds, beyond any real step.
 constexpr double kGatherPenalty = 1e6;
-/// How much worse (communication plus memory charge) a plan without such
-/// gathers may be than the first phase's plan with them.
-constexpr double kGatherTolerance = 0.25;
 
 /// Per group: its cheapest other layout with the rest of the plan kept, and
 /// what that would add to the step's score.

@@ -62,6 +62,9 @@ struct PartitionPass
   /// on its parameters (a forward pass split as its train step), which
   /// each axis's pass takes its part of.
   std::map<std::string, llvm::StringMap<LayoutAttr>> recordedOverBoth;
+  /// Values carrying a parameter's split (or parameters) that the rewrites
+  /// since it was last reset gather whole (PartitionResult).
+  size_t gathersMade = 0;
 };
 
 /// The outer pass's #cleave.layout of each argument and result of a
@@ -197,18 +200,13 @@ void mergeReductions(func::FuncOp func) {
   for (Operation *op : llvm::reverse(views))
     if (isOpTriviallyDead(op))
       op->erase();
-  // One pair at a time: a merged reduction may pair again.
-  for (;;) {
-    AllReduceOp op;
-    func.walk([&](AllReduceOp r) {
-      if (!sumOver(r))
-        return WalkResult::advance();
-      op = r;
-      return WalkResult::interrupt();
-    });
-    if (!op)
-      return;
+  // In program order: a merged reduction pairs again with a later one.
+  SmallVector<AllReduceOp> sums;
+  func.walk([&](AllReduceOp r) { sums.push_back(r); });
+  for (AllReduceOp op : sums) {
     AllReduceOp first = sumOver(op);
+    if (!first)
+      continue;
     SmallVector<int64_t> axes(first.getAxes());
     llvm::append_range(axes, op.getAxes());
     llvm::sort(axes);
@@ -483,10 +481,15 @@ LogicalResult PartitionPass::partitionTensorParallel(ModuleOp module,
                     : axes && axes.getValue() == "dp,tp,tp_inner" ? 2
                                                                   : -1;
     options.joinOtherAxisSums = meshAxis == inner;
-    if (failed(layouts) ||
-        failed(partition(func, ranks, *layouts, cost, /*rewrite=*/true, nullptr,
-                         &alternatives, options)))
+    if (failed(layouts))
       return failure();
+    FailureOr<PartitionResult> made =
+        partition(func, ranks, *layouts, cost, /*rewrite=*/true, nullptr,
+                  &alternatives, options);
+    if (failed(made))
+      return failure();
+    gathersMade +=
+        made->gatheredProducts.size() + made->gatheredParameters.size();
   }
   return success();
 }
@@ -506,6 +509,7 @@ LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
   };
   OwningOpRef<ModuleOp> best;
   double bestCost = 0;
+  size_t bestGathers = 0;
   int64_t base = dataAxes(module).size();
   for (int64_t inner = 1; inner < tp; ++inner) {
     if (tp % inner != 0)
@@ -517,6 +521,7 @@ LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
     ScopedDiagnosticHandler quiet(&getContext(),
                                   [](Diagnostic &) { return success(); });
     LogicalResult made = success();
+    gathersMade = 0;
     if (inner == 1) {
       if (base == 0)
         (*trial)->setAttr(kMeshAttr,
@@ -529,10 +534,20 @@ LogicalResult PartitionPass::partitionChoosingFactors(ModuleOp module) {
     if (failed(made))
       continue;
     double c = stepCost(*trial, cost);
-    // Factoring must pay: at equal cost one axis is the simpler plan.
-    if (!best || c < bestCost * (1 - 1e-3)) {
+    // As the layout search weighs them: a plan that gathers values
+    // carrying a parameter's split whole loses to one that gathers none
+    // unless that one costs kGatherTolerance more. Otherwise factoring
+    // must pay: at equal cost one axis is the simpler plan.
+    bool better = !best;
+    if (best && (gathersMade == 0) != (bestGathers == 0))
+      better = gathersMade == 0 ? c <= (1 + kGatherTolerance) * bestCost
+                                : c * (1 + kGatherTolerance) < bestCost;
+    else if (best)
+      better = c < bestCost * (1 - 1e-3);
+    if (better) {
       best = std::move(trial);
       bestCost = c;
+      bestGathers = gathersMade;
     }
   }
   if (!best) {

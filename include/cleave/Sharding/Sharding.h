@@ -88,6 +88,12 @@ struct CostModel {
   double memory = 100.0 / 25e9;
 };
 
+/// How much worse (communication plus memory charge) a plan that gathers
+/// no value carrying a parameter's split (PartitionResult's
+/// gatheredProducts) may be than one that does, and still be chosen: the
+/// layout search's second phase, and the choice between factorings of tp.
+constexpr double kGatherTolerance = 0.25;
+
 /// Parameter layouts by parameter name.
 using ParameterLayouts = llvm::StringMap<Layout>;
 /// Per parameter the search chose: what its cheapest other layout would
